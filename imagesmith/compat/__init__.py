@@ -1,0 +1,176 @@
+"""The compatibility knowledge base: one data file, pure query functions.
+
+``data/compat.yaml`` is the single source of truth for which PyTorch release
+ships wheels for which Python and CUDA, which cuDNN/NCCL each variant bundles,
+which driver each CUDA needs, and what each OS provides.  Nothing here does
+I/O beyond reading that file once.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Mapping
+
+import yaml
+
+from imagesmith.versions import version_key
+
+DATA_FILE = "compat.yaml"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One wheel variant of a torch release: ``cpu`` or ``cuXYZ``."""
+
+    name: str
+    index: str
+    cuda: str | None = None
+    cudnn: str | None = None
+    nccl: str | None = None
+    arch: tuple[str, ...] = ()
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.cuda is not None
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    version: str
+    python: tuple[str, ...]
+    variants: Mapping[str, Variant]
+    torchvision: str | None = None
+    torchaudio: str | None = None
+    pypi_variant: str | None = None
+    released: str | None = None
+
+    @property
+    def line(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    def cuda_versions(self) -> list[str]:
+        found = {v.cuda for v in self.variants.values() if v.cuda}
+        return sorted(found, key=version_key)
+
+    def variant_for(self, cuda: str) -> Variant | None:
+        """The variant for ``cuda`` ("12.8" or "cpu"), or None."""
+        if cuda == "cpu":
+            return self.variants.get("cpu")
+        return next((v for v in self.variants.values() if v.cuda == cuda), None)
+
+
+@dataclass(frozen=True)
+class CudaInfo:
+    version: str
+    latest: str
+    toolkit_driver: str
+    min_driver: str
+    cudnn_tag: str | None = None
+    image_os: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OSInfo:
+    key: str
+    family: str
+    version: str
+    codename: str
+    python: str
+    image: str
+    eol: str | None = None
+
+
+@dataclass(frozen=True)
+class KnowledgeBase:
+    torch: Mapping[str, TorchRelease]
+    cuda: Mapping[str, CudaInfo]
+    os: Mapping[str, OSInfo]
+    gpus: Mapping[str, str]
+
+    # -- torch ---------------------------------------------------------
+    def torch_versions(self) -> list[str]:
+        return sorted(self.torch, key=version_key)
+
+    def torch_lines(self) -> list[str]:
+        return sorted({r.line for r in self.torch.values()}, key=version_key)
+
+    def resolve_torch(self, spec: str) -> TorchRelease | None:
+        """``"2.9.1"`` exactly, or ``"2.9"`` as the newest patch of that line."""
+        if spec in self.torch:
+            return self.torch[spec]
+        line = [v for v in self.torch_versions() if self.torch[v].line == spec]
+        return self.torch[line[-1]] if line else None
+
+    # -- cuda / driver -------------------------------------------------
+    def driver_status(self, cuda: str, driver: str) -> str:
+        """``pass`` (>= the toolkit's driver), ``compat`` (minor-version
+        compatibility), ``too-old``, or ``unknown`` for an unknown CUDA."""
+        info = self.cuda.get(cuda)
+        if info is None:
+            return "unknown"
+        if version_key(driver) >= version_key(info.toolkit_driver):
+            return "pass"
+        if version_key(driver) >= version_key(info.min_driver):
+            return "compat"
+        return "too-old"
+
+    def gpu_capability(self, name: str) -> str | None:
+        return self.gpus.get(name)
+
+
+def _variant(name: str, raw: Mapping[str, Any]) -> Variant:
+    return Variant(
+        name=name,
+        index=str(raw["index"]),
+        cuda=raw.get("cuda"),
+        cudnn=raw.get("cudnn"),
+        nccl=raw.get("nccl"),
+        arch=tuple(raw.get("arch", ())),
+    )
+
+
+def _release(version: str, raw: Mapping[str, Any]) -> TorchRelease:
+    variants = {n: _variant(n, v) for n, v in raw.get("variants", {}).items()}
+    return TorchRelease(
+        version=version,
+        python=tuple(raw.get("python", ())),
+        variants=variants,
+        torchvision=raw.get("torchvision"),
+        torchaudio=raw.get("torchaudio"),
+        pypi_variant=raw.get("pypi_variant"),
+        released=raw.get("released"),
+    )
+
+
+def _cuda(version: str, raw: Mapping[str, Any]) -> CudaInfo:
+    return CudaInfo(
+        version=version,
+        latest=str(raw.get("latest", version)),
+        toolkit_driver=str(raw["toolkit_driver"]),
+        min_driver=str(raw["min_driver"]),
+        cudnn_tag=raw.get("cudnn_tag"),
+        image_os=tuple(raw.get("image_os", ())),
+    )
+
+
+def _os(key: str, raw: Mapping[str, Any]) -> OSInfo:
+    fields = {k: str(raw[k]) for k in ("family", "version", "codename", "python", "image")}
+    return OSInfo(key=key, eol=raw.get("eol"), **fields)
+
+
+def parse(raw: Mapping[str, Any]) -> KnowledgeBase:
+    return KnowledgeBase(
+        torch={v: _release(v, r) for v, r in raw["torch"].items()},
+        cuda={v: _cuda(v, r) for v, r in raw["cuda"].items()},
+        os={k: _os(k, r) for k, r in raw["os"].items()},
+        gpus=dict(raw.get("gpus", {})),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> KnowledgeBase:
+    """The packaged knowledge base (read once)."""
+    text = resources.files(__package__).joinpath("data", DATA_FILE).read_text()
+    return parse(yaml.safe_load(text))

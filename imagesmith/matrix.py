@@ -1,0 +1,719 @@
+"""matrix.yaml: the whole schema, loading and validation.
+
+Validated input becomes frozen records at once; nothing downstream indexes raw
+dicts.  Every finding carries ``file:line key.path``; all errors of a file are
+reported together, warnings (legal but suspicious input) come with a fix hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from imagesmith import compat
+from imagesmith.errors import Problem, ValidationError
+from imagesmith.located import KeyPath, Lines, dotted, line_of, load_located
+from imagesmith.versions import matches, version_key
+
+SCHEMA_VERSION = 1
+AXES = ("torch", "cuda", "python", "os")
+BUILTIN_PARENTS = {"base": None, "cv": "base", "nlp": "base", "project": "cv"}
+BASE_FROM = ("os", "cuda-runtime", "cuda-devel")
+NETWORK_MODES = ("default", "host", "none")
+TIERS = ("quick", "standard", "soak")
+TAG_FIELDS = (
+    "torch", "torch_minor", "torch_major", "cuda", "cudnn", "cudnn_major", "nccl",
+    "python", "os", "layer", "date", "accel", "variant", "cell",
+)
+DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+PIP_PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*===?\s*[^\s,;]+\s*(;.*)?$")
+KB_PINNED = ("torch", "torchvision", "torchaudio")
+
+
+# --------------------------------------------------------------------------
+# records
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of the axes, as written in the matrix."""
+
+    torch: str
+    cuda: str
+    python: str
+    os: str
+    cudnn: str | None = None
+    origin: KeyPath = field(default=(), compare=False)
+
+    def label(self) -> str:
+        return " ".join(f"{a}={getattr(self, a)}" for a in AXES)
+
+
+@dataclass(frozen=True)
+class Jupyter:
+    enabled: bool = False
+    bind: str = "127.0.0.1"
+    port: int = 8888
+    version: str = "4.4.10"
+
+
+@dataclass(frozen=True)
+class Sshd:
+    enabled: bool = False
+    port: int = 2222
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    parent: str | None
+    packages: tuple[str, ...] = ()
+    apt: tuple[str, ...] = ()
+    requirements: Path | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    base_from: str = "os"
+    toolchain: bool = True
+    template: str = ""
+    jupyter: Jupyter = Jupyter()
+    sshd: Sshd = Sshd()
+    when: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def applies_to(self, cell: "Cell") -> bool:
+        """Whether this layer is built for ``cell`` (``when:`` filter)."""
+        return all(matches_any(getattr(cell, axis), values) for axis, values in self.when)
+
+
+def matches_any(value: str, wanted: Sequence[str]) -> bool:
+    return any(matches(w, value) for w in wanted)
+
+
+@dataclass(frozen=True)
+class FloatingTag:
+    template: str
+    when: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class TagPolicy:
+    immutable: str = "{torch}-{accel}-py{python}-{os}-{layer}-{date}"
+    floating: tuple[FloatingTag, ...] = ()
+    prerelease: bool = False
+
+
+@dataclass(frozen=True)
+class VerifyPolicy:
+    tier: str = "quick"
+    gpus: str = "all"
+    shm_size: str = "8g"
+    memory: str | None = None
+    timeout_s: int = 900
+    thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Credential:
+    host: str
+    username_env: str | None = None
+    password_env: str | None = None
+    file: Path | None = None
+
+
+@dataclass(frozen=True)
+class Sources:
+    torch_index_url: str | None = None
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+    ca_bundle: Path | None = None
+    http_proxy: str | None = None
+    https_proxy: str | None = None
+    no_proxy: str | None = None
+    network: str = "default"
+    credentials: tuple[Credential, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    repository: str
+    registry: str | None = None
+    user: str = "ml"
+    uid: int = 1000
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.registry}/{self.repository}" if self.registry else self.repository
+
+
+@dataclass(frozen=True)
+class Matrix:
+    file: Path
+    image: ImageSpec
+    cells: tuple[Cell, ...]
+    layers: tuple[Layer, ...]  # parents before children
+    base_images: Mapping[str, str]
+    tags: TagPolicy
+    verify: VerifyPolicy
+    sources: Sources
+    warnings: tuple[Problem, ...] = ()
+
+    def layer(self, name: str) -> Layer:
+        return next(layer for layer in self.layers if layer.name == name)
+
+
+# --------------------------------------------------------------------------
+# the validation context: collects located problems
+
+
+class Ctx:
+    def __init__(self, file: Path, lines: Lines, kb: compat.KnowledgeBase) -> None:
+        self.file, self.lines, self.kb = file, lines, kb
+        self.problems: list[Problem] = []
+        self.base_dir = file.parent
+
+    def _add(self, path: KeyPath, message: str, severity: str) -> None:
+        line = line_of(self.lines, path)
+        problem = Problem(message, self.file.name, line, dotted(path), severity)
+        if problem not in self.problems:
+            self.problems.append(problem)
+
+    def error(self, path: KeyPath, message: str) -> None:
+        self._add(path, message, "error")
+
+    def warn(self, path: KeyPath, message: str) -> None:
+        self._add(path, message, "warning")
+
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    # -- typed getters -------------------------------------------------
+    def mapping(self, raw: Any, path: KeyPath, allowed: Iterable[str]) -> dict[str, Any]:
+        """``raw`` as a mapping with only ``allowed`` keys (others reported)."""
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.error(path, f"expected a mapping, got {_kind(raw)}")
+            return {}
+        allowed = list(allowed)
+        for key in raw:
+            if key not in allowed:
+                self.error(path + (key,), f"unknown key{_did_you_mean(key, allowed)}")
+        return {k: v for k, v in raw.items() if k in allowed}
+
+    def open_mapping(self, raw: Any, path: KeyPath) -> dict[str, Any]:
+        """A mapping whose keys are the user's own (layer names, env vars)."""
+        return self.mapping(raw, path, raw.keys() if isinstance(raw, dict) else ())
+
+    def string(self, raw: Any, path: KeyPath, default: str | None = None) -> str | None:
+        if raw is None:
+            return default
+        if isinstance(raw, (dict, list, bool)):
+            self.error(path, f"expected a string, got {_kind(raw)}")
+            return default
+        return str(raw)
+
+    def strings(self, raw: Any, path: KeyPath) -> tuple[str, ...]:
+        """A list of strings; a single string is taken as a list of one."""
+        if raw is None:
+            return ()
+        if isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
+            return (str(raw),)
+        if not isinstance(raw, list):
+            self.error(path, f"expected a list, got {_kind(raw)}")
+            return ()
+        items = [self.string(v, path + (i,)) for i, v in enumerate(raw)]
+        return tuple(i for i in items if i is not None)
+
+    def boolean(self, raw: Any, path: KeyPath, default: bool) -> bool:
+        if raw is None:
+            return default
+        if not isinstance(raw, bool):
+            self.error(path, f"expected true or false, got {raw!r}")
+            return default
+        return raw
+
+    def integer(self, raw: Any, path: KeyPath, default: int, lo: int = 0, hi: int = 2**31) -> int:
+        if raw is None:
+            return default
+        try:
+            value = int(str(raw))
+        except ValueError:
+            self.error(path, f"expected a whole number, got {raw!r}")
+            return default
+        if not lo <= value <= hi:
+            self.error(path, f"{value} is out of range ({lo}..{hi})")
+        return value
+
+    def choice(self, raw: Any, path: KeyPath, choices: Sequence[str], default: str) -> str:
+        value = self.string(raw, path, default) or default
+        if value not in choices:
+            self.error(path, f"{value!r} is not one of {', '.join(choices)}{_did_you_mean(value, choices)}")
+            return default
+        return value
+
+    def path_value(self, raw: Any, path: KeyPath, must_exist: bool = True) -> Path | None:
+        text = self.string(raw, path)
+        if text is None:
+            return None
+        resolved = (self.base_dir / Path(text).expanduser()).resolve()
+        if must_exist and not resolved.exists():
+            self.error(path, f"{text}: no such file (looked at {resolved})")
+        return resolved
+
+
+def _kind(raw: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(raw), type(raw).__name__
+    )
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+# --------------------------------------------------------------------------
+# sections
+
+TOP_KEYS = ("version", "image", "matrix", "base_images", "layers", "tags", "verify", "sources")
+
+
+def _image(ctx: Ctx, raw: Any) -> ImageSpec:
+    p: KeyPath = ("image",)
+    d = ctx.mapping(raw, p, ("repository", "registry", "user", "uid", "labels"))
+    repo = ctx.string(d.get("repository"), p + ("repository",), "imagesmith/pytorch") or ""
+    if not re.fullmatch(r"[a-z0-9]+([._/-][a-z0-9]+)*", repo):
+        ctx.error(p + ("repository",), f"{repo!r} is not a valid image repository (lowercase letters, digits, . _ - /)")
+    labels = ctx.open_mapping(d.get("labels"), p + ("labels",))
+    return ImageSpec(
+        repository=repo,
+        registry=ctx.string(d.get("registry"), p + ("registry",)),
+        user=ctx.string(d.get("user"), p + ("user",), "ml") or "ml",
+        uid=ctx.integer(d.get("uid"), p + ("uid",), 1000, 1, 65535),
+        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+    )
+
+
+def _axis(ctx: Ctx, d: Mapping[str, Any], axis: str) -> list[tuple[str, KeyPath]]:
+    path: KeyPath = ("matrix", axis)
+    values = ctx.strings(d.get(axis), path)
+    return [(v, path + (i,)) for i, v in enumerate(values)]
+
+
+def _cell_entries(ctx: Ctx, raw: Any, key: str) -> list[tuple[dict[str, str], KeyPath]]:
+    path: KeyPath = ("matrix", key)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        ctx.error(path, f"expected a list of cells, got {_kind(raw)}")
+        return []
+    out = []
+    for i, item in enumerate(raw):
+        entry = ctx.mapping(item, path + (i,), AXES + ("cudnn",))
+        out.append(({k: str(v) for k, v in entry.items()}, path + (i,)))
+    return out
+
+
+def _expand(ctx: Ctx, raw: Any) -> list[Cell]:
+    """The cells of the matrix, with include/exclude applied as GitHub Actions does."""
+    d = ctx.mapping(raw, ("matrix",), AXES + ("cudnn", "include", "exclude"))
+    axes = {a: _axis(ctx, d, a) for a in AXES}
+    cudnn = ctx.string(d.get("cudnn"), ("matrix", "cudnn"))
+    combos = [dict(zip(AXES, (v for v, _ in combo))) | {"_origin": combo}
+              for combo in itertools.product(*(axes[a] for a in AXES))]
+    for entry, _ in _cell_entries(ctx, d.get("exclude"), "exclude"):
+        combos = [c for c in combos if not all(c.get(k) == v for k, v in entry.items())]
+    cells = [_product_cell(c, cudnn) for c in combos]
+    for entry, path in _cell_entries(ctx, d.get("include"), "include"):
+        cells = _include(ctx, cells, entry, path, cudnn)
+    if not cells:
+        ctx.error(("matrix",), "the matrix has no cells; give each of torch, cuda, python, os at least one value, or list cells under include")
+    return cells
+
+
+def _product_cell(combo: dict[str, Any], cudnn: str | None) -> Cell:
+    origin = tuple(combo["_origin"])
+    return Cell(*(combo[a] for a in AXES), cudnn=cudnn, origin=origin)  # type: ignore[arg-type]
+
+
+def _include(ctx: Ctx, cells: list[Cell], entry: dict[str, str], path: KeyPath, cudnn: str | None) -> list[Cell]:
+    axes_given = {k: v for k, v in entry.items() if k in AXES}
+    extra = {k: v for k, v in entry.items() if k not in AXES}
+    hits = [c for c in cells if all(getattr(c, k) == v for k, v in axes_given.items())]
+    if hits and extra:
+        return [_with(c, extra) if c in hits else c for c in cells]
+    if hits:
+        return cells
+    missing = [a for a in AXES if a not in entry]
+    if missing:
+        ctx.error(path, f"this include matches no cell, so it adds one, but it lacks {', '.join(missing)}")
+        return cells
+    origin = tuple(path + (a,) for a in AXES)
+    return cells + [Cell(*(entry[a] for a in AXES), cudnn=entry.get("cudnn", cudnn), origin=origin)]
+
+
+def _with(cell: Cell, extra: Mapping[str, str]) -> Cell:
+    return Cell(cell.torch, cell.cuda, cell.python, cell.os, extra.get("cudnn", cell.cudnn), cell.origin)
+
+
+# -- cell validation against the knowledge base -----------------------------
+
+
+def _check_cell(ctx: Ctx, cell: Cell, layers: Sequence[Layer], base_images: Mapping[str, str]) -> None:
+    where = dict(zip(AXES, cell.origin)) if len(cell.origin) == 4 else {}
+    release = ctx.kb.resolve_torch(cell.torch)
+    if release is None:
+        known = ", ".join(ctx.kb.torch_lines())
+        ctx.error(where.get("torch", ("matrix",)), f"unknown torch {cell.torch}; known: {known}{_did_you_mean(cell.torch, ctx.kb.torch_lines())}")
+        return
+    _check_cuda(ctx, cell, release, where)
+    _check_python(ctx, cell, release, where)
+    _check_os(ctx, cell, where, layers, base_images)
+
+
+def _cuda_list(release: compat.TorchRelease) -> str:
+    has = release.cuda_versions()
+    return ", ".join(has) if has else "none"
+
+
+def _check_cuda(ctx: Ctx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
+    path = where.get("cuda", ("matrix",))
+    variant = release.variant_for(cell.cuda)
+    if variant is None and cell.cuda == "cpu":
+        ctx.error(path, f"torch {release.line} has no CPU-only wheels")
+    elif variant is None:
+        ctx.error(path, f"torch {release.line} has no CUDA {cell.cuda} wheels; it has {_cuda_list(release)}")
+    elif cell.cudnn and variant.cudnn and not matches(cell.cudnn, variant.cudnn):
+        ctx.error(("matrix", "cudnn") if ("matrix", "cudnn") in ctx.lines else path,
+                  f"torch {release.version} with CUDA {cell.cuda} bundles cuDNN {variant.cudnn}, not {cell.cudnn}; cuDNN is fixed by torch and CUDA: write {variant.cudnn.split('.')[0]} or drop cudnn")
+    elif cell.cudnn and not variant.cudnn:
+        ctx.error(("matrix", "cudnn"), f"torch {release.version} {cell.cuda} wheels bundle no cuDNN; drop cudnn for this cell")
+
+
+def _check_python(ctx: Ctx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
+    if cell.python not in release.python:
+        ctx.error(where.get("python", ("matrix",)),
+                  f"torch {release.line} has no wheels for Python {cell.python}; it has {', '.join(release.python)}")
+
+
+def _check_os(ctx: Ctx, cell: Cell, where: Mapping[str, KeyPath], layers: Sequence[Layer], base_images: Mapping[str, str]) -> None:
+    path = where.get("os", ("matrix",))
+    info = ctx.kb.os.get(cell.os)
+    if info is None:
+        ctx.error(path, f"unknown os {cell.os!r}; known: {', '.join(ctx.kb.os)}{_did_you_mean(cell.os, ctx.kb.os)}")
+        return
+    base_from = layers[0].base_from if layers else "os"
+    if base_from == "os":
+        return
+    if cell.cuda == "cpu":
+        ctx.error(("layers", "base", "from"), f"{base_from} needs a CUDA cell, but cell {cell.label()} is cpu; use from: os")
+        return
+    cuda = ctx.kb.cuda.get(cell.cuda)
+    if cuda and cell.os not in cuda.image_os:
+        ctx.error(path, f"nvidia/cuda publishes no CUDA {cell.cuda} images for {cell.os}; it has {', '.join(cuda.image_os)}")
+
+
+# -- layers --------------------------------------------------------------------
+
+LAYER_KEYS = ("parent", "packages", "apt", "requirements", "env", "from", "toolchain", "template", "services", "when")
+
+
+def _layers(ctx: Ctx, raw: Any) -> tuple[Layer, ...]:
+    d = ctx.open_mapping(raw if raw is not None else {"base": {}}, ("layers",))
+    layers = {name: _layer(ctx, name, spec) for name, spec in d.items()}
+    if "base" not in layers:
+        ctx.error(("layers",), "a matrix needs a layer named base (OS + Python + torch)")
+        return tuple(layers.values())
+    return _ordered(ctx, layers)
+
+
+def _layer(ctx: Ctx, name: str, raw: Any) -> Layer:
+    p: KeyPath = ("layers", name)
+    d = ctx.mapping(raw, p, LAYER_KEYS)
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", name):
+        ctx.error(p, f"layer name {name!r} must be lowercase letters, digits and '-' (it goes into tags)")
+    parent = ctx.string(d.get("parent"), p + ("parent",), BUILTIN_PARENTS.get(name, "base"))
+    packages = ctx.strings(d.get("packages"), p + ("packages",))
+    for i, spec in enumerate(packages):
+        _check_pin(ctx, spec, p + ("packages", i))
+    req = ctx.path_value(d.get("requirements"), p + ("requirements",))
+    if req and req.is_file():
+        _check_requirements(ctx, req, p + ("requirements",))
+    env = ctx.open_mapping(d.get("env"), p + ("env",))
+    return Layer(
+        name=name,
+        parent=None if name == "base" else parent,
+        packages=packages,
+        apt=ctx.strings(d.get("apt"), p + ("apt",)),
+        requirements=req,
+        env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+        base_from=ctx.choice(d.get("from"), p + ("from",), BASE_FROM, "os"),
+        toolchain=ctx.boolean(d.get("toolchain"), p + ("toolchain",), name == "base"),
+        template=ctx.string(d.get("template"), p + ("template",), "") or "",
+        jupyter=_jupyter(ctx, d.get("services"), p + ("services",)),
+        sshd=_sshd(ctx, d.get("services"), p + ("services",)),
+        when=_layer_when(ctx, d.get("when"), p + ("when",)),
+    )
+
+
+def _layer_when(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    d = ctx.mapping(raw, path, AXES)
+    return tuple((axis, ctx.strings(d[axis], path + (axis,))) for axis in AXES if axis in d)
+
+
+def _check_pin(ctx: Ctx, spec: str, path: KeyPath) -> None:
+    name = re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower()
+    if name in KB_PINNED and spec.strip().lower() == name:
+        return  # resolved from the knowledge base for each cell
+    if not PIP_PINNED.match(spec):
+        ctx.warn(path, f"{spec!r} is not pinned; pin it ({name}==X.Y.Z) so that rebuilds install the same thing")
+
+
+def _check_requirements(ctx: Ctx, file: Path, path: KeyPath) -> None:
+    for n, line in enumerate(file.read_text().splitlines(), 1):
+        spec = line.split("#", 1)[0].strip()
+        if spec and not spec.startswith("-") and not PIP_PINNED.match(spec):
+            ctx.warn(path, f"{file.name}:{n}: {spec!r} is not pinned; pin it with == so that rebuilds install the same thing")
+
+
+def _jupyter(ctx: Ctx, raw: Any, path: KeyPath) -> Jupyter:
+    services = ctx.mapping(raw, path, ("jupyter", "sshd"))
+    p = path + ("jupyter",)
+    d = ctx.mapping(services.get("jupyter"), p, ("enabled", "bind", "port", "version"))
+    return Jupyter(
+        enabled=ctx.boolean(d.get("enabled"), p + ("enabled",), bool(d)),
+        bind=ctx.string(d.get("bind"), p + ("bind",), "127.0.0.1") or "127.0.0.1",
+        port=ctx.integer(d.get("port"), p + ("port",), 8888, 1, 65535),
+        version=ctx.string(d.get("version"), p + ("version",), Jupyter.version) or Jupyter.version,
+    )
+
+
+def _sshd(ctx: Ctx, raw: Any, path: KeyPath) -> Sshd:
+    services = raw if isinstance(raw, dict) else {}
+    p = path + ("sshd",)
+    d = ctx.mapping(services.get("sshd"), p, ("enabled", "port"))
+    return Sshd(
+        enabled=ctx.boolean(d.get("enabled"), p + ("enabled",), bool(d)),
+        port=ctx.integer(d.get("port"), p + ("port",), 2222, 1024, 65535),
+    )
+
+
+def _ordered(ctx: Ctx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
+    """Parents before children; unknown parents and cycles are errors."""
+    for layer in layers.values():
+        if layer.parent is not None and layer.parent not in layers:
+            ctx.error(("layers", layer.name, "parent"),
+                      f"parent {layer.parent!r} is not a layer here; layers: {', '.join(layers)}{_did_you_mean(layer.parent, layers)}")
+    order: list[Layer] = []
+    remaining = dict(layers)
+    while remaining:
+        ready = [l for l in remaining.values() if l.parent is None or l.parent not in remaining]
+        if not ready:
+            ctx.error(("layers",), f"layers form a cycle: {', '.join(sorted(remaining))}")
+            break
+        for layer in ready:
+            order.append(remaining.pop(layer.name))
+    return tuple(order)
+
+
+# -- tags, verify, sources ---------------------------------------------------------
+
+
+def _tags(ctx: Ctx, raw: Any) -> TagPolicy:
+    p: KeyPath = ("tags",)
+    d = ctx.mapping(raw, p, ("immutable", "floating", "prerelease"))
+    immutable = ctx.string(d.get("immutable"), p + ("immutable",), TagPolicy.immutable) or TagPolicy.immutable
+    _check_template(ctx, immutable, p + ("immutable",))
+    floating = _floating(ctx, d.get("floating"), p + ("floating",))
+    return TagPolicy(immutable, floating, ctx.boolean(d.get("prerelease"), p + ("prerelease",), False))
+
+
+def _floating(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[FloatingTag, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        ctx.error(path, f"expected a list of tags, got {_kind(raw)}")
+        return ()
+    out = []
+    for i, item in enumerate(raw):
+        entry = {"tag": item} if isinstance(item, str) else ctx.mapping(item, path + (i,), ("tag", "when"))
+        template = ctx.string(entry.get("tag"), path + (i, "tag"), "") or ""
+        _check_template(ctx, template, path + (i,))
+        when = ctx.mapping(entry.get("when"), path + (i, "when"), AXES + ("layer",))
+        out.append(FloatingTag(template, tuple(sorted((k, str(v)) for k, v in when.items()))))
+    return tuple(out)
+
+
+def _check_template(ctx: Ctx, template: str, path: KeyPath) -> None:
+    fields = re.findall(r"{([^{}]*)}", template)
+    for name in fields:
+        if name not in TAG_FIELDS:
+            ctx.error(path, f"unknown tag field {{{name}}}{_did_you_mean(name, TAG_FIELDS)}; fields: {', '.join(TAG_FIELDS)}")
+    sample = re.sub(r"{[^{}]*}", "x", template)
+    if not template or not DOCKER_TAG.match(sample):
+        ctx.error(path, f"{template!r} cannot make a Docker tag ([A-Za-z0-9_.-], not starting with . or -, at most 128 characters)")
+
+
+def _verify(ctx: Ctx, raw: Any) -> VerifyPolicy:
+    p: KeyPath = ("verify",)
+    d = ctx.mapping(raw, p, ("tier", "gpus", "shm_size", "memory", "timeout", "thresholds"))
+    thresholds = ctx.open_mapping(d.get("thresholds"), p + ("thresholds",))
+    return VerifyPolicy(
+        tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick"),
+        gpus=ctx.string(d.get("gpus"), p + ("gpus",), "all") or "all",
+        shm_size=ctx.string(d.get("shm_size"), p + ("shm_size",), "8g") or "8g",
+        memory=ctx.string(d.get("memory"), p + ("memory",)),
+        timeout_s=ctx.integer(d.get("timeout"), p + ("timeout",), 900, 10, 86400),
+        thresholds={k: _threshold(ctx, v, p + ("thresholds", k)) for k, v in thresholds.items()},
+    )
+
+
+def _threshold(ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, float]:
+    d = ctx.mapping(raw, path, ("baseline", "fail_fraction", "warn_fraction", "min", "max"))
+    out = {}
+    for key, value in d.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            ctx.error(path + (key,), f"expected a number, got {value!r}")
+    return out
+
+
+SOURCE_KEYS = ("torch_index_url", "index_url", "extra_index_urls", "find_links", "trusted_hosts",
+               "ca_bundle", "proxy", "network", "credentials")
+
+
+def _sources(ctx: Ctx, raw: Any) -> Sources:
+    p: KeyPath = ("sources",)
+    d = ctx.mapping(raw, p, SOURCE_KEYS)
+    proxy = ctx.mapping(d.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
+    torch_index = ctx.string(d.get("torch_index_url"), p + ("torch_index_url",))
+    if torch_index and "{variant}" not in torch_index:
+        ctx.warn(p + ("torch_index_url",), "has no {variant}: every cell will use the same torch index; write e.g. https://mirror/whl/{variant}")
+    return Sources(
+        torch_index_url=torch_index,
+        index_url=ctx.string(d.get("index_url"), p + ("index_url",)),
+        extra_index_urls=ctx.strings(d.get("extra_index_urls"), p + ("extra_index_urls",)),
+        find_links=ctx.strings(d.get("find_links"), p + ("find_links",)),
+        trusted_hosts=ctx.strings(d.get("trusted_hosts"), p + ("trusted_hosts",)),
+        ca_bundle=ctx.path_value(d.get("ca_bundle"), p + ("ca_bundle",)),
+        http_proxy=ctx.string(proxy.get("http"), p + ("proxy", "http")),
+        https_proxy=ctx.string(proxy.get("https"), p + ("proxy", "https")),
+        no_proxy=ctx.string(proxy.get("no_proxy"), p + ("proxy", "no_proxy")),
+        network=ctx.choice(d.get("network"), p + ("network",), NETWORK_MODES, "default"),
+        credentials=_credentials(ctx, d.get("credentials"), p + ("credentials",)),
+    )
+
+
+def _credentials(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[Credential, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        ctx.error(path, f"expected a list of credentials, got {_kind(raw)}")
+        return ()
+    out = []
+    for i, item in enumerate(raw):
+        d = ctx.mapping(item, path + (i,), ("host", "username_env", "password_env", "file"))
+        host = ctx.string(d.get("host"), path + (i, "host"))
+        if not host:
+            ctx.error(path + (i,), "a credential needs host: the index host it is sent to")
+            continue
+        if "file" not in d and "password_env" not in d:
+            ctx.error(path + (i,), "a credential needs password_env (an environment variable) or file (holding user:password)")
+        out.append(Credential(host, ctx.string(d.get("username_env"), path + (i, "username_env")),
+                              ctx.string(d.get("password_env"), path + (i, "password_env")),
+                              ctx.path_value(d.get("file"), path + (i, "file"), must_exist=False)))
+    return tuple(out)
+
+
+def _base_images(ctx: Ctx, raw: Any) -> dict[str, str]:
+    p: KeyPath = ("base_images",)
+    d = ctx.mapping(raw, p, ctx.kb.os.keys())
+    out = {}
+    for os_key, ref in d.items():
+        image = ctx.string(ref, p + (os_key,)) or ""
+        out[os_key] = image
+        _check_base_ref(ctx, image, p + (os_key,))
+    return out
+
+
+def _check_base_ref(ctx: Ctx, ref: str, path: KeyPath) -> None:
+    if "@sha256:" in ref or ref.startswith("sha256:"):
+        return
+    name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
+    if not tag or tag == "latest":
+        ctx.warn(path, f"{ref!r} is a mutable tag; pin it by digest ({name or ref}@sha256:...) or a dated tag so every build starts from the same bytes")
+
+
+# --------------------------------------------------------------------------
+# entry points
+
+
+def load(path: str | Path, kb: compat.KnowledgeBase | None = None) -> Matrix:
+    """Load and validate ``path``; raise ValidationError listing every error."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ValidationError(problems=[Problem(f"cannot read {file}: {exc.strerror}")]) from None
+    return parse(text, file, kb or compat.load())
+
+
+def parse(text: str, file: Path, kb: compat.KnowledgeBase) -> Matrix:
+    raw, lines = load_located(text, file.name)
+    ctx = Ctx(file.resolve(), lines, kb)
+    d = ctx.mapping(raw, (), TOP_KEYS)
+    if d.get("version") is not None and str(d["version"]) != str(SCHEMA_VERSION):
+        ctx.error(("version",), f"schema version {d['version']} is not supported; this imagesmith reads version {SCHEMA_VERSION}")
+    if "matrix" not in d:
+        ctx.error((), "no matrix: section; it holds the axes torch, cuda, python, os")
+    matrix = _build(ctx, d)
+    if ctx.errors():
+        raise ValidationError(problems=ctx.errors() + ctx.warnings())
+    return matrix
+
+
+def _build(ctx: Ctx, d: Mapping[str, Any]) -> Matrix:
+    layers = _layers(ctx, d.get("layers"))
+    base_images = _base_images(ctx, d.get("base_images"))
+    cells = _unique(ctx, _expand(ctx, d.get("matrix")))
+    for cell in cells:
+        _check_cell(ctx, cell, layers, base_images)
+    return Matrix(
+        file=ctx.file,
+        image=_image(ctx, d.get("image")),
+        cells=tuple(cells),
+        layers=layers,
+        base_images=base_images,
+        tags=_tags(ctx, d.get("tags")),
+        verify=_verify(ctx, d.get("verify")),
+        sources=_sources(ctx, d.get("sources")),
+        warnings=tuple(ctx.warnings()),
+    )
+
+
+def _unique(ctx: Ctx, cells: Sequence[Cell]) -> list[Cell]:
+    seen: dict[tuple[str, ...], Cell] = {}
+    for cell in cells:
+        key = tuple(getattr(cell, a) for a in AXES)
+        if key in seen:
+            ctx.warn(("matrix", "include"), f"cell {cell.label()} is listed twice; it is built once")
+        seen.setdefault(key, cell)
+    return list(seen.values())
+
+
+def sort_cells(cells: Iterable[Cell]) -> list[Cell]:
+    """A stable order for cells: torch, cuda, python, os by version."""
+    def key(c: Cell) -> tuple[Any, ...]:
+        cuda = (0,) if c.cuda == "cpu" else version_key(c.cuda)
+        return (version_key(c.torch), cuda, version_key(c.python), c.os)
+    return sorted(cells, key=key)
+
