@@ -1,0 +1,250 @@
+"""Matrix -> Plan: a DAG of build targets (cell x layer). Pure: no I/O here
+except ``write``/``read`` of plan.json, and no docker."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from imagesmith import compat, tags
+from imagesmith.atomic import write_text
+from imagesmith.errors import Problem, ValidationError
+from imagesmith.matrix import Cell, Layer, Matrix, sort_cells
+from imagesmith.versions import major
+
+PLAN_SCHEMA = "imagesmith.plan/1"
+PYTHON_BUILD_STANDALONE = "uv"  # how a Python the OS lacks is installed
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Everything a cell resolves to, from the knowledge base."""
+
+    torch: str
+    torchvision: str | None
+    torchaudio: str | None
+    cuda: str  # "12.8" or "cpu"
+    variant: str  # "cu128" or "cpu"
+    cudnn: str | None
+    nccl: str | None
+    python: str
+    os: str
+    arch: tuple[str, ...] = ()
+    driver_min: str | None = None
+    driver_toolkit: str | None = None
+
+    @property
+    def accel(self) -> str:
+        if self.cuda == "cpu":
+            return "cpu"
+        return f"cuda{self.cuda}" + (f"-cudnn{major(self.cudnn)}" if self.cudnn else "")
+
+
+@dataclass(frozen=True)
+class PipSources:
+    torch_index_url: str
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Target:
+    id: str
+    cell: str
+    layer: str
+    parent: str | None
+    versions: Versions
+    base_image: str  # the FROM of the base layer (OS or nvidia/cuda image)
+    python_source: str  # "distro" or "uv"
+    packages: tuple[str, ...]
+    apt: tuple[str, ...]
+    pip: PipSources
+    image: str  # local image name:tag this target is built as
+    tag: str  # the immutable tag it would receive
+    floating: tuple[str, ...] = ()
+    template: str = ""
+    depth: int = 0
+
+    def facts(self) -> dict[str, str]:
+        return tags.facts(asdict(self.versions), self.layer, self.cell, self.versions.accel)
+
+
+@dataclass(frozen=True)
+class Plan:
+    matrix: str
+    date: str
+    targets: tuple[Target, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def by_id(self) -> dict[str, Target]:
+        return {t.id: t for t in self.targets}
+
+    def children(self, target_id: str) -> list[Target]:
+        return [t for t in self.targets if t.parent == target_id]
+
+    def select(self, only: tuple[str, ...] = (), layers: tuple[str, ...] = ()) -> "Plan":
+        """Targets matching ``only`` (id substrings) and ``layers``, with their ancestors."""
+        picked = {t.id for t in self.targets
+                  if (not only or any(o in t.id for o in only)) and (not layers or t.layer in layers)}
+        wanted = set()
+        index = self.by_id()
+        for tid in picked:
+            while tid:
+                wanted.add(tid)
+                tid = index[tid].parent or ""
+        return Plan(self.matrix, self.date, tuple(t for t in self.targets if t.id in wanted), self.warnings)
+
+
+# --------------------------------------------------------------------------
+
+
+def resolve(cell: Cell, kb: compat.KnowledgeBase) -> Versions:
+    """The versions a validated cell resolves to."""
+    release = kb.resolve_torch(cell.torch)
+    assert release is not None, "cells are validated before planning"
+    variant = release.variant_for(cell.cuda)
+    assert variant is not None
+    cuda = kb.cuda.get(cell.cuda) if cell.cuda != "cpu" else None
+    return Versions(
+        torch=release.version,
+        torchvision=release.torchvision,
+        torchaudio=release.torchaudio,
+        cuda=cell.cuda,
+        variant=variant.name,
+        cudnn=variant.cudnn,
+        nccl=variant.nccl,
+        python=cell.python,
+        os=cell.os,
+        arch=variant.arch,
+        driver_min=cuda.min_driver if cuda else None,
+        driver_toolkit=cuda.toolkit_driver if cuda else None,
+    )
+
+
+def cell_id(v: Versions) -> str:
+    return f"{v.torch}-{v.variant}-py{v.python}-{v.os}"
+
+
+def base_image(matrix: Matrix, v: Versions, kb: compat.KnowledgeBase) -> str:
+    base_from = matrix.layer("base").base_from
+    if base_from == "os":
+        return matrix.base_images.get(v.os) or kb.os[v.os].image
+    cuda = kb.cuda[v.cuda]
+    flavor = base_from.split("-", 1)[1]
+    cudnn = f"{cuda.cudnn_tag}-" if cuda.cudnn_tag else ""
+    return f"nvidia/cuda:{cuda.latest}-{cudnn}{flavor}-{v.os}"
+
+
+def python_source(matrix: Matrix, v: Versions, kb: compat.KnowledgeBase) -> str:
+    """The distro's python3 where it is the cell's Python, else a standalone build."""
+    return "distro" if kb.os[v.os].python == v.python else PYTHON_BUILD_STANDALONE
+
+
+def pip_sources(matrix: Matrix, v: Versions, kb: compat.KnowledgeBase) -> PipSources:
+    s = matrix.sources
+    release = kb.resolve_torch(v.torch)
+    assert release is not None
+    default = release.variants[v.variant].index
+    torch_index = s.torch_index_url.replace("{variant}", v.variant) if s.torch_index_url else default
+    return PipSources(torch_index, s.index_url, s.extra_index_urls, s.find_links, s.trusted_hosts)
+
+
+def layer_packages(layer: Layer, v: Versions) -> tuple[str, ...]:
+    """The layer's pip specs with torch, torchvision, torchaudio pinned from the KB."""
+    pins = {"torch": v.torch, "torchvision": v.torchvision, "torchaudio": v.torchaudio}
+    out = []
+    for spec in layer.packages:
+        name = spec.strip().lower()
+        if name in pins and pins[name] is None:
+            raise ValidationError(problems=[Problem(f"layers.{layer.name}.packages: torch {v.torch} has no matching {name} release")])
+        out.append(f"{name}=={pins[name]}" if name in pins else spec.strip())
+    return tuple(out)
+
+
+def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date: str) -> Iterator[Target]:
+    v = resolve(cell, kb)
+    cid = cell_id(v)
+    depth: dict[str, int] = {}
+    for layer in matrix.layers:
+        if not layer.applies_to(cell) or (layer.parent and layer.parent not in depth):
+            continue
+        depth[layer.name] = 0 if layer.parent is None else depth[layer.parent] + 1
+        tid = f"{cid}-{layer.name}"
+        facts = tags.facts(asdict(v), layer.name, cid, v.accel) | {"date": date}
+        yield Target(
+            id=tid, cell=cid, layer=layer.name,
+            parent=f"{cid}-{layer.parent}" if layer.parent else None,
+            versions=v, base_image=base_image(matrix, v, kb),
+            python_source=python_source(matrix, v, kb),
+            packages=layer_packages(layer, v), apt=layer.apt,
+            pip=pip_sources(matrix, v, kb),
+            image=f"{matrix.image.repository}:{tid}",
+            tag=tags.render(matrix.tags.immutable, facts),
+            template=layer.template or f"{layer.name}.Dockerfile.j2",
+            depth=depth[layer.name],
+        )
+
+
+def expand(matrix: Matrix, date: str, kb: compat.KnowledgeBase | None = None) -> Plan:
+    """Every target of ``matrix``, parents before children, deterministic."""
+    kb = kb or compat.load()
+    targets = [t for cell in sort_cells(matrix.cells) for t in _targets_for_cell(matrix, cell, kb, date)]
+    targets.sort(key=lambda t: t.depth)  # stable: parents first, cell order kept
+    _check_tags(matrix, targets)
+    floating = tags.plan_floating(matrix.tags, [(t.id, t.facts()) for t in targets])
+    final = tuple(_with_floating(t, floating.get(t.id, ())) for t in targets)
+    return Plan(str(matrix.file.name), date, final, tuple(str(w) for w in matrix.warnings))
+
+
+def _with_floating(t: Target, floating: tuple[str, ...]) -> Target:
+    return Target(**{**t.__dict__, "floating": floating})
+
+
+def _check_tags(matrix: Matrix, targets: list[Target]) -> None:
+    seen: dict[str, str] = {}
+    problems = []
+    for t in targets:
+        if t.tag in seen:
+            problems.append(Problem(f"tag {t.tag!r} is given to both {seen[t.tag]} and {t.id}; add fields such as {{cuda}}, {{python}}, {{os}}, {{layer}} to tags.immutable", matrix.file.name, 0, "tags.immutable"))
+        seen.setdefault(t.tag, t.id)
+        problems += [Problem(f"{t.id}: {p}", matrix.file.name, 0, "tags.immutable") for p in tags.tag_problems(t.tag)]
+    if problems:
+        raise ValidationError(problems=problems[:10])
+
+
+# -- plan.json -----------------------------------------------------------------
+
+
+def to_json(plan: Plan) -> dict[str, Any]:
+    return {"schema": PLAN_SCHEMA, "matrix": plan.matrix, "date": plan.date,
+            "warnings": list(plan.warnings), "targets": [asdict(t) for t in plan.targets]}
+
+
+def write(plan: Plan, path: Path) -> None:
+    write_text(path, json.dumps(to_json(plan), indent=2, sort_keys=True) + "\n")
+
+
+def from_json(data: Mapping[str, Any]) -> Plan:
+    if data.get("schema") != PLAN_SCHEMA:
+        raise ValidationError(problems=[Problem(f"plan schema {data.get('schema')!r} is not {PLAN_SCHEMA}; re-run imagesmith plan")])
+    targets = tuple(_target(t) for t in data["targets"])
+    return Plan(data["matrix"], data["date"], targets, tuple(data.get("warnings", ())))
+
+
+def _target(d: Mapping[str, Any]) -> Target:
+    v = dict(d["versions"])
+    v["arch"] = tuple(v.get("arch", ()))
+    pip = dict(d["pip"])
+    for key in ("extra_index_urls", "find_links", "trusted_hosts"):
+        pip[key] = tuple(pip[key])
+    rest = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in d if k not in ("versions", "pip")}
+    return Target(versions=Versions(**v), pip=PipSources(**pip), **rest)
+
+
+def read(path: Path) -> Plan:
+    return from_json(json.loads(path.read_text()))
+

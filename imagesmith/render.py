@@ -1,0 +1,168 @@
+"""Targets -> build contexts on disk (Dockerfile + files), byte-for-byte
+deterministic. ``check`` reports drift between disk and what would render."""
+
+from __future__ import annotations
+
+import shlex
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import jinja2
+
+from imagesmith import compat
+from imagesmith.atomic import write_bytes, write_text
+from imagesmith.matrix import Layer, Matrix
+from imagesmith.plan import Plan, Target
+from imagesmith.resources import templates_dir
+
+UV_VERSION = "0.9.30"
+MANIFEST = ".rendered"
+EXECUTABLE = {"services/imagesmith-services"}
+DOCKERIGNORE = "# build outputs that live beside the context\nbuild.log\n*.json\n" + MANIFEST + "\n"
+
+
+@dataclass(frozen=True)
+class Context:
+    """One target's build context: relative path -> bytes."""
+
+    target: Target
+    files: Mapping[str, bytes]
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["quote"] = shlex.quote
+    return env
+
+
+def _ancestors(plan: Plan, t: Target) -> list[Target]:
+    index, chain = plan.by_id(), []
+    while t.parent:
+        t = index[t.parent]
+        chain.append(t)
+    return chain[::-1]
+
+
+def _pins(matrix: Matrix, t: Target) -> list[str]:
+    layer = matrix.layer(t.layer)
+    lines = layer.requirements.read_text().splitlines() if layer.requirements else []
+    specs = list(t.packages) + [line.split("#", 1)[0].strip() for line in lines]
+    return [s.replace(" ", "") for s in specs if "==" in s and not s.startswith("-")]
+
+
+def _packages_label(plan: Plan, matrix: Matrix, t: Target) -> str:
+    """Every pinned pip package this image declares, its ancestors' included."""
+    return " ".join(s for a in _ancestors(plan, t) + [t] for s in _pins(matrix, a))
+
+
+def _extra_index_urls(t: Target) -> list[str]:
+    urls = [t.pip.index_url or "https://pypi.org/simple", *t.pip.extra_index_urls]
+    return [u for i, u in enumerate(urls) if u != t.pip.torch_index_url and u not in urls[:i]]
+
+
+def _services_label(layer: Layer) -> str:
+    on = [f"sshd:{layer.sshd.port}"] if layer.sshd.enabled else []
+    return " ".join(on + ([f"jupyter:{layer.jupyter.bind}:{layer.jupyter.port}"] if layer.jupyter.enabled else []))
+
+
+def _variables(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase) -> dict[str, object]:
+    layer = matrix.layer(t.layer)
+    parent = plan.by_id()[t.parent] if t.parent else None
+    return {
+        "t": t, "v": t.versions, "layer": layer, "image": matrix.image,
+        "matrix_name": matrix.file.name, "has_ca": matrix.sources.ca_bundle is not None,
+        "parent_image": parent.image if parent else "", "pip_specs": list(t.packages),
+        "has_requirements": layer.requirements is not None,
+        "os_python": kb.os[t.versions.os].python, "uv_version": UV_VERSION,
+        "packages_label": _packages_label(plan, matrix, t), "services_label": _services_label(layer),
+        "extra_index_urls": _extra_index_urls(t),
+    }
+
+
+def _service_files(env: jinja2.Environment, layer: Layer, variables: dict[str, object]) -> dict[str, bytes]:
+    names = (["sshd_config"] if layer.sshd.enabled else []) + \
+            (["jupyter_server_config.py"] if layer.jupyter.enabled else [])
+    if names:
+        names.append("imagesmith-services")
+    return {f"services/{n}": env.get_template(f"services/{n}.j2").render(variables).encode() for n in names}
+
+
+def render_target(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase | None = None,
+                  env: jinja2.Environment | None = None) -> Context:
+    kb, env = kb or compat.load(), env or environment()
+    layer = matrix.layer(t.layer)
+    variables = _variables(plan, matrix, t, kb)
+    files = {"Dockerfile": env.get_template(t.template).render(variables).encode(),
+             ".dockerignore": DOCKERIGNORE.encode()}
+    if t.parent:
+        files["layer_delta.py"] = (templates_dir() / "files" / "layer_delta.py").read_bytes()
+    if layer.requirements:
+        files["requirements.txt"] = layer.requirements.read_bytes()
+    if matrix.sources.ca_bundle:
+        files["certs/extra-ca.pem"] = matrix.sources.ca_bundle.read_bytes()
+    files.update(_service_files(env, layer, variables))
+    return Context(t, dict(sorted(files.items())))
+
+
+def render_all(plan: Plan, matrix: Matrix, kb: compat.KnowledgeBase | None = None) -> list[Context]:
+    env = environment()
+    return [render_target(plan, matrix, t, kb, env) for t in plan.targets]
+
+
+# -- disk ------------------------------------------------------------------------
+
+
+def write(contexts: list[Context], out: Path) -> list[Path]:
+    """Write every context under ``out/<target id>/``; files a previous render
+    wrote and this one does not are removed."""
+    written = []
+    for ctx in contexts:
+        folder = out / ctx.target.id
+        for stale in set(_manifest(folder)) - set(ctx.files):
+            (folder / stale).unlink(missing_ok=True)
+        for rel, data in ctx.files.items():
+            _write_file(folder / rel, data, rel in EXECUTABLE)
+        write_text(folder / MANIFEST, "".join(f"{rel}\n" for rel in ctx.files))
+        written.append(folder)
+    return written
+
+
+def _write_file(path: Path, data: bytes, executable: bool) -> None:
+    if not path.exists() or path.read_bytes() != data:
+        write_bytes(path, data)
+    mode = 0o755 if executable else 0o644
+    if stat.S_IMODE(path.stat().st_mode) != mode:
+        path.chmod(mode)
+
+
+def _manifest(folder: Path) -> list[str]:
+    file = folder / MANIFEST
+    return file.read_text().split() if file.is_file() else []
+
+
+def check(contexts: list[Context], out: Path) -> list[str]:
+    """What differs between ``out`` and ``contexts`` (empty: no drift)."""
+    drift: list[str] = []
+    for ctx in contexts:
+        folder = out / ctx.target.id
+        for rel, data in ctx.files.items():
+            path = folder / rel
+            if not path.is_file():
+                drift.append(f"{path}: missing")
+            elif path.read_bytes() != data:
+                drift.append(f"{path}: differs from what {ctx.target.id} renders to")
+        drift += [f"{folder / rel}: no longer rendered" for rel in set(_manifest(folder)) - set(ctx.files)]
+    expected = {ctx.target.id for ctx in contexts}
+    if out.is_dir():
+        drift += [f"{d}: stale target (not in the plan)" for d in sorted(out.iterdir())
+                  if (d / MANIFEST).is_file() and d.name not in expected]
+    return drift
