@@ -13,7 +13,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import click
 
@@ -143,6 +143,147 @@ def compat_rows(kb: compat.KnowledgeBase, torch_filter: str | None, cuda_filter:
                          release.torchvision or "-", release.torchaudio or "-", " ".join(variant.arch) or "-",
                          cuda.min_driver if cuda else "-", cuda.toolkit_driver if cuda else "-", variant.index])
     return rows
+
+
+# -- base / build ----------------------------------------------------------------------------
+
+
+@cli.group("base")
+def base_group() -> None:
+    """Base images."""
+
+
+@base_group.command("bootstrap")
+@click.option("--os", "os_key", required=True, help="A Debian OS key from the knowledge base (debian12, debian13).")
+@click.option("--tag", default=None, help="Image reference to create (default imagesmith/debian:<codename>).")
+@click.option("--mirror", default="http://deb.debian.org/debian", show_default=True)
+def bootstrap_cmd(os_key: str, tag: str | None, mirror: str) -> None:
+    """Make a Debian base image with debootstrap + docker import (no registry needed)."""
+    from imagesmith import bootstrap
+    from imagesmith.engine import Engine
+
+    click.echo(f"debootstrap {os_key} from {mirror} ...", err=True)
+    ref, image_id = bootstrap.bootstrap(Engine(), os_key, tag, mirror)
+    click.echo(f"{ref} {image_id}")
+
+
+@cli.command("build")
+@MATRIX_OPTION
+@click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64), help="Targets built at once.")
+@click.option("--only", multiple=True, help="Targets whose id contains this (with their ancestors); repeatable.")
+@click.option("--layer", "layers", multiple=True, help="Only this layer (with its ancestors); repeatable.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
+def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...], quiet: bool, as_json: bool) -> None:
+    """Render and build every target, parents first, reusing what is cached."""
+    from imagesmith import build
+    from imagesmith.engine import Engine
+    from imagesmith.progress import make_display
+
+    m = load_matrix(matrix_file)
+    p = plan_mod.expand(m, today()).select(only, layers)
+    if not p.targets:
+        raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
+    display = make_display(f"building {len(p.targets)} targets", quiet or as_json)
+    try:
+        report = build.Builder(p, m, Engine(), out, jobs, display).run()
+    finally:
+        display.close()
+    _print_build(report, out, quiet, as_json)
+    if not report.ok:
+        raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
+
+
+def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
+    from imagesmith import build
+
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        return
+    for line in build.failure_summary(report):
+        click.echo(line, err=True)
+    if not quiet:
+        print_table(f"build: {report.seconds:.1f}s, report in {out / 'report.json'}",
+                    ["target", "status", "seconds", "size", "image"],
+                    [[r.target, r.status, f"{r.seconds:.1f}", f"{r.size_bytes / 1e9:.2f} GB" if r.size_bytes else "-",
+                      (r.image_id or "-")[:19]] for r in report.results])
+
+
+# -- verify -------------------------------------------------------------------------------------
+
+
+@cli.command("verify")
+@click.argument("image", required=False)
+@click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default="quick", show_default=True)
+@click.option("--gpus", default="all", show_default=True, help="all, none, or a list such as 0,1.")
+@click.option("--expect", default="", help="Versions to expect instead of the image's labels: torch=2.9.1,cuda=12.8,...")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="Write the verify report here.")
+@click.option("--local", is_flag=True, help="Run the payload on this host's Python (no Docker), e.g. on a GPU host.")
+@click.option("--python", "python_exe", default=None, help="With --local: the Python to run the payload with.")
+@click.option("--require-gpu", is_flag=True, help="Fail, not skip, when no GPU is visible.")
+@click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=float, help="Seconds before the run is killed.")
+@click.option("--shm-size", default="8g", show_default=True)
+@click.option("--memory", default=None, help="Container memory limit, e.g. 32g.")
+@click.option("--cpus", default=None, type=float, help="Container CPU limit.")
+@click.option("--soak-minutes", default=None, type=float, help="Soak tier duration (default 30).")
+@click.option("--only", default="", help="Only these check ids or groups (comma-separated).")
+@click.option("--skip", default="", help="Leave out these check ids or groups (comma-separated).")
+@click.option("--no-pull", is_flag=True, help="Never pull IMAGE from its registry.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
+               python_exe: str | None, require_gpu: bool, timeout_s: float, shm_size: str, memory: str | None,
+               cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool, quiet: bool) -> None:
+    """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
+    numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
+    required check passed."""
+    from imagesmith import verify
+
+    if bool(image) == local:
+        raise UserError("give an IMAGE to verify, or --local to verify this host (not both)")
+    options = verify.VerifyOptions(
+        tier=tier, gpus=gpus, expect=verify.parse_expect(expect), require_gpu=require_gpu, shm_size=shm_size,
+        memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
+        only=tuple(filter(None, only.split(","))), skip=tuple(filter(None, skip.split(","))))
+    if local:
+        outcome = verify.run_local(options, python_exe)
+    else:
+        from imagesmith.engine import Engine
+
+        outcome = verify.verify_image(Engine(), image or "", options, pull=not no_pull)
+    if json_out:
+        from imagesmith.atomic import write_text
+
+        write_text(json_out, json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")
+    if not quiet:
+        print_verify(outcome.report, json_out)
+    if not outcome.ok:
+        raise UserError(f"verification failed: {verify_failures(outcome.report)}")
+
+
+def verify_failures(report: dict[str, Any]) -> str:
+    failed = [c["id"] for c in report.get("checks", []) if c.get("status") == "fail" and not c.get("optional")]
+    return ", ".join(failed) or "no report"
+
+
+def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
+    env = report.get("environment") or {}
+    image = (report.get("image") or {}).get("ref", "this host")
+    s = report.get("summary", {})
+    title = (f"verify {image} ({report.get('tier')}): torch {env.get('torch')} cuda {env.get('cuda')} "
+             f"driver {env.get('driver')} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
+             f"{s.get('skip', 0)} skip in {report.get('wall_s', 0):.1f}s" + (f"; report {json_out}" if json_out else ""))
+    rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",
+             _fmt(c.get("percent_of_baseline")), (c.get("detail") or "")[:110]] for c in report.get("checks", [])]
+    print_table(title, ["check", "status", "value", "threshold", "unit", "% base", "detail"], rows)
+    for note in report.get("notes", []):
+        click.secho(f"note: {note}", fg="yellow", err=True)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 # -- entry point --------------------------------------------------------------------------------

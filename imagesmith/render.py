@@ -85,6 +85,7 @@ def _variables(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase) 
         "os_python": kb.os[t.versions.os].python, "uv_version": UV_VERSION,
         "packages_label": _packages_label(plan, matrix, t), "services_label": _services_label(layer),
         "extra_index_urls": _extra_index_urls(t),
+        "lineage": " ".join(a.layer for a in _ancestors(plan, t) + [t]),
     }
 
 

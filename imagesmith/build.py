@@ -1,0 +1,359 @@
+"""Walk the plan's DAG and build every target with the engine.
+
+Parents first, independent targets in parallel (``jobs``), each child FROM its
+parent's image *ID*. A target whose rendered context (+ build arguments +
+parent ID) hashes to an image that already exists is taken from cache. A
+failed target skips its descendants; the rest go on. After each build the
+image is measured from inside and compared with the plan.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import queue
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from imagesmith import render
+from imagesmith.atomic import write_text
+from imagesmith.engine import Engine, RunSpec
+from imagesmith.errors import BuildError, UserError
+from imagesmith.matrix import Matrix
+from imagesmith.plan import Plan, Target
+from imagesmith.progress import Display, QuietDisplay
+from imagesmith.resources import payload_dir
+from imagesmith.sources import SourceServer
+from imagesmith.versions import matches
+
+REPORT_SCHEMA = "imagesmith.build-report/1"
+HASH_SCHEMA = "imagesmith.context/1"
+LABEL_HASH = "io.imagesmith.context-hash"
+LABEL_RUN = "io.imagesmith.run"
+TAIL_LINES = 20
+
+
+@dataclass
+class TargetResult:
+    target: str
+    status: str = "queued"  # built | cached | failed | skipped | cancelled
+    image: str = ""
+    image_id: str | None = None
+    context_hash: str = ""
+    seconds: float = 0.0
+    steps: int = 0
+    cached_steps: int = 0
+    size_bytes: int = 0
+    error: str | None = None
+    log: str = ""
+    dockerfile: str = ""
+    facts: dict[str, Any] | None = None
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("built", "cached")
+
+
+@dataclass
+class BuildReport:
+    matrix: str
+    started_at: str
+    seconds: float
+    base_images: dict[str, str]
+    results: list[TargetResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
+                "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": self.base_images,
+                "targets": [asdict(r) for r in self.results]}
+
+
+# -- pure helpers ---------------------------------------------------------------------------
+
+
+def context_hash(files: Mapping[str, bytes], buildargs: Mapping[str, str], parent_id: str) -> str:
+    """What decides an image's content: the context, the logical build
+    arguments (not loopback ports) and the exact parent image."""
+    h = hashlib.sha256(HASH_SCHEMA.encode())
+    for name, data in sorted(files.items()):
+        h.update(f"\0file\0{name}\0{len(data)}\0".encode())
+        h.update(data)
+    for key, value in sorted(buildargs.items()):
+        h.update(f"\0arg\0{key}={value}".encode())
+    h.update(f"\0parent\0{parent_id}".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def compare_facts(t: Target, facts: Mapping[str, Any], declared: list[str]) -> list[str]:
+    """Where the measured image differs from the plan (empty: it matches)."""
+    v = t.versions
+    if "torch_error" in facts:
+        return [f"torch does not import: {facts['torch_error']}"]
+    want = {"torch": v.torch, "python": v.python, "os": v.os,
+            "cuda": None if v.cuda == "cpu" else v.cuda, "cudnn": v.cudnn, "nccl": v.nccl}
+    out = [_differs(k, w, facts.get(k)) for k, w in want.items()]
+    pkgs = facts.get("packages", {})
+    for spec in declared:
+        name, _, version = spec.partition("==")
+        out.append(_differs(f"package {name}", version, pkgs.get(name.lower().replace("_", "-"))))
+    return [o for o in out if o]
+
+
+def _differs(what: str, want: str | None, have: Any) -> str:
+    if want is None:
+        return "" if not have else f"{what}: plan says none, image has {have}"
+    if have is None or not matches(".".join(want.split(".")[:3]), str(have)):
+        return f"{what}: plan says {want}, image has {have or 'none'}"
+    return ""
+
+
+def tail(path: Path, n: int = TAIL_LINES) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
+class Redactor:
+    """Replaces every secret in a log line (credentials must never reach logs)."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        self.secrets = sorted((s for s in secrets if s), key=len, reverse=True)
+
+    def __call__(self, line: str) -> str:
+        for secret in self.secrets:
+            line = line.replace(secret, "****")
+        return line
+
+
+# -- the builder ------------------------------------------------------------------------------
+
+
+class Builder:
+    def __init__(self, plan: Plan, matrix: Matrix, engine: Engine, out: Path, jobs: int = 2,
+                 display: Display | None = None, environ: Mapping[str, str] | None = None) -> None:
+        self.plan, self.matrix, self.engine, self.out = plan, matrix, engine, out
+        self.jobs = max(1, jobs)
+        self.display = display or QuietDisplay()
+        self.environ = environ
+        self.cancel = threading.Event()
+        self.run_id = f"build-{time.time_ns()}"
+        self.results = {t.id: TargetResult(t.id, image=t.image) for t in plan.targets}
+        self.contexts: dict[str, render.Context] = {}
+        self.base_ids: dict[str, str] = {}
+        self.server: SourceServer | None = None
+        self.redact = Redactor([])
+
+    # -- public ---------------------------------------------------------------------
+    def run(self) -> BuildReport:
+        started, t0 = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), time.monotonic()
+        self._prepare()
+        try:
+            self._schedule()
+        finally:
+            if self.server:
+                self.server.stop()
+            self.engine.remove_containers(LABEL_RUN, self.run_id)
+        report = BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
+                             [self.results[t.id] for t in self.plan.targets])
+        write_text(self.out / "report.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+        return report
+
+    # -- preparation --------------------------------------------------------------
+    def _prepare(self) -> None:
+        contexts = render.render_all(self.plan, self.matrix)
+        render.write(contexts, self.out)
+        self.contexts = {c.target.id: c for c in contexts}
+        for t in self.plan.targets:
+            self.results[t.id].dockerfile = str(self.out / t.id / "Dockerfile")
+            self.results[t.id].log = str(self.out / t.id / "build.log")
+        self.base_ids = {ref: self._base_id(ref) for ref in sorted({t.base_image for t in self.plan.targets if not t.parent})}
+        server = SourceServer(self.matrix.sources, self.environ)
+        if server.needed:
+            if self.matrix.sources.network != "host":
+                raise UserError("sources use local folders or credentials, which the build reaches on 127.0.0.1: set sources.network: host")
+            self.server = server.start()
+            self.redact = Redactor(server.redactions())
+
+    def _base_id(self, ref: str) -> str:
+        info = self.engine.image(ref)
+        if info is None:
+            self.display.note(f"pulling base image {ref}")
+            try:
+                info = self.engine.pull(ref)
+            except UserError as exc:
+                raise UserError(f"base image {ref} is not in the engine and cannot be pulled ({exc}); "
+                                f"on a host with no registry make it: imagesmith base bootstrap --os <os> --tag {ref}") from None
+        return info.id
+
+    # -- the DAG ---------------------------------------------------------------------
+    def _schedule(self) -> None:
+        done: queue.Queue[str] = queue.Queue()
+        pending = {t.id: t for t in self.plan.targets}
+        running: set[str] = set()
+        try:
+            while pending or running:
+                self._start_ready(pending, running, done)
+                if not running:
+                    break
+                finished = done.get()
+                running.discard(finished)
+                self._skip_descendants(finished, pending)
+        except KeyboardInterrupt:
+            self.cancel.set()
+            for tid in list(pending) + list(running):
+                self.results[tid].status, self.results[tid].error = "cancelled", "interrupted"
+                self.display.update(tid, "cancelled")
+            raise
+
+    def _start_ready(self, pending: dict[str, Target], running: set[str], done: "queue.Queue[str]") -> None:
+        for tid, t in list(pending.items()):
+            if len(running) >= self.jobs:
+                return
+            if t.parent and (t.parent in pending or t.parent in running):
+                continue
+            del pending[tid]
+            running.add(tid)
+            threading.Thread(target=self._worker, args=(t, done), name=f"build-{tid}", daemon=True).start()
+
+    def _skip_descendants(self, tid: str, pending: dict[str, Target]) -> None:
+        if self.results[tid].ok:
+            return
+        for child in self.plan.children(tid):
+            if child.id in pending:
+                del pending[child.id]
+                result = self.results[child.id]
+                result.status, result.error = "skipped", f"parent {tid} {self.results[tid].status}"
+                self.display.update(child.id, "skipped", f"parent {self.results[tid].status}")
+                self._skip_descendants(child.id, pending)
+
+    def _worker(self, t: Target, done: "queue.Queue[str]") -> None:
+        result, t0 = self.results[t.id], time.monotonic()
+        try:
+            self._build_one(t, result)
+        except Exception as exc:  # isolate: one target's failure never stops the others
+            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        result.seconds = round(time.monotonic() - t0, 2)
+        self.display.update(t.id, result.status, self._summary(result))
+        done.put(t.id)
+
+    @staticmethod
+    def _summary(r: TargetResult) -> str:
+        if r.status == "failed":
+            return (r.error or "").splitlines()[0][:120]
+        return f"{r.size_bytes / 1e9:.2f} GB" if r.size_bytes else ""
+
+    # -- one target ------------------------------------------------------------------
+    def logical_args(self, t: Target) -> dict[str, str]:
+        """Build arguments as the plan states them (hashed; no ports, no secrets)."""
+        pip = t.pip
+        extra = [u for u in [pip.index_url or "https://pypi.org/simple", *pip.extra_index_urls] if u != pip.torch_index_url]
+        return {"PIP_INDEX_URL": pip.torch_index_url, "PIP_EXTRA_INDEX_URL": " ".join(dict.fromkeys(extra)),
+                "PIP_FIND_LINKS": " ".join(pip.find_links), "PIP_TRUSTED_HOST": " ".join(pip.trusted_hosts)}
+
+    def _real_args(self, t: Target, parent_id: str) -> dict[str, str]:
+        args = self.logical_args(t)
+        if self.server:
+            rewrite = self.server.rewrite
+            args = {k: " ".join(rewrite(u) for u in v.split()) if k != "PIP_TRUSTED_HOST" else v for k, v in args.items()}
+            args["PIP_TRUSTED_HOST"] = " ".join(filter(None, [args["PIP_TRUSTED_HOST"], "127.0.0.1"]))
+        args.update(self._proxy_args())
+        args["PARENT_IMAGE" if t.parent else "BASE_IMAGE"] = parent_id
+        return args
+
+    def _proxy_args(self) -> dict[str, str]:
+        s, out = self.matrix.sources, {}
+        for key, value in (("HTTP_PROXY", s.http_proxy), ("HTTPS_PROXY", s.https_proxy)):
+            if value:
+                out[key] = out[key.lower()] = value
+        if out:
+            out["NO_PROXY"] = out["no_proxy"] = ",".join(filter(None, [s.no_proxy, "127.0.0.1", "localhost"]))
+        return out
+
+    def _parent_id(self, t: Target) -> str:
+        if t.parent:
+            parent = self.results[t.parent].image_id
+            assert parent, "children start only after their parent succeeded"
+            return parent
+        return self.base_ids[t.base_image]
+
+    def _build_one(self, t: Target, result: TargetResult) -> None:
+        parent_id = self._parent_id(t)
+        ctx = self.contexts[t.id]
+        result.context_hash = context_hash(ctx.files, self.logical_args(t), parent_id)
+        cached = self.engine.images_with_label(LABEL_HASH, result.context_hash)
+        if cached:
+            result.image_id, result.status = cached[0].id, "cached"
+            self.engine.tag(cached[0].id, *t.image.split(":", 1))
+        else:
+            self._docker_build(t, result, parent_id)
+            if result.status == "failed":
+                return
+        self._measure(t, result)
+
+    def _docker_build(self, t: Target, result: TargetResult, parent_id: str) -> None:
+        self.display.update(t.id, "building")
+        log_path = Path(result.log)
+        labels = {LABEL_HASH: result.context_hash,
+                  "org.opencontainers.image.created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        with log_path.open("w") as log:
+            def on_line(line: str) -> None:
+                clean = self.redact(line)
+                log.write(clean + "\n")
+                log.flush()
+                if clean.startswith("Step "):
+                    self.display.update(t.id, "building", clean.split(" :", 1)[0].lower())
+            outcome = self.engine.build(self.out / t.id, t.image, self._real_args(t, parent_id), labels,
+                                        "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
+        result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
+        if outcome.image_id is None:
+            result.status, result.error = ("cancelled" if outcome.error == "cancelled" else "failed"), self.redact(outcome.error or "")
+            return
+        result.image_id, result.status = outcome.image_id, "built"
+
+    def _measure(self, t: Target, result: TargetResult) -> None:
+        """Run facts.py inside the image; a mismatch with the plan fails the target."""
+        assert result.image_id
+        facts_file = Path(self.out / t.id / "facts.json")
+        cached = json.loads(facts_file.read_text()) if facts_file.is_file() else {}
+        if cached.get("image_id") != result.image_id:
+            cached = {"image_id": result.image_id, "facts": self._run_facts(result.image_id)}
+            write_text(facts_file, json.dumps(cached, indent=2, sort_keys=True) + "\n")
+        result.facts = cached["facts"]
+        info = self.engine.image(result.image_id)
+        result.size_bytes = info.size if info else 0
+        declared = (info.labels.get("io.imagesmith.packages", "") if info else "").split()
+        result.mismatches = compare_facts(t, result.facts or {}, declared)
+        if result.mismatches:
+            result.status, result.error = "failed", "image differs from the plan: " + "; ".join(result.mismatches)
+            facts_file.unlink(missing_ok=True)
+            self.engine.remove_image(result.image_id)  # never reused from cache
+
+    def _run_facts(self, image_id: str) -> dict[str, Any]:
+        script = (payload_dir() / "facts.py").read_bytes()
+        spec = RunSpec(image=image_id, command=["python3", "/opt/imagesmith/facts.py"], files={"facts.py": script},
+                       labels={LABEL_RUN: self.run_id}, timeout_s=300)
+        run = self.engine.run(spec)
+        if run.exit_code != 0:
+            raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")
+        return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+
+
+def failure_summary(report: BuildReport) -> list[str]:
+    """For each failed target: what, where its Dockerfile is, the last log lines."""
+    lines: list[str] = []
+    for r in report.results:
+        if r.status != "failed":
+            continue
+        lines += [f"FAILED {r.target}: {r.error}", f"  Dockerfile: {r.dockerfile}", f"  log: {r.log}"]
+        lines += [f"  | {line}" for line in tail(Path(r.log))]
+    return lines

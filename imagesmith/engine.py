@@ -1,0 +1,335 @@
+"""The only module that imports docker: build, run, inspect, import, tag, push.
+
+``docker.from_env()`` honours ``DOCKER_HOST`` (unix://, tcp://, ssh://),
+``DOCKER_TLS_VERIFY`` and ``DOCKER_CERT_PATH``, so remote engines work.
+Everything here speaks in plain values (ids, dicts, lines) so that callers and
+tests never touch docker objects.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest
+
+from imagesmith.errors import EngineError, RegistryError
+
+LineSink = Callable[[str], None]
+RUN_LABEL = "io.imagesmith.run"
+STEP = re.compile(r"^Step (\d+)/(\d+) :")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    size: int
+    created: str
+    repo_digests: tuple[str, ...] = ()
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    container_id: str = ""
+
+
+@dataclass
+class BuildOutcome:
+    image_id: str | None
+    error: str | None = None
+    steps: int = 0
+    cached_steps: int = 0
+
+
+@dataclass
+class RunSpec:
+    """How to start a container (verify, inspect)."""
+
+    image: str
+    command: list[str]
+    gpus: str = "none"  # "all" | "none" | "0,1"
+    files: Mapping[str, bytes] = field(default_factory=dict)  # path in container -> bytes
+    files_dir: str = "/opt/imagesmith"
+    environment: Mapping[str, str] = field(default_factory=dict)
+    shm_size: str | None = None
+    mem_limit: str | None = None
+    nano_cpus: int | None = None
+    network_disabled: bool = True
+    timeout_s: float = 600.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None  # None: the image's own user
+
+
+def device_requests(gpus: str) -> list[DeviceRequest]:
+    """``--gpus`` semantics: all, none, or a comma-separated list of indexes/UUIDs."""
+    if gpus in ("", "none", "0 gpus"):
+        return []
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=[g.strip() for g in gpus.split(",") if g.strip()], capabilities=[["gpu"]])]
+
+
+def tar_files(files: Mapping[str, bytes], root: str) -> bytes:
+    """A tar of ``files`` under ``root`` (directories included, world-readable)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        leaves = {Path(root, name).parent for name in files} | {Path(root)}
+        dirs = sorted({str(p) for leaf in leaves for p in [leaf, *leaf.parents] if str(p) != "/"})
+        for d in dirs:
+            info = tarfile.TarInfo(d.lstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(str(Path(root, name)).lstrip("/"))
+            info.size, info.mode = len(data), 0o755 if name.endswith((".sh", ".py")) else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class Engine:
+    """A Docker engine. ``client`` is a seam for tests; default: from the environment."""
+
+    def __init__(self, client: Any = None, timeout: int = 600) -> None:
+        self._client = client
+        self._timeout = timeout
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                self._client = docker.from_env(timeout=self._timeout)
+                self._client.ping()
+            except docker.errors.DockerException as exc:
+                self._client = None
+                raise EngineError(f"cannot reach the Docker engine ({_short(exc)}); start it (sudo systemctl start docker, or dockerd &) or set DOCKER_HOST") from None
+        return self._client
+
+    # -- facts ---------------------------------------------------------------
+    def version(self) -> dict[str, Any]:
+        return dict(self.client.version())
+
+    def info(self) -> dict[str, Any]:
+        return dict(self.client.info())
+
+    def image(self, ref: str) -> ImageInfo | None:
+        try:
+            img = self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            if exc.status_code == 404 or "invalid reference" in str(exc):
+                return None
+            raise EngineError(f"inspecting {ref}: {_short(exc)}") from None
+        return _info(img.attrs)
+
+    def images_with_label(self, key: str, value: str | None = None) -> list[ImageInfo]:
+        flt = f"{key}={value}" if value is not None else key
+        return [_info(i.attrs) for i in self.client.images.list(filters={"label": flt})]
+
+    def history(self, ref: str) -> list[dict[str, Any]]:
+        return list(self.client.api.history(ref))
+
+    def save(self, ref: str) -> Iterator[bytes]:
+        yield from self.client.images.get(ref).save(named=False)
+
+    # -- images ----------------------------------------------------------------
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        if not self.client.api.tag(image_id, repository, tag, force=True):
+            raise EngineError(f"could not tag {image_id[:19]} as {repository}:{tag}")
+
+    def remove_image(self, ref: str, force: bool = True) -> None:
+        try:
+            self.client.api.remove_image(ref, force=force, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str]) -> str:
+        """``docker import``: a root file system tarball becomes an image."""
+        out = self.client.api.import_image_from_file(str(tar_path), repository=repository, tag=tag, changes=changes)
+        status = json.loads(out.strip().splitlines()[-1]) if isinstance(out, str) else out
+        if "error" in status:
+            raise EngineError(f"docker import failed: {status['error']}")
+        info = self.image(f"{repository}:{tag}")
+        if info is None:
+            raise EngineError(f"docker import reported {status} but {repository}:{tag} is not there")
+        return info.id
+
+    def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
+        repo, tag = split_ref(ref)
+        try:
+            self.client.api.pull(repo, tag=tag, auth_config=dict(auth) if auth else None)
+        except docker.errors.APIError as exc:
+            raise RegistryError(registry_hint(ref, exc.status_code, _short(exc), "pull")) from None
+        info = self.image(ref)
+        if info is None:
+            raise RegistryError(f"pulled {ref} but it is not in the engine")
+        return info
+
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: LineSink) -> str:
+        """Push; return the manifest digest the registry answered with."""
+        digest = ""
+        stream = self.client.api.push(repository, tag=tag, auth_config=dict(auth) if auth else None, stream=True, decode=True)
+        for event in stream:
+            if "error" in event:
+                detail = event.get("errorDetail", {})
+                raise RegistryError(registry_hint(f"{repository}:{tag}", _status_of(event["error"], detail), event["error"], "push"))
+            digest = event.get("aux", {}).get("Digest", digest)
+            if event.get("status") and not event.get("progressDetail"):
+                on_line(f"{event.get('id', '')} {event['status']}".strip())
+        if not digest:
+            raise RegistryError(f"push of {repository}:{tag} ended without a digest from the registry")
+        return str(digest)
+
+    # -- build -------------------------------------------------------------------
+    def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
+              network_mode: str | None, on_line: LineSink, cancel: threading.Event | None = None) -> BuildOutcome:
+        """Build ``context`` with the classic builder, streaming each log line."""
+        outcome = BuildOutcome(image_id=None)
+        try:
+            stream = self.client.api.build(
+                path=str(context), tag=tag, buildargs=dict(buildargs), labels=dict(labels), network_mode=network_mode,
+                rm=True, forcerm=True, pull=False, decode=True, timeout=None,
+            )
+            for event in stream:
+                if cancel is not None and cancel.is_set():
+                    stream.close()  # the engine cancels a build whose client went away
+                    outcome.error = "cancelled"
+                    return outcome
+                self._build_event(event, outcome, on_line)
+        except docker.errors.APIError as exc:
+            outcome.error = _short(exc)
+        if outcome.image_id is None and outcome.error is None:
+            outcome.error = "the engine reported no image"
+        return outcome
+
+    @staticmethod
+    def _build_event(event: Mapping[str, Any], outcome: BuildOutcome, on_line: LineSink) -> None:
+        if "stream" in event:
+            for line in str(event["stream"]).splitlines():
+                step = STEP.match(line)
+                if step:
+                    outcome.steps = int(step.group(2))
+                if "Using cache" in line:
+                    outcome.cached_steps += 1
+                on_line(line)
+        elif "error" in event:
+            outcome.error = str(event["error"]).strip()
+            on_line(f"ERROR: {outcome.error}")
+        elif "aux" in event and "ID" in event["aux"]:
+            outcome.image_id = str(event["aux"]["ID"])
+
+    # -- containers ----------------------------------------------------------------
+    def run(self, spec: RunSpec) -> RunResult:
+        """Create, copy files in, start, wait (with a timeout), collect logs, always remove."""
+        container = self.client.containers.create(
+            spec.image, spec.command, detach=True, environment=dict(spec.environment),
+            device_requests=device_requests(spec.gpus), shm_size=spec.shm_size, mem_limit=spec.mem_limit,
+            nano_cpus=spec.nano_cpus, network_disabled=spec.network_disabled, labels=dict(spec.labels),
+            user=spec.user or "",
+        )
+        try:
+            if spec.files:
+                container.put_archive("/", tar_files(spec.files, spec.files_dir))
+            container.start()
+            return self._wait(container, spec.timeout_s)
+        finally:
+            _remove(container)
+
+    @staticmethod
+    def _wait(container: Any, timeout_s: float) -> RunResult:
+        timed_out = False
+        try:
+            status = container.wait(timeout=timeout_s)
+            code = int(status.get("StatusCode", -1))
+        except Exception:  # requests' ReadTimeout/ConnectionError: the container outlived its time
+            timed_out, code = True, -1
+            container.kill()
+        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        err = container.logs(stdout=False, stderr=True).decode(errors="replace")
+        return RunResult(code, out, err, timed_out, container.id)
+
+    def remove_containers(self, label: str, value: str) -> int:
+        """Remove every container (running or not) with ``label=value``."""
+        found = self.client.containers.list(all=True, filters={"label": f"{label}={value}"})
+        for container in found:
+            _remove(container)
+        return len(found)
+
+    def containers_with_label(self, label: str, value: str | None = None) -> list[str]:
+        flt = f"{label}={value}" if value is not None else label
+        return [c.id for c in self.client.containers.list(all=True, filters={"label": flt})]
+
+
+def _remove(container: Any) -> None:
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if "already in progress" not in str(exc):
+            raise
+
+
+def _info(attrs: Mapping[str, Any]) -> ImageInfo:
+    config = attrs.get("Config") or {}
+    return ImageInfo(
+        id=str(attrs["Id"]),
+        tags=tuple(attrs.get("RepoTags") or ()),
+        labels=dict(config.get("Labels") or {}),
+        size=int(attrs.get("Size", 0)),
+        created=str(attrs.get("Created", "")),
+        repo_digests=tuple(attrs.get("RepoDigests") or ()),
+    )
+
+
+def _short(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc)
+    return str(text).strip().splitlines()[-1] if str(text).strip() else type(exc).__name__
+
+
+def _status_of(message: str, detail: Mapping[str, Any]) -> int:
+    if "code" in detail:
+        return int(detail["code"])
+    lowered = message.lower()
+    for needle, code in (("unauthorized", 401), ("authentication required", 401), ("denied", 403),
+                         ("forbidden", 403), ("not found", 404), ("no basic auth credentials", 401)):
+        if needle in lowered:
+            return code
+    return 0
+
+
+def registry_hint(ref: str, status: int | None, message: str, action: str) -> str:
+    """A registry failure as one line with what to do about it."""
+    host = ref.split("/", 1)[0] if "/" in ref else "docker.io"
+    hints = {
+        401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD (a Harbor robot account)",
+        403: f"the account may not {action} {ref}: give the Harbor robot account {action} permission on the project",
+        404: f"{ref} or its project does not exist on {host}: create the Harbor project first",
+    }
+    hint = hints.get(status or 0, f"check that {host} is reachable and healthy")
+    return f"{action} {ref} failed: {message.strip()} ({hint})"
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """``host:5000/a/b:tag`` -> (``host:5000/a/b``, ``tag``); digests stay whole."""
+    if "@" in ref:
+        return ref, None
+    name, _, tag = ref.rpartition(":")
+    if not name or "/" in tag:
+        return ref, "latest"
+    return name, tag
+

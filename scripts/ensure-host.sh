@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Make this host ready for imagesmith's builds and tests, idempotently:
+# Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd)
+# and a running Docker engine. Safe to run again and again.
+set -euo pipefail
+
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v skopeo >/dev/null || need+=(skopeo)
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v htpasswd >/dev/null || need+=(apache2-utils)
+command -v openssl >/dev/null || need+=(openssl)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "ensure-host: installing ${need[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+    if [ -n "${DOCKER_HOST:-}" ]; then
+        echo "ensure-host: DOCKER_HOST=$DOCKER_HOST does not answer" >&2
+        exit 1
+    fi
+    echo "ensure-host: starting dockerd (log: /var/log/imagesmith-dockerd.log)" >&2
+    nohup dockerd >/var/log/imagesmith-dockerd.log 2>&1 &
+    for _ in $(seq 1 60); do
+        docker info >/dev/null 2>&1 && break
+        sleep 1
+    done
+    docker info >/dev/null 2>&1 || { echo "ensure-host: dockerd did not start; see /var/log/imagesmith-dockerd.log" >&2; tail -20 /var/log/imagesmith-dockerd.log >&2; exit 1; }
+fi
+echo "ensure-host: docker $(docker version --format '{{.Server.Version}}') ready" >&2
