@@ -33,6 +33,9 @@ from imagesmith.versions import matches
 REPORT_SCHEMA = "imagesmith.build-report/1"
 HASH_SCHEMA = "imagesmith.context/1"
 LABEL_HASH = "io.imagesmith.context-hash"
+# The cache index: one tag per context hash. (A label cannot serve: the classic
+# builder copies build labels onto intermediate images, and children inherit them.)
+CACHE_REPOSITORY = "imagesmith-cache"
 LABEL_RUN = "io.imagesmith.run"
 TAIL_LINES = 20
 
@@ -290,15 +293,18 @@ class Builder:
         parent_id = self._parent_id(t)
         ctx = self.contexts[t.id]
         result.context_hash = context_hash(ctx.files, self.logical_args(t), parent_id)
-        cached = self.engine.images_with_label(LABEL_HASH, result.context_hash)
+        cache_tag = result.context_hash.split(":", 1)[1]
+        cached = self.engine.image(f"{CACHE_REPOSITORY}:{cache_tag}")
         if cached:
-            result.image_id, result.status = cached[0].id, "cached"
-            self.engine.tag(cached[0].id, *t.image.split(":", 1))
+            result.image_id, result.status = cached.id, "cached"
+            self.engine.tag(cached.id, *t.image.split(":", 1))
         else:
             self._docker_build(t, result, parent_id)
-            if result.status == "failed":
+            if result.status != "built":
                 return
         self._measure(t, result)
+        if result.ok and result.image_id:
+            self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
 
     def _docker_build(self, t: Target, result: TargetResult, parent_id: str) -> None:
         self.display.update(t.id, "building")

@@ -36,6 +36,7 @@ class ImageInfo:
     size: int
     created: str
     repo_digests: tuple[str, ...] = ()
+    parent: str = ""
 
 
 @dataclass
@@ -137,6 +138,8 @@ class Engine:
         return _info(img.attrs)
 
     def images_with_label(self, key: str, value: str | None = None) -> list[ImageInfo]:
+        """Tagged images with this label (children inherit labels, so this
+        also finds descendants)."""
         flt = f"{key}={value}" if value is not None else key
         return [_info(i.attrs) for i in self.client.images.list(filters={"label": flt})]
 
@@ -293,6 +296,7 @@ def _info(attrs: Mapping[str, Any]) -> ImageInfo:
         size=int(attrs.get("Size", 0)),
         created=str(attrs.get("Created", "")),
         repo_digests=tuple(attrs.get("RepoDigests") or ()),
+        parent=str(attrs.get("Parent") or ""),
     )
 
 

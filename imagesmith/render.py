@@ -31,9 +31,12 @@ class Context:
     files: Mapping[str, bytes]
 
 
-def environment() -> jinja2.Environment:
+def environment(matrix_dir: Path | None = None) -> jinja2.Environment:
+    """Templates from templates/, then from beside the matrix file (a layer's
+    own ``template:``, which may extend ours)."""
+    folders = [str(templates_dir())] + ([str(matrix_dir)] if matrix_dir else [])
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader(folders),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -99,7 +102,7 @@ def _service_files(env: jinja2.Environment, layer: Layer, variables: dict[str, o
 
 def render_target(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase | None = None,
                   env: jinja2.Environment | None = None) -> Context:
-    kb, env = kb or compat.load(), env or environment()
+    kb, env = kb or compat.load(), env or environment(matrix.file.parent)
     layer = matrix.layer(t.layer)
     variables = _variables(plan, matrix, t, kb)
     files = {"Dockerfile": env.get_template(t.template).render(variables).encode(),
@@ -115,7 +118,7 @@ def render_target(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBas
 
 
 def render_all(plan: Plan, matrix: Matrix, kb: compat.KnowledgeBase | None = None) -> list[Context]:
-    env = environment()
+    env = environment(matrix.file.parent)
     return [render_target(plan, matrix, t, kb, env) for t in plan.targets]
 
 

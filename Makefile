@@ -1,0 +1,52 @@
+# imagesmith: the two jobs a new user runs, and their parts.
+#   make release   build, verify, tag and push examples/local.yaml to a local registry
+#   make test      the test suite (unit + integration against a real engine and registry)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+MATRIX ?= examples/local.yaml
+OUT ?= build
+JOBS ?= 2
+
+.PHONY: release test unit lint bench host install base registry clean
+
+host:                      ## Debian packages + a running Docker engine (idempotent)
+	bash scripts/ensure-host.sh
+
+$(BIN)/imagesmith: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/imagesmith  ## imagesmith and its test tools in .venv
+
+base: host install         ## the Debian bases examples/local.yaml builds on (debootstrap, once)
+	@for os in debian12; do \
+	  docker image inspect imagesmith/debian:$$(case $$os in debian12) echo bookworm;; debian13) echo trixie;; esac) >/dev/null 2>&1 \
+	    || $(BIN)/imagesmith base bootstrap --os $$os; \
+	done
+
+registry: host             ## the local registry on 127.0.0.1:5000 (htpasswd auth)
+	bash scripts/local-registry.sh start >/dev/null
+
+release: base registry     ## the main job: render, build, verify, tag, push; prints where the release report is
+	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push \
+	  --credentials .cache/registry/credentials
+
+test: host install         ## the whole suite; .ci/run runs exactly this
+	@$(BIN)/python -m pytest -q -ra; code=$$?; \
+	  if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$code
+
+unit: install              ## pure tests only: no engine, no registry
+	$(BIN)/python -m pytest -q -m "not integration and not registry" tests/unit
+
+lint: install
+	$(BIN)/python -m mypy
+
+bench: base install        ## build benchmark against a naive Dockerfile (prints a table)
+	$(BIN)/python bench/build.py --matrix $(MATRIX)
+
+clean:
+	rm -rf $(OUT) .pytest_cache .mypy_cache
