@@ -1,0 +1,89 @@
+"""The payload's checks on this machine's CPU (torch needed; skipped without it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+VERIFY = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
+sys.path.insert(0, VERIFY)
+
+from imagesmith_payload.checks.leak import leak_loop  # noqa: E402
+from imagesmith_payload.checks.matmul import matmul_error  # noqa: E402
+from imagesmith_payload.judge import MATMUL_TOLERANCE  # noqa: E402
+from imagesmith_payload.report import validate_report  # noqa: E402
+from imagesmith_payload.stats import leak_verdict  # noqa: E402
+
+NO_GPU = not torch.cuda.is_available()
+
+
+def payload(tmp_path, *args: str, config: dict | None = None) -> tuple:
+    out = tmp_path / "report.json"
+    argv = [sys.executable, os.path.join(VERIFY, "run.py"), "--out", str(out), *args]
+    if config is not None:
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        argv += ["--config", str(tmp_path / "config.json")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    rep = json.loads(out.read_text())
+    return proc, rep, {c["id"]: c for c in rep["checks"]}
+
+
+@pytest.mark.skipif(not NO_GPU, reason="CPU mode needs a host without a GPU")
+def test_cpu_mode_quick_tier_passes_and_skips_gpu_checks(tmp_path) -> None:
+    expected = {"torch": torch.__version__.split("+")[0], "python": ".".join(map(str, sys.version_info[:2]))}
+    proc, rep, by_id = payload(tmp_path, "--tier", "quick", config={"expected": expected})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert validate_report(rep) == []
+    assert by_id["versions.torch"]["status"] == "pass" and by_id["versions.python"]["status"] == "pass"
+    assert by_id["matmul.fp32"]["status"] == "pass" and by_id["matmul.bf16"]["status"] == "pass"
+    for check_id in ("gpu.devices", "gpu.arch", "amp.bf16", "sdpa.flash", "nccl.smoke", "driver"):
+        assert by_id[check_id]["status"] == "skip", by_id[check_id]
+
+
+@pytest.mark.skipif(not NO_GPU, reason="CPU mode needs a host without a GPU")
+def test_cpu_mode_with_require_gpu_fails(tmp_path) -> None:
+    proc, _, by_id = payload(tmp_path, "--require-gpu", "--only", "gpu.devices,versions.torch")
+    assert proc.returncode == 1
+    assert by_id["gpu.devices"]["status"] == "fail"
+    assert by_id["gpu.devices"]["detail"].startswith("no GPU visible but a GPU is required: ")
+
+
+def test_a_wrong_torch_version_fails(tmp_path) -> None:
+    proc, _, by_id = payload(tmp_path, "--only", "versions.torch", "--expect", "torch=1.13.1")
+    assert proc.returncode == 1
+    assert by_id["versions.torch"]["detail"] == f"torch {torch.__version__} installed, image declares 1.13.1"
+
+
+@pytest.mark.parametrize("kind", ["fp32", "fp16", "bf16"])
+def test_matmul_error_on_cpu_is_within_tolerance(kind: str) -> None:
+    assert matmul_error(torch, torch.device("cpu"), kind, 1234) <= MATMUL_TOLERANCE[kind]
+
+
+def test_leak_loop_catches_an_injected_leak_within_10_s() -> None:
+    t0 = time.monotonic()
+    run = leak_loop(torch, torch.device("cpu"), inject_mib=1.0)
+    assert time.monotonic() - t0 < 10.0
+    assert run["caught_after_s"] is not None
+    host = run["host"]
+    assert leak_verdict(host.steps, host.used).leaking
+
+
+def test_leak_loop_clean_run_raises_no_alarm() -> None:
+    run = leak_loop(torch, torch.device("cpu"), inject_mib=0.0)
+    for key in ("device", "host"):
+        series = run[key]
+        assert not leak_verdict(series.steps, series.used).leaking, (key, series.used[-5:])
+
+
+def test_leak_check_through_the_config_knob(tmp_path) -> None:
+    proc, _, by_id = payload(tmp_path, "--tier", "standard", "--only", "leak.host",
+                             config={"leak_inject_mib": 1})
+    assert proc.returncode == 1
+    assert by_id["leak.host"]["status"] == "fail" and by_id["leak.host"]["detail"].startswith("leak: host RSS +")

@@ -1,0 +1,157 @@
+"""The payload's parsers of system files and tool output (parsers.py): text in, values out."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
+
+from imagesmith_payload import parsers  # noqa: E402
+from imagesmith_payload.checks.layers import nms_reference  # noqa: E402
+
+
+@pytest.mark.parametrize("text, tag", [
+    ('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n', "debian12"),
+    ('ID=ubuntu\nVERSION_ID="22.04"\nID_LIKE=debian\n', "ubuntu22.04"),
+    ('ID="rocky"\nVERSION_ID="9.4"\n', "rocky9.4"),
+    ("ID=debian\nVERSION_ID=11.7\n", "debian117"),
+    ("# comment\nNAME=x\n", "unknown"),
+])
+def test_os_tag_from_os_release(text: str, tag: str) -> None:
+    assert parsers.os_tag(parsers.parse_os_release(text)) == tag
+
+
+@pytest.mark.parametrize("text, version", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 30 2026\nGCC version:  gcc 12\n",
+     "580.159.04"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.10  Release Build\n", "570.86.10"),
+    ("nothing here", None),
+])
+def test_proc_driver_version(text: str, version) -> None:
+    assert parsers.parse_proc_driver_version(text) == version
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("__version__ = '2.13.0+cpu'\ndebug = False\ncuda: Optional[str] = None\n",
+     {"version": "2.13.0+cpu", "cuda": None}),
+    ("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\ngit_version = 'abc'\n",
+     {"version": "2.11.0+cu130", "cuda": "13.0"}),
+    ('__version__ = "1.13.1"\ncuda = "11.7"\n', {"version": "1.13.1", "cuda": "11.7"}),
+])
+def test_torch_version_py(text: str, parsed: dict) -> None:
+    assert parsers.parse_torch_version_py(text) == parsed
+
+
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:22B8 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 1 1
+   1: 0100007F:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1
+   2: 0100007F:9C40 0100007F:22B8 01 00000000:00000000 00:00000000 00000000  1000        0 3 1
+"""
+
+
+def test_listening_ports_from_proc_net_tcp() -> None:
+    assert parsers.parse_listening_ports(PROC_NET_TCP) == [("0.0.0.0", 8888), ("127.0.0.1", 22)]
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("torch=2.9.1,cuda=12.8", {"torch": "2.9.1", "cuda": "12.8"}),
+    (" torch = 2.9.1 , torchvision=0.24 ,", {"torch": "2.9.1", "torchvision": "0.24"}),
+    ("", {}),
+])
+def test_parse_expect(text: str, parsed: dict) -> None:
+    assert parsers.parse_expect(text) == parsed
+
+
+@pytest.mark.parametrize("text, message", [
+    ("torch", "--expect item 'torch': expected NAME=VERSION"),
+    ("torch=", "--expect item 'torch=': expected NAME=VERSION"),
+    ("=2.9", "--expect item '=2.9': expected NAME=VERSION"),
+])
+def test_parse_expect_errors(text: str, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parsers.parse_expect(text)
+    assert str(err.value) == message
+
+
+# ------------------------------------------------------------------------ sshd
+def fake_fs(files: dict):
+    def read(path: str):
+        return files.get(path)
+
+    def glob(pattern: str):
+        import fnmatch
+        return [p for p in files if fnmatch.fnmatch(p, pattern)]
+    return read, glob
+
+
+@pytest.mark.parametrize("files, settings", [
+    ({"/etc/ssh/sshd_config": "PasswordAuthentication no\nPermitRootLogin no\n"},
+     {"passwordauthentication": "no", "permitrootlogin": "no"}),
+    # first value wins, and an Include before it counts first (Debian's layout)
+    ({"/etc/ssh/sshd_config": "Include /etc/ssh/sshd_config.d/*.conf\nPasswordAuthentication no\n",
+      "/etc/ssh/sshd_config.d/50-cloud.conf": "PasswordAuthentication yes\n"},
+     {"include": None, "passwordauthentication": "yes"}),
+    # relative Include, comments, '=' syntax, case
+    ({"/etc/ssh/sshd_config": "# x\nInclude sshd_config.d/*.conf\npermitrootlogin=yes # old\n",
+      "/etc/ssh/sshd_config.d/10.conf": "PERMITROOTLOGIN no\n"},
+     {"permitrootlogin": "no"}),
+    # Match blocks are not global
+    ({"/etc/ssh/sshd_config": "PermitRootLogin no\nMatch User bob\n  PasswordAuthentication yes\n"},
+     {"permitrootlogin": "no"}),
+    ({}, {}),
+])
+def test_sshd_effective(files: dict, settings: dict) -> None:
+    got = parsers.sshd_effective(*fake_fs(files))
+    expected = {k: v for k, v in settings.items() if v is not None}
+    assert {k: got.get(k) for k in expected} == expected
+    assert ("passwordauthentication" in got) == ("passwordauthentication" in expected)
+
+
+def test_sshd_t_output() -> None:
+    assert parsers.parse_sshd_t("port 22\npermitrootlogin without-password\npasswordauthentication no\n") == \
+        {"port": "22", "permitrootlogin": "without-password", "passwordauthentication": "no"}
+
+
+@pytest.mark.parametrize("settings, status, problems", [
+    ({"passwordauthentication": "no", "permitrootlogin": "no"}, "pass", []),
+    ({}, "fail", ["PasswordAuthentication yes (default yes); set it to no",
+                  "PermitRootLogin prohibit-password: root may log in with a key; set it to no"]),
+    ({"passwordauthentication": "no", "permitrootlogin": "prohibit-password"}, "warn",
+     ["PermitRootLogin prohibit-password: root may log in with a key; set it to no"]),
+    ({"passwordauthentication": "no", "permitrootlogin": "yes"}, "fail", ["PermitRootLogin yes; set it to no"]),
+])
+def test_judge_sshd(settings: dict, status: str, problems: list) -> None:
+    assert parsers.judge_sshd(settings) == (status, problems)
+
+
+@pytest.mark.parametrize("text, open_", [
+    ("c.ServerApp.token = ''\n", True),
+    ('c.NotebookApp.token = ""\nc.NotebookApp.password = ""\n', True),
+    ("c.ServerApp.token = ''\nc.ServerApp.password = 'argon2:$abc'\n", False),
+    ("c.ServerApp.token = 'secret'\n", False),
+    ("# c.ServerApp.token = ''\n", False),
+])
+def test_jupyter_config_disables_auth(text: str, open_: bool) -> None:
+    assert parsers.jupyter_config_disables_auth(text) is open_
+
+
+@pytest.mark.parametrize("name, patterns, hit", [
+    ("gemm.bf16", ["gemm.bf16"], True), ("gemm.bf16", ["gemm"], True), ("gemm.bf16", ["gem"], False),
+    ("gemm.bf16", ["gemm.*"], True), ("layers.cv.ops", ["layers.cv"], True), ("leak.host", ["*.host"], True),
+    ("driver", ["drive"], False), ("driver", [], False),
+])
+def test_check_selection_patterns(name: str, patterns: list, hit: bool) -> None:
+    assert parsers.matches_any(name, patterns) is hit
+
+
+@pytest.mark.parametrize("boxes, scores, keep", [
+    ([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60]], [0.9, 0.8, 0.7], [0, 2]),
+    ([[0, 0, 10, 10], [1, 1, 11, 11]], [0.1, 0.8], [1]),
+    ([[0, 0, 10, 10], [5, 0, 15, 10]], [0.9, 0.8], [0, 1]),  # IoU 1/3 <= 0.5: both kept
+])
+def test_nms_reference(boxes: list, scores: list, keep: list) -> None:
+    assert nms_reference(boxes, scores, 0.5) == keep

@@ -1,0 +1,21 @@
+"""Every check module; importing this package registers them, in run order."""
+
+from . import (  # noqa: F401
+    versions,
+    libs,
+    driver,
+    devices,
+    matmul,
+    amp,
+    sdpa,
+    nccl,
+    layers,
+    security,
+    gemm,
+    bandwidth,
+    ddp,
+    compile,
+    leak,
+    contention,
+    burn,
+)

@@ -1,0 +1,127 @@
+"""Entry point: flags + config -> checks -> report (file, marker line, exit code)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import checks  # noqa: F401  (registers every check)
+from .config import Config, ConfigError, load_config_file, with_expectations, with_overrides
+from .context import Context
+from .environment import collect
+from .parsers import parse_expect
+from .registry import REGISTRY, select
+from .report import build_report, emit_marker, write_report
+from .runner import progress_printer, run_checks, run_soak
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="verify/run.py",
+                                description="imagesmith verification and stress payload")
+    p.add_argument("--config", help="verify-config JSON (imagesmith.verify-config/1)")
+    p.add_argument("--tier", choices=("quick", "standard", "soak"))
+    p.add_argument("--require-gpu", action="store_true", default=None,
+                   help="fail (not skip) when no GPU is visible")
+    p.add_argument("--expect", help="NAME=VERSION,... e.g. torch=2.9.1,cuda=12.8,torchvision=0.24")
+    p.add_argument("--out", help="write the report JSON here")
+    p.add_argument("--emit-marker", action="store_true",
+                   help="print the report on one stdout line prefixed @@IMAGESMITH-REPORT@@")
+    p.add_argument("--only", help="comma-separated check ids, groups (gemm) or patterns")
+    p.add_argument("--skip", help="comma-separated check ids, groups or patterns to leave out")
+    p.add_argument("--soak-minutes", type=float)
+    p.add_argument("--list", action="store_true", help="list the checks and exit")
+    return p
+
+
+def _ids(text: Optional[str]) -> Optional[tuple]:
+    return None if text is None else tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    config = load_config_file(args.config)
+    config = with_overrides(config, tier=args.tier, require_gpu=args.require_gpu,
+                            soak_minutes=args.soak_minutes, only=_ids(args.only),
+                            skip=_ids(args.skip))
+    if args.expect:
+        try:
+            config = with_expectations(config, parse_expect(args.expect))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+    return config
+
+
+def list_checks() -> int:
+    for spec in REGISTRY.values():
+        flags = " (optional)" if spec.optional else ""
+        print(f"{spec.id:<26} {spec.tier:<9} needs {spec.needs:<9} {spec.title}{flags}")
+    return EXIT_OK
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    if args.list:
+        return list_checks()
+    try:
+        config = make_config(args)
+        specs = select(config.tier, config.only, config.skip)
+    except ConfigError as exc:
+        print(f"verify/run.py: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not specs:
+        print("verify/run.py: error: --only/--skip leave no check to run", file=sys.stderr)
+        return EXIT_USAGE
+    return Session(config, args.out, args.emit_marker).run(specs)
+
+
+class Session:
+    """One payload run: environment, checks, report."""
+
+    def __init__(self, config: Config, out: Optional[str], marker: bool) -> None:
+        self.config, self.out, self.marker = config, out, marker
+        self.ctx = Context(config)
+        self.started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        self.t0 = time.monotonic()
+        self.environment: Dict[str, Any] = {}
+
+    def run(self, specs: Sequence[Any]) -> int:
+        self.environment = collect(self.ctx)
+        self._header(len(specs))
+        progress = progress_printer()
+        if self.config.tier == "soak":
+            entries = run_soak(specs, self.ctx, self.config.soak_minutes, progress, self._hung)
+        else:
+            entries = run_checks(specs, self.ctx, progress, self._hung)
+        return self._finish(entries)
+
+    def _finish(self, entries: List[Dict[str, Any]]) -> int:
+        report = build_report(self.config.tier, self.started, time.monotonic() - self.t0,
+                              self.environment, entries)
+        if self.out:
+            write_report(self.out, report)
+        if self.marker:
+            emit_marker(report)
+        s = report["summary"]
+        print(f"imagesmith payload: {s['pass']} pass, {s['warn']} warn, {s['fail']} fail, "
+              f"{s['skip']} skip in {report['duration_s']:.1f} s -> "
+              f"{'OK' if s['ok'] else 'FAILED'}", file=sys.stderr, flush=True)
+        return EXIT_OK if s["ok"] else EXIT_FAILED
+
+    def _hung(self, entries: List[Dict[str, Any]]) -> None:
+        """Called by the watchdog thread: report what we have, then stop hard."""
+        try:
+            self._finish(entries)
+        finally:
+            os._exit(EXIT_FAILED)
+
+    def _header(self, n: int) -> None:
+        env = self.environment
+        gpus = ", ".join(f"{g['name']} ({g['capability']})" for g in env.get("gpus") or []) or "none"
+        print(f"imagesmith payload: tier {self.config.tier}, {n} checks; python {env['python']}, "
+              f"torch {env['torch']}, cuda {env['cuda']}, driver {env['driver']}; GPUs: {gpus}",
+              file=sys.stderr, flush=True)

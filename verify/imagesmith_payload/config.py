@@ -1,0 +1,198 @@
+"""The payload's configuration: JSON from the host, then CLI flags on top.
+
+Validated once into frozen records; a bad value is a ConfigError naming the
+key path (exit code 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+SCHEMA = "imagesmith.verify-config/1"
+TIERS = ("quick", "standard", "soak")
+CORE_VERSIONS = ("torch", "cuda", "cudnn", "nccl", "python", "os")
+THRESHOLD_KEYS = ("baseline", "fail_fraction", "warn_fraction")
+
+
+class ConfigError(ValueError):
+    """Bad configuration or usage; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    torch: Optional[str] = None
+    cuda: Optional[str] = None
+    cudnn: Optional[str] = None
+    nccl: Optional[str] = None
+    python: Optional[str] = None
+    os: Optional[str] = None
+    packages: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    tier: str = "quick"
+    require_gpu: bool = False
+    expect_gpus: Optional[int] = None
+    expected: Expected = field(default_factory=Expected)
+    toolkit_driver: Optional[str] = None
+    min_driver: Optional[str] = None
+    layers: Tuple[str, ...] = ()
+    expect_non_root: Optional[bool] = None
+    thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    soak_minutes: float = 30.0
+    leak_inject_mib: float = 0.0
+    burn_seconds: float = 60.0
+    contention_processes: int = 4
+    collective_timeout_s: float = 180.0
+    only: Tuple[str, ...] = ()
+    skip: Tuple[str, ...] = ()
+
+
+# ----------------------------------------------------------------- validators
+def _typed(kind: type, label: str) -> Callable[[str, Any], Any]:
+    def check(path: str, value: Any) -> Any:
+        ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not ok:
+            hint = " (quote version numbers: \"3.10\", not 3.10)" if label == "a string" else ""
+            raise ConfigError(f"config key {path!r}: expected {label}, got {value!r}{hint}")
+        return value
+    return check
+
+
+_str, _bool, _int, _num = (_typed(str, "a string"), _typed(bool, "true or false"),
+                           _typed(int, "an integer"), _typed(float, "a number"))
+
+
+def _optional(inner: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    return lambda path, value: None if value is None else inner(path, value)
+
+
+def _tier(path: str, value: Any) -> str:
+    if value not in TIERS:
+        raise ConfigError(f"config key {path!r}: expected one of {', '.join(TIERS)}, got {value!r}")
+    return str(value)
+
+
+def _positive(inner: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    def check(path: str, value: Any) -> Any:
+        value = inner(path, value)
+        if value is not None and value < 0:
+            raise ConfigError(f"config key {path!r}: must be >= 0, got {value!r}")
+        return value
+    return check
+
+
+def _object(path: str, value: Any) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"config key {path!r}: expected an object, got {value!r}")
+    return value
+
+
+def _unknown(path: str, data: Mapping[str, Any], known: Tuple[str, ...]) -> None:
+    extra = sorted(set(data) - set(known))
+    if extra:
+        where = f"{path}." if path else ""
+        raise ConfigError(f"config key {where + extra[0]!r}: unknown key; known: {', '.join(known)}")
+
+
+# ------------------------------------------------------------------- sections
+_TOP: Dict[str, Callable[[str, Any], Any]] = {
+    "tier": _tier,
+    "require_gpu": _bool,
+    "expect_gpus": _optional(_positive(_int)),
+    "soak_minutes": _positive(_num),
+    "leak_inject_mib": _positive(_num),
+    "burn_seconds": _positive(_num),
+    "contention_processes": _positive(_int),
+    "collective_timeout_s": _positive(_num),
+}
+_SECTIONS = ("schema", "expected", "driver", "layers", "security", "thresholds")
+
+
+def parse_config(data: Any) -> Config:
+    """Validate a config object (parsed JSON) into a Config."""
+    data = _object("", data) if data is not None else {}
+    _unknown("", data, tuple(_TOP) + _SECTIONS)
+    schema = data.get("schema", SCHEMA)
+    if schema != SCHEMA:
+        raise ConfigError(f"config key 'schema': expected {SCHEMA!r}, got {schema!r}")
+    values = {k: check(k, data[k]) for k, check in _TOP.items() if k in data}
+    values.update(_driver(data.get("driver") or {}))
+    values["expected"] = _expected(data.get("expected") or {})
+    values["layers"] = _layers(data.get("layers") or [])
+    values["expect_non_root"] = _security(data.get("security") or {})
+    values["thresholds"] = _thresholds(data.get("thresholds") or {})
+    return Config(**values)
+
+
+def _expected(data: Any) -> Expected:
+    data = _object("expected", data)
+    _unknown("expected", data, CORE_VERSIONS + ("packages",))
+    core = {k: _optional(_str)(f"expected.{k}", data.get(k)) for k in CORE_VERSIONS}
+    packages = _object("expected.packages", data.get("packages") or {})
+    pkgs = {name: _str(f"expected.packages.{name}", v) for name, v in packages.items()}
+    return Expected(packages=pkgs, **core)
+
+
+def _driver(data: Any) -> Dict[str, Optional[str]]:
+    data = _object("driver", data)
+    _unknown("driver", data, ("toolkit_driver", "min_driver"))
+    return {k: _optional(_str)(f"driver.{k}", data.get(k)) for k in ("toolkit_driver", "min_driver")}
+
+
+def _layers(data: Any) -> Tuple[str, ...]:
+    if not isinstance(data, list):
+        raise ConfigError(f"config key 'layers': expected a list of names, got {data!r}")
+    return tuple(_str(f"layers[{i}]", v) for i, v in enumerate(data))
+
+
+def _security(data: Any) -> Optional[bool]:
+    data = _object("security", data)
+    _unknown("security", data, ("expect_non_root",))
+    return _optional(_bool)("security.expect_non_root", data.get("expect_non_root"))
+
+
+def _thresholds(data: Any) -> Dict[str, Dict[str, float]]:
+    data = _object("thresholds", data)
+    out = {}
+    for check_id, entry in data.items():
+        path = f"thresholds.{check_id}"
+        entry = _object(path, entry)
+        _unknown(path, entry, THRESHOLD_KEYS)
+        out[check_id] = {k: _positive(_num)(f"{path}.{k}", v) for k, v in entry.items()}
+    return out
+
+
+# ------------------------------------------------------------------------ CLI
+def load_config_file(path: Optional[str]) -> Config:
+    if not path:
+        return Config()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"--config {path}: not valid JSON: {exc}") from exc
+    return parse_config(data)
+
+
+def with_overrides(config: Config, **overrides: Any) -> Config:
+    """CLI flags on top of the file; None means 'not given'."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(config, **given)
+
+
+def with_expectations(config: Config, expect: Mapping[str, str]) -> Config:
+    """--expect torch=..,cuda=..,torchvision=..: core keys and packages."""
+    core = {k: v for k, v in expect.items() if k in CORE_VERSIONS}
+    packages = dict(config.expected.packages)
+    packages.update({k: v for k, v in expect.items() if k not in CORE_VERSIONS})
+    expected = dataclasses.replace(config.expected, packages=packages, **core)
+    return dataclasses.replace(config, expected=expected)

@@ -1,0 +1,139 @@
+"""NVML through ctypes (images carry no pynvml): driver version and sensors."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from .judge import cuda_version_string, decode_throttle_reasons
+from .parsers import parse_proc_driver_version
+
+LIBRARY = "libnvidia-ml.so.1"
+NVML_SUCCESS = 0
+CLOCK_SM, CLOCK_MEM = 1, 2
+TEMPERATURE_GPU = 0
+
+
+class Nvml:
+    """A thin, typed view of the few NVML calls the payload uses."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+
+    def _call(self, name: str, *args: Any) -> None:
+        rc = getattr(self.lib, name)(*args)
+        if rc != NVML_SUCCESS:
+            raise OSError(f"{name} failed with NVML error {rc}")
+
+    def driver_version(self) -> str:
+        buf = ctypes.create_string_buffer(96)
+        self._call("nvmlSystemGetDriverVersion", buf, ctypes.c_uint(96))
+        return buf.value.decode()
+
+    def cuda_driver_version(self) -> str:
+        code = ctypes.c_int()
+        self._call("nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(code))
+        return cuda_version_string(code.value)
+
+    def handle(self, index: int, uuid: Optional[str] = None) -> ctypes.c_void_p:
+        """Device handle by UUID (CUDA and NVML order may differ), else by index."""
+        dev = ctypes.c_void_p()
+        if uuid:
+            key = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+            if self.lib.nvmlDeviceGetHandleByUUID(key.encode(), ctypes.byref(dev)) == NVML_SUCCESS:
+                return dev
+        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(dev))
+        return dev
+
+    def _uint(self, name: str, dev: ctypes.c_void_p, *args: Any) -> Optional[int]:
+        out = ctypes.c_uint()
+        rc = getattr(self.lib, name)(dev, *args, ctypes.byref(out))
+        return out.value if rc == NVML_SUCCESS else None
+
+    def throttle_mask(self, dev: ctypes.c_void_p) -> Optional[int]:
+        out = ctypes.c_ulonglong()
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                     "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            fn = getattr(self.lib, name, None)
+            if fn is not None and fn(dev, ctypes.byref(out)) == NVML_SUCCESS:
+                return int(out.value)
+        return None
+
+    def sample(self, dev: ctypes.c_void_p) -> Dict[str, Any]:
+        """Clocks (MHz), temperature (C), power (W) and clocks-event reasons now."""
+        power = self._uint("nvmlDeviceGetPowerUsage", dev)
+        mask = self.throttle_mask(dev)
+        return {
+            "sm_clock_mhz": self._uint("nvmlDeviceGetClockInfo", dev, ctypes.c_int(CLOCK_SM)),
+            "mem_clock_mhz": self._uint("nvmlDeviceGetClockInfo", dev, ctypes.c_int(CLOCK_MEM)),
+            "temperature_c": self._uint("nvmlDeviceGetTemperature", dev,
+                                        ctypes.c_int(TEMPERATURE_GPU)),
+            "power_w": None if power is None else power / 1000.0,
+            "throttle": [] if mask is None else list(decode_throttle_reasons(mask)),
+        }
+
+
+_NVML: List[Optional[Nvml]] = []
+
+
+def open_nvml() -> Optional[Nvml]:
+    """NVML initialised once per process, or None where there is no driver."""
+    if not _NVML:
+        _NVML.append(_load())
+    return _NVML[0]
+
+
+def _load() -> Optional[Nvml]:
+    try:
+        lib = ctypes.CDLL(LIBRARY)
+        init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
+        if init() != NVML_SUCCESS:
+            return None
+        return Nvml(lib)
+    except (OSError, AttributeError):
+        return None
+
+
+def driver_version() -> Optional[str]:
+    """NVML first, then /proc/driver/nvidia/version; None without a driver."""
+    nvml = open_nvml()
+    if nvml is not None:
+        try:
+            return nvml.driver_version()
+        except OSError:
+            pass
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
+            return parse_proc_driver_version(fh.read())
+    except OSError:
+        return None
+
+
+class Sampler:
+    """Samples NVML sensors of some devices every `interval_s` on a thread."""
+
+    def __init__(self, nvml: Nvml, handles: Dict[int, ctypes.c_void_p],
+                 interval_s: float = 0.5) -> None:
+        self.nvml, self.handles, self.interval_s = nvml, handles, interval_s
+        self.samples: Dict[int, List[Dict[str, Any]]] = {i: [] for i in handles}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._t0 = time.monotonic()
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for index, dev in self.handles.items():
+                sample = self.nvml.sample(dev)
+                sample["t"] = round(time.monotonic() - self._t0, 2)
+                self.samples[index].append(sample)
+            self._stop.wait(self.interval_s)

@@ -1,0 +1,185 @@
+"""Pure parsers of system files and tool output (text in, values out)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+TCP_LISTEN = "0A"
+
+
+def parse_os_release(text: str) -> Dict[str, str]:
+    """/etc/os-release KEY=value lines, quotes removed."""
+    fields = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        try:
+            parts = shlex.split(value)
+        except ValueError:
+            parts = [value.strip("\"'")]
+        fields[key.strip()] = parts[0] if parts else ""
+    return fields
+
+
+def os_tag(fields: Dict[str, str]) -> str:
+    """ID + VERSION_ID: 'debian12' (dots removed for debian), 'ubuntu22.04'."""
+    ident = fields.get("ID", "unknown").lower()
+    version = fields.get("VERSION_ID", "")
+    if ident == "debian":
+        version = version.replace(".", "")
+    return f"{ident}{version}"
+
+
+def parse_proc_driver_version(text: str) -> Optional[str]:
+    """'NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ...' -> '580.159.04'."""
+    match = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    if match:
+        return match.group(1)
+    match = re.search(r"NVRM version:.*?(\d{3}\.\d+(?:\.\d+)?)", text)
+    return match.group(1) if match else None
+
+
+def parse_torch_version_py(text: str) -> Dict[str, Optional[str]]:
+    """torch/version.py without importing torch: __version__ and cuda."""
+    out: Dict[str, Optional[str]] = {"version": None, "cuda": None}
+    for key, name in (("version", "__version__"), ("cuda", "cuda")):
+        match = re.search(rf"^{name}\s*(?::[^=\n]*)?=\s*(.+)$", text, re.M)
+        if match:
+            out[key] = _literal(match.group(1))
+    return out
+
+
+def _literal(raw: str) -> Optional[str]:
+    raw = raw.strip()
+    if raw.startswith(("'", '"')):
+        return raw[1:].split(raw[0], 1)[0]
+    return None
+
+
+def parse_listening_ports(text: str) -> List[Tuple[str, int]]:
+    """/proc/net/tcp{,6}: (address, port) of sockets in LISTEN state."""
+    found = []
+    for line in text.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) < 4 or cols[3] != TCP_LISTEN or ":" not in cols[1]:
+            continue
+        addr_hex, port_hex = cols[1].rsplit(":", 1)
+        found.append((_hex_address(addr_hex), int(port_hex, 16)))
+    return found
+
+
+def _hex_address(addr_hex: str) -> str:
+    if len(addr_hex) == 8:
+        return ".".join(str(int(addr_hex[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    return "::" if set(addr_hex) == {"0"} else addr_hex
+
+
+def parse_expect(text: str) -> Dict[str, str]:
+    """'torch=2.9.1,cuda=12.8,torchvision=0.24' -> {'torch': '2.9.1', ...}."""
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ValueError(f"--expect item {item!r}: expected NAME=VERSION")
+        out[key.strip()] = value.strip()
+    return out
+
+
+# ------------------------------------------------------------------------ sshd
+def sshd_effective(read: Callable[[str], Optional[str]], glob: Callable[[str], Iterable[str]],
+                   main: str = "/etc/ssh/sshd_config") -> Dict[str, str]:
+    """Global sshd settings, first value wins, Include followed, Match blocks ignored.
+
+    `read(path)` returns a file's text or None; `glob(pattern)` lists paths.
+    """
+    settings: Dict[str, str] = {}
+    _sshd_walk(main, read, glob, settings, depth=0)
+    return settings
+
+
+def _sshd_walk(path: str, read: Callable[[str], Optional[str]],
+               glob: Callable[[str], Iterable[str]], settings: Dict[str, str], depth: int) -> bool:
+    """Returns False once a Match block starts (the rest is not global)."""
+    text = read(path)
+    if text is None or depth > 8:
+        return True
+    for key, value in _sshd_lines(text):
+        if key == "match":
+            return False
+        if key == "include":
+            for pattern in value.split():
+                if not _sshd_include(pattern, read, glob, settings, depth):
+                    return False
+            continue
+        settings.setdefault(key, value)
+    return True
+
+
+def _sshd_include(pattern: str, read: Callable[[str], Optional[str]],
+                  glob: Callable[[str], Iterable[str]], settings: Dict[str, str], depth: int) -> bool:
+    if not pattern.startswith("/"):
+        pattern = "/etc/ssh/" + pattern
+    for path in sorted(glob(pattern)):
+        if not _sshd_walk(path, read, glob, settings, depth + 1):
+            return False
+    return True
+
+
+def _sshd_lines(text: str) -> Iterable[Tuple[str, str]]:
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = re.split(r"\s*=\s*|\s+", line, maxsplit=1)
+        yield parts[0].lower(), (parts[1].strip().strip('"') if len(parts) > 1 else "")
+
+
+def parse_sshd_t(text: str) -> Dict[str, str]:
+    """`sshd -T` output: 'key value' lines, keys already lower case."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key:
+            out.setdefault(key.lower(), value.strip())
+    return out
+
+
+def judge_sshd(settings: Dict[str, str]) -> Tuple[str, List[str]]:
+    """(status, problems): passwords and root login must be refused."""
+    problems, status = [], "pass"
+    password = settings.get("passwordauthentication", "yes").lower()
+    if password != "no":
+        problems.append(f"PasswordAuthentication {password} (default yes); set it to no")
+        status = "fail"
+    root = settings.get("permitrootlogin", "prohibit-password").lower()
+    if root in ("prohibit-password", "without-password", "forced-commands-only"):
+        problems.append(f"PermitRootLogin {root}: root may log in with a key; set it to no")
+        status = "warn" if status == "pass" else status
+    elif root != "no":
+        problems.append(f"PermitRootLogin {root}; set it to no")
+        status = "fail"
+    return status, problems
+
+
+# --------------------------------------------------------------------- jupyter
+_EMPTY_TOKEN = re.compile(
+    r"^\s*c\.(?:ServerApp|NotebookApp|IdentityProvider)\.token\s*=\s*(['\"])\1", re.M)
+_PASSWORD = re.compile(
+    r"^\s*c\.(?:ServerApp|NotebookApp|PasswordIdentityProvider)\.(?:hashed_)?password\s*=\s*"
+    r"(['\"])[^'\"]+\1", re.M)
+
+
+def jupyter_config_disables_auth(text: str) -> bool:
+    """A jupyter_*_config.py that sets an empty token and no password."""
+    return bool(_EMPTY_TOKEN.search(text)) and not _PASSWORD.search(text)
+
+
+def matches_any(name: str, patterns: Iterable[str]) -> bool:
+    """Check id selection: an id, a group ('gemm' = 'gemm.*') or a shell pattern."""
+    return any(name == p or name.startswith(p + ".") or fnmatch.fnmatchcase(name, p)
+               for p in patterns)
