@@ -1,0 +1,542 @@
+"""Publish verified images: immutable tags from measured versions, push with
+the docker engine, digests read back from the registry, floating tags moved
+by semver, and a release manifest (release.json + release.md).
+
+Only targets that built *and* passed verification (of that very image ID) are
+tagged and pushed. An immutable tag already in the registry with the same
+image (manifest config digest == image ID) is "unchanged" and not pushed
+again; with a different image it is never overwritten.
+
+Floating tags are registry-side retags of the pushed, digest-checked
+manifest (GET the manifest, PUT it under the floating tag), so a floating tag
+is byte-for-byte the verified immutable one and no layer is sent twice. A
+floating tag moves only to an image of this release whose torch is at least
+as new (semver) as the newest eligible image of its line already in the
+registry: never backwards, never to an unverified image, pre-releases only
+when ``tags.prerelease`` says so. On a tie (same torch, rebuilt) the new
+build takes it.
+
+Side effects are constructor parameters with real defaults (engine, registry
+client, sleep, a before-push hook), so tests pass doubles. This module never
+imports docker.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
+
+from imagesmith import tags
+from imagesmith.atomic import write_text
+from imagesmith.errors import ImagesmithError, RegistryError, UserError
+from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
+from imagesmith.progress import Display, QuietDisplay
+from imagesmith.registry import Credentials, Manifest, redact
+from imagesmith.versions import cuda_variant, major, minor
+
+RELEASE_SCHEMA = "imagesmith.release/1"
+LABEL = "io.imagesmith."
+DONE = ("pushed", "unchanged")
+T = TypeVar("T")
+
+TRANSIENT = re.compile(
+    r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|timed? ?out|TLS handshake timeout"
+    r"|temporarily unavailable|too ?many ?requests|unexpected HTTP status: (?:429|5\d\d)|HTTP (?:429|5\d\d)\b"
+    r"|Service Unavailable|Bad Gateway|Gateway Time-?out|Internal Server Error|cannot reach the registry",
+    re.IGNORECASE,
+)
+
+
+# -- seams ------------------------------------------------------------------------------------
+
+
+class EngineLike(Protocol):
+    def tag(self, image_id: str, repository: str, tag: str) -> None: ...
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str: ...
+
+
+class RegistryLike(Protocol):
+    host: str
+
+    def tags(self, repo: str) -> list[str]: ...
+    def manifest(self, repo: str, ref: str) -> Manifest | None: ...
+    def manifest_digest(self, repo: str, ref: str) -> str | None: ...
+    def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: ...
+    def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: ...
+
+
+class Verified(Protocol):
+    """What :func:`imagesmith.verify.verify_image` returns."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def report(self) -> Mapping[str, Any]: ...
+
+
+# -- input ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One target as the release sees it: built? verified? what it measured."""
+
+    target: str
+    layer: str
+    cell: str
+    image_id: str | None
+    facts: Mapping[str, Any] | None
+    built: bool
+    verified: bool
+    verification: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def items_from(results: Iterable[Any], plan: Any, outcomes: Mapping[str, Verified]) -> list[Item]:
+    """Build results (``TargetResult``) + the plan + verify outcomes by target id -> items."""
+    index = plan.by_id()
+    unknown = [r.target for r in results if r.target not in index]
+    if unknown:
+        raise UserError(f"the build report has targets the matrix no longer plans ({', '.join(unknown[:3])}); build again, then release")
+    return [_item(r, index[r.target], outcomes.get(r.target)) for r in results]
+
+
+def _item(result: Any, target: Any, outcome: Verified | None) -> Item:
+    summary = verification_summary(outcome)
+    same_image = summary.get("image_id") in (None, result.image_id)
+    verified = bool(result.ok and outcome is not None and outcome.ok and same_image)
+    error = result.error if not result.ok else None
+    if result.ok and outcome is not None and not same_image:
+        error = f"verification ran on image {summary['image_id']}, not the built {result.image_id}"
+    return Item(result.target, target.layer, target.cell, result.image_id, result.facts, bool(result.ok),
+                verified, summary, error)
+
+
+def verification_summary(outcome: Verified | None) -> dict[str, Any]:
+    if outcome is None:
+        return {"ok": False, "reason": "not verified"}
+    rep = outcome.report
+    failed = [c.get("id") for c in rep.get("checks") or [] if c.get("status") == "fail" and not c.get("optional")]
+    return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
+            "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
+            "failed_checks": failed, "notes": list(rep.get("notes") or [])}
+
+
+# -- pure: fields, tags, retries -----------------------------------------------------------------
+
+
+def measured_versions(facts: Mapping[str, Any]) -> dict[str, str]:
+    """The versions an image reported about itself (``facts.py``), as strings."""
+    out = {k: str(facts.get(k) or "") for k in ("torch", "cuda", "cudnn", "nccl", "python", "os")}
+    out["cuda"] = out["cuda"] or "cpu"
+    vision = (facts.get("packages") or {}).get("torchvision")
+    return out | ({"torchvision": str(vision)} if vision else {})
+
+
+def tag_fields(facts: Mapping[str, Any], layer: str, cell: str, date: str) -> dict[str, str]:
+    """Tag template fields from measured facts: torch without its local label
+    (``2.14.1+cu130`` -> ``2.14.1``), cuda or ``cpu``, python major.minor."""
+    m = measured_versions(facts)
+    if not m["torch"] or "torch_error" in facts:
+        raise ValueError(f"the image reports no torch version ({facts.get('torch_error', 'torch missing')})")
+    cuda, cudnn = m["cuda"], m["cudnn"]
+    accel = "cpu" if cuda == "cpu" else f"cuda{cuda}" + (f"-cudnn{major(cudnn)}" if cudnn else "")
+    versions = {**m, "python": minor(m["python"]), "variant": cuda_variant(cuda)}
+    return tags.facts(versions, layer, cell, accel) | {"date": date}
+
+
+def label_fields(labels: Mapping[str, str]) -> dict[str, str] | None:
+    """Tag fields of an image already in the registry, from its io.imagesmith.* labels."""
+    torch = labels.get(LABEL + "torch", "")
+    try:
+        tags.to_semver(torch.split("+", 1)[0])
+    except ValueError:
+        return None
+    facts = {k: labels.get(LABEL + k) or None for k in ("torch", "cudnn", "nccl", "python", "os")}
+    facts["cuda"] = None if labels.get(LABEL + "cuda") in (None, "", "cpu") else labels[LABEL + "cuda"]
+    created = labels.get("org.opencontainers.image.created", "")[:10].replace("-", "")
+    return tag_fields(facts, labels.get(LABEL + "layer", ""), labels.get(LABEL + "cell", ""), created)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff: ``tries`` attempts, waiting first, first*factor, ... (capped)."""
+
+    tries: int = 5
+    first: float = 1.0
+    factor: float = 2.0
+    cap: float = 30.0
+
+    def delays(self) -> list[float]:
+        return [min(self.cap, self.first * self.factor**i) for i in range(max(0, self.tries - 1))]
+
+
+def transient(exc: BaseException) -> bool:
+    """May retrying help? Connection refused/reset, timeouts, 5xx, 429: yes.
+    401/403/404, TLS problems, a bad request: no."""
+    flag = getattr(exc, "transient", None)
+    if flag is not None:
+        return bool(flag)
+    return bool(TRANSIENT.search(str(getattr(exc, "explanation", None) or exc)))
+
+
+def message_of(exc: BaseException) -> str:
+    text = str(getattr(exc, "explanation", None) or exc).strip()
+    return text or type(exc).__name__
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+@dataclass
+class TargetRelease:
+    target: str
+    image_id: str | None
+    status: str  # pushed | unchanged | failed | not-built | not-verified | not-pushed
+    tag: str = ""
+    reference: str = ""
+    digest: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    verification: dict[str, Any] = field(default_factory=dict)
+    floating: list[str] = field(default_factory=list)
+    error: str | None = None
+    fields: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
+                "reference": self.reference, "digest": self.digest, "versions": self.versions,
+                "verification": self.verification, "floating": self.floating, "error": self.error}
+
+
+@dataclass
+class FloatingRelease:
+    tag: str
+    action: str  # moved | created | unchanged | kept | failed
+    reference: str
+    target: str | None = None
+    torch: str = ""
+    digest: str | None = None
+    previous: str | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ReleaseReport:
+    registry: str
+    repository: str
+    date: str
+    started_at: str
+    targets: list[TargetRelease]
+    floating: list[FloatingRelease] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    paths: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return (not self.errors and all(t.status in DONE for t in self.targets)
+                and all(f.action != "failed" for f in self.floating))
+
+    def pushed(self) -> list[dict[str, Any]]:
+        """Every reference this run wrote to the registry, with its digest."""
+        out = [self._ref(t.reference, t.digest, "immutable", t) for t in self.targets if t.status == "pushed"]
+        by_target = {t.target: t for t in self.targets}
+        return out + [self._ref(f.reference, f.digest, "floating", by_target[f.target or ""])
+                      for f in self.floating if f.action in ("moved", "created")]
+
+    def unchanged(self) -> list[dict[str, Any]]:
+        out = [self._ref(t.reference, t.digest, "immutable", t) for t in self.targets if t.status == "unchanged"]
+        by_target = {t.target: t for t in self.targets}
+        return out + [self._ref(f.reference, f.digest, "floating", by_target[f.target or ""])
+                      for f in self.floating if f.action == "unchanged"]
+
+    @staticmethod
+    def _ref(reference: str, digest: str | None, kind: str, t: TargetRelease) -> dict[str, Any]:
+        return {"reference": reference, "digest": digest, "kind": kind, "target": t.target,
+                "versions": t.versions, "verification": t.verification}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": RELEASE_SCHEMA, "ok": self.ok, "registry": self.registry, "repository": self.repository,
+                "date": self.date, "started_at": self.started_at, "seconds": round(self.seconds, 2),
+                "pushed": self.pushed(), "unchanged": self.unchanged(),
+                "floating": [f.to_json() for f in self.floating],
+                "targets": [t.to_json() for t in self.targets], "errors": self.errors}
+
+
+def markdown(report: ReleaseReport) -> str:
+    """release.md: what was released, where, at which digest, verified how."""
+    lines = [f"# Release {report.date}: {report.registry}/{report.repository}", "",
+             f"**{'OK' if report.ok else 'FAILED'}**: {len(report.pushed())} references pushed, "
+             f"{len(report.unchanged())} unchanged, {sum(t.status not in DONE for t in report.targets)} targets not released.", "",
+             "| target | status | reference | digest | torch | cuda | python | verification |", "|---|---|---|---|---|---|---|---|"]
+    for t in report.targets:
+        v = t.versions
+        check = "passed" if t.verification.get("ok") else "failed" if t.verification else "-"
+        lines.append(f"| {t.target} | {t.status} | `{t.reference or '-'}` | `{(t.digest or '-')[:19]}` | {v.get('torch', '-')} "
+                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {check} |")
+    if report.floating:
+        lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
+        lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
+                  for f in report.floating]
+    problems = report.errors + [f"{t.target}: {t.error}" for t in report.targets if t.error]
+    if problems:
+        lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
+    return "\n".join(lines) + "\n"
+
+
+# -- the publisher --------------------------------------------------------------------------------
+
+
+class ReleaseStopped(RegistryError):
+    """A registry-wide failure (auth, a registry that stays down, a digest mismatch): nothing more is pushed."""
+
+
+@dataclass(frozen=True)
+class RemoteImage:
+    tag: str
+    digest: str
+    config_digest: str | None
+    fields: Mapping[str, str] | None
+
+
+class Publisher:
+    def __init__(self, engine: EngineLike, registry: RegistryLike, image: ImageSpec, policy: TagPolicy, date: str,
+                 out_dir: Path, display: Display | None = None, credentials: Credentials | None = None,
+                 backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
+                 before_push: Callable[[str], None] | None = None) -> None:
+        if not image.registry:
+            raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
+        self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
+        self.repo, self.name = image.repository, image.name
+        self.display = display or QuietDisplay()
+        self.credentials, self.backoff, self.sleep = credentials, backoff, sleep
+        self.before_push = before_push or (lambda ref: None)
+        self.log: list[str] = []
+
+    # -- public ---------------------------------------------------------------------
+    def run(self, items: Sequence[Item]) -> ReleaseReport:
+        t0 = time.monotonic()
+        report = ReleaseReport(self.registry.host, self.repo, self.date,
+                               dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                               [self._prepare(i) for i in items])
+        self._check_unique(report.targets)
+        try:
+            remote = self._remote()
+            self._release_all(report)
+            report.floating = self._floating(report.targets, remote)
+        except ReleaseStopped as exc:
+            report.errors.append(self._clean(str(exc)))
+            for r in report.targets:
+                if r.status == "queued":
+                    self._fail(r, "not-pushed", "not pushed: the release stopped before it (see errors)")
+        report.seconds = time.monotonic() - t0
+        self._write(report)
+        return report
+
+    # -- preparation ------------------------------------------------------------------
+    def _prepare(self, item: Item) -> TargetRelease:
+        r = TargetRelease(item.target, item.image_id, "queued", verification=dict(item.verification),
+                          versions=measured_versions(item.facts or {}))
+        if not item.built or not item.image_id:
+            return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
+        if not item.verified:
+            return self._fail(r, "not-verified", "verification failed; not tagged, not pushed" + (f" ({item.error})" if item.error else ""))
+        try:
+            r.fields = tag_fields(item.facts or {}, item.layer, item.cell, self.date)
+            r.tag = tags.render(self.policy.immutable, r.fields)
+        except (ValueError, KeyError) as exc:
+            return self._fail(r, "failed", f"no immutable tag from the measured versions: {exc}")
+        problems = tags.tag_problems(r.tag)
+        if problems:
+            return self._fail(r, "failed", "; ".join(problems) + " (tags.immutable in the matrix)")
+        r.reference = f"{self.name}:{r.tag}"
+        return r
+
+    def _check_unique(self, releases: list[TargetRelease]) -> None:
+        seen: dict[str, str] = {}
+        for r in releases:
+            if r.status == "queued" and r.tag in seen:
+                self._fail(r, "failed", f"immutable tag {r.tag!r} is also {seen[r.tag]}'s; add fields to tags.immutable")
+            seen.setdefault(r.tag, r.target)
+
+    def _fail(self, r: TargetRelease, status: str, error: str) -> TargetRelease:
+        r.status, r.error = status, self._clean(error)
+        self.display.update(r.target, "skipped" if status.startswith("not-") else "failed", r.error[:120])
+        return r
+
+    # -- what the registry has ----------------------------------------------------------
+    def _remote(self) -> dict[str, RemoteImage]:
+        """Every tag of the repository with its digest, image ID and label fields."""
+        names = self._retry(f"listing tags of {self.name}", lambda: self.registry.tags(self.repo))
+        cache: dict[str, Mapping[str, str] | None] = {}
+        out: dict[str, RemoteImage] = {}
+        for tag in names:
+            found = self._retry(f"reading {self.name}:{tag}", partial(self.registry.manifest, self.repo, tag))
+            if found is None:
+                continue
+            key = found.config_digest or ""
+            if key and key not in cache:
+                labels = self._retry(f"reading the config of {self.name}:{tag}", partial(self.registry.labels_of_config, self.repo, key))
+                cache[key] = label_fields(labels)
+            out[tag] = RemoteImage(tag, found.digest, found.config_digest, cache.get(key))
+        return out
+
+    # -- immutable tags ----------------------------------------------------------------
+    def _release_all(self, report: ReleaseReport) -> None:
+        for r in report.targets:
+            if r.status != "queued":
+                continue
+            try:
+                self._release_one(r)
+            except ReleaseStopped as exc:
+                self._fail(r, "failed", str(exc))
+                raise
+
+    def _release_one(self, r: TargetRelease) -> None:
+        assert r.image_id
+        have = self._retry(f"reading {r.reference}", lambda: self.registry.manifest(self.repo, r.tag))
+        if have is not None and have.config_digest == r.image_id:
+            r.status, r.digest = "unchanged", have.digest
+            self.display.update(r.target, "done", f"unchanged {r.tag}")
+            return
+        if have is not None:
+            self._fail(r, "failed", f"{r.reference} already exists with another image ({have.config_digest}, this build "
+                                    f"{r.image_id}); immutable tags are never overwritten: release with another --date, "
+                                    f"or delete that tag in the registry if it is wrong")
+            return
+        r.digest = self._push(r.image_id, r.tag, r.target)
+        r.status = "pushed"
+        self.display.update(r.target, "pushed", f"{r.tag} {r.digest[:19]}")
+
+    def _push(self, image_id: str, tag: str, target: str) -> str:
+        """Tag, push (with retries), then read the digest back and compare."""
+        ref = f"{self.name}:{tag}"
+        self.display.update(target, "pushing", tag)
+        self.before_push(ref)
+        self._retry(f"tagging {image_id[:19]} as {ref}", lambda: self.engine.tag(image_id, self.name, tag))
+        auth = self.credentials.auth_config() if self.credentials else None
+        digest = self._retry(f"push {ref}", lambda: self.engine.push(self.name, tag, auth, self._logger(ref)))
+        self._check_digest(ref, tag, digest, image_id)
+        return digest
+
+    def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> None:
+        back = self._retry(f"reading {ref} back", lambda: self.registry.manifest(self.repo, tag))
+        if back is None or back.digest != digest or (back.config_digest and back.config_digest != image_id):
+            seen = f"{back.digest} (image {back.config_digest})" if back else "nothing"
+            raise ReleaseStopped(f"digest mismatch for {ref}: the push reported {digest} (image {image_id}) but the "
+                                 f"registry serves {seen}; something else writes to this repository: stop it and run the release again")
+
+    def _logger(self, ref: str) -> Callable[[str], None]:
+        return lambda line: self.log.append(self._clean(f"{ref}: {line}"))
+
+    # -- floating tags -------------------------------------------------------------------
+    def _floating(self, releases: list[TargetRelease], remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
+        done = {r.target: r for r in releases if r.status in DONE}
+        mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values()])
+        theirs = tags.assign(self.policy, self._remote_candidates(remote))
+        return [self._float(ftag, done[c.ref], theirs.get(ftag), remote.get(ftag)) for ftag, c in sorted(mine.items())]
+
+    def _remote_candidates(self, remote: Mapping[str, RemoteImage]) -> list[tags.Candidate]:
+        """Images in the registry, immutable tags before floating ones (so a
+        reason names ``2.9.1-...-20261115`` rather than ``latest``)."""
+        cands = [tags.Candidate(t, img.fields) for t, img in sorted(remote.items()) if img.fields]
+        floating = set(tags.assign(self.policy, cands))
+        return sorted(cands, key=lambda c: c.ref in floating)
+
+    def _float(self, ftag: str, r: TargetRelease, rival: tags.Candidate | None, current: RemoteImage | None) -> FloatingRelease:
+        f = FloatingRelease(ftag, "kept", f"{self.name}:{ftag}", r.target, r.fields["torch"], r.digest,
+                            current.digest if current else None)
+        if rival is not None and rival.version > tags.to_semver(r.fields["torch"]):
+            f.target, f.torch, f.digest = None, rival.fields["torch"], f.previous
+            f.reason = f"the registry has newer torch {rival.fields['torch']} ({self.name}:{rival.ref}); a floating tag never moves back"
+            return f
+        if current is not None and current.digest == r.digest:
+            f.action, f.reason = "unchanged", "already points at this image"
+        else:
+            f.action = self._retag(f, r)
+        if f.action != "failed":
+            r.floating.append(ftag)
+        self.display.note(f"{f.reference}: {f.action}{' (' + f.reason + ')' if f.reason else ''}")
+        return f
+
+    def _retag(self, f: FloatingRelease, r: TargetRelease) -> str:
+        """PUT the immutable tag's manifest under the floating tag; check the digest."""
+        try:
+            source = self._retry(f"reading {r.reference}", lambda: self.registry.manifest(self.repo, r.tag))
+            if source is None or source.digest != r.digest:
+                raise ReleaseStopped(f"{r.reference} no longer has digest {r.digest}; run the release again")
+            self.before_push(f.reference)
+            self._retry(f"tagging {f.reference}", lambda: self.registry.put_manifest(self.repo, f.tag, source))
+            self._check_digest(f.reference, f.tag, source.digest, r.image_id or "")
+        except RegistryError as exc:
+            f.reason = self._clean(str(exc))
+            return "failed"
+        return "created" if f.previous is None else "moved"
+
+    # -- retries, redaction, files ----------------------------------------------------------
+    def _retry(self, what: str, action: Callable[[], T]) -> T:
+        """``action`` with backoff on transient errors; a permanent or final one stops the release."""
+        delays = self.backoff.delays()
+        for attempt in range(len(delays) + 1):
+            try:
+                return action()
+            except (ImagesmithError, OSError) as exc:
+                last = self._clean(message_of(exc))
+                if not transient(exc):
+                    raise ReleaseStopped(self._with_source(last if what in last else f"{what}: {last}")) from None
+                if attempt == len(delays):
+                    break
+                self.display.note(f"{what}: {last}; retry {attempt + 1} of {len(delays)} in {delays[attempt]:g}s")
+                self.sleep(delays[attempt])
+        last = last.removeprefix(f"{what} failed: ")
+        raise ReleaseStopped(f"{what} failed {len(delays) + 1} times over {sum(delays):g}s; last error: {last}. "
+                             f"The registry {self.registry.host} looks down or overloaded: check it, then run the release again "
+                             f"(what was pushed stays; a re-run pushes only the rest)")
+
+    def _with_source(self, message: str) -> str:
+        """A login failure also says which credentials were tried (never their value)."""
+        if "docker login" not in message or "[credentials used:" in message:
+            return message
+        return f"{message} [credentials used: {self.credentials.source if self.credentials else 'none given (the engine used its own)'}]"
+
+    def _clean(self, text: str) -> str:
+        return redact(text, self.credentials)
+
+    def _write(self, report: ReleaseReport) -> None:
+        paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
+        write_text(paths["json"], json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+        write_text(paths["markdown"], markdown(report))
+        write_text(paths["log"], "\n".join(self.log) + ("\n" if self.log else ""))
+        report.paths = {k: str(v) for k, v in paths.items()}
+
+
+def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
+            display: Display | None = None, credentials: Credentials | None = None, **seams: Any) -> ReleaseReport:
+    """Tag, push and record every verified item of ``items``; see :class:`Publisher`."""
+    return Publisher(engine, registry, matrix.image, matrix.tags, date, out_dir, display, credentials, **seams).run(items)
+
+
+def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any], outcomes: Mapping[str, Verified],
+            date: str, out_dir: Path, display: Display | None = None, credentials_file: Path | None = None,
+            ca_file: Path | None = None, environ: Mapping[str, str] | None = None) -> ReleaseReport:
+    """What the CLI calls: credentials resolved (env, file, docker config), a
+    registry client for ``matrix.image.registry``, items from the build
+    results and verify outcomes, then :func:`publish`."""
+    from imagesmith.registry import Registry, resolve_credentials
+
+    host = matrix.image.registry
+    if not host:
+        raise UserError(f"{matrix.file.name}: image.registry is not set; a release needs the registry to push to")
+    credentials = resolve_credentials(host, environ, credentials_file)
+    client = Registry(host, credentials, ca_file=ca_file)
+    items = items_from(results, plan, outcomes)
+    return publish(engine, client, matrix, items, date, out_dir, display, credentials)

@@ -1,0 +1,416 @@
+"""A tiny client for the Registry HTTP API v2 (CNCF distribution, Harbor).
+
+Only what a release needs: list tags, read a manifest (its digest and config
+digest), read an image's labels from its config blob, and put a manifest
+under another tag. Authentication answers the registry's challenge: Bearer
+tokens (Harbor, distribution with token auth) or Basic (htpasswd).
+
+Where credentials come from is decided here too (:func:`resolve_credentials`):
+the environment, then a credentials file, then the docker config. A
+:class:`Credentials` never shows its password in a repr, and every error
+message is passed through :meth:`Credentials.redact` before it leaves.
+
+This module never imports docker; ``requests`` is the HTTP client.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import requests
+
+from imagesmith.errors import RegistryError, UserError
+
+ENV_USER = "IMAGESMITH_REGISTRY_USER"
+ENV_PASSWORD = "IMAGESMITH_REGISTRY_PASSWORD"
+DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+ACCEPT = ", ".join((DOCKER_V2, OCI_MANIFEST, DOCKER_LIST, OCI_INDEX))
+INDEXES = (DOCKER_LIST, OCI_INDEX)
+CERTS_D = Path("/etc/docker/certs.d")
+
+
+# -- credentials -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A user name and password (or Harbor robot secret) and where they came from."""
+
+    username: str
+    password: str = field(repr=False)
+    source: str = ""
+
+    def auth_config(self) -> dict[str, str]:
+        """What the docker SDK takes as ``auth_config``."""
+        return {"username": self.username, "password": self.password}
+
+    def redact(self, text: str) -> str:
+        """``text`` with the password (and its base64 forms) replaced by ****."""
+        secrets = {self.password, _b64(f"{self.username}:{self.password}"), _b64(self.password)}
+        for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
+            text = text.replace(secret, "****")
+        return text
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def redact(text: str, credentials: Credentials | None) -> str:
+    return credentials.redact(text) if credentials else text
+
+
+HelperRunner = Callable[[str, str], "Mapping[str, str] | None"]
+
+
+def run_credential_helper(helper: str, host: str) -> Mapping[str, str] | None:
+    """``docker-credential-<helper> get`` (the docker CLI's credsStore protocol)."""
+    try:
+        proc = subprocess.run([f"docker-credential-{helper}", "get"], input=host, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UserError(f"docker credential helper docker-credential-{helper} for {host} did not run ({exc}); "
+                        f"install it, or set {ENV_USER}/{ENV_PASSWORD}") from None
+    return dict(json.loads(proc.stdout)) if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def resolve_credentials(host: str, environ: Mapping[str, str] | None = None, credentials_file: Path | None = None,
+                        docker_config: Path | None = None, helper: HelperRunner = run_credential_helper) -> Credentials | None:
+    """Credentials for ``host``: the environment, then ``credentials_file``,
+    then the docker config's ``auths`` (or its credential helper); None if none."""
+    env = os.environ if environ is None else environ
+    return (from_environment(env) or from_file(credentials_file)
+            or from_docker_config(host, docker_config or docker_config_path(env), helper))
+
+
+def from_environment(env: Mapping[str, str]) -> Credentials | None:
+    user, password = env.get(ENV_USER, ""), env.get(ENV_PASSWORD, "")
+    if bool(user) != bool(password):
+        missing = ENV_PASSWORD if user else ENV_USER
+        raise UserError(f"{ENV_USER if user else ENV_PASSWORD} is set but {missing} is not: set both, or neither")
+    return Credentials(user, password, f"environment ({ENV_USER})") if user else None
+
+
+def from_file(path: Path | None) -> Credentials | None:
+    """A file holding ``user:password`` on its first line (Harbor robot
+    accounts look like ``robot$ml+ci:SECRET``); the password may contain ':'."""
+    if path is None:
+        return None
+    try:
+        lines = path.read_text().strip().splitlines()
+    except OSError as exc:
+        raise UserError(f"credentials file {path}: {exc.strerror}; it must hold one line user:password") from None
+    user, sep, password = (lines[0].strip() if lines else "").partition(":")
+    if not sep or not user or not password:
+        raise UserError(f"credentials file {path}: expected one line user:password (e.g. robot$ml+ci:SECRET)")
+    return Credentials(user, password, f"file {path}")
+
+
+def docker_config_path(env: Mapping[str, str]) -> Path:
+    folder = env.get("DOCKER_CONFIG") or str(Path(env.get("HOME") or Path.home()) / ".docker")
+    return Path(folder) / "config.json"
+
+
+def from_docker_config(host: str, path: Path, helper: HelperRunner = run_credential_helper) -> Credentials | None:
+    """``auths[host].auth`` (base64 user:password) or the configured credential helper."""
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"docker config {path} cannot be read ({exc}); fix or remove it") from None
+    entry = _auth_entry(config.get("auths") or {}, host)
+    if entry:
+        return _from_auth_entry(entry, path, host)
+    name = (config.get("credHelpers") or {}).get(host) or config.get("credsStore")
+    found = helper(name, host) if name else None
+    if found and found.get("Username") and found.get("Secret"):
+        return Credentials(found["Username"], found["Secret"], f"docker credential helper {name}")
+    return None
+
+
+def _auth_entry(auths: Mapping[str, Any], host: str) -> Mapping[str, Any] | None:
+    for key, entry in auths.items():
+        if re.sub(r"^https?://", "", key).split("/", 1)[0] == host and isinstance(entry, Mapping):
+            return entry
+    return None
+
+
+def _from_auth_entry(entry: Mapping[str, Any], path: Path, host: str) -> Credentials | None:
+    if entry.get("username") and entry.get("password"):
+        return Credentials(str(entry["username"]), str(entry["password"]), f"docker config {path}")
+    if not entry.get("auth"):
+        return None
+    try:
+        user, sep, password = base64.b64decode(str(entry["auth"])).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        sep = ""
+    if not sep:
+        raise UserError(f"docker config {path}: auths.{host}.auth is not base64 of user:password; run docker login {host} again")
+    return Credentials(user, password, f"docker config {path}")
+
+
+# -- errors and manifests ------------------------------------------------------------------
+
+
+class RegistryHTTPError(RegistryError):
+    """A registry answered with an error (or not at all); ``transient`` errors may be retried."""
+
+    def __init__(self, message: str, status: int | None = None, transient: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class Manifest:
+    digest: str
+    media_type: str
+    config_digest: str | None
+    raw: bytes = field(repr=False)
+
+
+def is_loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
+    name = name.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+# -- the client ----------------------------------------------------------------------------
+
+
+class Registry:
+    """One registry host. ``session`` is a seam for tests; ``ca_file`` a CA bundle
+    (default: docker's ``/etc/docker/certs.d/<host>/ca.crt`` when present).
+    Plain HTTP is used only where docker allows it by default (loopback) or
+    when ``insecure`` is set, and only if HTTPS is not spoken there."""
+
+    def __init__(self, host: str, credentials: Credentials | None = None, ca_file: Path | None = None,
+                 insecure: bool | None = None, session: requests.Session | None = None, timeout: float = 30.0,
+                 certs_d: Path = CERTS_D) -> None:
+        self.host = host
+        self.credentials = credentials
+        self.ca_file = ca_file or self._docker_ca(certs_d)
+        self.insecure = is_loopback(host) if insecure is None else insecure
+        self.session = session or requests.Session()
+        self.timeout = timeout
+        self._scheme: str | None = None
+        self._tokens: dict[str, str] = {}
+        self._basic = False
+
+    def _docker_ca(self, certs_d: Path) -> Path | None:
+        ca = certs_d / self.host / "ca.crt"
+        return ca if ca.is_file() else None
+
+    @property
+    def verify(self) -> bool | str:
+        return str(self.ca_file) if self.ca_file else True
+
+    # -- public API ----------------------------------------------------------------
+    def tags(self, repo: str) -> list[str]:
+        """Every tag of ``repo`` (empty when the repository does not exist yet)."""
+        out: list[str] = []
+        path: str | None = f"/v2/{repo}/tags/list?n=1000"
+        while path:
+            resp = self._request("GET", path, repo, missing_ok=True)
+            if resp is None:
+                return []
+            out += list((resp.json() or {}).get("tags") or [])
+            path = _next_link(resp.headers.get("Link", ""))
+        return out
+
+    def manifest(self, repo: str, ref: str) -> Manifest | None:
+        """The manifest ``ref`` (tag or digest) names; None if there is none.
+        An index (multi-arch) resolves to its linux/amd64 manifest's config."""
+        resp = self._request("GET", f"/v2/{repo}/manifests/{ref}", repo, missing_ok=True, headers={"Accept": ACCEPT})
+        if resp is None:
+            return None
+        body = resp.content
+        digest = resp.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        media_type = resp.headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
+        return Manifest(digest, media_type, self._config_digest(repo, json.loads(body), media_type), body)
+
+    def _config_digest(self, repo: str, doc: Mapping[str, Any], media_type: str) -> str | None:
+        if media_type in INDEXES or "manifests" in doc:
+            picked = next((m for m in doc.get("manifests", []) if (m.get("platform") or {}).get("architecture") == "amd64"), None)
+            inner = self.manifest(repo, picked["digest"]) if picked else None
+            return inner.config_digest if inner else None
+        return (doc.get("config") or {}).get("digest")
+
+    def manifest_digest(self, repo: str, ref: str) -> str | None:
+        """The digest the registry reports for ``ref`` (HEAD, ``Docker-Content-Digest``)."""
+        resp = self._request("HEAD", f"/v2/{repo}/manifests/{ref}", repo, missing_ok=True, headers={"Accept": ACCEPT})
+        if resp is None:
+            return None
+        digest = resp.headers.get("Docker-Content-Digest")
+        if digest:
+            return digest
+        found = self.manifest(repo, ref)
+        return found.digest if found else None
+
+    def exists(self, repo: str, ref: str) -> bool:
+        return self.manifest_digest(repo, ref) is not None
+
+    def config(self, repo: str, digest: str) -> dict[str, Any]:
+        resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo)
+        assert resp is not None
+        return dict(resp.json())
+
+    def labels(self, repo: str, ref: str) -> dict[str, str] | None:
+        """The image config's labels for ``ref``; None if ``ref`` does not exist."""
+        found = self.manifest(repo, ref)
+        if found is None or not found.config_digest:
+            return None
+        return self.labels_of_config(repo, found.config_digest)
+
+    def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]:
+        config = self.config(repo, config_digest)
+        return dict((config.get("config") or {}).get("Labels") or {})
+
+    def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str:
+        """Store ``manifest`` under ``tag`` (a registry-side retag); return the digest the registry reports."""
+        resp = self._request("PUT", f"/v2/{repo}/manifests/{tag}", repo, push=True,
+                             headers={"Content-Type": manifest.media_type}, data=manifest.raw)
+        assert resp is not None
+        return resp.headers.get("Docker-Content-Digest") or manifest.digest
+
+    # -- HTTP ------------------------------------------------------------------------
+    def url(self, path: str) -> str:
+        return f"{self._base()}{path}"
+
+    def _request(self, method: str, path: str, repo: str, missing_ok: bool = False, push: bool = False,
+                 headers: Mapping[str, str] | None = None, data: bytes | None = None) -> requests.Response | None:
+        scope = f"repository:{repo}:{'pull,push' if push else 'pull'}"
+        resp = self._send(method, path, scope, headers, data)
+        if resp.status_code == 401:
+            self._answer_challenge(resp, scope, repo)
+            resp = self._send(method, path, scope, headers, data)
+        if resp.status_code == 404 and missing_ok:
+            return None
+        if resp.status_code >= 400:
+            raise self._error(resp, method, repo, push)
+        return resp
+
+    def _send(self, method: str, path: str, scope: str, headers: Mapping[str, str] | None, data: bytes | None) -> requests.Response:
+        hdrs = dict(headers or {})
+        if scope in self._tokens:
+            hdrs["Authorization"] = f"Bearer {self._tokens[scope]}"
+        auth = (self.credentials.username, self.credentials.password) if self._basic and self.credentials else None
+        try:
+            return self.session.request(method, self.url(path), headers=hdrs, data=data, auth=auth,
+                                        timeout=self.timeout, verify=self.verify, allow_redirects=True)
+        except requests.exceptions.SSLError as exc:
+            raise RegistryHTTPError(self._tls_hint(exc)) from None
+        except requests.exceptions.RequestException as exc:
+            raise RegistryHTTPError(f"cannot reach the registry {self.host}: {_short(exc)}; check that it runs and is reachable",
+                                    transient=True) from None
+
+    def _base(self) -> str:
+        if self._scheme is None:
+            self._scheme = self._probe()
+        return f"{self._scheme}://{self.host}"
+
+    def _probe(self) -> str:
+        """https, or http where docker allows it (loopback/insecure) and TLS is not spoken."""
+        try:
+            self.session.get(f"https://{self.host}/v2/", timeout=self.timeout, verify=self.verify)
+            return "https"
+        except requests.exceptions.SSLError as exc:
+            if self.insecure and self._speaks_http():
+                return "http"
+            raise RegistryHTTPError(self._tls_hint(exc)) from None
+        except requests.exceptions.ConnectionError as exc:
+            if self.insecure and self._speaks_http():
+                return "http"
+            raise RegistryHTTPError(f"cannot reach the registry {self.host}: {_short(exc)}; check that it runs and is reachable",
+                                    transient=True) from None
+
+    def _speaks_http(self) -> bool:
+        try:
+            resp = self.session.get(f"http://{self.host}/v2/", timeout=self.timeout)
+        except requests.exceptions.RequestException:
+            return False
+        return "Docker-Distribution-Api-Version" in resp.headers or resp.status_code in (200, 401)
+
+    def _tls_hint(self, exc: Exception) -> str:
+        return (f"TLS to the registry {self.host} failed ({_short(exc)}); if it uses a private CA, give it with "
+                f"--registry-ca FILE or put it at {CERTS_D}/{self.host}/ca.crt (where docker looks too)")
+
+    # -- authentication --------------------------------------------------------------
+    def _answer_challenge(self, resp: requests.Response, scope: str, repo: str) -> None:
+        scheme, params = parse_challenge(resp.headers.get("WWW-Authenticate", ""))
+        if scheme == "basic":
+            self._basic = True
+        elif scheme == "bearer":
+            self._tokens[scope] = self._token(params, scope, repo)
+
+    def _token(self, params: Mapping[str, str], scope: str, repo: str) -> str:
+        if "realm" not in params:
+            raise RegistryHTTPError(f"the registry {self.host} asked for a Bearer token but named no realm")
+        query = {"service": params.get("service", ""), "scope": scope}
+        auth = (self.credentials.username, self.credentials.password) if self.credentials else None
+        try:
+            resp = self.session.get(params["realm"], params=query, auth=auth, timeout=self.timeout, verify=self.verify)
+        except requests.exceptions.RequestException as exc:
+            raise RegistryHTTPError(f"token service {params['realm']} unreachable: {_short(exc)}", transient=True) from None
+        if resp.status_code >= 400:
+            raise self._error(resp, "GET", repo, False)
+        body = resp.json()
+        return str(body.get("token") or body.get("access_token") or "")
+
+    def _error(self, resp: requests.Response, method: str, repo: str, push: bool) -> RegistryHTTPError:
+        from imagesmith.engine import registry_hint  # one source of truth for registry hints
+
+        status = resp.status_code
+        message = redact(f"HTTP {status} {_registry_message(resp)}", self.credentials)
+        hint = registry_hint(f"{self.host}/{repo}", status, message, "push" if push or method == "PUT" else "pull")
+        if status == 401:
+            hint += f" [credentials used: {self.credentials.source if self.credentials else 'none'}]"
+        return RegistryHTTPError(hint, status, transient=status == 429 or status >= 500)
+
+
+def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    """``Bearer realm="https://h/service/token",service="harbor-registry"`` -> ("bearer", {...})."""
+    scheme, _, rest = header.strip().partition(" ")
+    params = {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', rest)}
+    return scheme.lower(), params
+
+
+def _next_link(link: str) -> str | None:
+    m = re.search(r"<([^>]+)>\s*;\s*rel=\"?next\"?", link)
+    if not m:
+        return None
+    target = m.group(1)
+    return re.sub(r"^https?://[^/]+", "", target)
+
+
+def _registry_message(resp: requests.Response) -> str:
+    try:
+        errors = resp.json().get("errors") or []
+        return "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors) or resp.reason or ""
+    except ValueError:
+        return resp.reason or ""
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()
+    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)|(Connection refused|Connection reset[^'\")]*|CERTIFICATE_VERIFY_FAILED[^'\")]*)", text)
+    if m:
+        return (m.group(1) or m.group(2)).strip()
+    return text.splitlines()[-1][:200] if text else type(exc).__name__

@@ -1,0 +1,525 @@
+"""Publish (pure half): tags from measured versions, floating-tag moves,
+credentials, retries, digest checks, release.json. The engine and registry
+are in-memory doubles passed to the Publisher (no patching); every test
+checks what ended up in the registry double and in release.json."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Mapping
+
+import pytest
+
+from imagesmith import matrix, publish, registry
+from imagesmith.errors import RegistryError, UserError
+from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.registry import Credentials, Manifest
+from tests.conftest import ROOT
+
+DATE = "20261130"
+IMAGE = ImageSpec(repository="ml/pytorch", registry="reg.test:5000")
+POLICY = TagPolicy(floating=(FloatingTag("v{torch_minor}-{layer}"),
+                             FloatingTag("latest", (("layer", "base"),))))
+SECRET = "pa:ss-w0rd-123"
+CREDS = Credentials("robot$ml+ci", SECRET, "test")
+
+
+# -- doubles ------------------------------------------------------------------------------------
+
+
+def manifest_for(image_id: str) -> Manifest:
+    raw = json.dumps({"schemaVersion": 2, "config": {"digest": image_id}}, sort_keys=True).encode()
+    return Manifest("sha256:" + hashlib.sha256(raw).hexdigest(), registry.DOCKER_V2, image_id, raw)
+
+
+@dataclass
+class FakeRegistry:
+    """A registry in memory: tag -> manifest, config digest -> labels."""
+
+    host: str = "reg.test:5000"
+    repo_tags: dict[str, Manifest] = field(default_factory=dict)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    writes: list[str] = field(default_factory=list)
+    fail: list[Exception] = field(default_factory=list)  # raised by the next calls, in order
+    serve_other_digest: bool = False
+
+    def _maybe_fail(self) -> None:
+        if self.fail:
+            raise self.fail.pop(0)
+
+    def tags(self, repo: str) -> list[str]:
+        self._maybe_fail()
+        return sorted(self.repo_tags)
+
+    def manifest(self, repo: str, ref: str) -> Manifest | None:
+        found = self.repo_tags.get(ref)
+        if found and self.serve_other_digest:
+            return Manifest("sha256:" + "f" * 64, found.media_type, found.config_digest, found.raw)
+        return found
+
+    def manifest_digest(self, repo: str, ref: str) -> str | None:
+        found = self.manifest(repo, ref)
+        return found.digest if found else None
+
+    def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]:
+        return dict(self.labels.get(config_digest, {}))
+
+    def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str:
+        self.writes.append(tag)
+        self.repo_tags[tag] = manifest
+        return manifest.digest
+
+    def digest_of(self, tag: str) -> str | None:
+        return self.repo_tags[tag].digest if tag in self.repo_tags else None
+
+
+@dataclass
+class FakeEngine:
+    """An engine whose push lands in a FakeRegistry; ``fail`` injects push errors."""
+
+    reg: FakeRegistry
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    local_tags: dict[str, str] = field(default_factory=dict)
+    pushes: list[str] = field(default_factory=list)
+    auths: list[Mapping[str, str] | None] = field(default_factory=list)
+    fail: list[Exception] = field(default_factory=list)
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        self.local_tags[f"{repository}:{tag}"] = image_id
+
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str:
+        self.auths.append(auth)
+        if self.fail:
+            raise self.fail.pop(0)
+        image_id = self.local_tags[f"{repository}:{tag}"]
+        m = manifest_for(image_id)
+        self.reg.repo_tags[tag] = m
+        self.reg.labels[image_id] = self.labels.get(image_id, {})
+        self.pushes.append(tag)
+        on_line(f"{tag}: digest: {m.digest}")
+        return m.digest
+
+
+def facts(torch: str, cuda: str | None = "12.8", python: str = "3.11.9", os: str = "ubuntu22.04",
+          cudnn: str | None = "9.10.2") -> dict[str, Any]:
+    return {"torch": torch, "cuda": cuda, "cudnn": cudnn if cuda else None, "nccl": "2.27.5" if cuda else None,
+            "python": python, "os": os, "packages": {"torch": torch}}
+
+
+def image_labels(torch: str, layer: str = "base", cuda: str = "12.8") -> dict[str, str]:
+    return {"io.imagesmith.torch": torch, "io.imagesmith.cuda": cuda, "io.imagesmith.cudnn": "9.10.2.21",
+            "io.imagesmith.python": "3.11", "io.imagesmith.os": "ubuntu22.04", "io.imagesmith.layer": layer,
+            "io.imagesmith.cell": f"{torch}-cell", "org.opencontainers.image.created": "2026-11-01T00:00:00+00:00"}
+
+
+def item(torch: str, layer: str = "base", verified: bool = True, built: bool = True, image_id: str | None = None) -> publish.Item:
+    image_id = image_id or "sha256:" + hashlib.sha256(f"{torch}-{layer}".encode()).hexdigest()
+    return publish.Item(f"{torch}-{layer}", layer, f"{torch}-cell", image_id, facts(torch), built, verified,
+                        {"ok": verified, "tier": "quick"}, None if built else "build failed")
+
+
+@dataclass
+class World:
+    reg: FakeRegistry
+    engine: FakeEngine
+    out: Path
+    sleeps: list[float]
+
+    def release(self, items: list[publish.Item], policy: TagPolicy = POLICY, **kw: Any) -> dict[str, Any]:
+        for it in items:
+            if it.image_id:
+                torch = str((it.facts or {}).get("torch", "")).split("+", 1)[0]
+                self.engine.labels[it.image_id] = image_labels(torch, it.layer) if torch else {}
+        pub = publish.Publisher(self.engine, self.reg, IMAGE, policy, DATE, self.out, credentials=CREDS,
+                                sleep=self.sleeps.append, **kw)
+        report = pub.run(items)
+        data = json.loads((self.out / "release.json").read_text())
+        assert data["ok"] == report.ok
+        return data
+
+    def seed(self, torch: str, *floating: str, layer: str = "base") -> str:
+        """An image already in the registry (an earlier release), with floating tags on it."""
+        image_id = "sha256:" + hashlib.sha256(f"old-{torch}-{layer}".encode()).hexdigest()
+        m = manifest_for(image_id)
+        self.reg.labels[image_id] = image_labels(torch, layer)
+        for tag in (f"{torch}-cuda12.8-cudnn9-py3.11-ubuntu22.04-{layer}-20261101", *floating):
+            self.reg.repo_tags[tag] = m
+        return m.digest
+
+
+@pytest.fixture()
+def world(tmp_path: Path) -> World:
+    reg = FakeRegistry()
+    return World(reg, FakeEngine(reg), tmp_path, [])
+
+
+# -- tags from measured facts -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("measured, layer, tag", [
+    (facts("2.9.1+cu128"), "cv", "2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-cv-20261130"),
+    (facts("2.14.1+cu130", cuda="13.0", os="debian12", cudnn="9.13.0"), "base", "2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130"),
+    (facts("2.13.0+cpu", cuda=None, os="debian12", python="3.11.2"), "nlp", "2.13.0-cpu-py3.11-debian12-nlp-20261130"),
+    (facts("2.10.0rc1", python="3.12.3", os="ubuntu24.04"), "base", "2.10.0rc1-cuda12.8-cudnn9-py3.12-ubuntu24.04-base-20261130"),
+])
+def test_immutable_tag_comes_from_what_the_image_measured(measured: dict[str, Any], layer: str, tag: str) -> None:
+    fields = publish.tag_fields(measured, layer, "cell", DATE)
+    assert publish.tags.render(TagPolicy().immutable, fields) == tag
+
+
+def test_an_image_without_torch_gets_no_tag(world: World) -> None:
+    broken = publish.Item("x-base", "base", "x", "sha256:" + "1" * 64, {"torch_error": "ImportError: libcuda"}, True, True)
+    data = world.release([broken])
+    assert data["targets"][0]["status"] == "failed"
+    assert data["targets"][0]["error"] == "no immutable tag from the measured versions: the image reports no torch version (ImportError: libcuda)"
+    assert world.engine.pushes == []
+
+
+def test_two_targets_with_one_immutable_tag_fail_the_second(world: World) -> None:
+    policy = TagPolicy(immutable="{torch}-{date}")
+    data = world.release([item("2.9.1", "base"), item("2.9.1", "cv")], policy)
+    assert [t["status"] for t in data["targets"]] == ["pushed", "failed"]
+    assert data["targets"][1]["error"] == "immutable tag '2.9.1-20261130' is also 2.9.1-base's; add fields to tags.immutable"
+
+
+# -- floating tags -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("registry_has, release, moves, points_at", [
+    # (torch, floating tags on it) in the registry; what this run releases; tag -> action; tag -> torch it serves after
+    ([], ["2.9.1"], {"v2.9-base": "created", "latest": "created"}, {"v2.9-base": "2.9.1", "latest": "2.9.1"}),
+    ([("2.9.0", ("v2.9-base", "latest"))], ["2.9.1"], {"v2.9-base": "moved", "latest": "moved"}, {"v2.9-base": "2.9.1", "latest": "2.9.1"}),
+    ([("2.9.1", ("v2.9-base", "latest"))], ["2.9.0"], {"v2.9-base": "kept", "latest": "kept"}, {"v2.9-base": "2.9.1", "latest": "2.9.1"}),
+    ([("2.10.0", ("v2.10-base", "latest"))], ["2.9.1"], {"v2.9-base": "created", "latest": "kept"}, {"v2.9-base": "2.9.1", "latest": "2.10.0"}),
+    ([("2.9.1", ("v2.9-base", "latest"))], ["2.10.0rc1"], {}, {"v2.9-base": "2.9.1", "latest": "2.9.1"}),
+    ([], ["2.9.0", "2.9.1"], {"v2.9-base": "created", "latest": "created"}, {"v2.9-base": "2.9.1", "latest": "2.9.1"}),
+])
+def test_floating_tags_move_forward_only(world: World, registry_has: list[tuple[str, tuple[str, ...]]], release: list[str],
+                                         moves: dict[str, str], points_at: dict[str, str]) -> None:
+    for torch, floating in registry_has:
+        world.seed(torch, *floating)
+    data = world.release([item(t) for t in release])
+    assert {f["tag"]: f["action"] for f in data["floating"]} == moves
+    served = {tag: world.reg.labels[world.reg.repo_tags[tag].config_digest or ""]["io.imagesmith.torch"] for tag in points_at}
+    assert served == points_at
+
+
+def test_a_kept_floating_tag_says_why(world: World) -> None:
+    world.seed("2.9.1", "v2.9-base", "latest")
+    data = world.release([item("2.9.0")])
+    kept = {f["tag"]: f for f in data["floating"]}["latest"]
+    assert kept["reason"] == ("the registry has newer torch 2.9.1 (reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261101); "
+                              "a floating tag never moves back")
+    assert "latest" not in world.reg.writes
+
+
+def test_unverified_images_are_neither_tagged_nor_pushed_nor_floated(world: World) -> None:
+    world.seed("2.9.0", "v2.9-base", "latest")
+    before = dict(world.reg.repo_tags)
+    data = world.release([item("2.9.1", verified=False), item("2.10.0", built=False)])
+    assert world.engine.pushes == [] and world.engine.local_tags == {} and world.reg.repo_tags == before
+    assert [(t["status"], t["error"]) for t in data["targets"]] == [
+        ("not-verified", "verification failed; not tagged, not pushed"),
+        ("not-built", "not built: build failed")]
+    assert data["ok"] is False and data["pushed"] == [] and data["floating"] == []
+
+
+def test_prereleases_take_floating_tags_only_when_the_policy_says_so(world: World) -> None:
+    world.seed("2.9.1", "v2.9-base", "latest")
+    policy = TagPolicy(floating=POLICY.floating, prerelease=True)
+    data = world.release([item("2.10.0rc1")], policy)
+    assert {f["tag"]: f["action"] for f in data["floating"]} == {"v2.10-base": "created", "latest": "moved"}
+
+
+def test_a_rebuild_of_the_same_torch_takes_the_floating_tag(world: World) -> None:
+    old = world.seed("2.9.1", "v2.9-base", "latest")
+    data = world.release([item("2.9.1", image_id="sha256:" + "2" * 64)])
+    assert {f["tag"]: (f["action"], f["previous"]) for f in data["floating"]} == {"v2.9-base": ("moved", old), "latest": ("moved", old)}
+
+
+# -- re-runs, conflicts, digests ---------------------------------------------------------------------
+
+
+def test_a_rerun_with_nothing_changed_pushes_nothing(world: World) -> None:
+    items = [item("2.9.1"), item("2.9.1", "cv")]
+    first = world.release(items)
+    writes, pushes = list(world.reg.writes), list(world.engine.pushes)
+    second = world.release(items)
+    assert len(first["pushed"]) == 5 and first["ok"]  # 2 immutable + v2.9-base, latest, v2.9-cv
+    assert second["ok"] and second["pushed"] == []
+    assert world.engine.pushes == pushes and world.reg.writes == writes
+    assert sorted((u["reference"], u["digest"]) for u in second["unchanged"]) == sorted((p["reference"], p["digest"]) for p in first["pushed"])
+    assert [t["status"] for t in second["targets"]] == ["unchanged", "unchanged"]
+
+
+def test_an_immutable_tag_is_never_overwritten_by_another_image(world: World) -> None:
+    world.release([item("2.9.1", image_id="sha256:" + "a" * 64)])
+    data = world.release([item("2.9.1", image_id="sha256:" + "b" * 64)])
+    target = data["targets"][0]
+    assert target["status"] == "failed" and "already exists with another image (sha256:" + "a" * 64 in target["error"]
+    assert world.engine.pushes == ["2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130"]
+
+
+def test_a_digest_the_registry_does_not_serve_fails_the_release(world: World) -> None:
+    world.reg.serve_other_digest = True
+    data = world.release([item("2.9.1"), item("2.9.2")])
+    assert [t["status"] for t in data["targets"]] == ["failed", "not-pushed"]
+    assert data["targets"][0]["error"].startswith("digest mismatch for reg.test:5000/ml/pytorch:2.9.1-")
+    assert data["pushed"] == [] and data["ok"] is False
+
+
+def test_release_json_records_reference_digest_versions_and_verification(world: World) -> None:
+    data = world.release([item("2.9.1")])
+    assert data["schema"] == "imagesmith.release/1"
+    first = data["pushed"][0]
+    assert first["reference"] == "reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130"
+    assert first["digest"] == world.reg.digest_of("2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130")
+    assert first["versions"] == {"torch": "2.9.1", "cuda": "12.8", "cudnn": "9.10.2", "nccl": "2.27.5", "python": "3.11.9", "os": "ubuntu22.04"}
+    assert first["verification"] == {"ok": True, "tier": "quick"}
+    assert data["targets"][0]["floating"] == ["latest", "v2.9-base"]
+    md = (world.out / "release.md").read_text()
+    assert "| 2.9.1-base | pushed | `reg.test:5000/ml/pytorch:2.9.1-" in md and "| `latest` | created |" in md
+
+
+# -- retries and failures ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backoff, delays", [
+    (publish.Backoff(), [1.0, 2.0, 4.0, 8.0]),
+    (publish.Backoff(tries=6, first=0.5, cap=4.0), [0.5, 1.0, 2.0, 4.0, 4.0]),
+    (publish.Backoff(tries=3, first=2.0, factor=3.0), [2.0, 6.0]),
+    (publish.Backoff(tries=1), []),
+])
+def test_backoff_schedule(backoff: publish.Backoff, delays: list[float]) -> None:
+    assert backoff.delays() == delays
+
+
+@pytest.mark.parametrize("error, retry", [
+    (RegistryError('push x failed: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused (check it)'), True),
+    (RegistryError("push x failed: read tcp: connection reset by peer"), True),
+    (RegistryError("push x failed: received unexpected HTTP status: 503 Service Unavailable"), True),
+    (RegistryError("push x failed: toomanyrequests: rate limit"), True),
+    (registry.RegistryHTTPError("HTTP 502", 502, transient=True), True),
+    (ConnectionError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))"), True),
+    (RegistryError("push x failed: unauthorized: authentication required (not logged in to 127.0.0.1:5000 ...)"), False),
+    (RegistryError("push x failed: denied: requested access to the resource is denied"), False),
+    (registry.RegistryHTTPError("HTTP 404 NAME_UNKNOWN", 404), False),
+])
+def test_which_errors_are_retried(error: Exception, retry: bool) -> None:
+    assert publish.transient(error) is retry
+
+
+def test_a_transient_push_error_is_retried_with_backoff_then_succeeds(world: World) -> None:
+    world.engine.fail = [RegistryError("push failed: connect: connection refused")] * 2
+    data = world.release([item("2.9.1")])
+    assert world.sleeps == [1.0, 2.0] and data["ok"] and len(world.engine.pushes) == 1
+
+
+def test_a_registry_that_stays_down_fails_clearly_after_n_tries(world: World) -> None:
+    world.engine.fail = [RegistryError("push failed: connect: connection refused")] * 10
+    data = world.release([item("2.9.1"), item("2.9.2")], backoff=publish.Backoff(tries=3))
+    assert world.sleeps == [1.0, 2.0] and len(world.engine.auths) == 3
+    assert data["errors"] == [
+        "push reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130 failed 3 times over 3s; "
+        "last error: push failed: connect: connection refused. The registry reg.test:5000 looks down or overloaded: "
+        "check it, then run the release again (what was pushed stays; a re-run pushes only the rest)"]
+    assert [t["status"] for t in data["targets"]] == ["failed", "not-pushed"] and data["pushed"] == []
+
+
+def test_an_auth_error_is_not_retried_and_nothing_is_recorded_as_pushed(world: World) -> None:
+    world.reg.fail = [registry.RegistryHTTPError("pull reg.test:5000/ml/pytorch failed: HTTP 401 (not logged in ...)", 401)]
+    data = world.release([item("2.9.1")])
+    assert world.sleeps == [] and world.engine.pushes == [] and data["pushed"] == []
+    assert data["errors"] == ["listing tags of reg.test:5000/ml/pytorch: pull reg.test:5000/ml/pytorch failed: HTTP 401 (not logged in ...)"]
+    assert data["targets"][0]["status"] == "not-pushed"
+
+
+def test_a_login_failure_at_push_names_the_credentials_source_not_the_secret(world: World) -> None:
+    ref = "reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130"
+    world.engine.fail = [RegistryError(f"push {ref} failed: unauthorized (not logged in to reg.test:5000 ...: docker login reg.test:5000)")]
+    data = world.release([item("2.9.1")])
+    assert world.sleeps == [] and data["errors"] == [
+        f"push {ref} failed: unauthorized (not logged in to reg.test:5000 ...: docker login reg.test:5000) [credentials used: test]"]
+
+
+def test_credentials_never_reach_the_release_files(world: World) -> None:
+    world.engine.fail = [RegistryError(f"push failed: denied for robot$ml+ci:{SECRET} "
+                                       f"({base64.b64encode(f'robot$ml+ci:{SECRET}'.encode()).decode()})")]
+    world.release([item("2.9.1")])
+    assert world.engine.auths == [{"username": "robot$ml+ci", "password": SECRET}]
+    for name in ("release.json", "release.md", "push.log"):
+        text = (world.out / name).read_text()
+        assert SECRET not in text and base64.b64encode(f"robot$ml+ci:{SECRET}".encode()).decode() not in text
+    assert "denied for robot$ml+ci:****" in (world.out / "release.json").read_text()
+    assert SECRET not in repr(CREDS)
+
+
+# -- items from the build and verify stages ------------------------------------------------------------
+
+
+def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
+    plan = SimpleNamespace(by_id=lambda: {t: SimpleNamespace(layer="base", cell="c") for t in ("a", "b", "c")})
+    results = [SimpleNamespace(target=t, ok=ok, image_id=f"sha256:{t}", facts=facts("2.9.1"), error=None if ok else "boom")
+               for t, ok in (("a", True), ("b", True), ("c", False))]
+    outcome = lambda ok, image: SimpleNamespace(ok=ok, report={"summary": {"ok": ok}, "image": {"id": image}, "checks": []})  # noqa: E731
+    items = publish.items_from(results, plan, {"a": outcome(True, "sha256:a"), "b": outcome(True, "sha256:OTHER")})
+    assert [(i.target, i.verified, i.error) for i in items] == [
+        ("a", True, None), ("b", False, "verification ran on image sha256:OTHER, not the built sha256:b"), ("c", False, "boom")]
+
+
+def test_a_build_report_from_another_matrix_is_refused() -> None:
+    plan = SimpleNamespace(by_id=lambda: {"a": SimpleNamespace(layer="base", cell="c")})
+    with pytest.raises(UserError) as err:
+        publish.items_from([SimpleNamespace(target="gone-base")], plan, {})
+    assert str(err.value) == "the build report has targets the matrix no longer plans (gone-base); build again, then release"
+
+
+def test_publish_takes_image_and_tag_policy_from_the_matrix(world: World) -> None:
+    m = matrix.load(ROOT / "examples" / "local.yaml")
+    world.reg.host = "127.0.0.1:5000"
+    it = publish.Item("t", "base", "c", "sha256:" + "3" * 64, facts("2.14.1+cu130", cuda="13.0", os="debian12"), True, True)
+    report = publish.publish(world.engine, world.reg, m, [it], DATE, world.out, sleep=world.sleeps.append)
+    assert [p["reference"] for p in report.pushed()] == [
+        "127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130",
+        "127.0.0.1:5000/imagesmith/local:latest", "127.0.0.1:5000/imagesmith/local:v2.14-base",
+        "127.0.0.1:5000/imagesmith/local:v2.14-cuda13.0-cudnn9-base"]
+
+
+# -- credentials ------------------------------------------------------------------------------------------
+
+
+def docker_config(tmp_path: Path, auths: dict[str, Any], **extra: Any) -> Path:
+    path = tmp_path / "docker" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"auths": auths, **extra}))
+    return path
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize("env, file_text, auths, want", [
+    ({"IMAGESMITH_REGISTRY_USER": "env-user", "IMAGESMITH_REGISTRY_PASSWORD": "env-pw"}, "robot$ml+ci:file:pw",
+     {"h.test": {"auth": b64("cfg:pw")}}, ("env-user", "env-pw", "environment (IMAGESMITH_REGISTRY_USER)")),
+    ({}, "robot$ml+ci:file:pw\n", {"h.test": {"auth": b64("cfg:pw")}}, ("robot$ml+ci", "file:pw", "file {file}")),
+    ({}, None, {"https://h.test": {"auth": b64("cfg:p:w")}}, ("cfg", "p:w", "docker config {config}")),
+    ({}, None, {"other.test": {"auth": b64("cfg:pw")}}, None),
+    ({}, None, {}, None),
+])
+def test_credentials_come_from_env_then_file_then_docker_config(tmp_path: Path, env: dict[str, str], file_text: str | None,
+                                                                 auths: dict[str, Any], want: tuple[str, str, str] | None) -> None:
+    config = docker_config(tmp_path, auths)
+    file = tmp_path / "creds"
+    if file_text is not None:
+        file.write_text(file_text)
+    got = registry.resolve_credentials("h.test", env, file if file_text is not None else None, config, helper=lambda n, h: None)
+    expected = Credentials(want[0], want[1], want[2].format(file=file, config=config)) if want else None
+    assert got == expected
+
+
+def test_docker_config_credential_helper_is_asked_for_the_host(tmp_path: Path) -> None:
+    config = docker_config(tmp_path, {}, credHelpers={"h.test": "pass"})
+    asked: list[tuple[str, str]] = []
+
+    def helper(name: str, host: str) -> Mapping[str, str]:
+        asked.append((name, host))
+        return {"Username": "u", "Secret": "s"}
+    got = registry.resolve_credentials("h.test", {}, None, config, helper=helper)
+    assert asked == [("pass", "h.test")] and got == Credentials("u", "s", "docker credential helper pass")
+
+
+@pytest.mark.parametrize("env, file_text, message", [
+    ({"IMAGESMITH_REGISTRY_USER": "u"}, None,
+     "IMAGESMITH_REGISTRY_USER is set but IMAGESMITH_REGISTRY_PASSWORD is not: set both, or neither"),
+    ({}, "no-colon-here", "credentials file {file}: expected one line user:password (e.g. robot$ml+ci:SECRET)"),
+    ({}, "", "credentials file {file}: expected one line user:password (e.g. robot$ml+ci:SECRET)"),
+])
+def test_bad_credentials_are_user_errors(tmp_path: Path, env: dict[str, str], file_text: str | None, message: str) -> None:
+    file = tmp_path / "creds"
+    if file_text is not None:
+        file.write_text(file_text)
+    with pytest.raises(UserError) as err:
+        registry.resolve_credentials("h.test", env, file if file_text is not None else None, tmp_path / "none.json")
+    assert str(err.value) == message.format(file=file)
+
+
+def test_a_missing_credentials_file_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as err:
+        registry.from_file(tmp_path / "nope")
+    assert str(err.value) == f"credentials file {tmp_path / 'nope'}: No such file or directory; it must hold one line user:password"
+
+
+# -- the HTTP client against a scripted session ---------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    status_code: int
+    headers: dict[str, str] = field(default_factory=dict)
+    content: bytes = b""
+    reason: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.content or b"null")
+
+
+@dataclass
+class ScriptedSession:
+    """Answers like Harbor: Bearer challenge, token service, then the resource."""
+
+    calls: list[tuple[str, str, Any]] = field(default_factory=list)
+    password: str = "secret"
+
+    def get(self, url: str, **kw: Any) -> Reply:
+        return self.request("GET", url, **kw)
+
+    def request(self, method: str, url: str, headers: Mapping[str, str] | None = None, auth: Any = None,
+                params: Any = None, **kw: Any) -> Reply:
+        self.calls.append((method, url, auth or (headers or {}).get("Authorization")))
+        if url.endswith("/service/token"):
+            if auth != ("robot$ml+ci", self.password):
+                return Reply(401, content=b'{"errors":[{"code":"UNAUTHORIZED","message":"unauthorized"}]}')
+            return Reply(200, content=json.dumps({"token": f"tok-{params['scope']}"}).encode())
+        if (headers or {}).get("Authorization") != "Bearer tok-repository:ml/pytorch:pull":
+            return Reply(401, {"WWW-Authenticate": 'Bearer realm="https://h.test/service/token",service="harbor-registry"'})
+        return Reply(200, {"Content-Type": "application/json"}, b'{"name":"ml/pytorch","tags":["a","b"]}')
+
+
+def test_bearer_token_auth_like_harbor() -> None:
+    session = ScriptedSession()
+    reg = registry.Registry("h.test", Credentials("robot$ml+ci", "secret"), session=session)  # type: ignore[arg-type]
+    assert reg.tags("ml/pytorch") == ["a", "b"]
+    assert [c[1] for c in session.calls] == ["https://h.test/v2/", "https://h.test/v2/ml/pytorch/tags/list?n=1000",
+                                             "https://h.test/service/token", "https://h.test/v2/ml/pytorch/tags/list?n=1000"]
+
+
+def test_a_refused_token_is_a_401_with_the_login_hint_and_no_password() -> None:
+    session = ScriptedSession(password="other")
+    reg = registry.Registry("h.test", Credentials("robot$ml+ci", "secret", "file /run/creds"), session=session)  # type: ignore[arg-type]
+    with pytest.raises(registry.RegistryHTTPError) as err:
+        reg.tags("ml/pytorch")
+    assert err.value.status == 401 and not err.value.transient
+    assert str(err.value).startswith("pull h.test/ml/pytorch failed: HTTP 401 UNAUTHORIZED: unauthorized (not logged in to h.test")
+    assert str(err.value).endswith("[credentials used: file /run/creds]") and "secret" not in str(err.value)
+
+
+@pytest.mark.parametrize("header, parsed", [
+    ('Bearer realm="https://h/service/token",service="harbor-registry",scope="repository:a:pull"',
+     ("bearer", {"realm": "https://h/service/token", "service": "harbor-registry", "scope": "repository:a:pull"})),
+    ('Basic realm="test"', ("basic", {"realm": "test"})),
+])
+def test_parse_challenge(header: str, parsed: tuple[str, dict[str, str]]) -> None:
+    assert registry.parse_challenge(header) == parsed
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1:5000", True), ("localhost:5000", True), ("[::1]:5000", True), ("harbor.example.com", False), ("10.0.0.1:5000", False),
+])
+def test_plain_http_is_allowed_only_on_loopback_by_default(host: str, loopback: bool) -> None:
+    assert registry.is_loopback(host) is loopback
