@@ -1,0 +1,189 @@
+"""Inline SVG charts for the HTML report: no scripts, no external assets.
+
+Two shapes, enough for a verification report: ``line_chart`` (series against
+x, with a legend) and ``percent_bars`` (horizontal bars on a 0..N % axis with
+a reference line at 100 % and an optional mark per bar). Every text that
+reaches the SVG is escaped here.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+PALETTE = ("#1f6feb", "#d4631b", "#2da44e", "#a371f7", "#cf222e", "#0a8f8f", "#bf8700", "#6e7781")
+MAX_POINTS = 1500  # points per line drawn; longer series are thinned
+ROW = 26  # pixels per bar
+
+
+def esc(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    points: tuple[tuple[float, float], ...]
+    colour: str
+    css: str = "series"
+    markers: bool = False  # a dot per point (for few points)
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    percent: float
+    colour: str
+    value_text: str  # printed right of the plot
+    tooltip: str = ""
+    mark: float | None = None  # a dashed mark at this percent (a fail line)
+    mark_tooltip: str = ""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Data space -> pixels for one chart."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    left: int = 64
+    top: int = 44
+    width: int = 470
+    height: int = 200
+    right: int = 24  # room after the plot (value labels)
+
+    def px(self, x: float, y: float) -> tuple[float, float]:
+        fx = (x - self.x0) / (self.x1 - self.x0)
+        fy = (y - self.y0) / (self.y1 - self.y0)
+        return round(self.left + fx * self.width, 1), round(self.top + (1 - fy) * self.height, 1)
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi] (steps of 1, 2, 2.5 or 5 × 10^k)."""
+    if hi <= lo:
+        lo, hi = lo - (abs(lo) * 0.1 or 1), hi + (abs(hi) * 0.1 or 1)
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / step + 1e-9) * step
+    ticks = [start]
+    while ticks[-1] < hi - 1e-9 * step:
+        ticks.append(round(start + len(ticks) * step, 10))
+    return ticks
+
+
+def tick_labels(ticks: Sequence[float]) -> list[str]:
+    """As many decimals as the tick step needs, the same for every tick of an axis."""
+    step = abs(ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
+    exponent = math.floor(math.log10(step) + 1e-9)
+    quarter = exponent <= 0 and round(step / 10**exponent, 6) == 2.5  # 0.25 needs two decimals
+    return [f"{v:,.{max(0, -exponent) + quarter}f}" for v in ticks]
+
+
+def decimate(points: Sequence[tuple[float, float]]) -> Sequence[tuple[float, float]]:
+    stride = math.ceil(len(points) / MAX_POINTS)
+    return points if stride <= 1 else list(points[::stride]) + [points[-1]]
+
+
+def y_range(ys: Sequence[float], from_zero: bool, min_span: float) -> tuple[float, float]:
+    """The data's range; from 0 if asked; at least ``min_span`` wide, centred on the data."""
+    lo, hi = (min(0.0, *ys) if from_zero else min(ys)), max(ys)
+    if hi - lo < min_span:
+        mid = (hi + lo) / 2
+        lo, hi = (max(0.0, mid - min_span / 2) if from_zero else mid - min_span / 2), mid + min_span / 2
+    return lo, hi
+
+
+def line_chart(title: str, lines: Sequence[Line], x_label: str, y_label: str, y_from_zero: bool = False,
+               css: str = "", min_y_span: float = 0.0) -> str:
+    """An SVG line chart: axes, ticks, grid, one polyline per line, a legend.
+
+    ``min_y_span``: the y axis covers at least this much, so that noise of a
+    few bytes is not drawn as a mountain."""
+    xs = [x for ln in lines for x, _ in ln.points]
+    ys = [y for ln in lines for _, y in ln.points]
+    xt, yt = nice_ticks(min(xs), max(xs)), nice_ticks(*y_range(ys, y_from_zero, min_y_span))
+    frame = Frame(xt[0], xt[-1], yt[0], yt[-1])
+    parts = [_axes(frame, xt, yt, x_label, y_label)]
+    for ln in lines:
+        pixels = [frame.px(x, y) for x, y in decimate(ln.points)]
+        pts = " ".join(f"{px},{py}" for px, py in pixels)
+        parts.append(f'<polyline class="{esc(ln.css)}" points="{pts}" stroke="{esc(ln.colour)}"><title>{esc(ln.label)}</title></polyline>')
+        if ln.markers:
+            parts.append(f'<g class="markers" fill="{esc(ln.colour)}">'
+                         + "".join(f'<circle cx="{px}" cy="{py}" r="2"/>' for px, py in pixels) + "</g>")
+    parts.append(_legend(frame, lines))
+    return svg(title, frame, "".join(parts), css)
+
+
+def svg(title: str, frame: Frame, body: str, css: str = "") -> str:
+    w, h = frame.left + frame.width + frame.right, frame.top + frame.height + 48
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="chart {esc(css)}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
+            f'role="img" aria-label="{esc(title)}"><text class="title" x="{frame.left}" y="16">{esc(title)}</text>{body}</svg>')
+
+
+def _axes(f: Frame, xt: Sequence[float], yt: Sequence[float], x_label: str, y_label: str) -> str:
+    out = []
+    bottom, right = f.top + f.height, f.left + f.width
+    for y, text in zip(yt, tick_labels(yt)):
+        _, py = f.px(f.x0, y)
+        out.append(f'<line class="grid" x1="{f.left}" y1="{py}" x2="{right}" y2="{py}"/>'
+                   f'<text class="tick" x="{f.left - 6}" y="{py + 4}" text-anchor="end">{text}</text>')
+    for x, text in zip(xt, tick_labels(xt)):
+        px, _ = f.px(x, f.y0)
+        out.append(f'<line class="axis" x1="{px}" y1="{bottom}" x2="{px}" y2="{bottom + 4}"/>'
+                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{text}</text>')
+    out.append(f'<line class="axis" x1="{f.left}" y1="{bottom}" x2="{right}" y2="{bottom}"/>'
+               f'<line class="axis" x1="{f.left}" y1="{f.top}" x2="{f.left}" y2="{bottom}"/>'
+               f'<text class="label" x="{f.left + f.width / 2}" y="{bottom + 34}" text-anchor="middle">{esc(x_label)}</text>'
+               f'<text class="label" transform="translate(14 {f.top + f.height / 2}) rotate(-90)" text-anchor="middle">{esc(y_label)}</text>')
+    return "".join(out)
+
+
+def _legend(f: Frame, lines: Sequence[Line]) -> str:
+    """One row under the title: a swatch and a label per line."""
+    out, x = [], float(f.left)
+    for ln in lines:
+        out.append(f'<line class="{esc(ln.css)}" x1="{x}" y1="30" x2="{x + 16}" y2="30" stroke="{esc(ln.colour)}"/>'
+                   f'<text class="legend" x="{x + 20}" y="34">{esc(ln.label)}</text>')
+        x += 34 + 6.2 * len(ln.label)
+    return "".join(out)
+
+
+def percent_bars(title: str, bars: Sequence[Bar], css: str = "") -> str:
+    """Horizontal bars on a % axis with the 100 % reference line; '' when there are none."""
+    if not bars:
+        return ""
+    xt = nice_ticks(0, max(110.0, max(b.percent for b in bars) + 5))
+    frame = Frame(xt[0], xt[-1], 0, 1, left=200, top=36, width=520, height=ROW * len(bars), right=190)
+    rows = "".join(_bar(frame, frame.top + ROW * i, b) for i, b in enumerate(bars))
+    return svg(title, frame, _percent_axis(frame, xt) + rows, css)
+
+
+def _percent_axis(f: Frame, xt: Sequence[float]) -> str:
+    out, bottom = [], f.top + f.height
+    for x, text in zip(xt, tick_labels(xt)):
+        px, _ = f.px(x, 0)
+        out.append(f'<line class="grid" x1="{px}" y1="{f.top}" x2="{px}" y2="{bottom}"/>'
+                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{text}%</text>')
+    px, _ = f.px(100, 0)
+    out.append(f'<line class="baseline" x1="{px}" y1="{f.top - 8}" x2="{px}" y2="{bottom}"/>'
+               f'<text class="legend" x="{px}" y="{f.top - 12}" text-anchor="middle">baseline</text>'
+               f'<text class="label" x="{f.left + f.width / 2}" y="{bottom + 34}" text-anchor="middle">% of baseline</text>')
+    return "".join(out)
+
+
+def _bar(f: Frame, y: float, b: Bar) -> str:
+    x0, _ = f.px(0, 0)
+    x1, _ = f.px(min(max(b.percent, 0.0), f.x1), 0)
+    out = (f'<text class="tick" x="{f.left - 8}" y="{y + 17}" text-anchor="end">{esc(b.label)}</text>'
+           f'<rect class="bar" x="{x0}" y="{y + 5}" width="{max(x1 - x0, 1)}" height="16" fill="{esc(b.colour)}"><title>{esc(b.tooltip)}</title></rect>'
+           f'<text class="value" x="{f.left + f.width + 10}" y="{y + 17}">{esc(b.value_text)}</text>')
+    if b.mark is not None:
+        mx, _ = f.px(min(b.mark, f.x1), 0)
+        out += f'<line class="failline" x1="{mx}" y1="{y + 1}" x2="{mx}" y2="{y + ROW - 1}"><title>{esc(b.mark_tooltip)}</title></line>'
+    return out
