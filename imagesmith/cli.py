@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -298,12 +299,18 @@ def _crash_log() -> Path:
     return folder / f"crash-{dt.datetime.now():%Y%m%d-%H%M%S}.log"
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point: user errors exit 1 with one message; bugs exit 3."""
+    """Console entry point: user errors exit 1 with one message; bugs exit 3.
+    SIGTERM is handled like Ctrl-C: builds stop, containers are removed."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="imagesmith", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+        click.echo("interrupted: work in progress stopped; finished targets are cached, run again to resume", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
@@ -311,9 +318,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ImagesmithError as exc:
         click.secho(f"error: {exc}" if "\n" not in str(exc) else str(exc), fg="red", err=True)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
     except Exception:  # a bug: keep the traceback, say where
         log = _crash_log()
         log.write_text(traceback.format_exc())
@@ -321,3 +325,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(3)
     sys.exit(code if isinstance(code, int) else 0)
 
+
+if __name__ == "__main__":
+    main()

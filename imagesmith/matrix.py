@@ -460,7 +460,7 @@ def _layer(ctx: Ctx, name: str, raw: Any) -> Layer:
         env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
         base_from=ctx.choice(d.get("from"), p + ("from",), BASE_FROM, "os"),
         toolchain=ctx.boolean(d.get("toolchain"), p + ("toolchain",), name == "base"),
-        template=ctx.string(d.get("template"), p + ("template",), "") or "",
+        template=_template(ctx, d.get("template"), p + ("template",)),
         jupyter=_jupyter(ctx, d.get("services"), p + ("services",)),
         sshd=_sshd(ctx, d.get("services"), p + ("services",)),
         when=_layer_when(ctx, d.get("when"), p + ("when",)),
@@ -470,6 +470,16 @@ def _layer(ctx: Ctx, name: str, raw: Any) -> Layer:
 def _layer_when(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str, ...]], ...]:
     d = ctx.mapping(raw, path, AXES)
     return tuple((axis, ctx.strings(d[axis], path + (axis,))) for axis in AXES if axis in d)
+
+
+def _template(ctx: Ctx, raw: Any, path: KeyPath) -> str:
+    """A layer's own template: a file beside the matrix, or one of ours by name."""
+    from imagesmith.resources import templates_dir
+
+    name = ctx.string(raw, path, "") or ""
+    if name and not (ctx.base_dir / name).is_file() and not (templates_dir() / name).is_file():
+        ctx.error(path, f"template {name} is neither beside {ctx.file.name} nor in {templates_dir()}")
+    return name
 
 
 def _check_pin(ctx: Ctx, spec: str, path: KeyPath) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Mapping
 from imagesmith import compat, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import Problem, ValidationError
-from imagesmith.matrix import Cell, Layer, Matrix, sort_cells
+from imagesmith.matrix import BUILTIN_PARENTS, Cell, Layer, Matrix, sort_cells
 from imagesmith.versions import major
 
 PLAN_SCHEMA = "imagesmith.plan/1"
@@ -125,6 +125,11 @@ def resolve(cell: Cell, kb: compat.KnowledgeBase) -> Versions:
     )
 
 
+def default_template(layer: str) -> str:
+    """The built-in layers have their own template; others use the generic child."""
+    return f"{layer}.Dockerfile.j2" if layer in BUILTIN_PARENTS else "layer.Dockerfile.j2"
+
+
 def cell_id(v: Versions) -> str:
     return f"{v.torch}-{v.variant}-py{v.python}-{v.os}"
 
@@ -184,7 +189,7 @@ def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date
             pip=pip_sources(matrix, v, kb),
             image=f"{matrix.image.repository}:{tid}",
             tag=tags.render(matrix.tags.immutable, facts),
-            template=layer.template or f"{layer.name}.Dockerfile.j2",
+            template=layer.template or default_template(layer.name),
             depth=depth[layer.name],
         )
 

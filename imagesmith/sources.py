@@ -203,8 +203,11 @@ def _handler(server: SourceServer) -> type[http.server.BaseHTTPRequestHandler]:
                 self.send_error(502, f"upstream unreachable: {type(exc).__name__}")
 
         def _relay(self, status: int, ctype: str, body: bytes, origin: str, route: str) -> None:
-            if "html" in ctype or "json" in ctype:  # absolute links to the upstream go through us too
+            if "html" in ctype or "json" in ctype:  # absolute and root-relative links go through us too
                 body = body.replace(origin.encode(), f"http://127.0.0.1:{server.port}/{route}".encode())
+                for quote in (b'"', b"'"):
+                    body = body.replace(b"href=" + quote + b"/", b"href=" + quote + f"/{route}/".encode())
+                body = body.replace(b'"url": "/', f'"url": "/{route}/'.encode())
             self.send_response(status)
             self.send_header("Content-Type", ctype or "application/octet-stream")
             self.send_header("Content-Length", str(len(body)))

@@ -1,0 +1,181 @@
+"""Fixtures for build tests against the real Docker engine.
+
+``engine`` is the engine from the environment (``.ci/run`` starts one);
+``debian_base`` bootstraps a Debian 12 base once per session with debootstrap
+under a unique tag; ``build_matrix`` writes a matrix on that base whose images
+carry a per-test label, and removes every image it made afterwards;
+``private_index`` serves a planted wheel behind basic auth.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import io
+import shutil
+import subprocess
+import threading
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from imagesmith import bootstrap
+from imagesmith.engine import Engine
+from imagesmith.errors import EngineError
+
+RUN = uuid.uuid4().hex[:8]
+TEST_LABEL = "io.imagesmith.test-run"
+LOCAL_SOURCES = """\
+sources:
+  torch_index_url: https://pypi.org/simple
+  index_url: https://pypi.org/simple
+  find_links: [/opt/wheels]
+  ca_bundle: /etc/ssl/certs/ca-certificates.crt
+  network: host
+"""
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    engine = Engine()
+    try:
+        engine.version()
+    except EngineError as exc:
+        pytest.fail(f"integration tests need a Docker engine ({exc}); run scripts/ensure-host.sh or make test")
+    return engine
+
+
+@pytest.fixture(scope="session")
+def debian_base(engine: Engine) -> Iterator[str]:
+    """A Debian 12 base made by imagesmith's own bootstrap (debootstrap + import)."""
+    if shutil.which("debootstrap") is None:
+        pytest.fail("debootstrap is missing: run scripts/ensure-host.sh")
+    ref, _ = bootstrap.bootstrap(engine, "debian12", f"imagesmith-test/debian:bookworm-{RUN}")
+    yield ref
+    engine.remove_image(ref)
+
+
+def _dangling(engine: Engine) -> set[str]:
+    return {i.id for i in engine.client.images.list(filters={"dangling": True})}
+
+
+@dataclass
+class MatrixFactory:
+    engine: Engine
+    base: str
+    folder: Path
+    repository: str = field(default_factory=lambda: f"imagesmith-test/m{uuid.uuid4().hex[:8]}")
+
+    def __call__(self, layers: str, extra: str = LOCAL_SOURCES, files: dict[str, str] | None = None) -> Path:
+        for name, text in (files or {}).items():
+            (self.folder / name).write_text(text)
+        path = self.folder / "matrix.yaml"
+        path.write_text(
+            f"image:\n  repository: {self.repository}\n  labels: {{{TEST_LABEL}: '{RUN}'}}\n"
+            "matrix:\n  torch: ['2.13']\n  cuda: [cpu]\n  python: ['3.11']\n  os: [debian12]\n"
+            f"base_images:\n  debian12: {self.base}\n" + layers + extra)
+        return path
+
+    def cleanup(self) -> None:
+        for info in self.engine.images_with_label(TEST_LABEL, RUN):
+            for tag in info.tags:
+                if tag.startswith(self.repository) or tag.startswith("imagesmith-cache:"):
+                    self.engine.remove_image(tag, force=False)
+
+
+@pytest.fixture()
+def build_matrix(engine: Engine, debian_base: str, tmp_path: Path) -> Iterator[MatrixFactory]:
+    before = _dangling(engine)
+    factory = MatrixFactory(engine, debian_base, tmp_path)
+    yield factory
+    factory.cleanup()
+    for image_id in _dangling(engine) - before:  # builder stages this test left behind
+        try:
+            engine.remove_image(image_id, force=False)
+        except Exception:  # noqa: BLE001 - still used by a kept image: leave it
+            pass
+
+
+def no_stray_containers(engine: Engine, before: set[str]) -> list[str]:
+    return sorted({c.id for c in engine.client.containers.list(all=True)} - before)
+
+
+# -- a private index behind basic auth ------------------------------------------------
+
+
+def planted_wheel(name: str = "imagesmith_planted", version: str = "1.0") -> tuple[str, bytes]:
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": b"PLANTED = True\n",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n".encode(),
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: imagesmith-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
+                     for p, d in files.items()) + f"{dist}/RECORD,,\n"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path, data in {**files, f"{dist}/RECORD": record.encode()}.items():
+            zf.writestr(path, data)
+    return f"{name}-{version}-py3-none-any.whl", buf.getvalue()
+
+
+@dataclass
+class PrivateIndex:
+    port: int
+    user: str
+    password: str
+    authorized_requests: int = 0
+    refused_requests: int = 0
+
+
+@pytest.fixture()
+def private_index() -> Iterator[PrivateIndex]:
+    user, password = "ci-robot", f"PLANTED-{uuid.uuid4().hex}"
+    wheel_name, wheel = planted_wheel()
+    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    state = PrivateIndex(0, user, password)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            return
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.headers.get("Authorization") != expected:
+                state.refused_requests += 1
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="private"')
+                self.end_headers()
+                return
+            state.authorized_requests += 1
+            body, ctype = self._page()
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", ctype)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def _page(self) -> tuple[bytes | None, str]:
+            if self.path.rstrip("/") == "/simple/imagesmith-planted":
+                return f'<a href="/files/{wheel_name}">{wheel_name}</a>'.encode(), "text/html"
+            if self.path == f"/files/{wheel_name}":
+                return wheel, "application/octet-stream"
+            return None, "text/plain"
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def docker_save_contains(ref: str, needles: list[str]) -> list[str]:
+    """Which of ``needles`` occur anywhere in ``docker save`` of ``ref`` (layers,
+    config, history), searched as bytes, also inside gzip-less tar members."""
+    data = subprocess.run(["docker", "save", ref], capture_output=True, check=True).stdout
+    return [n for n in needles if n.encode() in data]
+
+
+Factory = Callable[..., Path]

@@ -1,0 +1,162 @@
+"""imagesmith build against the real engine: DAG order, cache, failure
+isolation, in-image measurement, credentials, interruption.
+
+These build a real torch 2.13.0+cpu base (from the local wheel) on a Debian
+base made by imagesmith's bootstrap; docker's layer cache makes every build
+after the first in a session quick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from imagesmith import build, matrix, plan
+from imagesmith.engine import Engine
+from tests.integration.engine_fixtures import MatrixFactory, PrivateIndex, docker_save_contains, no_stray_containers
+
+pytestmark = pytest.mark.integration
+DATE = "20261130"
+
+LAYERS = """\
+layers:
+  base: {toolchain: false}
+  tools: {parent: base, packages: ["tabulate==0.9.0"]}
+  broken: {parent: base, packages: ["imagesmith-no-such-package==9.9.9"]}
+  leaf: {parent: broken, packages: ["six==1.17.0"]}
+"""
+
+
+def run_build(path: Path, engine: Engine, out: Path, **select: tuple[str, ...]) -> build.BuildReport:
+    m = matrix.load(path)
+    p = plan.expand(m, DATE).select(**select)
+    return build.Builder(p, m, engine, out, jobs=2).run()
+
+
+def statuses(report: build.BuildReport) -> dict[str, str]:
+    return {r.target.rsplit("-", 1)[1]: r.status for r in report.results}
+
+
+def test_dag_cache_failure_isolation_and_partial_rebuild(build_matrix: MatrixFactory, engine: Engine, tmp_path: Path) -> None:
+    path = build_matrix(LAYERS)
+    out = tmp_path / "build"
+    first = run_build(path, engine, out)
+    assert statuses(first) == {"base": "built", "tools": "built", "broken": "failed", "leaf": "skipped"}
+    base, tools = first.results[0], first.results[1]
+    assert base.facts and base.facts["torch"].startswith("2.13.0") and base.facts["os"] == "debian12"
+    assert base.facts["uid"] == 1000 and not base.mismatches
+    assert tools.facts and tools.facts["packages"]["tabulate"] == "0.9.0"
+    # the child was built FROM its parent's image ID, not from a tag
+    assert base.image_id in [h["Id"] for h in engine.history(tools.image_id or "")]
+    summary = "\n".join(build.failure_summary(first))
+    assert f"Dockerfile: {out}/2.13.0-cpu-py3.11-debian12-broken/Dockerfile" in summary
+    assert "imagesmith-no-such-package" in summary and "|" in summary
+    report = json.loads((out / "report.json").read_text())
+    assert report["schema"] == "imagesmith.build-report/1" and report["ok"] is False
+
+    t0 = time.monotonic()
+    second = run_build(path, engine, out)
+    assert statuses(second) == {"base": "cached", "tools": "cached", "broken": "failed", "leaf": "skipped"}
+    assert [r.image_id for r in second.results[:2]] == [base.image_id, tools.image_id]
+    assert time.monotonic() - t0 < 120
+
+    build_matrix(LAYERS.replace('"tabulate==0.9.0"', '"tabulate==0.9.0", "six==1.17.0"'))
+    third = run_build(path, engine, out, layers=("tools",))
+    assert statuses(third) == {"base": "cached", "tools": "built"}
+    assert third.results[0].image_id == base.image_id and third.results[1].image_id != tools.image_id
+
+
+def test_a_child_that_would_change_its_parent_fails(build_matrix: MatrixFactory, engine: Engine, tmp_path: Path) -> None:
+    path = build_matrix("layers:\n  base: {toolchain: false}\n  downgrade: {parent: base, packages: ['typing-extensions==4.0.0']}\n")
+    report = run_build(path, engine, tmp_path / "build")
+    assert statuses(report) == {"base": "cached", "downgrade": "failed"} or statuses(report)["downgrade"] == "failed"
+    log = Path(report.results[1].log).read_text()
+    assert "this layer would change its parent's packages: typing-extensions" in log
+
+
+def test_credentials_never_reach_an_image_a_log_or_a_report(build_matrix: MatrixFactory, engine: Engine,
+                                                            private_index: PrivateIndex, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_INDEX_USER", private_index.user)
+    monkeypatch.setenv("TEST_INDEX_PASSWORD", private_index.password)
+    sources = LOCAL_SOURCES_WITH_PRIVATE.format(port=private_index.port)
+    path = build_matrix("layers:\n  base: {toolchain: false}\n  private: {parent: base, packages: ['imagesmith-planted==1.0']}\n", extra=sources)
+    out = tmp_path / "build"
+    report = run_build(path, engine, out)
+    assert [r.status for r in report.results] in (["cached", "built"], ["built", "built"]), [r.error for r in report.results]
+    assert report.results[1].facts and report.results[1].facts["packages"]["imagesmith-planted"] == "1.0"
+    assert private_index.authorized_requests >= 2  # the proxy authenticated for the build
+    raw = f"{private_index.user}:{private_index.password}"
+    import base64
+
+    needles = [private_index.password, raw, base64.b64encode(raw.encode()).decode()]
+    for r in report.results:
+        assert docker_save_contains(r.image_id or "", needles) == [], f"credential found in {r.target}"
+    texts = [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
+    assert all(n not in t for n in needles for t in texts), "credential found in a log, report or context"
+
+
+LOCAL_SOURCES_WITH_PRIVATE = """\
+sources:
+  torch_index_url: https://pypi.org/simple
+  index_url: https://pypi.org/simple
+  extra_index_urls: ["http://localhost:{port}/simple"]
+  find_links: [/opt/wheels]
+  ca_bundle: /etc/ssl/certs/ca-certificates.crt
+  network: host
+  credentials:
+    - {{host: localhost, username_env: TEST_INDEX_USER, password_env: TEST_INDEX_PASSWORD}}
+"""
+
+SLOW = """\
+ARG PARENT_IMAGE={{ parent_image }}
+FROM ${PARENT_IMAGE}
+RUN sleep 12
+{% include "partials/labels.j2" %}
+"""
+
+
+def test_sigterm_stops_the_build_leaves_no_container_and_the_next_run_resumes(
+        build_matrix: MatrixFactory, engine: Engine, tmp_path: Path) -> None:
+    path = build_matrix("layers:\n  base: {toolchain: false}\n  slow: {parent: base, template: slow.Dockerfile.j2}\n",
+                        files={"slow.Dockerfile.j2": SLOW})
+    out = tmp_path / "build"
+    run_build(path, engine, out, layers=("base",))  # the base from cache or a first build
+    before = {c.id for c in engine.client.containers.list(all=True)}
+    cmd = [sys.executable, "-m", "imagesmith.cli", "build", "--matrix", str(path), "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "2.13.0-cpu-py3.11-debian12-slow" / "build.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "Running in" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.2)
+    assert "Running in" in log.read_text(), "the slow step never started"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 10, err
+    assert "interrupted" in err
+    deadline = time.monotonic() + 30
+    while no_stray_containers(engine, before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert no_stray_containers(engine, before) == []
+    report = run_build(path, engine, out)
+    assert statuses(report) == {"base": "cached", "slow": "built"}
+
+
+def test_cli_build_exit_codes_and_json(build_matrix: MatrixFactory, engine: Engine, tmp_path: Path) -> None:
+    path = build_matrix("layers:\n  base: {toolchain: false}\n")
+    out = tmp_path / "build"
+    ok = subprocess.run([sys.executable, "-m", "imagesmith.cli", "build", "-m", str(path), "--out", str(out), "--json"],
+                        capture_output=True, text=True, env=os.environ | {"NO_COLOR": "1"})
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["targets"][0]["status"] in ("built", "cached")
+    bad = subprocess.run([sys.executable, "-m", "imagesmith.cli", "build", "-m", str(path), "--only", "nothing-matches"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.strip() == "error: no target matches --only nothing-matches --layer"
