@@ -168,32 +168,137 @@ def bootstrap_cmd(os_key: str, tag: str | None, mirror: str) -> None:
     click.echo(f"{ref} {image_id}")
 
 
+CREDENTIALS_OPTION = click.option(
+    "--credentials", "credentials_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="File holding user:password for the registry (a Harbor robot account: robot$ml+ci:SECRET). "
+         "Default: IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD, then the docker config.")
+REGISTRY_CA_OPTION = click.option(
+    "--registry-ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="CA bundle of the registry (default: /etc/docker/certs.d/<host>/ca.crt when present).")
+
+
 @cli.command("build")
 @MATRIX_OPTION
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64), help="Targets built at once.")
 @click.option("--only", multiple=True, help="Targets whose id contains this (with their ancestors); repeatable.")
 @click.option("--layer", "layers", multiple=True, help="Only this layer (with its ancestors); repeatable.")
+@click.option("--verify", "do_verify", is_flag=True, help="Verify each built image (the matrix's verify: settings).")
+@click.option("--push", is_flag=True, help="Verify each built image, then tag and push those that passed.")
+@click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
+@CREDENTIALS_OPTION
+@REGISTRY_CA_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
-def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...], quiet: bool, as_json: bool) -> None:
-    """Render and build every target, parents first, reusing what is cached."""
+@click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
+def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
+              do_verify: bool, push: bool, date: str | None, credentials_file: Path | None,
+              registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
+    """Render and build every target, parents first, reusing what is cached;
+    with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import build
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
-    m = load_matrix(matrix_file)
-    p = plan_mod.expand(m, today()).select(only, layers)
+    m, date = load_matrix(matrix_file), date or today()
+    p = plan_mod.expand(m, date).select(only, layers)
     if not p.targets:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
+    engine = Engine()
     display = make_display(f"building {len(p.targets)} targets", quiet or as_json)
     try:
-        report = build.Builder(p, m, Engine(), out, jobs, display).run()
+        report = build.Builder(p, m, engine, out, jobs, display).run()
     finally:
         display.close()
-    _print_build(report, out, quiet, as_json)
-    if not report.ok:
+    _print_build(report, out, quiet, as_json and not (push or do_verify))
+    if push or do_verify:
+        _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json)
+    elif not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
+
+
+def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
+                        credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
+    from imagesmith import pipeline
+    from imagesmith.progress import make_display
+
+    display = make_display(f"verifying {sum(r.ok for r in report.results)} images", quiet or as_json)
+    rel = None
+    try:
+        outcomes = pipeline.verify_results(engine, report.results, pipeline.options_from(m), out, display)
+        if push:
+            from imagesmith import publish
+
+            rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca)
+    finally:
+        display.close()
+    path = pipeline.write_run_report(out, report.to_json(), outcomes, rel.to_json() if rel else None)
+    if as_json:
+        click.echo(path.read_text())
+    elif not quiet:
+        _print_outcomes(outcomes)
+    if rel is not None:
+        finish_release(rel, quiet or as_json)
+    failed = [t for t, o in outcomes.items() if not o.ok]
+    click.echo(f"run report: {path}", err=True)
+    if failed or not report.ok:
+        raise UserError(f"{sum(not r.ok for r in report.results)} targets did not build, {len(failed)} did not verify: {', '.join(failed) or '-'}")
+
+
+def _print_outcomes(outcomes: dict[str, Any]) -> None:
+    rows = []
+    for target, o in outcomes.items():
+        s = o.report.get("summary", {})
+        rows.append([target, "passed" if o.ok else "FAILED", s.get("pass", 0), s.get("warn", 0), s.get("fail", 0),
+                     s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
+    print_table("verification", ["target", "result", "pass", "warn", "fail", "skip", "failed checks"], rows)
+
+
+@cli.command("publish")
+@MATRIX_OPTION
+@click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Where the build report (report.json) and verify reports are; release.json and release.md go here.")
+@click.option("--run-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Take the verify outcomes from this run report (imagesmith verify --build-report --json).")
+@click.option("--date", default=None, help="Build date for the immutable tags (YYYYMMDD); default today.")
+@CREDENTIALS_OPTION
+@REGISTRY_CA_OPTION
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str | None,
+                credentials_file: Path | None, registry_ca: Path | None, quiet: bool) -> None:
+    """Tag and push the verified images of OUT/report.json; write OUT/release.json and OUT/release.md."""
+    from imagesmith import pipeline, publish
+    from imagesmith.engine import Engine
+    from imagesmith.progress import make_display
+
+    m, date = load_matrix(matrix_file), date or today()
+    p = plan_mod.expand(m, date)
+    results = pipeline.build_results(pipeline.read_build(out))
+    outcomes = pipeline.read_outcomes(out, [r.target for r in results], run_report)
+    display = make_display(f"publishing to {m.image.name}", quiet)
+    try:
+        rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca)
+    finally:
+        display.close()
+    finish_release(rel, quiet)
+
+
+def finish_release(rel: Any, quiet: bool) -> None:
+    """Print what was released and where the report is; exit 1 if any target was not released."""
+    if not quiet:
+        print_table(f"release to {rel.registry}/{rel.repository} ({rel.seconds:.1f}s)",
+                    ["target", "status", "reference", "digest", "floating"],
+                    [[t.target, t.status, t.reference or "-", (t.digest or "-")[:19], " ".join(t.floating) or "-"]
+                     for t in rel.targets])
+        for f in rel.floating:
+            if f.action in ("kept", "failed"):
+                click.echo(f"{f.reference}: {f.action}: {f.reason}", err=True)
+    click.echo(f"release report: {rel.paths['json']} (summary: {rel.paths['markdown']})")
+    problems = rel.errors + [f"{t.target}: {t.error}" for t in rel.targets if t.error and t.status != "not-pushed"]
+    stopped = sum(t.status == "not-pushed" for t in rel.targets)
+    if stopped:
+        problems.append(f"{stopped} verified targets were not pushed because the release stopped; fix the above and run it again")
+    if not rel.ok:
+        raise UserError("release incomplete:\n  " + "\n  ".join(problems or ["a floating tag could not be moved (see above)"]))
 
 
 def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
@@ -231,21 +336,27 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
 @click.option("--only", default="", help="Only these check ids or groups (comma-separated).")
 @click.option("--skip", default="", help="Leave out these check ids or groups (comma-separated).")
 @click.option("--no-pull", is_flag=True, help="Never pull IMAGE from its registry.")
+@click.option("--build-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Verify every image this build report built (not IMAGE); --json then writes a run report.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
                python_exe: str | None, require_gpu: bool, timeout_s: float, shm_size: str, memory: str | None,
-               cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool, quiet: bool) -> None:
+               cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
+               build_report: Path | None, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
     from imagesmith import verify
 
-    if bool(image) == local:
-        raise UserError("give an IMAGE to verify, or --local to verify this host (not both)")
+    if [bool(image), local, build_report is not None].count(True) != 1:
+        raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
     options = verify.VerifyOptions(
         tier=tier, gpus=gpus, expect=verify.parse_expect(expect), require_gpu=require_gpu, shm_size=shm_size,
         memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
         only=tuple(filter(None, only.split(","))), skip=tuple(filter(None, skip.split(","))))
+    if build_report is not None:
+        _verify_build(build_report, options, json_out, quiet)
+        return
     if local:
         outcome = verify.run_local(options, python_exe)
     else:
@@ -260,6 +371,32 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
         print_verify(outcome.report, json_out)
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
+
+
+def _verify_build(build_report: Path, options: Any, json_out: Path | None, quiet: bool) -> None:
+    """Verify each built/cached target of a build report by image ID; one run report out."""
+    from imagesmith import pipeline
+    from imagesmith.engine import Engine
+    from imagesmith.progress import make_display
+
+    out = build_report.parent
+    data = pipeline.read_build(out) if build_report.name == "report.json" else json.loads(build_report.read_text())
+    results = pipeline.build_results(data)
+    display = make_display(f"verifying {sum(r.ok for r in results)} images", quiet)
+    try:
+        outcomes = pipeline.verify_results(Engine(), results, options, out, display)
+    finally:
+        display.close()
+    path = pipeline.write_run_report(out, data, outcomes, None)
+    if json_out and json_out.resolve() != path.resolve():
+        from imagesmith.atomic import write_text
+
+        write_text(json_out, path.read_text())
+    if not quiet:
+        _print_outcomes(outcomes)
+    failed = [t for t, o in outcomes.items() if not o.ok]
+    if failed:
+        raise UserError(f"verification failed for {len(failed)} of {len(outcomes)} images: {', '.join(failed)}")
 
 
 def verify_failures(report: dict[str, Any]) -> str:
@@ -285,6 +422,54 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "-"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+# -- doctor / report ----------------------------------------------------------------------------
+
+
+@cli.command("doctor")
+@click.option("--matrix", "-m", "matrix_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Check the host against this matrix (default: ./matrix.yaml when there is one).")
+@click.option("--release", is_flag=True, help="This host also publishes: a missing registry login is a failure, not a warning.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON (schema imagesmith.doctor/1).")
+@click.pass_context
+def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool) -> None:
+    """Can this host build and verify? Docker engine, NVIDIA runtime/CDI, GPUs,
+    driver against the matrix's CUDA versions, free disk, registry login.
+
+    Every problem comes with the command that fixes it. Exit 0: ready; 1: not ready."""
+    from imagesmith import doctor
+
+    if matrix_file is not None and not matrix_file.is_file():
+        raise UserError(f"{matrix_file}: no such file")
+    results = doctor.diagnose(matrix=matrix_file, publish=release)
+    if as_json:
+        click.echo(json.dumps(doctor.to_json(results), indent=2))
+    else:
+        print_table("imagesmith doctor", ["check", "status", "detail"], doctor.table_rows(results))
+        fixes = doctor.fix_lines(results)
+        if fixes:
+            click.echo("to fix:\n" + "\n".join(fixes))
+        click.secho(doctor.verdict(results), fg="green" if doctor.ready(results) else "red", bold=True)
+    ctx.exit(doctor.exit_code(results))
+
+
+@cli.command("report")
+@click.argument("report_file", metavar="REPORT.json", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["md", "junit", "html"]), default="md", show_default=True,
+              help="md: a summary for CI job pages; junit: one testcase per target x check; html: a page with charts.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write here (atomically); default: standard output.")
+def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
+    """Render a build, verify or run report (report.json) for people and CI."""
+    from imagesmith import report
+
+    run = report.load(report_file)
+    if out is None:
+        click.echo(report.render(run, fmt), nl=False)
+        return
+    report.write(run, fmt, out)
+    click.echo(f"{out}: {fmt} report of {len(run.targets)} targets ({'ok' if run.ok else 'with failures'})", err=True)
 
 
 # -- entry point --------------------------------------------------------------------------------

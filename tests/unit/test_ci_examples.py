@@ -3,9 +3,6 @@
 
 Commands and options are read from the click group ``imagesmith.cli.cli``
 itself, so a workflow that uses a flag which does not exist fails here.
-Commands the workflows use before cli.py has them are listed in PENDING (the
-proposed interface); once cli.py gains one, its PENDING entry must go, and the
-workflows are checked against the real command.
 """
 
 from __future__ import annotations
@@ -38,20 +35,7 @@ class Spec:
     arguments: tuple[tuple[str, int, bool], ...] = ()  # (name, nargs (-1: any), required)
 
 
-# What the workflows use that cli.py does not have yet: the proposed interface.
-# Once cli.py has one of these, its entry must go (a test below says so), and
-# the workflows are checked against the real thing.
 HELP = {"--help": False, "-h": False}
-PENDING: dict[tuple[str, ...], Spec] = {
-    ("doctor",): Spec({"--matrix": True, "-m": True, "--release": False, "--json": False, **HELP}),
-    ("report",): Spec({"--format": True, "--out": True, **HELP}, {"--format": ("md", "junit", "html")},
-                      (("report_file", 1, True),)),
-    ("publish",): Spec({"--matrix": True, "-m": True, "--run-report": True, "--out": True, **HELP}),
-}
-# Options proposed for commands that exist: verify every image of a build report, write a run report.
-PENDING_OPTIONS: dict[tuple[str, ...], dict[str, bool]] = {
-    ("verify",): {"--build-report": True},
-}
 
 
 # -- the click tree -----------------------------------------------------------------------
@@ -84,15 +68,10 @@ def resolve(words: list[str]) -> tuple[tuple[str, ...], Spec | None, list[str], 
         name = rest.pop(0)
         sub = command.commands.get(name)
         if sub is None:
-            pending = PENDING.get(path + (name,))
-            if pending is None:
-                known = ", ".join(sorted(command.commands))
-                return path, None, rest, [f"imagesmith {' '.join(path + (name,))}: no such command (has: {known})"]
-            return path + (name,), pending, rest, []
+            known = ", ".join(sorted(command.commands))
+            return path, None, rest, [f"imagesmith {' '.join(path + (name,))}: no such command (has: {known})"]
         command, path = sub, path + (name,)
-    spec = spec_of(command)
-    extra = PENDING_OPTIONS.get(path, {})
-    return path, Spec({**spec.options, **extra}, spec.choices, spec.arguments), rest, []
+    return path, spec_of(command), rest, []
 
 
 def problems(words: list[str]) -> list[str]:
@@ -241,20 +220,6 @@ def find(path: tuple[str, ...]) -> click.Command | None:
         command = command.commands.get(name) if isinstance(command, click.Group) else None
     return command
 
-
-@pytest.mark.parametrize("path", sorted(PENDING), ids=lambda p: " ".join(p))
-def test_pending_commands_are_still_missing(path: tuple[str, ...]) -> None:
-    assert find(path) is None, (f"imagesmith {' '.join(path)} now exists in cli.py: delete its PENDING entry in "
-                                f"{Path(__file__).name} so the workflows are checked against the real command")
-
-
-@pytest.mark.parametrize("path", sorted(PENDING_OPTIONS), ids=lambda p: " ".join(p))
-def test_pending_options_are_still_missing(path: tuple[str, ...]) -> None:
-    command = find(path)
-    assert command is not None, f"imagesmith {' '.join(path)} is gone from cli.py"
-    present = set(PENDING_OPTIONS[path]) & set(spec_of(command).options)
-    assert not present, (f"imagesmith {' '.join(path)} now has {', '.join(sorted(present))}: delete it from "
-                         f"PENDING_OPTIONS in {Path(__file__).name}")
 
 
 # The checker itself must catch what it is for (so the tests above can fail).
