@@ -82,6 +82,8 @@ def expected_from(labels: Mapping[str, str], expect: Mapping[str, str]) -> dict[
     declared = {k: labels.get(LABEL + k) or None for k in core}
     if declared.get("cuda") == "cpu":
         declared["cuda"] = None
+    if declared.get("cudnn"):  # the wheel says 9.24.0.43; torch reports three parts (9.24.0)
+        declared["cudnn"] = ".".join(str(declared["cudnn"]).split(".")[:3])
     pins = [s.partition("==") for s in labels.get(LABEL + "packages", "").split()]
     packages = {name: version for name, _, version in pins if version}
     for key, value in expect.items():
