@@ -47,7 +47,7 @@ class Cell:
     python: str
     os: str
     cudnn: str | None = None
-    origin: KeyPath = field(default=(), compare=False)
+    origin: tuple[KeyPath, ...] = field(default=(), compare=False)  # where torch, cuda, python, os were written
 
     def label(self) -> str:
         return " ".join(f"{a}={getattr(self, a)}" for a in AXES)
@@ -342,7 +342,7 @@ def _expand(ctx: Ctx, raw: Any) -> list[Cell]:
 
 def _product_cell(combo: dict[str, Any], cudnn: str | None) -> Cell:
     origin = tuple(path for _, path in combo["_origin"])
-    return Cell(*(combo[a] for a in AXES), cudnn=cudnn, origin=origin)  # type: ignore[arg-type]
+    return Cell(combo["torch"], combo["cuda"], combo["python"], combo["os"], cudnn=cudnn, origin=origin)
 
 
 def _include(ctx: Ctx, cells: list[Cell], entry: dict[str, str], path: KeyPath, cudnn: str | None) -> list[Cell]:
@@ -358,7 +358,7 @@ def _include(ctx: Ctx, cells: list[Cell], entry: dict[str, str], path: KeyPath, 
         ctx.error(path, f"this include matches no cell, so it adds one, but it lacks {', '.join(missing)}")
         return cells
     origin = tuple(path + (a,) for a in AXES)
-    return cells + [Cell(*(entry[a] for a in AXES), cudnn=entry.get("cudnn", cudnn), origin=origin)]
+    return cells + [Cell(entry["torch"], entry["cuda"], entry["python"], entry["os"], cudnn=entry.get("cudnn", cudnn), origin=origin)]
 
 
 def _with(cell: Cell, extra: Mapping[str, str]) -> Cell:
@@ -369,7 +369,7 @@ def _with(cell: Cell, extra: Mapping[str, str]) -> Cell:
 
 
 def _check_cell(ctx: Ctx, cell: Cell, layers: Sequence[Layer], base_images: Mapping[str, str]) -> None:
-    where = dict(zip(AXES, cell.origin)) if len(cell.origin) == 4 else {}
+    where: dict[str, KeyPath] = dict(zip(AXES, cell.origin)) if len(cell.origin) == 4 else {}
     release = ctx.kb.resolve_torch(cell.torch)
     if release is None:
         known = ", ".join(ctx.kb.torch_lines())

@@ -3,6 +3,7 @@ except ``write``/``read`` of plan.json, and no docker."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -206,7 +207,7 @@ def expand(matrix: Matrix, date: str, kb: compat.KnowledgeBase | None = None) ->
 
 
 def _with_floating(t: Target, floating: tuple[str, ...]) -> Target:
-    return Target(**{**t.__dict__, "floating": floating})
+    return dataclasses.replace(t, floating=floating)
 
 
 def _check_tags(matrix: Matrix, targets: list[Target]) -> None:
@@ -246,7 +247,7 @@ def _target(d: Mapping[str, Any]) -> Target:
     pip = dict(d["pip"])
     for key in ("extra_index_urls", "find_links", "trusted_hosts"):
         pip[key] = tuple(pip[key])
-    rest = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in d if k not in ("versions", "pip")}
+    rest: dict[str, Any] = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in d if k not in ("versions", "pip")}
     return Target(versions=Versions(**v), pip=PipSources(**pip), **rest)
 
 

@@ -179,5 +179,5 @@ def load() -> KnowledgeBase:
     if override:
         text = Path(override).read_text()
     else:
-        text = resources.files(__package__).joinpath("data", DATA_FILE).read_text()
+        text = resources.files(__package__).joinpath("data").joinpath(DATA_FILE).read_text()
     return parse(yaml.safe_load(text))
