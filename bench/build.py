@@ -31,7 +31,7 @@ FROM {base}
 RUN apt-get update && apt-get install -y python3-pip
 COPY ca.pem /ca.pem
 ENV PIP_CERT=/ca.pem
-RUN pip3 install --break-system-packages --find-links /wheels {torch}
+RUN pip3 install --break-system-packages {torch}
 """
 
 
@@ -95,6 +95,8 @@ def main() -> None:
         sizes = {r.target: r.size_bytes for r in cold.results}
         warm_s, warm = timed_build(path, engine, out)
         rows.append(row("warm (nothing changed)", warm_s, warm, f"{sum(r.status == 'cached' for r in warm.results)} cached"))
+        one_s, one = timed_build(path, engine, out, only=("cu130",), layers=("base",))
+        rows.append(row("warm, the CUDA base alone", one_s, one, f"{sum(r.status == 'cached' for r in one.results)} cached"))
         touch_project(path)
         part_s, part = timed_build(path, engine, out)
         rows.append(row("project requirement changed", part_s, part))
@@ -102,17 +104,26 @@ def main() -> None:
         naive_tag = f"imagesmith-bench/naive:{run}"
         naive_cold, naive_size = naive_build(engine, base, f"torch=={torch}", naive_tag, Path("/etc/ssl/certs/ca-certificates.crt"))
         naive_warm, _ = naive_build(engine, base, f"torch=={torch}", naive_tag, Path("/etc/ssl/certs/ca-certificates.crt"))
+        naive_layers = [(h["CreatedBy"][-70:], h["Size"]) for h in engine.history(naive_tag) if h["Size"] > 1e6]
         rows.append({"run": "naive cold (single stage)", "seconds": round(naive_cold, 1), "built": 1, "targets": 1, "ok": True, "note": f"torch=={torch}"})
         rows.append({"run": "naive warm (docker cache)", "seconds": round(naive_warm, 1), "built": 0, "targets": 1, "ok": True, "note": ""})
         ours = sizes.get(next(t for t in sizes if t.endswith("cu130-py3.11-debian12-base")), 0)
         result = {"schema": "imagesmith.bench-build/1", "matrix": str(args.matrix), "rows": rows,
                   "sizes_bytes": sizes, "naive_size_bytes": naive_size, "ours_cuda_base_bytes": ours,
-                  "warm_over_cold": round(warm_s / cold_s, 4)}
+                  "warm_over_cold": round(warm_s / cold_s, 4), "naive_layers": naive_layers,
+                  "pip_cache_in_naive_bytes": pip_cache_bytes(naive_tag)}
         print_table(result)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
         if not args.keep:
-            cleanup(engine, [naive_tag, base] + [f"{repository}:{t}" for t in sizes])
+            caches = [f"imagesmith-cache:{r.context_hash.split(':', 1)[1]}" for rep in (cold, part) for r in rep.results if r.context_hash]
+            cleanup(engine, [naive_tag] + [f"{repository}:{t}" for t in sizes] + sorted(set(caches)) + [base])
+
+
+def pip_cache_bytes(tag: str) -> int:
+    proc = subprocess.run(["docker", "run", "--rm", "--entrypoint", "du", tag, "-sb", "/root/.cache/pip"],
+                          capture_output=True, text=True)
+    return int(proc.stdout.split()[0]) if proc.returncode == 0 and proc.stdout else 0
 
 
 def print_table(result: dict) -> None:
@@ -123,6 +134,10 @@ def print_table(result: dict) -> None:
     for target, size in result["sizes_bytes"].items():
         print(f"{target:44} {size / 1e9:8.2f}")
     print(f"{'naive single-stage (same torch, same base)':44} {result['naive_size_bytes'] / 1e9:8.2f}")
+    print("\nnaive image, layers over 1 MB:")
+    for created_by, size in result["naive_layers"]:
+        print(f"  {size / 1e9:6.2f} GB  {created_by}")
+    print(f"  of which pip's cache (/root/.cache/pip): {result['pip_cache_in_naive_bytes'] / 1e9:.2f} GB")
 
 
 def cleanup(engine: Engine, refs: list[str]) -> None:

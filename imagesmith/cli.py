@@ -362,7 +362,8 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
     else:
         from imagesmith.engine import Engine
 
-        outcome = verify.verify_image(Engine(), image or "", options, pull=not no_pull)
+        progress = None if quiet else (lambda line: click.echo(line, err=True))
+        outcome = verify.verify_image(Engine(), image or "", options, pull=not no_pull, progress=progress)
     if json_out:
         from imagesmith.atomic import write_text
 

@@ -73,6 +73,7 @@ class RunSpec:
     timeout_s: float = 600.0
     labels: Mapping[str, str] = field(default_factory=dict)
     user: str | None = None  # None: the image's own user
+    on_stderr: LineSink | None = None  # live lines of the container's stderr (progress)
 
 
 def device_requests(gpus: str) -> list[DeviceRequest]:
@@ -248,6 +249,8 @@ class Engine:
             if spec.files:
                 container.put_archive("/", tar_files(spec.files, spec.files_dir))
             container.start()
+            if spec.on_stderr is not None:
+                _follow(container, spec.on_stderr)
             return self._wait(container, spec.timeout_s)
         finally:
             _remove(container)
@@ -275,6 +278,22 @@ class Engine:
     def containers_with_label(self, label: str, value: str | None = None) -> list[str]:
         flt = f"{label}={value}" if value is not None else label
         return [c.id for c in self.client.containers.list(all=True, filters={"label": flt})]
+
+
+def _follow(container: Any, sink: LineSink) -> None:
+    """Stream the container's stderr lines to ``sink`` on a daemon thread."""
+    def pump() -> None:
+        buf = b""
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=False, stderr=True):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    sink(line.decode(errors="replace"))
+        except Exception:  # noqa: BLE001 - the container went away: nothing more to show
+            return
+
+    threading.Thread(target=pump, name="container-logs", daemon=True).start()
 
 
 def _remove(container: Any) -> None:

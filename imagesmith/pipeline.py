@@ -39,7 +39,8 @@ def verify_results(engine: Any, results: list[build.TargetResult], options: veri
             continue
         display.update(r.target, "verifying")
         try:
-            outcome = verify.verify_image(engine, r.image_id, options, pull=False)
+            outcome = verify.verify_image(engine, r.image_id, options, pull=False,
+                                          progress=lambda line, t=r.target: display.update(t, "verifying", line.strip()[:100]))
         except UserError as exc:
             outcome = verify.VerifyOutcome(verify.failed_report("payload.start", str(exc), options.tier))
         write_text(out / r.target / "verify.json", json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")

@@ -179,7 +179,8 @@ def _sampler(options: VerifyOptions, factory: Callable[[], Sampler] | None) -> S
 
 
 def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
-                 sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True) -> VerifyOutcome:
+                 sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
+                 progress: Callable[[str], None] | None = None) -> VerifyOutcome:
     """Start ``ref`` with the payload inside; never leaves a container behind."""
     from imagesmith.engine import RunSpec
 
@@ -195,7 +196,7 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
                    nano_cpus=int(options.cpus * 1e9) if options.cpus else None,
                    network_disabled=True, timeout_s=options.timeout_s,
                    labels={"io.imagesmith.run": f"verify-{os.getpid()}"},
-                   environment={"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"})
+                   environment={"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}, on_stderr=progress)
     sampler = _sampler(options, sampler_factory if not _remote_engine() else None)
     report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options), sampler)
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)}
@@ -230,8 +231,7 @@ def _container_report(engine: Any, spec: Any, options: VerifyOptions) -> dict[st
     except Exception as exc:  # the engine refused to create or start it
         if NO_GPU_RUNTIME in str(exc) and not options.require_gpu:
             return _without_gpus(engine, spec, options)
-        detail = GPU_RUNTIME_FIX if NO_GPU_RUNTIME in str(exc) else f"the container did not start: {exc}"
-        return failed_report("payload.start", detail, options.tier)
+        return failed_report("payload.start", _why_no_start(str(exc)), options.tier)
     if result.timed_out:
         return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s (verify.timeout / --timeout)", options.tier)
     report = parse_marker(result.stdout)
@@ -250,10 +250,21 @@ def _without_gpus(engine: Any, spec: Any, options: VerifyOptions) -> dict[str, A
     return report
 
 
+NO_PYTHON = "the image has no python3 on its PATH, so nothing in it can be verified"
+
+
+def _why_no_start(error: str) -> str:
+    if NO_GPU_RUNTIME in error:
+        return GPU_RUNTIME_FIX
+    if "executable file not found" in error and "python3" in error:
+        return NO_PYTHON
+    return f"the container did not start: {error}"
+
+
 def _why_no_report(code: int, output: str) -> str:
     last = output.strip().splitlines()[-3:] if output.strip() else []
     if "python3" in output and ("not found" in output or "No such file" in output):
-        return "the image has no python3 on its PATH, so nothing in it can be verified"
+        return NO_PYTHON
     return f"the payload exited {code} without a report: " + " | ".join(last)
 
 

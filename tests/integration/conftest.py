@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterator
 import pytest
 
 # The build tests' fixtures live in engine_fixtures.py; registered here.
-from tests.integration.engine_fixtures import build_matrix, debian_base, engine, private_index  # noqa: F401
+from tests.integration.engine_fixtures import (  # noqa: F401
+    build_matrix, built_images, cuda_base, debian_base, engine, private_index)
 
 CERTS_D = Path("/etc/docker/certs.d")
 USER, PASSWORD = "robot$ml+ci", "it-s3cret:pw"

@@ -71,13 +71,14 @@ class MatrixFactory:
     folder: Path
     repository: str = field(default_factory=lambda: f"imagesmith-test/m{uuid.uuid4().hex[:8]}")
 
-    def __call__(self, layers: str, extra: str = LOCAL_SOURCES, files: dict[str, str] | None = None) -> Path:
+    def __call__(self, layers: str, extra: str = LOCAL_SOURCES, files: dict[str, str] | None = None,
+                 torch: str = "2.13", cuda: str = "cpu") -> Path:
         for name, text in (files or {}).items():
             (self.folder / name).write_text(text)
         path = self.folder / "matrix.yaml"
         path.write_text(
             f"image:\n  repository: {self.repository}\n  labels: {{{TEST_LABEL}: '{RUN}'}}\n"
-            "matrix:\n  torch: ['2.13']\n  cuda: [cpu]\n  python: ['3.11']\n  os: [debian12]\n"
+            f"matrix:\n  torch: ['{torch}']\n  cuda: ['{cuda}']\n  python: ['3.11']\n  os: [debian12]\n"
             f"base_images:\n  debian12: {self.base}\n" + layers + extra)
         return path
 
@@ -179,3 +180,44 @@ def docker_save_contains(ref: str, needles: list[str]) -> list[str]:
 
 
 Factory = Callable[..., Path]
+
+
+@dataclass
+class BuiltImages:
+    """Images built once per session by imagesmith itself, for verify tests."""
+
+    cpu_base: str
+    repository: str
+
+
+def _build_base(engine: Engine, debian_base: str, folder: Path, **cell: str) -> tuple[str, MatrixFactory]:
+    from imagesmith import build, matrix, plan
+
+    factory = MatrixFactory(engine, debian_base, folder)
+    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", **cell))
+    report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
+    assert report.ok, [r.error for r in report.results]
+    return report.results[0].image_id or "", factory
+
+
+@pytest.fixture(scope="session")
+def built_images(engine: Engine, debian_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltImages]:
+    image, factory = _build_base(engine, debian_base, tmp_path_factory.mktemp("cpu-base"))
+    yield BuiltImages(image, factory.repository)
+    factory.cleanup()
+
+
+@pytest.fixture(scope="session")
+def cuda_base(engine: Engine, debian_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """torch 2.14.1 with CUDA 13.0 from its nvidia-* wheels (about 6 GB)."""
+    image, factory = _build_base(engine, debian_base, tmp_path_factory.mktemp("cuda-base"), torch="2.14", cuda="13.0")
+    yield image
+    factory.cleanup()
+
+
+def docker_build(engine: Engine, dockerfile: str, tag: str, folder: Path) -> str:
+    """A hand-written image (planted faults) with the plain docker CLI."""
+    (folder / "Dockerfile").write_text(dockerfile)
+    proc = subprocess.run(["docker", "build", "-q", "-t", tag, str(folder)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return tag

@@ -1,0 +1,133 @@
+"""imagesmith verify against real images in CPU mode, with planted faults.
+
+Each fault is a small image made FROM a torch 2.13.0+cpu base that imagesmith
+built; the verdict and the message must name the fault.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from imagesmith import verify
+from imagesmith.engine import Engine
+from tests.integration.engine_fixtures import BuiltImages, docker_build
+
+pytestmark = pytest.mark.integration
+OPTIONS = verify.VerifyOptions(tier="quick", gpus="all", timeout_s=300)
+
+
+@pytest.fixture()
+def planted(engine: Engine, tmp_path: Path) -> Iterator:
+    made: list[str] = []
+
+    def make(dockerfile: str) -> str:
+        tag = docker_build(engine, dockerfile, f"imagesmith-test/fault:{uuid.uuid4().hex[:8]}", tmp_path)
+        made.append(tag)
+        return tag
+
+    yield make
+    for tag in made:
+        engine.remove_image(tag)
+
+
+def checks(outcome: verify.VerifyOutcome) -> dict[str, dict]:
+    return {c["id"]: c for c in outcome.report["checks"]}
+
+
+def test_a_good_image_passes_in_cpu_mode(engine: Engine, built_images: BuiltImages) -> None:
+    outcome = verify.verify_image(engine, built_images.cpu_base, OPTIONS)
+    by_id = checks(outcome)
+    assert outcome.ok, [c for c in by_id.values() if c["status"] == "fail"]
+    assert by_id["versions.torch"]["status"] == "pass" and by_id["security.user"]["status"] == "pass"
+    assert by_id["matmul.fp32"]["status"] == "pass" and by_id["gpu.devices"]["status"] == "skip"
+    assert outcome.report["schema"] == "imagesmith.verify-report/1" and outcome.report["image"]["id"] == built_images.cpu_base
+    assert engine.containers_with_label("io.imagesmith.run") == []  # the container is always removed
+
+
+def test_labels_declaring_another_torch_fail(engine: Engine, built_images: BuiltImages, planted) -> None:
+    image = planted(f"FROM {built_images.cpu_base}\nLABEL io.imagesmith.torch=2.9.1\n")
+    by_id = checks(verify.verify_image(engine, image, OPTIONS))
+    assert by_id["versions.torch"]["status"] == "fail"
+    assert "2.9.1" in by_id["versions.torch"]["detail"] and "2.13.0" in by_id["versions.torch"]["detail"]
+
+
+def test_expect_overrides_the_labels(engine: Engine, built_images: BuiltImages) -> None:
+    options = verify.VerifyOptions(tier="quick", gpus="none", expect={"torch": "2.12.0"}, timeout_s=300)
+    assert checks(verify.verify_image(engine, built_images.cpu_base, options))["versions.torch"]["status"] == "fail"
+
+
+def test_no_torch_at_all_fails_with_a_clear_message(engine: Engine, built_images: BuiltImages, planted) -> None:
+    image = planted(f"FROM {built_images.cpu_base}\nUSER 0\nRUN /opt/venv/bin/pip uninstall -y -q torch\nUSER 1000\n")
+    outcome = verify.verify_image(engine, image, OPTIONS)
+    assert not outcome.ok
+    detail = checks(outcome)["versions.torch"]["detail"]
+    assert "torch" in detail and ("not installed" in detail or "import" in detail), detail
+
+
+def test_an_image_without_python_fails_with_a_clear_message(engine: Engine, debian_base: str) -> None:
+    outcome = verify.verify_image(engine, debian_base, OPTIONS)
+    (check,) = outcome.report["checks"]
+    assert check["status"] == "fail" and "no python3" in check["detail"], check
+
+
+def test_root_user_is_flagged(engine: Engine, built_images: BuiltImages, planted) -> None:
+    image = planted(f"FROM {built_images.cpu_base}\nUSER 0\n")
+    by_id = checks(verify.verify_image(engine, image, OPTIONS))
+    assert by_id["security.user"]["status"] == "fail" and "root" in by_id["security.user"]["detail"]
+
+
+def test_a_timeout_kills_the_container_and_fails(engine: Engine, built_images: BuiltImages) -> None:
+    options = verify.VerifyOptions(tier="standard", gpus="none", timeout_s=3, only=("leak",))
+    outcome = verify.verify_image(engine, built_images.cpu_base, options)
+    assert [c["id"] for c in outcome.report["checks"]] == ["payload.timeout"]
+    assert engine.containers_with_label("io.imagesmith.run") == []
+
+
+def run_payload(engine: Engine, image: str, config: dict) -> dict:
+    """The payload's own entry point in a container (as on a bare host)."""
+    from imagesmith.engine import RunSpec
+
+    files = verify.payload_files() | {"config.json": json.dumps(config).encode()}
+    spec = RunSpec(image=image, command=["python3", "/opt/imagesmith/verify/run.py", "--config",
+                                         "/opt/imagesmith/verify/config.json", "--only", "leak", "--emit-marker"],
+                   files=files, files_dir="/opt/imagesmith/verify", timeout_s=300)
+    report = verify.parse_marker(engine.run(spec).stdout)
+    assert report is not None
+    return {c["id"]: c for c in report["checks"]}
+
+
+def test_the_leak_detector_catches_an_injected_leak_and_passes_a_clean_loop(engine: Engine, built_images: BuiltImages) -> None:
+    leaky = run_payload(engine, built_images.cpu_base, {"tier": "standard", "leak_inject_mib": 1})
+    assert leaky["leak.device"]["status"] == "fail", leaky["leak.device"]["detail"]
+    assert leaky["leak.device"]["data"]["caught_after_s"] is not None and leaky["leak.device"]["data"]["caught_after_s"] <= 10
+    clean = run_payload(engine, built_images.cpu_base, {"tier": "standard"})
+    assert clean["leak.device"]["status"] == "pass", clean["leak.device"]["detail"]
+
+
+def test_cli_verify_writes_a_report_and_sets_the_exit_code(built_images: BuiltImages, tmp_path: Path) -> None:
+    out = tmp_path / "v.json"
+    ok = subprocess.run([sys.executable, "-m", "imagesmith.cli", "verify", built_images.cpu_base, "--json", str(out), "-q"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(out.read_text())["summary"]["ok"] is True
+    bad = subprocess.run([sys.executable, "-m", "imagesmith.cli", "verify", built_images.cpu_base, "--expect", "torch=1.0", "-q"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.strip() == "error: verification failed: versions.torch"
+
+
+def test_cudnn_removed_from_a_cuda_image_fails(engine: Engine, cuda_base: str, planted) -> None:
+    good = checks(verify.verify_image(engine, cuda_base, OPTIONS))
+    assert good["libs.cudnn"]["status"] == "pass" and good["versions.cudnn"]["status"] == "pass"
+    image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm -rf /opt/venv/lib/python3.11/site-packages/nvidia/cudnn\nUSER 1000\n")
+    outcome = verify.verify_image(engine, image, OPTIONS)
+    bad = checks(outcome)
+    assert not outcome.ok
+    assert bad["libs.cudnn"]["status"] == "fail" and "cuDNN" in bad["libs.cudnn"]["detail"], bad["libs.cudnn"]
+    assert bad["versions.torch"]["status"] == "fail", bad["versions.torch"]  # torch links cuDNN: it no longer imports
