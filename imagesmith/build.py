@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from imagesmith import render
+from imagesmith import render, schemas
 from imagesmith.atomic import write_text
 from imagesmith.engine import Engine, RunSpec
 from imagesmith.errors import BuildError, UserError
@@ -30,7 +30,7 @@ from imagesmith.resources import payload_dir
 from imagesmith.sources import SourceServer
 from imagesmith.versions import matches
 
-REPORT_SCHEMA = "imagesmith.build-report/1"
+REPORT_SCHEMA = schemas.BUILD_REPORT
 HASH_SCHEMA = "imagesmith.context/1"
 LABEL_HASH = "io.imagesmith.context-hash"
 # The cache index: one tag per context hash. (A label cannot serve: the classic

@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from imagesmith import compat
+from imagesmith import compat, schemas
 from imagesmith.errors import UserError
 from imagesmith.hostinfo import HostInfo, inventory
 from imagesmith.versions import version_key
 
-SCHEMA = "imagesmith.doctor/1"
+SCHEMA = schemas.DOCTOR
 OK, WARN, FAIL = "ok", "warn", "fail"
 GB = 10**9
 MIN_API = "1.40"  # Docker 19.03: the first engine that takes device requests (--gpus)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from imagesmith import build, verify
 from imagesmith.atomic import write_text
@@ -39,8 +39,7 @@ def verify_results(engine: Any, results: list[build.TargetResult], options: veri
             continue
         display.update(r.target, "verifying")
         try:
-            outcome = verify.verify_image(engine, r.image_id, options, pull=False,
-                                          progress=lambda line, t=r.target: display.update(t, "verifying", line.strip()[:100]))
+            outcome = verify.verify_image(engine, r.image_id, options, pull=False, progress=_progress(display, r.target))
         except UserError as exc:
             outcome = verify.VerifyOutcome(verify.failed_report("payload.start", str(exc), options.tier))
         write_text(out / r.target / "verify.json", json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")
@@ -49,6 +48,10 @@ def verify_results(engine: Any, results: list[build.TargetResult], options: veri
                        f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip")
         outcomes[r.target] = outcome
     return outcomes
+
+
+def _progress(display: Display, target: str) -> Callable[[str], None]:
+    return lambda line: display.update(target, "verifying", line.strip()[:100])
 
 
 def read_build(out: Path) -> dict[str, Any]:

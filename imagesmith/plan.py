@@ -9,13 +9,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from imagesmith import compat, tags
+from imagesmith import compat, schemas, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.matrix import BUILTIN_PARENTS, Cell, Layer, Matrix, sort_cells
 from imagesmith.versions import major
 
-PLAN_SCHEMA = "imagesmith.plan/1"
+PLAN_SCHEMA = schemas.PLAN
 PYTHON_BUILD_STANDALONE = "uv"  # how a Python the OS lacks is installed
 
 
@@ -168,6 +168,8 @@ def layer_packages(layer: Layer, v: Versions) -> tuple[str, ...]:
         if name in pins and pins[name] is None:
             raise ValidationError(problems=[Problem(f"layers.{layer.name}.packages: torch {v.torch} has no matching {name} release")])
         out.append(f"{name}=={pins[name]}" if name in pins else spec.strip())
+    if layer.jupyter.enabled:
+        out.append(f"jupyterlab=={layer.jupyter.version}")
     return tuple(out)
 
 

@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from imagesmith import tags
+from imagesmith import schemas, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
@@ -40,7 +40,7 @@ from imagesmith.progress import Display, QuietDisplay
 from imagesmith.registry import Credentials, Manifest, redact
 from imagesmith.versions import cuda_variant, major, minor
 
-RELEASE_SCHEMA = "imagesmith.release/1"
+RELEASE_SCHEMA = schemas.RELEASE
 LABEL = "io.imagesmith."
 DONE = ("pushed", "unchanged")
 T = TypeVar("T")

@@ -30,13 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from imagesmith import __version__, charts
+from imagesmith import __version__, charts, schemas
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 
-BUILD_SCHEMA = "imagesmith.build-report/1"
-VERIFY_SCHEMA = "imagesmith.verify-report/1"
-RUN_SCHEMA = "imagesmith.run-report/1"
+BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA = schemas.BUILD_REPORT, schemas.VERIFY_REPORT, schemas.RUN_REPORT
 SCHEMAS = (BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA)
 FORMATS = ("md", "junit", "html")
 STATUSES = ("pass", "warn", "fail", "skip")

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from imagesmith import compat
+from imagesmith import compat, schemas
 from imagesmith.errors import UserError
 from imagesmith.resources import payload_dir
 
-REPORT_SCHEMA = "imagesmith.verify-report/1"
-CONFIG_SCHEMA = "imagesmith.verify-config/1"
+REPORT_SCHEMA, CONFIG_SCHEMA = schemas.VERIFY_REPORT, schemas.VERIFY_CONFIG
 MARKER = "@@IMAGESMITH-REPORT@@ "
 IN_CONTAINER = "/opt/imagesmith/verify"
 LAYER_CHECKS = ("cv", "nlp")
