@@ -23,7 +23,7 @@ $(BIN)/imagesmith: pyproject.toml
 install: $(BIN)/imagesmith  ## imagesmith and its test tools in .venv
 
 base: host install         ## the Debian bases examples/local.yaml builds on (debootstrap, once)
-	@for os in debian12; do \
+	@for os in debian12 debian13; do \
 	  docker image inspect imagesmith/debian:$$(case $$os in debian12) echo bookworm;; debian13) echo trixie;; esac) >/dev/null 2>&1 \
 	    || $(BIN)/imagesmith base bootstrap --os $$os; \
 	done

@@ -387,7 +387,7 @@ def test_publish_takes_image_and_tag_policy_from_the_matrix(world: World) -> Non
     assert [p["reference"] for p in report.pushed()] == [
         "127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130",
         "127.0.0.1:5000/imagesmith/local:latest", "127.0.0.1:5000/imagesmith/local:v2.14-base",
-        "127.0.0.1:5000/imagesmith/local:v2.14-cuda13.0-cudnn9-base"]
+        "127.0.0.1:5000/imagesmith/local:v2.14-cuda13.0-cudnn9-py3.11-debian12-base"]
 
 
 # -- credentials ------------------------------------------------------------------------------------------
