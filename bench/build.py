@@ -56,8 +56,10 @@ def naive_build(engine: Engine, base: str, torch: str, tag: str, ca: Path) -> tu
     return seconds, info.size if info else 0
 
 
-def with_base(src: Path, base: str, folder: Path, repository: str) -> Path:
-    text = src.read_text().replace("imagesmith/debian:bookworm", base).replace("repository: imagesmith/local", f"repository: {repository}")
+def with_base(src: Path, bases: dict[str, str], folder: Path, repository: str) -> Path:
+    text = src.read_text().replace("repository: imagesmith/local", f"repository: {repository}")
+    for old, new in bases.items():
+        text = text.replace(old, new)
     for item in src.parent.iterdir():
         if item.is_dir():
             shutil.copytree(item, folder / item.name, dirs_exist_ok=True)
@@ -85,12 +87,16 @@ def main() -> None:
     args = ap.parse_args()
     engine, run = Engine(), uuid.uuid4().hex[:6]
     base, _ = bootstrap.bootstrap(engine, "debian12", f"imagesmith-bench/debian:bookworm-{run}")
+    trixie, _ = bootstrap.bootstrap(engine, "debian13", f"imagesmith-bench/debian:trixie-{run}")
     repository = f"imagesmith-bench/local-{run}"
     with tempfile.TemporaryDirectory() as tmp:
-        path = with_base(args.matrix.resolve(), base, Path(tmp), repository)
+        path = with_base(args.matrix.resolve(), {"imagesmith/debian:bookworm": base, "imagesmith/debian:trixie": trixie},
+                         Path(tmp), repository)
         out = Path(tmp, "build")
         rows, sizes = [], {}
         cold_s, cold = timed_build(path, engine, out)
+        if not cold.ok:
+            raise SystemExit("cold build failed: " + "; ".join(f"{r.target}: {r.error}" for r in cold.results if not r.ok))
         rows.append(row("cold", cold_s, cold))
         sizes = {r.target: r.size_bytes for r in cold.results}
         warm_s, warm = timed_build(path, engine, out)
@@ -117,7 +123,7 @@ def main() -> None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
         if not args.keep:
             caches = [f"imagesmith-cache:{r.context_hash.split(':', 1)[1]}" for rep in (cold, part) for r in rep.results if r.context_hash]
-            cleanup(engine, [naive_tag] + [f"{repository}:{t}" for t in sizes] + sorted(set(caches)) + [base])
+            cleanup(engine, [naive_tag] + [f"{repository}:{t}" for t in sizes] + sorted(set(caches)) + [base, trixie])
 
 
 def pip_cache_bytes(tag: str) -> int:

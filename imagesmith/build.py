@@ -179,7 +179,8 @@ class Builder:
         for t in self.plan.targets:
             self.results[t.id].dockerfile = str(self.out / t.id / "Dockerfile")
             self.results[t.id].log = str(self.out / t.id / "build.log")
-        self.base_ids = {ref: self._base_id(ref) for ref in sorted({t.base_image for t in self.plan.targets if not t.parent})}
+        bases = {t.base_image: t.versions.os for t in self.plan.targets if not t.parent}
+        self.base_ids = {ref: self._base_id(ref, os_key) for ref, os_key in sorted(bases.items())}
         server = SourceServer(self.matrix.sources, self.environ)
         if server.needed:
             if self.matrix.sources.network != "host":
@@ -187,7 +188,7 @@ class Builder:
             self.server = server.start()
             self.redact = Redactor(server.redactions())
 
-    def _base_id(self, ref: str) -> str:
+    def _base_id(self, ref: str, os_key: str) -> str:
         info = self.engine.image(ref)
         if info is None:
             self.display.note(f"pulling base image {ref}")
@@ -195,7 +196,7 @@ class Builder:
                 info = self.engine.pull(ref)
             except UserError as exc:
                 raise UserError(f"base image {ref} is not in the engine and cannot be pulled ({exc}); "
-                                f"on a host with no registry make it: imagesmith base bootstrap --os <os> --tag {ref}") from None
+                                f"on a host with no registry make it: imagesmith base bootstrap --os {os_key} --tag {ref}") from None
         return info.id
 
     # -- the DAG ---------------------------------------------------------------------

@@ -337,7 +337,7 @@ def _status_of(message: str, detail: Mapping[str, Any]) -> int:
 
 def registry_hint(ref: str, status: int | None, message: str, action: str) -> str:
     """A registry failure as one line with what to do about it."""
-    host = ref.split("/", 1)[0] if "/" in ref else "docker.io"
+    host = registry_host(ref)
     hints = {
         401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD (a Harbor robot account)",
         403: f"the account may not {action} {ref}: give the Harbor robot account {action} permission on the project",
@@ -345,6 +345,13 @@ def registry_hint(ref: str, status: int | None, message: str, action: str) -> st
     }
     hint = hints.get(status or 0, f"check that {host} is reachable and healthy")
     return f"{action} {ref} failed: {message.strip()} ({hint})"
+
+
+def registry_host(ref: str) -> str:
+    """The registry a reference names (Docker's rule: a first component with
+    a dot or a port, or localhost, is a host; otherwise Docker Hub)."""
+    first, sep, _ = ref.partition("/")
+    return first if sep and ("." in first or ":" in first or first == "localhost") else "docker.io"
 
 
 def split_ref(ref: str) -> tuple[str, str | None]:
