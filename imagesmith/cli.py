@@ -338,11 +338,12 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
 @click.option("--no-pull", is_flag=True, help="Never pull IMAGE from its registry.")
 @click.option("--build-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Verify every image this build report built (not IMAGE); --json then writes a run report.")
+@CREDENTIALS_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
                python_exe: str | None, require_gpu: bool, timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
-               build_report: Path | None, quiet: bool) -> None:
+               build_report: Path | None, credentials_file: Path | None, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -362,8 +363,13 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
     else:
         from imagesmith.engine import Engine
 
+        from imagesmith.engine import registry_host
+        from imagesmith.registry import resolve_credentials
+
+        creds = resolve_credentials(registry_host(image or ""), None, credentials_file)
         progress = None if quiet else (lambda line: click.echo(line, err=True))
-        outcome = verify.verify_image(Engine(), image or "", options, pull=not no_pull, progress=progress)
+        outcome = verify.verify_image(Engine(), image or "", options, pull=not no_pull, progress=progress,
+                                      auth=creds.auth_config() if creds else None)
     if json_out:
         from imagesmith.atomic import write_text
 
@@ -415,6 +421,8 @@ def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
     rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",
              _fmt(c.get("percent_of_baseline")), (c.get("detail") or "")[:110]] for c in report.get("checks", [])]
     print_table(title, ["check", "status", "value", "threshold", "unit", "% base", "detail"], rows)
+    for digest in (report.get("image") or {}).get("digests", []):
+        click.echo(f"verified {digest}")
     for note in report.get("notes", []):
         click.secho(f"note: {note}", fg="yellow", err=True)
 

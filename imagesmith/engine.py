@@ -177,7 +177,8 @@ class Engine:
         try:
             self.client.api.pull(repo, tag=tag, auth_config=dict(auth) if auth else None)
         except docker.errors.APIError as exc:
-            raise RegistryError(registry_hint(ref, exc.status_code, _short(exc), "pull")) from None
+            status = exc.status_code if exc.status_code in (401, 403, 404) else _status_of(_short(exc), {})
+            raise RegistryError(registry_hint(ref, status, _short(exc), "pull")) from None
         info = self.image(ref)
         if info is None:
             raise RegistryError(f"pulled {ref} but it is not in the engine")

@@ -179,12 +179,14 @@ def _sampler(options: VerifyOptions, factory: Callable[[], Sampler] | None) -> S
 
 def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
                  sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
-                 progress: Callable[[str], None] | None = None) -> VerifyOutcome:
-    """Start ``ref`` with the payload inside; never leaves a container behind."""
+                 progress: Callable[[str], None] | None = None,
+                 auth: Mapping[str, str] | None = None) -> VerifyOutcome:
+    """Start ``ref`` with the payload inside; never leaves a container behind.
+    An image that is not local is pulled (with ``auth``) unless ``pull`` is off."""
     from imagesmith.engine import RunSpec
 
     kb, started, t0 = kb or compat.load(), _now(), time.monotonic()
-    info = engine.image(ref) or (engine.pull(ref) if pull else None)
+    info = engine.image(ref) or (engine.pull(ref, auth) if pull else None)
     if info is None:
         raise UserError(f"image {ref} is not in the engine (and --no-pull was given)")
     config = payload_config(info.labels, options, kb)
