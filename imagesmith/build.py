@@ -37,6 +37,7 @@ LABEL_HASH = "io.imagesmith.context-hash"
 # builder copies build labels onto intermediate images, and children inherit them.)
 CACHE_REPOSITORY = "imagesmith-cache"
 LABEL_RUN = "io.imagesmith.run"
+LABEL_STAGE = "io.imagesmith.stage"
 TAIL_LINES = 20
 
 
@@ -143,7 +144,8 @@ class Redactor:
 
 class Builder:
     def __init__(self, plan: Plan, matrix: Matrix, engine: Engine, out: Path, jobs: int = 2,
-                 display: Display | None = None, environ: Mapping[str, str] | None = None) -> None:
+                 display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True) -> None:
+        self.prune = prune
         self.plan, self.matrix, self.engine, self.out = plan, matrix, engine, out
         self.jobs = max(1, jobs)
         self.display = display or QuietDisplay()
@@ -168,8 +170,25 @@ class Builder:
             self.engine.remove_containers(LABEL_RUN, self.run_id)
         report = BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
                              [self.results[t.id] for t in self.plan.targets])
+        if self.prune and report.ok:
+            self._prune()
         write_text(self.out / "report.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
         return report
+
+    # -- disk -----------------------------------------------------------------------
+    def _prune(self) -> None:
+        """After a fully successful run: drop builder stages (dangling, labelled
+        builder) and cache entries of superseded builds of these targets."""
+        freed = self.engine.prune_dangling(f"{LABEL_STAGE}=builder")
+        for t in self.plan.targets:
+            current = self.results[t.id].image_id
+            for info in self.engine.images_with_label("io.imagesmith.target", t.id):
+                stale = info.id != current and info.labels.get(LABEL_STAGE) != "builder" \
+                    and info.labels.get("org.opencontainers.image.title") == self.matrix.image.repository
+                for tag in (tag for tag in info.tags if stale and tag.startswith(f"{CACHE_REPOSITORY}:")):
+                    self.engine.untag(tag)
+        if freed:
+            self.display.note(f"pruned builder stages: {freed / 1e9:.1f} GB freed")
 
     # -- preparation --------------------------------------------------------------
     def _prepare(self) -> None:
@@ -322,8 +341,9 @@ class Builder:
             outcome = self.engine.build(self.out / t.id, t.image, self._real_args(t, parent_id), labels,
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
-        if outcome.image_id is None:
-            result.status, result.error = ("cancelled" if outcome.error == "cancelled" else "failed"), self.redact(outcome.error or "")
+        if outcome.error or outcome.image_id is None:  # an error wins over any image ID seen before it
+            result.status = "cancelled" if outcome.error == "cancelled" else "failed"
+            result.error = self.redact(outcome.error or "the engine reported no image")
             return
         result.image_id, result.status = outcome.image_id, "built"
 

@@ -184,6 +184,8 @@ REGISTRY_CA_OPTION = click.option(
 @click.option("--only", multiple=True, help="Targets whose id contains this (with their ancestors); repeatable.")
 @click.option("--layer", "layers", multiple=True, help="Only this layer (with its ancestors); repeatable.")
 @click.option("--verify", "do_verify", is_flag=True, help="Verify each built image (the matrix's verify: settings).")
+@click.option("--prune/--no-prune", default=True, show_default=True,
+              help="After a fully successful build, remove builder stages and superseded cache entries of these targets.")
 @click.option("--push", is_flag=True, help="Verify each built image, then tag and push those that passed.")
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
 @CREDENTIALS_OPTION
@@ -191,7 +193,7 @@ REGISTRY_CA_OPTION = click.option(
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
-              do_verify: bool, push: bool, date: str | None, credentials_file: Path | None,
+              do_verify: bool, prune: bool, push: bool, date: str | None, credentials_file: Path | None,
               registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
@@ -206,7 +208,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     engine = Engine()
     display = make_display(f"building {len(p.targets)} targets", quiet or as_json)
     try:
-        report = build.Builder(p, m, engine, out, jobs, display).run()
+        report = build.Builder(p, m, engine, out, jobs, display, prune=prune).run()
     finally:
         display.close()
     _print_build(report, out, quiet, as_json and not (push or do_verify))

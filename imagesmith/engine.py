@@ -155,6 +155,21 @@ class Engine:
         if not self.client.api.tag(image_id, repository, tag, force=True):
             raise EngineError(f"could not tag {image_id[:19]} as {repository}:{tag}")
 
+    def prune_dangling(self, label: str) -> int:
+        """Remove dangling (untagged, unused) images with ``label``; bytes freed."""
+        result = self.client.images.prune(filters={"dangling": True, "label": label})
+        return int(result.get("SpaceReclaimed") or 0)
+
+    def untag(self, ref: str) -> None:
+        """Remove one tag; the image stays while other tags or children use it."""
+        try:
+            self.client.api.remove_image(ref, force=False, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # in use by a container: leave it
+                raise EngineError(f"removing {ref}: {_short(exc)}") from None
+
     def remove_image(self, ref: str, force: bool = True) -> None:
         try:
             self.client.api.remove_image(ref, force=force, noprune=False)
