@@ -156,6 +156,8 @@ class Builder:
         self.contexts: dict[str, render.Context] = {}
         self.base_ids: dict[str, str] = {}
         self.server: SourceServer | None = None
+        self._pending_server: SourceServer | None = None
+        self._lock = threading.Lock()
         self.redact = Redactor([])
 
     # -- public ---------------------------------------------------------------------
@@ -170,7 +172,7 @@ class Builder:
             self.engine.remove_containers(LABEL_RUN, self.run_id)
         report = BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
                              [self.results[t.id] for t in self.plan.targets])
-        if self.prune and report.ok:
+        if self.prune and report.ok and any(r.status == "built" for r in report.results):
             self._prune()
         write_text(self.out / "report.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
         return report
@@ -204,8 +206,14 @@ class Builder:
         if server.needed:
             if self.matrix.sources.network != "host":
                 raise UserError("sources use local folders or credentials, which the build reaches on 127.0.0.1: set sources.network: host")
-            self.server = server.start()
+            self._pending_server = server  # started by the first target that really builds
             self.redact = Redactor(server.redactions())
+
+    def _sources(self) -> SourceServer | None:
+        with self._lock:
+            if self.server is None and self._pending_server is not None:
+                self.server = self._pending_server.start()
+            return self.server
 
     def _base_id(self, ref: str, os_key: str) -> str:
         info = self.engine.image(ref)
@@ -285,8 +293,9 @@ class Builder:
 
     def _real_args(self, t: Target, parent_id: str) -> dict[str, str]:
         args = self.logical_args(t)
-        if self.server:
-            rewrite = self.server.rewrite
+        server = self._sources()
+        if server:
+            rewrite = server.rewrite
             args = {k: " ".join(rewrite(u) for u in v.split()) if k != "PIP_TRUSTED_HOST" else v for k, v in args.items()}
             args["PIP_TRUSTED_HOST"] = " ".join(filter(None, [args["PIP_TRUSTED_HOST"], "127.0.0.1"]))
         args.update(self._proxy_args())

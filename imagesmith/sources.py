@@ -140,7 +140,8 @@ class SourceServer:
         assert self._httpd is not None
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
-        threading.Thread(target=self._httpd.serve_forever, name="imagesmith-sources", daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         name="imagesmith-sources", daemon=True).start()
         return self
 
     def _stable_port(self) -> int:
