@@ -82,7 +82,7 @@ def touch_project(path: Path) -> None:
 
 def row(name: str, seconds: float, report: build.BuildReport | None, note: str = "") -> dict:
     built = [r.target for r in report.results if r.status == "built"] if report else []
-    return {"run": name, "seconds": round(seconds, 1), "built": len(built), "targets": len(report.results) if report else 1,
+    return {"run": name, "seconds": round(seconds, 3), "built": len(built), "targets": len(report.results) if report else 1,
             "ok": report.ok if report else True, "note": note or ", ".join(t.rsplit("-", 1)[1] for t in built)}
 
 
