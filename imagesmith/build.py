@@ -26,7 +26,6 @@ from imagesmith.errors import BuildError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
-from imagesmith.resources import payload_dir
 from imagesmith.sources import SourceServer
 from imagesmith.versions import matches
 
@@ -287,8 +286,7 @@ class Builder:
     def logical_args(self, t: Target) -> dict[str, str]:
         """Build arguments as the plan states them (hashed; no ports, no secrets)."""
         pip = t.pip
-        extra = [u for u in [pip.index_url or "https://pypi.org/simple", *pip.extra_index_urls] if u != pip.torch_index_url]
-        return {"PIP_INDEX_URL": pip.torch_index_url, "PIP_EXTRA_INDEX_URL": " ".join(dict.fromkeys(extra)),
+        return {"PIP_INDEX_URL": pip.torch_index_url, "PIP_EXTRA_INDEX_URL": " ".join(pip.extras()),
                 "PIP_FIND_LINKS": " ".join(pip.find_links), "PIP_TRUSTED_HOST": " ".join(pip.trusted_hosts)}
 
     def _real_args(self, t: Target, parent_id: str) -> dict[str, str]:
@@ -375,9 +373,10 @@ class Builder:
             self.engine.remove_image(result.image_id)  # never reused from cache
 
     def _run_facts(self, image_id: str) -> dict[str, Any]:
-        script = (payload_dir() / "facts.py").read_bytes()
-        spec = RunSpec(image=image_id, command=["python3", "/opt/imagesmith/facts.py"], files={"facts.py": script},
-                       labels={LABEL_RUN: self.run_id}, timeout_s=300)
+        from imagesmith.verify import IN_CONTAINER, payload_files
+
+        spec = RunSpec(image=image_id, command=["python3", f"{IN_CONTAINER}/facts.py"], files=payload_files(),
+                       files_dir=IN_CONTAINER, labels={LABEL_RUN: self.run_id}, timeout_s=300)
         run = self.engine.run(spec)
         if run.exit_code != 0:
             raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")

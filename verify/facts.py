@@ -11,26 +11,18 @@ import platform
 import sys
 from importlib import metadata
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from imagesmith_payload.judge import cudnn_version_string, nccl_version_string  # noqa: E402
+from imagesmith_payload.parsers import os_tag, parse_os_release  # noqa: E402
+
 
 def os_key():
-    info = {}
     try:
         with open("/etc/os-release") as fh:
-            for line in fh:
-                key, _, value = line.strip().partition("=")
-                info[key] = value.strip('"')
+            return os_tag(parse_os_release(fh.read()))
     except OSError:
         return "unknown"
-    version = info.get("VERSION_ID", "")
-    return info.get("ID", "") + (version if info.get("ID") == "ubuntu" else version.replace(".", ""))
-
-
-def cudnn_string(number):
-    if not number:
-        return None
-    if number >= 90000:  # cuDNN 9: major*10000 + minor*100 + patch
-        return "%d.%d.%d" % (number // 10000, number % 10000 // 100, number % 100)
-    return "%d.%d.%d" % (number // 1000, number % 1000 // 100, number % 100)
 
 
 def torch_facts():
@@ -40,12 +32,13 @@ def torch_facts():
         return {"torch_error": "%s: %s" % (type(exc).__name__, exc)}
     out = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": None, "nccl": None}
     try:
-        out["cudnn"] = cudnn_string(torch.backends.cudnn.version())
+        code = torch.backends.cudnn.version()
+        out["cudnn"] = cudnn_version_string(int(code)) if code else None
     except Exception as exc:  # noqa: BLE001
         out["cudnn_error"] = str(exc)
     try:
         nccl = torch.cuda.nccl.version() if torch.version.cuda else None
-        out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else (str(nccl) if nccl else None)
+        out["nccl"] = nccl_version_string(nccl) if nccl else None
     except Exception as exc:  # noqa: BLE001
         out["nccl_error"] = str(exc)
     return out
