@@ -51,6 +51,11 @@ class PipSources:
     find_links: tuple[str, ...] = ()
     trusted_hosts: tuple[str, ...] = ()
 
+    def extras(self) -> tuple[str, ...]:
+        """Indexes after the torch index (PyPI unless another is set), without repeats."""
+        urls = [self.index_url or "https://pypi.org/simple", *self.extra_index_urls]
+        return tuple(dict.fromkeys(u for u in urls if u != self.torch_index_url))
+
 
 @dataclass(frozen=True)
 class Target:

@@ -67,11 +67,6 @@ def _packages_label(plan: Plan, matrix: Matrix, t: Target) -> str:
     return " ".join(s for a in _ancestors(plan, t) + [t] for s in _pins(matrix, a))
 
 
-def _extra_index_urls(t: Target) -> list[str]:
-    urls = [t.pip.index_url or "https://pypi.org/simple", *t.pip.extra_index_urls]
-    return [u for i, u in enumerate(urls) if u != t.pip.torch_index_url and u not in urls[:i]]
-
-
 def _services_label(layer: Layer) -> str:
     on = [f"sshd:{layer.sshd.port}"] if layer.sshd.enabled else []
     return " ".join(on + ([f"jupyter:{layer.jupyter.bind}:{layer.jupyter.port}"] if layer.jupyter.enabled else []))
@@ -87,7 +82,7 @@ def _variables(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase) 
         "has_requirements": layer.requirements is not None,
         "os_python": kb.os[t.versions.os].python, "uv_version": UV_VERSION,
         "packages_label": _packages_label(plan, matrix, t), "services_label": _services_label(layer),
-        "extra_index_urls": _extra_index_urls(t),
+        "extra_index_urls": list(t.pip.extras()),
         "lineage": " ".join(a.layer for a in _ancestors(plan, t) + [t]),
     }
 
