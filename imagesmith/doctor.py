@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from imagesmith import compat, schemas
 from imagesmith.errors import UserError
 from imagesmith.hostinfo import HostInfo, inventory
+from imagesmith.registry import ENV_PASSWORD, ENV_USER, config_host
 from imagesmith.versions import version_key
 
 SCHEMA = schemas.DOCTOR
@@ -40,7 +41,7 @@ GPU_HOOK = "nvidia-container-runtime-hook"  # what docker --gpus runs (nvidia-co
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
-USER_ENV, PASSWORD_ENV = "IMAGESMITH_REGISTRY_USER", "IMAGESMITH_REGISTRY_PASSWORD"
+USER_ENV, PASSWORD_ENV = ENV_USER, ENV_PASSWORD
 
 # What each layer adds to the engine's disk, in GB: the one table doctor estimates with.
 LAYER_GB: Mapping[str, float] = {"base:cuda": 6.0, "base:cpu": 1.3, "cv": 0.6, "nlp": 0.3, "project": 0.1}
@@ -429,19 +430,14 @@ def _credentials(f: Facts, host: str) -> str:
     helper = next((helpers[k] for k in keys if k in helpers), None)
     if helper:
         return f"credential helper docker-credential-{helper}"
-    auths = {_registry_host(k): v for k, v in (f.docker_config.get("auths") or {}).items()}
-    entry = next((auths[_registry_host(k)] for k in keys if _registry_host(k) in auths), None)
+    auths = {config_host(k): v for k, v in (f.docker_config.get("auths") or {}).items()}
+    entry = next((auths[config_host(k)] for k in keys if config_host(k) in auths), None)
     if entry is None:
         return ""
     if isinstance(entry, Mapping) and (entry.get("auth") or entry.get("identitytoken")):
         return "docker login (config.json)"
     store = f.docker_config.get("credsStore")
     return f"docker login (credential store docker-credential-{store})" if store else ""
-
-
-def _registry_host(key: str) -> str:
-    """``https://harbor.example.com/v2/`` -> ``harbor.example.com``."""
-    return key.split("://", 1)[-1].split("/", 1)[0].lower()
 
 
 def _is_loopback(host: str) -> bool:

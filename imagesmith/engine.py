@@ -22,6 +22,7 @@ import docker.errors
 from docker.types import DeviceRequest
 
 from imagesmith.errors import EngineError, RegistryError
+from imagesmith.registry import ENV_PASSWORD, ENV_USER
 
 LineSink = Callable[[str], None]
 RUN_LABEL = "io.imagesmith.run"
@@ -355,7 +356,7 @@ def registry_hint(ref: str, status: int | None, message: str, action: str) -> st
     """A registry failure as one line with what to do about it."""
     host = registry_host(ref)
     hints = {
-        401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD (a Harbor robot account)",
+        401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set {ENV_USER}/{ENV_PASSWORD} (a Harbor robot account)",
         403: f"the account may not {action} {ref}: give the Harbor robot account {action} permission on the project",
         404: f"{ref} or its project does not exist on {host}: create the Harbor project first",
     }

@@ -56,10 +56,19 @@ class Credentials:
         """What the docker SDK takes as ``auth_config``."""
         return {"username": self.username, "password": self.password}
 
+    def basic_header(self) -> str:
+        """An HTTP ``Authorization`` value (basic auth)."""
+        return "Basic " + _b64(f"{self.username}:{self.password}")
+
+    def secrets(self) -> list[str]:
+        """Every form of the secret that may leak into text: the password and
+        its base64 forms, longest first."""
+        found = {self.password, _b64(f"{self.username}:{self.password}"), _b64(self.password)}
+        return sorted((s for s in found if len(s) >= 3), key=len, reverse=True)
+
     def redact(self, text: str) -> str:
         """``text`` with the password (and its base64 forms) replaced by ****."""
-        secrets = {self.password, _b64(f"{self.username}:{self.password}"), _b64(self.password)}
-        for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
+        for secret in self.secrets():
             text = text.replace(secret, "****")
         return text
 
@@ -140,9 +149,14 @@ def from_docker_config(host: str, path: Path, helper: HelperRunner = run_credent
     return None
 
 
+def config_host(key: str) -> str:
+    """A docker config ``auths`` key as a host: ``https://harbor.example.com/v2/`` -> ``harbor.example.com``."""
+    return key.split("://", 1)[-1].split("/", 1)[0].lower()
+
+
 def _auth_entry(auths: Mapping[str, Any], host: str) -> Mapping[str, Any] | None:
     for key, entry in auths.items():
-        if re.sub(r"^https?://", "", key).split("/", 1)[0] == host and isinstance(entry, Mapping):
+        if config_host(key) == host.lower() and isinstance(entry, Mapping):
             return entry
     return None
 

@@ -11,7 +11,6 @@ loopback for the duration of a build.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import http.server
 import os
@@ -27,6 +26,7 @@ from typing import Mapping
 
 from imagesmith.errors import UserError
 from imagesmith.matrix import Credential, Sources
+from imagesmith.registry import Credentials, from_file
 
 PORT_BASE, PORT_SPAN = 20000, 20000
 
@@ -39,34 +39,17 @@ def local_path(url: str) -> Path:
     return Path(urllib.parse.urlparse(url).path if url.startswith("file://") else url)
 
 
-@dataclass(frozen=True)
-class Secret:
-    """A credential for one host, read from the environment or a file."""
-
-    host: str
-    username: str
-    password: str
-
-    def header(self) -> str:
-        return "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-
-    def redactions(self) -> list[str]:
-        raw = f"{self.username}:{self.password}"
-        return [s for s in (self.password, raw, base64.b64encode(raw.encode()).decode()) if len(s) >= 4]
-
-
-def read_secret(cred: Credential, environ: Mapping[str, str] | None = None) -> Secret:
-    env = os.environ if environ is None else environ
+def read_secret(cred: Credential, environ: Mapping[str, str] | None = None) -> Credentials:
+    """The credential for one index host, from a ``user:password`` file or the environment."""
     if cred.file:
-        try:
-            user, _, password = cred.file.read_text().strip().partition(":")
-        except OSError as exc:
-            raise UserError(f"sources.credentials: cannot read {cred.file}: {exc.strerror}") from None
-        return Secret(cred.host, user, password)
+        found = from_file(cred.file)
+        assert found is not None
+        return found
+    env = os.environ if environ is None else environ
     password = env.get(cred.password_env or "", "")
     if not password:
         raise UserError(f"sources.credentials: {cred.password_env} is not set; export it (the password or token for {cred.host})")
-    return Secret(cred.host, env.get(cred.username_env or "", "") or "__token__", password)
+    return Credentials(env.get(cred.username_env or "", "") or "__token__", password, f"environment ({cred.password_env})")
 
 
 @dataclass
@@ -74,7 +57,7 @@ class Routes:
     """URL prefix -> local folder, and prefix -> (upstream origin, secret)."""
 
     folders: dict[str, Path] = field(default_factory=dict)
-    upstreams: dict[str, tuple[str, Secret]] = field(default_factory=dict)
+    upstreams: dict[str, tuple[str, Credentials]] = field(default_factory=dict)
 
 
 class SourceServer:
@@ -82,7 +65,7 @@ class SourceServer:
 
     def __init__(self, sources: Sources, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None) -> None:
         self.sources = sources
-        self.secrets = [read_secret(c, environ) for c in sources.credentials]
+        self.secrets = {c.host: read_secret(c, environ) for c in sources.credentials}
         self.routes = Routes()
         self.ca_bundle = ca_bundle or sources.ca_bundle
         self._httpd: http.server.ThreadingHTTPServer | None = None
@@ -112,11 +95,10 @@ class SourceServer:
         tail = "" if is_links else "/" + path.name
         return f"http://127.0.0.1:{self.port}/{prefix}{tail}/"
 
-    def _secret_for(self, url: str) -> Secret | None:
-        host = urllib.parse.urlparse(url).hostname or ""
-        return next((s for s in self.secrets if s.host == host), None)
+    def _secret_for(self, url: str) -> Credentials | None:
+        return self.secrets.get(urllib.parse.urlparse(url).hostname or "")
 
-    def _proxy(self, url: str, secret: Secret) -> str:
+    def _proxy(self, url: str, secret: Credentials) -> str:
         parsed = urllib.parse.urlparse(url)
         origin = f"{parsed.scheme}://{parsed.netloc.rpartition('@')[2]}"
         prefix = f"auth/{hashlib.sha256(origin.encode()).hexdigest()[:8]}"
@@ -124,7 +106,7 @@ class SourceServer:
         return f"http://127.0.0.1:{self.port}/{prefix}{parsed.path}"
 
     def redactions(self) -> list[str]:
-        return [r for s in self.secrets for r in s.redactions()]
+        return [r for c in self.secrets.values() for r in c.secrets()]
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> "SourceServer":
@@ -194,7 +176,7 @@ def _handler(server: SourceServer) -> type[http.server.BaseHTTPRequestHandler]:
 
         def _proxy(self, route: str, tail: str) -> None:
             origin, secret = server.routes.upstreams[route]
-            request = urllib.request.Request(f"{origin}/{tail}", headers={"Authorization": secret.header()})
+            request = urllib.request.Request(f"{origin}/{tail}", headers={"Authorization": secret.basic_header()})
             try:
                 with urllib.request.urlopen(request, context=server.ssl_context(), timeout=120) as resp:
                     self._relay(resp.status, resp.headers.get("Content-Type", ""), resp.read(), origin, route)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A local OCI registry for the main job: Debian's docker-registry (CNCF
 # distribution) on 127.0.0.1:5000 with htpasswd auth. Idempotent.
-#   scripts/local-registry.sh start   start it (if not running); print env to use
+#   scripts/local-registry.sh start   start it (if not running); say where its credentials file is
 #   scripts/local-registry.sh stop
 set -euo pipefail
 dir="${IMAGESMITH_REGISTRY_DIR:-$PWD/.cache/registry}"
@@ -28,7 +28,7 @@ CONF
             sleep 0.2
         done
     fi
-    echo "export IMAGESMITH_REGISTRY_USER=$user IMAGESMITH_REGISTRY_PASSWORD_FILE=$dir/password"
+    echo "registry on 127.0.0.1:$port; credentials (user:password) in $dir/credentials: imagesmith ... --credentials $dir/credentials"
     ;;
 stop)
     [ -f "$dir/pid" ] && kill "$(cat "$dir/pid")" 2>/dev/null || true
