@@ -26,6 +26,7 @@ from imagesmith.errors import BuildError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
+from imagesmith.report import log_tail
 from imagesmith.sources import SourceServer
 from imagesmith.versions import matches
 
@@ -37,7 +38,6 @@ LABEL_HASH = "io.imagesmith.context-hash"
 CACHE_REPOSITORY = "imagesmith-cache"
 LABEL_RUN = "io.imagesmith.run"
 LABEL_STAGE = "io.imagesmith.stage"
-TAIL_LINES = 20
 
 
 @dataclass
@@ -117,13 +117,6 @@ def _differs(what: str, want: str | None, have: Any) -> str:
     if have is None or not matches(".".join(want.split(".")[:3]), str(have)):
         return f"{what}: plan says {want}, image has {have or 'none'}"
     return ""
-
-
-def tail(path: Path, n: int = TAIL_LINES) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()[-n:]
-    except OSError:
-        return []
 
 
 class Redactor:
@@ -390,5 +383,5 @@ def failure_summary(report: BuildReport) -> list[str]:
         if r.status != "failed":
             continue
         lines += [f"FAILED {r.target}: {r.error}", f"  Dockerfile: {r.dockerfile}", f"  log: {r.log}"]
-        lines += [f"  | {line}" for line in tail(Path(r.log))]
+        lines += [f"  | {line}" for line in log_tail(r.log)]
     return lines

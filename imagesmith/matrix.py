@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from imagesmith import compat
+from imagesmith.tags import DOCKER_TAG, TAG_FIELDS
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.located import KeyPath, Lines, dotted, line_of, load_located
 from imagesmith.versions import matches, version_key
@@ -25,11 +26,6 @@ BUILTIN_PARENTS = {"base": None, "cv": "base", "nlp": "base", "project": "cv"}
 BASE_FROM = ("os", "cuda-runtime", "cuda-devel")
 NETWORK_MODES = ("default", "host", "none")
 TIERS = ("quick", "standard", "soak")
-TAG_FIELDS = (
-    "torch", "torch_minor", "torch_major", "cuda", "cudnn", "cudnn_major", "nccl",
-    "python", "os", "layer", "date", "accel", "variant", "cell",
-)
-DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 PIP_PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*===?\s*[^\s,;]+\s*(;.*)?$")
 KB_PINNED = ("torch", "torchvision", "torchaudio")
 

@@ -251,10 +251,11 @@ def load(path: Path, read_log: Callable[[str], list[str]] | None = None) -> Run:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
-    return parse(raw, str(path), read_log or _read_log_tail)
+    return parse(raw, str(path), read_log or log_tail)
 
 
-def _read_log_tail(log: str) -> list[str]:
+def log_tail(log: str) -> list[str]:
+    """The last lines of a build log (what a failure summary shows)."""
     try:
         return Path(log).read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
     except OSError:

@@ -13,12 +13,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import semver
 
-from imagesmith.versions import major, minor
+from imagesmith.errors import Problem, ValidationError
+from imagesmith.versions import major, matches, minor
 
 if TYPE_CHECKING:
     from imagesmith.matrix import FloatingTag, TagPolicy
 
 DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# What a tag template may use: the keys of facts(), and the build date.
+TAG_FIELDS = (
+    "torch", "torch_minor", "torch_major", "cuda", "cudnn", "cudnn_major", "nccl",
+    "python", "os", "layer", "date", "accel", "variant", "cell",
+)
 _PEP440 = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:(a|b|rc)(\d+))?(?:\.?dev(\d+))?(?:\+.*)?$")
 
 
@@ -59,8 +65,6 @@ def to_semver(version: str) -> semver.Version:
 
 
 def matches_when(when: Iterable[tuple[str, str]], fields: Mapping[str, str]) -> bool:
-    from imagesmith.versions import matches
-
     return all(matches(v, fields.get(k, "")) if k == "torch" else fields.get(k) == v for k, v in when)
 
 
@@ -110,8 +114,6 @@ def ambiguities(ft: "FloatingTag", items: Sequence[tuple[str, Mapping[str, str]]
 
 def plan_floating(policy: "TagPolicy", items: Sequence[tuple[str, Mapping[str, str]]]) -> dict[str, tuple[str, ...]]:
     """Target id -> the floating tags it would get if every target verified."""
-    from imagesmith.errors import Problem, ValidationError
-
     problems = [p for ft in policy.floating for p in ambiguities(ft, items)]
     if problems:
         raise ValidationError(problems=[Problem(p, path="tags.floating") for p in problems])

@@ -76,3 +76,7 @@ def test_an_ambiguous_floating_tag_is_a_plan_error() -> None:
     assert str(info.value.problems[0]) == (
         "tags.floating: floating tag 'v2.9' would point at 2 images of torch 2.9.1 (py311, py312); "
         "add fields to the tag or narrow it with when: (e.g. when: {cuda: ..., python: ..., os: ...})")
+
+
+def test_tag_fields_are_what_facts_provides_plus_the_date() -> None:
+    assert set(fields("2.9.1")) == set(tags.TAG_FIELDS)
