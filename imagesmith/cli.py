@@ -274,7 +274,7 @@ def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str
 
     m, date = load_matrix(matrix_file), date or today()
     p = plan_mod.expand(m, date)
-    results = pipeline.build_results(pipeline.read_build(out))
+    results = pipeline.build_results(pipeline.read_build(out / "report.json"))
     outcomes = pipeline.read_outcomes(out, [r.target for r in results], run_report)
     display = make_display(f"publishing to {m.image.name}", quiet)
     try:
@@ -389,7 +389,7 @@ def _verify_build(build_report: Path, options: Any, json_out: Path | None, quiet
     from imagesmith.progress import make_display
 
     out = build_report.parent
-    data = pipeline.read_build(out) if build_report.name == "report.json" else json.loads(build_report.read_text())
+    data = pipeline.read_build(build_report)
     results = pipeline.build_results(data)
     display = make_display(f"verifying {sum(r.ok for r in results)} images", quiet)
     try:

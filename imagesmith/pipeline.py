@@ -54,12 +54,12 @@ def _progress(display: Display, target: str) -> Callable[[str], None]:
     return lambda line: display.update(target, "verifying", line.strip()[:100])
 
 
-def read_build(out: Path) -> dict[str, Any]:
-    path = out / "report.json"
+def read_build(path: Path) -> dict[str, Any]:
+    """A build report (OUT/report.json), its schema checked."""
     try:
         data = dict(json.loads(path.read_text()))
     except (OSError, ValueError) as exc:
-        raise UserError(f"no readable build report at {path} ({exc}); run imagesmith build --out {out} first") from None
+        raise UserError(f"no readable build report at {path} ({exc}); run imagesmith build --out {path.parent} first") from None
     if data.get("schema") != build.REPORT_SCHEMA:
         raise UserError(f"{path}: schema {data.get('schema')!r} is not {build.REPORT_SCHEMA}; build again")
     return data
