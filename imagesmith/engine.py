@@ -148,9 +148,6 @@ class Engine:
     def history(self, ref: str) -> list[dict[str, Any]]:
         return list(self.client.api.history(ref))
 
-    def save(self, ref: str) -> Iterator[bytes]:
-        yield from self.client.images.get(ref).save(named=False)
-
     # -- images ----------------------------------------------------------------
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         if not self.client.api.tag(image_id, repository, tag, force=True):

@@ -35,9 +35,8 @@ def _walk(node: yaml.Node, path: KeyPath, lines: Lines) -> Any:
         for key_node, value_node in node.value:
             key = _scalar.construct_object(key_node)
             key = key if isinstance(key, str) else str(key)
-            lines[path + (key,)] = key_node.start_mark.line + 1
             out[key] = _walk(value_node, path + (key,), lines)
-            lines[path + (key,)] = key_node.start_mark.line + 1
+            lines[path + (key,)] = key_node.start_mark.line + 1  # a key is located at its own line
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_walk(item, path + (i,), lines) for i, item in enumerate(node.value)]
