@@ -198,7 +198,7 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
                    network_disabled=True, timeout_s=options.timeout_s,
                    labels={"io.imagesmith.run": f"verify-{os.getpid()}"},
                    environment={"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}, on_stderr=progress)
-    sampler = _sampler(options, sampler_factory if not _remote_engine() else None)
+    sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
     report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options), sampler)
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)}
     return VerifyOutcome(finish(report, image, nvml, started, time.monotonic() - t0))
