@@ -84,7 +84,9 @@ def test_root_user_is_flagged(engine: Engine, built_images: BuiltImages, planted
 
 
 def test_a_timeout_kills_the_container_and_fails(engine: Engine, built_images: BuiltImages) -> None:
-    options = verify.VerifyOptions(tier="standard", gpus="none", timeout_s=3, only=("leak",))
+    # a one-minute soak of the leak check certainly outlives a 3 s limit (a single
+    # standard-tier leak run can finish inside it on a fast machine)
+    options = verify.VerifyOptions(tier="soak", soak_minutes=1, gpus="none", timeout_s=3, only=("leak",))
     outcome = verify.verify_image(engine, built_images.cpu_base, options)
     assert [c["id"] for c in outcome.report["checks"]] == ["payload.timeout"]
     assert engine.containers_with_label("io.imagesmith.run") == []
