@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from imagesmith import render, schemas
+from imagesmith import cudabuild, cudalayer, render, schemas
 from imagesmith.atomic import write_text
 from imagesmith.engine import Engine, RunSpec
 from imagesmith.errors import BuildError, UserError
@@ -69,6 +69,8 @@ class BuildReport:
     seconds: float
     base_images: dict[str, str]
     results: list[TargetResult]
+    cuda_layers: list[dict[str, Any]] = field(default_factory=list)  # cudabuild.CudaResult, one per (set, OS base)
+    base_image_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -77,6 +79,7 @@ class BuildReport:
     def to_json(self) -> dict[str, Any]:
         return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
                 "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": self.base_images,
+                "cuda_layers": self.cuda_layers, "base_image_bytes": self.base_image_bytes,
                 "targets": [asdict(r) for r in self.results]}
 
 
@@ -147,7 +150,9 @@ class Builder:
         self.results = {t.id: TargetResult(t.id, image=t.image) for t in plan.targets}
         self.contexts: dict[str, render.Context] = {}
         self.base_ids: dict[str, str] = {}
+        self.base_bytes: dict[str, int] = {}
         self.server: SourceServer | None = None
+        self.cuda: cudabuild.CudaImages | None = None
         self._pending_server: SourceServer | None = None
         self._lock = threading.Lock()
         self.redact = Redactor([])
@@ -163,7 +168,8 @@ class Builder:
                 self.server.stop()
             self.engine.remove_containers(LABEL_RUN, self.run_id)
         report = BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
-                             [self.results[t.id] for t in self.plan.targets])
+                             [self.results[t.id] for t in self.plan.targets], self.cuda.report() if self.cuda else [],
+                             self.base_bytes)
         if self.prune and report.ok and any(r.status == "built" for r in report.results):
             self._prune()
         write_text(self.out / "report.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
@@ -188,7 +194,7 @@ class Builder:
     def _prepare(self) -> None:
         contexts = render.render_all(self.plan, self.matrix)
         render.write(contexts, self.out)
-        self.contexts = {c.target.id: c for c in contexts}
+        self.contexts = {c.folder: c for c in contexts}
         for t in self.plan.targets:
             self.results[t.id].dockerfile = str(self.out / t.id / "Dockerfile")
             self.results[t.id].log = str(self.out / t.id / "build.log")
@@ -200,6 +206,27 @@ class Builder:
                 raise UserError("sources use local folders or credentials, which the build reaches on 127.0.0.1: set sources.network: host")
             self._pending_server = server  # started by the first target that really builds
             self.redact = Redactor(server.redactions())
+        self._start_cuda()
+
+    def _start_cuda(self) -> None:
+        """Make the CUDA images (OS base + shared CUDA layer) beside the DAG."""
+        if any(t.cuda_set for t in self.plan.targets):
+            epoch = cudalayer.source_date_epoch(dict(self.environ) if self.environ is not None else None)
+            self.cuda = cudabuild.CudaImages(self.plan, self.matrix.image.repository, self.engine, self.out, self.base_ids,
+                                             self._build_context, self.display, epoch, CACHE_REPOSITORY)
+            self.cuda.start()
+
+    def _build_context(self, folder: str, tag: str, t: Target, base_id: str) -> str:
+        """Build a rendered context that is not a target (a CUDA wheel set) with ``t``'s sources."""
+        log_path = self.out / folder / "build.log"
+        with log_path.open("w") as log:
+            def on_line(line: str) -> None:
+                log.write(self.redact(line) + "\n")
+            outcome = self.engine.build(self.out / folder, tag, self._real_args(t, base_id), {},
+                                        "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
+        if outcome.error or outcome.image_id is None:
+            raise BuildError(f"{folder} failed: {self.redact(outcome.error or 'no image')}; log: {log_path}")
+        return outcome.image_id
 
     def _sources(self) -> SourceServer | None:
         with self._lock:
@@ -216,6 +243,7 @@ class Builder:
             except UserError as exc:
                 raise UserError(f"base image {ref} is not in the engine and cannot be pulled ({exc}); "
                                 f"on a host with no registry make it: imagesmith base bootstrap --os {os_key} --tag {ref}") from None
+        self.base_bytes[ref] = info.size
         return info.id
 
     # -- the DAG ---------------------------------------------------------------------
@@ -303,6 +331,8 @@ class Builder:
         return out
 
     def _parent_id(self, t: Target) -> str:
+        if t.cuda_set is not None and self.cuda is not None:
+            return self.cuda.image_for(t)
         if t.parent:
             parent = self.results[t.parent].image_id
             assert parent, "children start only after their parent succeeded"
@@ -329,8 +359,7 @@ class Builder:
     def _docker_build(self, t: Target, result: TargetResult, parent_id: str) -> None:
         self.display.update(t.id, "building")
         log_path = Path(result.log)
-        labels = {LABEL_HASH: result.context_hash,
-                  "org.opencontainers.image.created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        labels = {LABEL_HASH: result.context_hash, "org.opencontainers.image.created": self._created()}
         with log_path.open("w") as log:
             def on_line(line: str) -> None:
                 clean = self.redact(line)
@@ -346,6 +375,12 @@ class Builder:
             result.error = self.redact(outcome.error or "the engine reported no image")
             return
         result.image_id, result.status = outcome.image_id, "built"
+
+    def _created(self) -> str:
+        """The created label: SOURCE_DATE_EPOCH when set (reproducible builds), else now."""
+        epoch = cudalayer.source_date_epoch(dict(self.environ) if self.environ is not None else None)
+        when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc) if epoch is not None else dt.datetime.now(dt.timezone.utc)
+        return when.isoformat(timespec="seconds")
 
     def _measure(self, t: Target, result: TargetResult) -> None:
         """Run facts.py inside the image; a mismatch with the plan fails the target."""

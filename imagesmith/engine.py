@@ -15,7 +15,7 @@ import tarfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import docker
 import docker.errors
@@ -38,6 +38,7 @@ class ImageInfo:
     created: str
     repo_digests: tuple[str, ...] = ()
     parent: str = ""
+    layers: tuple[str, ...] = ()  # RootFS diff IDs, base first
 
 
 @dataclass
@@ -185,6 +186,58 @@ class Engine:
             raise EngineError(f"docker import reported {status} but {repository}:{tag} is not there")
         return info.id
 
+    def image_config(self, ref: str) -> dict[str, Any]:
+        """An image's config exactly as stored (the JSON whose sha256 is its ID),
+        read from ``docker save`` (layers are skipped, not kept)."""
+        info = self.image(ref)
+        if info is None:
+            raise EngineError(f"image {ref} is not in the engine")
+        name = info.id.split(":", 1)[1] + ".json"
+        try:
+            with tarfile.open(fileobj=_ChunkReader(self.client.api.get_image(info.id)), mode="r|") as tar:
+                for member in tar:
+                    if member.name == name:
+                        data = tar.extractfile(member)
+                        return dict(json.loads(data.read())) if data else {}
+        except docker.errors.APIError as exc:
+            raise EngineError(f"reading the config of {ref}: {_short(exc)}") from None
+        raise EngineError(f"docker save of {ref} holds no {name}")
+
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        """``docker load`` of an archive streamed from ``chunks``; the images it loaded."""
+        loaded = []
+        try:
+            for event in self.client.api.load_image(chunks):
+                if "error" in event or "errorDetail" in event:
+                    raise EngineError(f"docker load failed: {event.get('error') or event.get('errorDetail')}")
+                text = str(event.get("stream", ""))
+                if text.startswith("Loaded image"):
+                    loaded.append(text.split(":", 1)[1].strip())
+        except docker.errors.APIError as exc:
+            raise EngineError(f"docker load failed: {_short(exc)}") from None
+        return loaded
+
+    def export_dir(self, image: str, path: str, dest: Path) -> list[Path]:
+        """Copy folder ``path`` of ``image`` (a container is created, never started) into ``dest``."""
+        container = self.client.containers.create(image, ["true"], labels={RUN_LABEL: "export"})
+        try:
+            stream, _ = container.get_archive(path.rstrip("/") + "/.")
+            dest.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
+                for member in tar:
+                    if member.isfile():
+                        target = dest / Path(member.name).name
+                        data = tar.extractfile(member)
+                        assert data is not None
+                        with target.open("wb") as fh:
+                            while block := data.read(1 << 20):
+                                fh.write(block)
+            return sorted(p for p in dest.iterdir() if p.is_file())
+        except docker.errors.APIError as exc:
+            raise EngineError(f"copying {path} out of {image[:19]}: {_short(exc)}") from None
+        finally:
+            _remove(container)
+
     def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
         repo, tag = split_ref(ref)
         try:
@@ -294,6 +347,28 @@ class Engine:
         return [c.id for c in self.client.containers.list(all=True, filters={"label": flt})]
 
 
+class _ChunkReader(io.RawIOBase):
+    """A readable file over an iterator of byte chunks (docker's streamed archives)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks: Iterator[bytes] = iter(chunks)
+        self.view, self.pos = memoryview(b""), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while self.pos >= len(self.view):
+            chunk = next(self.chunks, b"")
+            if not chunk:
+                return 0
+            self.view, self.pos = memoryview(chunk), 0
+        n = min(len(target), len(self.view) - self.pos)
+        target[:n] = self.view[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+
 def _follow(container: Any, sink: LineSink) -> None:
     """Stream the container's stderr lines to ``sink`` on a daemon thread."""
     def pump() -> None:
@@ -330,6 +405,7 @@ def _info(attrs: Mapping[str, Any]) -> ImageInfo:
         created=str(attrs.get("Created", "")),
         repo_digests=tuple(attrs.get("RepoDigests") or ()),
         parent=str(attrs.get("Parent") or ""),
+        layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
     )
 
 

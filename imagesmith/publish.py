@@ -68,6 +68,7 @@ class RegistryLike(Protocol):
     def manifest(self, repo: str, ref: str) -> Manifest | None: ...
     def manifest_digest(self, repo: str, ref: str) -> str | None: ...
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: ...
+    def config(self, repo: str, digest: str) -> dict[str, Any]: ...
     def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: ...
 
 
@@ -191,6 +192,46 @@ def message_of(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+# -- what a push sent ---------------------------------------------------------------------------
+
+UPLOADED = "Pushed"
+ALREADY_THERE = ("Layer already exists", "Mounted from")
+
+
+@dataclass
+class Traffic:
+    """Layers (compressed bytes) one push uploaded, and those the registry already had."""
+
+    pushed_bytes: int = 0
+    pushed_layers: int = 0
+    existing_bytes: int = 0
+    existing_layers: int = 0
+
+    def add(self, other: "Traffic") -> "Traffic":
+        return Traffic(*(a + b for a, b in zip(self.__dict__.values(), other.__dict__.values())))
+
+
+def traffic(manifest_raw: bytes, diff_ids: Sequence[str], lines: Iterable[str]) -> Traffic:
+    """From the engine's push lines ("<12 hex of the diff ID> Pushed" / "Layer
+    already exists" / "Mounted from ...") and the pushed manifest's layer sizes,
+    which pair with the image's diff IDs in order."""
+    status: dict[str, str] = {}
+    for line in lines:
+        short, _, text = line.partition(" ")
+        if text == UPLOADED or text.startswith(ALREADY_THERE):
+            status[short] = text
+    layers = json.loads(manifest_raw or b"{}").get("layers") or []
+    out = Traffic()
+    for layer, diff_id in zip(layers, diff_ids):
+        seen = status.get(diff_id.split(":", 1)[-1][:12], "")
+        size = int(layer.get("size") or 0)
+        if seen == UPLOADED:
+            out.pushed_bytes, out.pushed_layers = out.pushed_bytes + size, out.pushed_layers + 1
+        elif seen:
+            out.existing_bytes, out.existing_layers = out.existing_bytes + size, out.existing_layers + 1
+    return out
+
+
 # -- output -----------------------------------------------------------------------------------
 
 
@@ -207,11 +248,13 @@ class TargetRelease:
     floating: list[str] = field(default_factory=list)
     error: str | None = None
     fields: dict[str, str] = field(default_factory=dict, repr=False)
+    traffic: Traffic = field(default_factory=Traffic)
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
-                "verification": self.verification, "floating": self.floating, "error": self.error}
+                "verification": self.verification, "floating": self.floating, "error": self.error,
+                "traffic": dict(self.traffic.__dict__)}
 
 
 @dataclass
@@ -264,9 +307,16 @@ class ReleaseReport:
         return {"reference": reference, "digest": digest, "kind": kind, "target": t.target,
                 "versions": t.versions, "verification": t.verification}
 
+    def traffic(self) -> Traffic:
+        total = Traffic()
+        for t in self.targets:
+            total = total.add(t.traffic)
+        return total
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": RELEASE_SCHEMA, "ok": self.ok, "registry": self.registry, "repository": self.repository,
                 "date": self.date, "started_at": self.started_at, "seconds": round(self.seconds, 2),
+                "traffic": dict(self.traffic().__dict__),
                 "pushed": self.pushed(), "unchanged": self.unchanged(),
                 "floating": [f.to_json() for f in self.floating],
                 "targets": [t.to_json() for t in self.targets], "errors": self.errors}
@@ -277,12 +327,16 @@ def markdown(report: ReleaseReport) -> str:
     lines = [f"# Release {report.date}: {report.registry}/{report.repository}", "",
              f"**{'OK' if report.ok else 'FAILED'}**: {len(report.pushed())} references pushed, "
              f"{len(report.unchanged())} unchanged, {sum(t.status not in DONE for t in report.targets)} targets not released.", "",
-             "| target | status | reference | digest | torch | cuda | python | verification |", "|---|---|---|---|---|---|---|---|"]
+             f"Sent {_gb(report.traffic().pushed_bytes)} in {report.traffic().pushed_layers} layers; the registry already had "
+             f"{report.traffic().existing_layers} layers ({_gb(report.traffic().existing_bytes)}).", "",
+             "| target | status | reference | digest | torch | cuda | python | verification | sent | already there |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for t in report.targets:
         v = t.versions
         check = "passed" if t.verification.get("ok") else "failed" if t.verification else "-"
         lines.append(f"| {t.target} | {t.status} | `{t.reference or '-'}` | `{(t.digest or '-')[:19]}` | {v.get('torch', '-')} "
-                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {check} |")
+                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {check} | {_gb(t.traffic.pushed_bytes)} "
+                     f"| {_gb(t.traffic.existing_bytes)} |")
     if report.floating:
         lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
         lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
@@ -291,6 +345,10 @@ def markdown(report: ReleaseReport) -> str:
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
     return "\n".join(lines) + "\n"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
 
 
 # -- the publisher --------------------------------------------------------------------------------
@@ -413,27 +471,35 @@ class Publisher:
                                     f"{r.image_id}); immutable tags are never overwritten: release with another --date, "
                                     f"or delete that tag in the registry if it is wrong")
             return
-        r.digest = self._push(r.image_id, r.tag, r.target)
+        r.digest, r.traffic = self._push(r.image_id, r.tag, r.target)
         r.status = "pushed"
         self.display.update(r.target, "pushed", f"{r.tag} {r.digest[:19]}")
 
-    def _push(self, image_id: str, tag: str, target: str) -> str:
-        """Tag, push (with retries), then read the digest back and compare."""
+    def _push(self, image_id: str, tag: str, target: str) -> tuple[str, Traffic]:
+        """Tag, push (with retries), then read the digest back and compare; what the push sent."""
         ref = f"{self.name}:{tag}"
         self.display.update(target, "pushing", tag)
         self.before_push(ref)
         self._retry(f"tagging {image_id[:19]} as {ref}", lambda: self.engine.tag(image_id, self.name, tag))
         auth = self.credentials.auth_config() if self.credentials else None
-        digest = self._retry(f"push {ref}", lambda: self.engine.push(self.name, tag, auth, self._logger(ref)))
-        self._check_digest(ref, tag, digest, image_id)
-        return digest
+        lines: list[str] = []
+        log = self._logger(ref)
 
-    def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> None:
+        def on_line(line: str) -> None:
+            lines.append(line)
+            log(line)
+        digest = self._retry(f"push {ref}", lambda: self.engine.push(self.name, tag, auth, on_line))
+        back = self._check_digest(ref, tag, digest, image_id)
+        config = self._retry(f"reading the config of {ref}", lambda: self.registry.config(self.repo, image_id))
+        return digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)
+
+    def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> Manifest:
         back = self._retry(f"reading {ref} back", lambda: self.registry.manifest(self.repo, tag))
         if back is None or back.digest != digest or (back.config_digest and back.config_digest != image_id):
             seen = f"{back.digest} (image {back.config_digest})" if back else "nothing"
             raise ReleaseStopped(f"digest mismatch for {ref}: the push reported {digest} (image {image_id}) but the "
                                  f"registry serves {seen}; something else writes to this repository: stop it and run the release again")
+        return back
 
     def _logger(self, ref: str) -> Callable[[str], None]:
         return lambda line: self.log.append(self._clean(f"{ref}: {line}"))

@@ -11,10 +11,10 @@ from typing import Mapping
 
 import jinja2
 
-from imagesmith import compat
+from imagesmith import compat, cudalayer
 from imagesmith.atomic import write_bytes, write_text
 from imagesmith.matrix import Layer, Matrix
-from imagesmith.plan import Plan, Target
+from imagesmith.plan import CudaSet, Plan, Target, cuda_image
 from imagesmith.resources import templates_dir
 
 UV_VERSION = "0.9.30"
@@ -25,10 +25,16 @@ DOCKERIGNORE = "# build outputs that live beside the context\nbuild.log\n*.json\
 
 @dataclass(frozen=True)
 class Context:
-    """One target's build context: relative path -> bytes."""
+    """One target's build context: relative path -> bytes. A CUDA wheel set's
+    context (``name`` cuda-<set id>) renders for the first target using it."""
 
     target: Target
     files: Mapping[str, bytes]
+    name: str = ""
+
+    @property
+    def folder(self) -> str:
+        return self.name or self.target.id
 
 
 def environment(matrix_dir: Path | None = None) -> jinja2.Environment:
@@ -84,6 +90,8 @@ def _variables(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase) 
         "packages_label": _packages_label(plan, matrix, t), "services_label": _services_label(layer),
         "extra_index_urls": list(t.pip.extras()),
         "lineage": " ".join(a.layer for a in _ancestors(plan, t) + [t]),
+        "base_ref": cuda_image(t, matrix.image.repository) if t.cuda_set else t.base_image,
+        "cuda_pth": cudalayer.PTH_NAME,
     }
 
 
@@ -112,9 +120,28 @@ def render_target(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBas
     return Context(t, dict(sorted(files.items())))
 
 
+def cuda_set_folder(cuda_set: CudaSet) -> str:
+    return f"cuda-{cuda_set.id}"
+
+
+def render_cuda_set(plan: Plan, matrix: Matrix, cuda_set: CudaSet, kb: compat.KnowledgeBase | None = None,
+                    env: jinja2.Environment | None = None) -> Context:
+    """The context that downloads a CUDA wheel set (for the first base target using it)."""
+    kb, env = kb or compat.load(), env or environment(matrix.file.parent)
+    users = [t for t in plan.targets if t.cuda_set == cuda_set]
+    variables = _variables(plan, matrix, users[0], kb) | {"set": cuda_set, "users": [t.cell for t in users]}
+    files = {"Dockerfile": env.get_template("cuda.Dockerfile.j2").render(variables).encode(),
+             ".dockerignore": DOCKERIGNORE.encode()}
+    if matrix.sources.ca_bundle:
+        files["certs/extra-ca.pem"] = matrix.sources.ca_bundle.read_bytes()
+    return Context(users[0], dict(sorted(files.items())), cuda_set_folder(cuda_set))
+
+
 def render_all(plan: Plan, matrix: Matrix, kb: compat.KnowledgeBase | None = None) -> list[Context]:
     env = environment(matrix.file.parent)
-    return [render_target(plan, matrix, t, kb, env) for t in plan.targets]
+    sets = list(dict.fromkeys(t.cuda_set for t in plan.targets if t.cuda_set))
+    return [render_target(plan, matrix, t, kb, env) for t in plan.targets] + \
+        [render_cuda_set(plan, matrix, s, kb, env) for s in sets]
 
 
 # -- disk ------------------------------------------------------------------------
@@ -125,7 +152,7 @@ def write(contexts: list[Context], out: Path) -> list[Path]:
     wrote and this one does not are removed."""
     written = []
     for ctx in contexts:
-        folder = out / ctx.target.id
+        folder = out / ctx.folder
         for stale in set(_manifest(folder)) - set(ctx.files):
             (folder / stale).unlink(missing_ok=True)
         for rel, data in ctx.files.items():
@@ -152,15 +179,15 @@ def check(contexts: list[Context], out: Path) -> list[str]:
     """What differs between ``out`` and ``contexts`` (empty: no drift)."""
     drift: list[str] = []
     for ctx in contexts:
-        folder = out / ctx.target.id
+        folder = out / ctx.folder
         for rel, data in ctx.files.items():
             path = folder / rel
             if not path.is_file():
                 drift.append(f"{path}: missing")
             elif path.read_bytes() != data:
-                drift.append(f"{path}: differs from what {ctx.target.id} renders to")
+                drift.append(f"{path}: differs from what {ctx.folder} renders to")
         drift += [f"{folder / rel}: no longer rendered" for rel in set(_manifest(folder)) - set(ctx.files)]
-    expected = {ctx.target.id for ctx in contexts}
+    expected = {ctx.folder for ctx in contexts}
     if out.is_dir():
         drift += [f"{d}: stale target (not in the plan)" for d in sorted(out.iterdir())
                   if (d / MANIFEST).is_file() and d.name not in expected]

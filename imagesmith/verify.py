@@ -77,8 +77,8 @@ def parse_expect(text: str) -> dict[str, str]:
 
 def expected_from(labels: Mapping[str, str], expect: Mapping[str, str]) -> dict[str, Any]:
     """What the image declares (labels), overridden by ``--expect``."""
-    core = ("torch", "cuda", "cudnn", "nccl", "python", "os")
-    declared = {k: labels.get(LABEL + k) or None for k in core}
+    core = ("torch", "cuda", "cudnn", "nccl", "python", "os", "cuda_libs")
+    declared = {k: labels.get(LABEL + k.replace("_", ".")) or None for k in core}
     if declared.get("cuda") == "cpu":
         declared["cuda"] = None
     if declared.get("cudnn"):  # the wheel says 9.24.0.43; torch reports three parts (9.24.0)

@@ -155,3 +155,25 @@ def test_check_selection_patterns(name: str, patterns: list, hit: bool) -> None:
 ])
 def test_nms_reference(boxes: list, scores: list, keep: list) -> None:
     assert nms_reference(boxes, scores, 0.5) == keep
+
+
+MAPS = """\
+7f0000000000-7f0000001000 r--p 00000000 00:2a 123 /opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn.so.9
+7f0000001000-7f0000002000 r-xp 00001000 00:2a 123 /opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn.so.9
+7f0000003000-7f0000004000 r--p 00000000 00:2a 124 /opt/imagesmith/cuda/nvidia/nccl/lib/libnccl.so.2
+7f0000005000-7f0000006000 r--p 00000000 00:2a 125 /opt/imagesmith/cuda/nvidia/cu13/lib/libcublasLt.so.13
+7f0000007000-7f0000008000 r--p 00000000 00:2a 126 /opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so
+7f0000009000-7f000000a000 r--p 00000000 00:2a 127 /usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06
+7f000000b000-7f000000c000 r--p 00000000 00:2a 128 /opt/imagesmith/cuda/nvidia/cu13/lib/libnvrtc-builtins.so.13.0
+7f000000d000-7f000000e000 rw-p 00000000 00:00 0 [heap]
+7f000000f000-7f0000010000 rw-p 00000000 00:00 0
+"""
+
+
+def test_loaded_cuda_libraries_are_read_from_proc_maps() -> None:
+    assert parsers.loaded_cuda_libraries(MAPS) == {
+        "cudnn": "/opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn.so.9",
+        "nccl": "/opt/imagesmith/cuda/nvidia/nccl/lib/libnccl.so.2",
+        "cublasLt": "/opt/imagesmith/cuda/nvidia/cu13/lib/libcublasLt.so.13",
+        "nvrtc-builtins": "/opt/imagesmith/cuda/nvidia/cu13/lib/libnvrtc-builtins.so.13.0",
+    }

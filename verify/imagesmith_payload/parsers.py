@@ -183,3 +183,20 @@ def matches_any(name: str, patterns: Iterable[str]) -> bool:
     """Check id selection: an id, a group ('gemm' = 'gemm.*') or a shell pattern."""
     return any(name == p or name.startswith(p + ".") or fnmatch.fnmatchcase(name, p)
                for p in patterns)
+
+
+# ------------------------------------------------------------- loaded libraries
+CUDA_LIBRARY = re.compile(r"^lib(cudart|cublas|cublasLt|cudnn(?:_\w+)?|nccl|cufft|curand|cusparse|cusparseLt|cusolver"
+                          r"|nvrtc(?:-builtins)?|nvJitLink|cupti|nvshmem_host|cufile|nvToolsExt)\.so[.\d]*$")
+
+
+def loaded_cuda_libraries(maps: str) -> Dict[str, str]:
+    """/proc/self/maps -> {library: path} for the CUDA libraries mapped (not the
+    driver's libcuda, not torch's own libraries)."""
+    found: Dict[str, str] = {}
+    for line in maps.splitlines():
+        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+        match = CUDA_LIBRARY.match(path.rsplit("/", 1)[-1]) if path.startswith("/") else None
+        if match:
+            found.setdefault(match.group(1), path)
+    return found
