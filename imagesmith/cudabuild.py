@@ -115,6 +115,8 @@ class CudaImages:
         if info is None:
             return False
         self.engine.tag(info.id, *cuda_image(t, self.repository).split(":", 1))
+        base = self.engine.image(self.base_ids[t.base_image])
+        self.results[(cuda_set.id, t.base_image)].layer_bytes = info.size - (base.size if base else 0)
         self._done(cuda_set, t, info.id, info.layers[-1] if info.layers else None, "cached")
         return True
 

@@ -127,7 +127,7 @@ def test_cli_verify_writes_a_report_and_sets_the_exit_code(built_images: BuiltIm
 def test_cudnn_removed_from_a_cuda_image_fails(engine: Engine, cuda_base: str, planted) -> None:
     good = checks(verify.verify_image(engine, cuda_base, OPTIONS))
     assert good["libs.cudnn"]["status"] == "pass" and good["versions.cudnn"]["status"] == "pass"
-    image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm -rf /opt/venv/lib/python3.11/site-packages/nvidia/cudnn\nUSER 1000\n")
+    image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm -rf /opt/imagesmith/cuda/nvidia/cudnn\nUSER 1000\n")  # the shared CUDA layer
     outcome = verify.verify_image(engine, image, OPTIONS)
     bad = checks(outcome)
     assert not outcome.ok
