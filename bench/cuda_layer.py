@@ -163,27 +163,36 @@ def push_all(engine: Engine, reg: LocalRegistry, repo: str, images: list[tuple[s
 
 
 class SecondEngine:
-    """A dockerd of our own: fresh data root, own exec root and socket, no bridge, no iptables."""
+    """A dockerd of our own: fresh data root, own exec root, socket and bridge, no iptables.
+
+    Never ``--bridge none``: dockerd then deletes the host's docker0 (the main
+    engine's bridge). It gets a bridge interface of its own instead."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.sock = folder / "docker.sock"
+        self.bridge = f"isb{uuid.uuid4().hex[:8]}"
 
     def __enter__(self) -> "SecondEngine":
+        self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "daemon.json").write_text("{}")
+        for cmd in (["link", "add", "name", self.bridge, "type", "bridge"], ["addr", "add", "10.213.13.1/24", "dev", self.bridge]):
+            subprocess.run(["ip", *cmd], check=True)
         self.log = (self.folder / "dockerd.log").open("w")
         self.proc = subprocess.Popen(
             ["dockerd", "--config-file", str(self.folder / "daemon.json"), "--data-root", str(self.folder / "root"),
              "--exec-root", str(self.folder / "exec"), "--pidfile", str(self.folder / "docker.pid"),
-             "--host", f"unix://{self.sock}", "--bridge", "none", "--iptables=false", "--ip-masq=false"],
+             "--host", f"unix://{self.sock}", "--bridge", self.bridge, "--iptables=false", "--ip-masq=false",
+             "--ip-forward=false"],
             stdout=self.log, stderr=self.log, start_new_session=True)
-        self.client = docker.DockerClient(base_url=f"unix://{self.sock}", timeout=900)
-        for _ in range(150):
+        for _ in range(300):
             try:
+                self.client = docker.DockerClient(base_url=f"unix://{self.sock}", timeout=900)
                 self.client.ping()
                 return self
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.2)
+        self.__exit__()
         raise SystemExit(f"second dockerd did not start: {(self.folder / 'dockerd.log').read_text()[-1500:]}")
 
     def __exit__(self, *exc: object) -> None:
@@ -193,6 +202,7 @@ class SecondEngine:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.log.close()
+        subprocess.run(["ip", "link", "delete", self.bridge], check=False)
         subprocess.run(["rm", "-rf", str(self.folder / "root"), str(self.folder / "exec")], check=False)
 
     def pull(self, reg: LocalRegistry, repo: str, tag: str) -> dict[str, Any]:
@@ -216,7 +226,7 @@ class SecondEngine:
 # -- one layout -------------------------------------------------------------------------------
 
 
-def run_layout(layout: str, src: Path, engine: Engine, bases: dict[str, str], run: str, work: Path) -> dict[str, Any]:
+def run_layout(layout: str, src: Path, engine: Engine, bases: dict[str, str], run: str, work: Path, keep: bool) -> dict[str, Any]:
     folder = work / layout
     folder.mkdir()
     clones = {os_key: f"imagesmith-bench/{layout}-{os_key}:{run}" for os_key in bases}
@@ -234,19 +244,22 @@ def run_layout(layout: str, src: Path, engine: Engine, bases: dict[str, str], ru
         "cold_seconds": round(cold_s, 1), "built": sum(r.status == "built" for r in report.results), "targets": len(targets),
         "sizes_bytes": {r.target: r.size_bytes for r in report.results},
         "cuda_layers": report.cuda_layers, "build_report": report.to_json()}
+    result["cleanup"] = [f"{repository}:{t}" for t, _ in targets] + [clones[k] for k in clones]
+    result["cache_tags"] = [f"imagesmith-cache:{r.context_hash.split(':', 1)[1]}" for rep in (report, sibling)
+                            for r in rep.results if r.context_hash]
+    result["sibling_image"] = sibling.results[0].image_id
     with LocalRegistry(folder / "registry") as reg:
         push_s, pushes = push_all(engine, reg, "bench/cells", targets)
         result["registry_bytes"], result["registry_blobs"] = reg.stored_bytes()
         result["push_seconds"], result["pushes"] = round(push_s, 1), pushes
         _, sib_push = push_all(engine, reg, "bench/cells", [("sibling", sibling.results[0].image_id or "")])
         result["pushes"]["sibling"] = sib_push["sibling"]
+        if not keep:  # disk: the second engine's copies replace the first's
+            cleanup_layout(engine, result)
         with SecondEngine(folder / "engine") as second:
             result["pull_first"] = second.pull(reg, "bench/cells", cuda_bookworm)
             result["pull_sibling"] = second.pull(reg, "bench/cells", "sibling")
-    result["cleanup"] = [f"{repository}:{t}" for t, _ in targets] + [clones[k] for k in clones]
-    result["cache_tags"] = [f"imagesmith-cache:{r.context_hash.split(':', 1)[1]}" for rep in (report, sibling)
-                            for r in rep.results if r.context_hash]
-    result["sibling_image"] = sibling.results[0].image_id
+    shutil.rmtree(folder / "registry", ignore_errors=True)
     return result
 
 
@@ -337,15 +350,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="imagesmith-bench-") as tmp:
         try:
             for layout in LAYOUTS:
-                results[layout] = run_layout(layout, args.matrix.resolve(), engine, bases, run, Path(tmp))
-                if not args.keep:
-                    cleanup_layout(engine, results[layout])
+                results[layout] = run_layout(layout, args.matrix.resolve(), engine, bases, run, Path(tmp), args.keep)
             torch = "2.14.1"
             _, naive = buildbench.naive_build(engine, bases["debian12"], f"torch=={torch}", naive_tag,
                                               Path("/etc/ssl/certs/ca-certificates.crt"))
         finally:
             if not args.keep:
-                buildbench.cleanup(engine, [naive_tag, *bases.values()])
+                mine = [t for img in engine.client.images.list() for t in img.tags if t.startswith("imagesmith-bench/") and run in t]
+                buildbench.cleanup(engine, [naive_tag, *mine, *bases.values()])
     est = estimate(results["shared"])
     rows = figures(results, naive)
     print_table(rows, est)

@@ -1,6 +1,6 @@
 """Host-mode proof of the shared CUDA layer, for a GPU host without Docker.
 
-    python3 bench/cuda_layer_host.py [--tier quick] [--out bench/results/h200-cuda-layer.json] [--keep]
+    python3 bench/cuda_layer_host.py [--tier quick] [--out bench/results/h200-cuda-layer.json] [--keep] [--cpu]
 
 1. Takes this Python's own CUDA wheels: the installed nvidia-* distributions
    (and metapackages such as cuda-toolkit) whose WHEEL tags are py3-none, i.e.
@@ -44,7 +44,7 @@ def is_cuda_wheel(dist: md.Distribution) -> bool:
     if not (name.startswith("nvidia-") or name == "cuda-toolkit"):
         return False
     tags = [line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines() if line.startswith("Tag:")]
-    return bool(tags) and all(t.split("-")[1] == "none" and t.split("-")[0] in ("py3", "py2.py3") for t in tags)
+    return bool(tags) and all(t.split("-")[1] == "none" and t.split("-")[0] in ("py2", "py3", "py2.py3") for t in tags)
 
 
 def cuda_dists() -> list[md.Distribution]:
@@ -112,7 +112,8 @@ def shadow_venv(venv: Path, hidden: set[str], prefix: str) -> Path:
                 copy_torch(entry, target)
             else:
                 target.symlink_to(entry)
-    (site / cudalayer.PTH_NAME).write_text(cudalayer.pth_line(prefix))
+    pth = site / cudalayer.PTH_NAME  # never linked (hidden_names): writing it cannot reach the original
+    pth.write_text(cudalayer.pth_line(prefix))
     return venv / "bin" / "python"
 
 
@@ -131,7 +132,7 @@ def copy_torch(src: Path, dest: Path) -> None:
 
 def hidden_names(dists: list[md.Distribution]) -> set[str]:
     """Top-level entries of site-packages that belong to the CUDA wheels."""
-    names = set()
+    names = {cudalayer.PTH_NAME}  # an image's own .pth would lead back to its CUDA layer
     for dist in dists:
         for f in dist.files or ():
             names.add(str(f).split("/", 1)[0])
@@ -143,6 +144,7 @@ def main() -> int:
     ap.add_argument("--tier", default="quick")
     ap.add_argument("--out", default="bench/results/h200-cuda-layer.json")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument("--cpu", action="store_true", help="a dry run without a GPU (no --require-gpu)")
     args = ap.parse_args()
     dists = cuda_dists()
     if not dists:
@@ -156,8 +158,8 @@ def main() -> int:
         python = shadow_venv(tmp / "venv", hidden_names(dists), str(prefix))
         print(f"{len(dists)} CUDA wheels ({sum(s.size for s in sources) / 1e9:.2f} GB) laid out at {prefix}; "
               f"originals hidden from {python}", flush=True)
-        cmd = [str(python), str(ROOT / "verify" / "run.py"), "--tier", args.tier, "--require-gpu",
-               "--expect", f"cuda_libs={prefix}", "--out", args.out]
+        cmd = [str(python), str(ROOT / "verify" / "run.py"), "--tier", args.tier, "--expect", f"cuda_libs={prefix}",
+               "--out", args.out] + ([] if args.cpu else ["--require-gpu"])
         return subprocess.run(cmd, cwd=ROOT).returncode
     finally:
         if not args.keep:

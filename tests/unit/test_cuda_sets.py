@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith import compat, matrix, plan
+from imagesmith import compat, footprint, matrix, plan
 from tests.conftest import ROOT
 
 DATE = "20261130"
@@ -103,3 +103,32 @@ def test_cuda_sets_survive_plan_json(name: str, tmp_path: Path) -> None:
     p = plan.expand(matrix.load(ROOT / name), DATE)
     plan.write(p, tmp_path / "plan.json")
     assert [t.cuda_set for t in plan.read(tmp_path / "plan.json").targets] == [t.cuda_set for t in p.targets]
+
+
+# -- what the plan says each target stores and shares (footprint) --------------------------------
+
+
+def test_estimate_counts_one_copy_per_cell_today_and_one_per_set_shared(write_matrix) -> None:
+    p = expand(write_matrix)
+    kb = compat.load()
+    wheels = sum(w.bytes for w in kb.torch["2.14.1"].variants["cu130"].wheels)
+    est = footprint.estimate(p, kb)
+    assert (est.cells, est.sets, est.today_bytes, est.shared_bytes, est.unknown) == (4, 1, 4 * wheels, wheels, ())
+    venv = footprint.estimate(expand(write_matrix, MATRIX.replace("base: {}", "base: {cuda_libs: venv}")), kb)
+    assert (venv.sets, venv.today_bytes, venv.shared_bytes) == (0, 4 * wheels, 4 * wheels)
+
+
+def test_layer_rows_estimate_before_a_build_and_measure_after(write_matrix) -> None:
+    p = expand(write_matrix, MATRIX.replace('python: ["3.11", "3.12"]', 'python: ["3.11"]').replace(", debian13", ""))
+    kb = compat.load()
+    base, nlp = "2.14.1-cu130-py3.11-debian12-base", "2.14.1-cu130-py3.11-debian12-nlp"
+    before = {r.target: r for r in footprint.rows(p, kb)}
+    t = p.by_id()[base]
+    assert before[base] == footprint.LayerRow(base, t.cuda_set.id, 1, t.cuda_set.wheel_bytes, None, False)  # type: ignore[union-attr]
+    assert before[nlp] == footprint.LayerRow(nlp, t.cuda_set.id, 1, None, None, False)  # type: ignore[union-attr]
+    assert before["2.13.0-cpu-py3.11-debian12-base"].cuda == "-"
+    report = {"targets": [{"target": base, "size_bytes": 6_000}, {"target": nlp, "size_bytes": 6_500}],
+              "cuda_layers": [{"set": t.cuda_set.id, "base_image": t.base_image, "layer_bytes": 3_000, "image_bytes": 3_100}]}  # type: ignore[union-attr]
+    after = {r.target: r for r in footprint.rows(p, kb, report)}
+    assert (after[base].cuda_bytes, after[base].own_bytes, after[base].measured) == (3_000, 2_900, True)
+    assert (after[nlp].cuda_bytes, after[nlp].own_bytes) == (None, 500)
