@@ -222,6 +222,7 @@ class Builder:
         with log_path.open("w") as log:
             def on_line(line: str) -> None:
                 log.write(self.redact(line) + "\n")
+                log.flush()
             outcome = self.engine.build(self.out / folder, tag, self._real_args(t, base_id), {},
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
         if outcome.error or outcome.image_id is None:
@@ -251,12 +252,16 @@ class Builder:
         done: queue.Queue[str] = queue.Queue()
         pending = {t.id: t for t in self.plan.targets}
         running: set[str] = set()
+        if self.cuda is not None:
+            self.cuda.when_ready(lambda: done.put(""))  # a CUDA image is made: its base targets may start
         try:
             while pending or running:
                 self._start_ready(pending, running, done)
-                if not running:
+                if not running and not any(self._waits_for_cuda(t) for t in pending.values()):
                     break
                 finished = done.get()
+                if not finished:
+                    continue
                 running.discard(finished)
                 self._skip_descendants(finished, pending)
         except KeyboardInterrupt:
@@ -270,11 +275,15 @@ class Builder:
         for tid, t in list(pending.items()):
             if len(running) >= self.jobs:
                 return
-            if t.parent and (t.parent in pending or t.parent in running):
+            if t.parent and (t.parent in pending or t.parent in running) or self._waits_for_cuda(t):
                 continue
             del pending[tid]
             running.add(tid)
             threading.Thread(target=self._worker, args=(t, done), name=f"build-{tid}", daemon=True).start()
+
+    def _waits_for_cuda(self, t: Target) -> bool:
+        """A base target whose CUDA image is still being made (it takes no job slot meanwhile)."""
+        return self.cuda is not None and t.cuda_set is not None and not self.cuda.ready(t)
 
     def _skip_descendants(self, tid: str, pending: dict[str, Target]) -> None:
         if self.results[tid].ok:
