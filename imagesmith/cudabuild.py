@@ -159,7 +159,7 @@ class CudaImages:
     def _load(self, cuda_set: CudaSet, targets: list[Target], sources: list[cudalayer.Source]) -> cudalayer.Archive:
         requests = [cudalayer.ImageRequest(self.engine.image_config(self.base_ids[t.base_image]), cuda_image(t, self.repository))
                     for t in targets]
-        archive = cudalayer.Archive(sources, requests, labels(cuda_set), self._created_by(cuda_set), self.epoch, cuda_set.prefix)
+        archive = cudalayer.Archive(sources, requests, labels(cuda_set), self._created_by(cuda_set), cuda_set.prefix)
         self.engine.load(archive.chunks())
         return archive
 

@@ -22,7 +22,8 @@ puts :data:`PREFIX` on ``sys.path``: ``import nvidia.cudnn`` resolves there,
 torch preloads its CUDA libraries from there (its own fallback for CUDA wheels
 outside torch's site-packages), and pip counts the distributions as installed.
 
-Standard library only (it also runs on a bare GPU host: bench/cuda_layer_host.py).
+Standard library only, besides imagesmith.errors (it also runs on a bare GPU
+host: bench/cuda_layer_host.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
+from imagesmith.errors import UserError
+
 PREFIX = "/opt/imagesmith/cuda"
 PTH_NAME = "imagesmith-cuda.pth"
 INSTALLER = b"imagesmith\n"
@@ -53,8 +56,8 @@ SKIPPED_PARTS = ("__pycache__",)
 LIBRARY_DATA = ("purelib", "platlib")  # .data/ sub-folders that install next to the package
 
 
-class LayerError(ValueError):
-    """A wheel this layer cannot hold (scripts, headers, unsafe paths)."""
+class LayerError(UserError):
+    """A wheel this layer cannot hold (scripts, headers, unsafe paths), or a bad SOURCE_DATE_EPOCH."""
 
 
 @dataclass(frozen=True)
@@ -306,9 +309,10 @@ def iso_time(epoch: int) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def image_epoch(sources: Sequence[Source], epoch: int | None) -> int:
-    """The image's ``created``: SOURCE_DATE_EPOCH when set, else the layer's newest file."""
-    return epoch if epoch is not None else max((s.mtime for s in sources), default=0)
+def image_epoch(sources: Sequence[Source]) -> int:
+    """The image's ``created``: the layer's newest file time (already clamped to
+    SOURCE_DATE_EPOCH), so the image ID stays the same while the wheels do."""
+    return max((s.mtime for s in sources), default=0)
 
 
 def image_config(base: Mapping[str, Any], diff_id: str, created: str, labels: Mapping[str, str], created_by: str) -> bytes:
@@ -379,7 +383,6 @@ class Archive:
     requests: Sequence[ImageRequest]
     labels: Mapping[str, str]
     created_by: str
-    epoch: int | None = None
     prefix: str = PREFIX
     layer: LayerInfo | None = None
 
@@ -391,7 +394,7 @@ class Archive:
         yield _member_header("cuda/layer.tar", size)
         yield from self._layer(size)
         yield b"\0" * (_padded(size) - size)
-        created = iso_time(image_epoch(self.sources, self.epoch))
+        created = iso_time(image_epoch(self.sources))
         assert self.layer is not None
         manifest = []
         for req in self.requests:

@@ -238,11 +238,13 @@ def cuda_cells(engine: Engine, debian_base: str, trixie_base: str, tmp_path_fact
     include = "  include:\n    - {torch: '2.14', cuda: '13.0', python: '3.13', os: debian13}\n"
     m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", torch="2.14", cuda="13.0", include=include,
                             bases={"debian13": trixie_base}))
-    report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
-    assert report.ok, [r.error for r in report.results] + [c["error"] for c in report.cuda_layers]
-    images = {r.target.rsplit("-", 2)[1]: r.image_id or "" for r in report.results}
-    yield CudaCells(report.to_json(), images, factory.repository)
-    factory.cleanup()
+    try:
+        report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
+        assert report.ok, [r.error for r in report.results] + [c["error"] for c in report.cuda_layers]
+        images = {r.target.rsplit("-", 2)[1]: r.image_id or "" for r in report.results}
+        yield CudaCells(report.to_json(), images, factory.repository)
+    finally:
+        factory.cleanup()
 
 
 @pytest.fixture(scope="session")

@@ -233,4 +233,4 @@ def test_archive_is_a_docker_load_archive_of_one_layer_for_every_base(tmp_path: 
     assert archive.layer is not None and archive.layer.diff_id == "sha256:" + hashlib.sha256(layer).hexdigest()
     assert layer == layer_bytes(cuda_wheels(tmp_path / "again"))
     assert {tag: c["rootfs"]["diff_ids"][-1] for tag, c in configs.items()} == {"r:a": archive.layer.diff_id, "r:b": archive.layer.diff_id}
-    assert configs["r:a"]["created"] == "2025-07-01T00:00:00Z"  # no SOURCE_DATE_EPOCH: the newest wheel file
+    assert configs["r:a"]["created"] == "2025-07-01T00:00:00Z"  # the newest (clamped) file time
