@@ -36,6 +36,7 @@ LABEL_HASH = "io.imagesmith.context-hash"
 # The cache index: one tag per context hash. (A label cannot serve: the classic
 # builder copies build labels onto intermediate images, and children inherit them.)
 CACHE_REPOSITORY = "imagesmith-cache"
+PREBUILD_REPOSITORY = "imagesmith-prebuild"  # a builder stage made ahead (shared-CUDA bases), until the full build
 LABEL_RUN = "io.imagesmith.run"
 LABEL_STAGE = "io.imagesmith.stage"
 
@@ -252,16 +253,12 @@ class Builder:
         done: queue.Queue[str] = queue.Queue()
         pending = {t.id: t for t in self.plan.targets}
         running: set[str] = set()
-        if self.cuda is not None:
-            self.cuda.when_ready(lambda: done.put(""))  # a CUDA image is made: its base targets may start
         try:
             while pending or running:
                 self._start_ready(pending, running, done)
-                if not running and not any(self._waits_for_cuda(t) for t in pending.values()):
+                if not running:
                     break
                 finished = done.get()
-                if not finished:
-                    continue
                 running.discard(finished)
                 self._skip_descendants(finished, pending)
         except KeyboardInterrupt:
@@ -275,15 +272,11 @@ class Builder:
         for tid, t in list(pending.items()):
             if len(running) >= self.jobs:
                 return
-            if t.parent and (t.parent in pending or t.parent in running) or self._waits_for_cuda(t):
+            if t.parent and (t.parent in pending or t.parent in running):
                 continue
             del pending[tid]
             running.add(tid)
             threading.Thread(target=self._worker, args=(t, done), name=f"build-{tid}", daemon=True).start()
-
-    def _waits_for_cuda(self, t: Target) -> bool:
-        """A base target whose CUDA image is still being made (it takes no job slot meanwhile)."""
-        return self.cuda is not None and t.cuda_set is not None and not self.cuda.ready(t)
 
     def _skip_descendants(self, tid: str, pending: dict[str, Target]) -> None:
         if self.results[tid].ok:
@@ -328,6 +321,8 @@ class Builder:
             args["PIP_TRUSTED_HOST"] = " ".join(filter(None, [args["PIP_TRUSTED_HOST"], "127.0.0.1"]))
         args.update(self._proxy_args())
         args["PARENT_IMAGE" if t.parent else "BASE_IMAGE"] = parent_id
+        if t.cuda_set is not None:  # the builder stage runs on the OS base, the final stage on the CUDA image
+            args["OS_IMAGE"] = self.base_ids[t.base_image]
         return args
 
     def _proxy_args(self) -> dict[str, str]:
@@ -348,42 +343,59 @@ class Builder:
             return parent
         return self.base_ids[t.base_image]
 
+    def _parent_key(self, t: Target) -> str:
+        """What ``t`` is built FROM, for its context hash. A shared-CUDA base: its OS base
+        and its CUDA image's cache key, known before that image is made."""
+        if t.cuda_set is not None and self.cuda is not None:
+            return f"{self.base_ids[t.base_image]}+cuda:{self.cuda.key_for(t)}"
+        return self._parent_id(t)
+
     def _build_one(self, t: Target, result: TargetResult) -> None:
-        parent_id = self._parent_id(t)
         ctx = self.contexts[t.id]
-        result.context_hash = context_hash(ctx.files, self.logical_args(t), parent_id)
+        result.context_hash = context_hash(ctx.files, self.logical_args(t), self._parent_key(t))
         cache_tag = result.context_hash.split(":", 1)[1]
         cached = self.engine.image(f"{CACHE_REPOSITORY}:{cache_tag}")
         if cached:
             result.image_id, result.status = cached.id, "cached"
             self.engine.tag(cached.id, *t.image.split(":", 1))
         else:
-            self._docker_build(t, result, parent_id)
+            if t.cuda_set is not None and self.cuda is not None:  # while its CUDA image is made
+                self._docker_build(t, result, self.base_ids[t.base_image], stage="builder")
+                if result.status == "failed":
+                    return
+            self._docker_build(t, result, self._parent_id(t))
+            if t.cuda_set is not None:
+                self.engine.untag(f"{PREBUILD_REPOSITORY}:{cache_tag}")
             if result.status != "built":
                 return
         self._measure(t, result)
         if result.ok and result.image_id:
             self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
 
-    def _docker_build(self, t: Target, result: TargetResult, parent_id: str) -> None:
-        self.display.update(t.id, "building")
+    def _docker_build(self, t: Target, result: TargetResult, parent_id: str, stage: str | None = None) -> None:
+        """Build ``t``; with ``stage``, only up to that stage, tagged (so that no prune takes it)
+        for the full build to find in the layer cache."""
+        self.display.update(t.id, "building", f"{stage} stage" if stage else "")
         log_path = Path(result.log)
         labels = {LABEL_HASH: result.context_hash, "org.opencontainers.image.created": self._created()}
-        with log_path.open("w") as log:
+        tag = f"{PREBUILD_REPOSITORY}:{result.context_hash.split(':', 1)[1]}" if stage else t.image
+        with log_path.open("a" if stage is None and t.cuda_set is not None else "w") as log:
             def on_line(line: str) -> None:
                 clean = self.redact(line)
                 log.write(clean + "\n")
                 log.flush()
                 if clean.startswith("Step "):
                     self.display.update(t.id, "building", clean.split(" :", 1)[0].lower())
-            outcome = self.engine.build(self.out / t.id, t.image, self._real_args(t, parent_id), labels,
-                                        "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
+            outcome = self.engine.build(self.out / t.id, tag, self._real_args(t, parent_id), labels,
+                                        "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel,
+                                        target=stage)
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
         if outcome.error or outcome.image_id is None:  # an error wins over any image ID seen before it
             result.status = "cancelled" if outcome.error == "cancelled" else "failed"
             result.error = self.redact(outcome.error or "the engine reported no image")
             return
-        result.image_id, result.status = outcome.image_id, "built"
+        if stage is None:
+            result.image_id, result.status = outcome.image_id, "built"
 
     def _created(self) -> str:
         """The created label: SOURCE_DATE_EPOCH when set (reproducible builds), else now."""

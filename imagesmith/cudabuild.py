@@ -88,14 +88,10 @@ class CudaImages:
         for cuda_set, targets in users(self.plan).items():
             threading.Thread(target=self._run, args=(cuda_set, targets), name=f"cuda-{cuda_set.id}", daemon=True).start()
 
-    def ready(self, t: Target) -> bool:
-        """Whether ``t``'s CUDA image is made (or failed)."""
+    def key_for(self, t: Target) -> str:
+        """The cache key of ``t``'s CUDA image (known before it is made)."""
         assert t.cuda_set is not None
-        return self.futures[(t.cuda_set.id, t.base_image)].done()
-
-    def when_ready(self, callback: Callable[[], None]) -> None:
-        for future in self.futures.values():
-            future.add_done_callback(lambda _: callback())
+        return self._key(t.cuda_set, t)
 
     def image_for(self, t: Target) -> str:
         """The image ID ``t`` builds FROM (waits until it is made)."""

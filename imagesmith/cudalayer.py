@@ -297,6 +297,18 @@ def write_layer(sources: Sequence[Source], out: Writer | None, prefix: str = PRE
     return LayerInfo("sha256:" + sink.sha.hexdigest(), sink.size, files, content)
 
 
+def stub_files(pins: Iterable[str]) -> dict[str, bytes]:
+    """``<dist>.dist-info/METADATA`` (name and version only) for each ``name==version``:
+    what a build stage needs for pip to count the CUDA wheels as installed
+    before the layer holding them exists."""
+    out = {}
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        folder = f"{name.replace('-', '_')}-{version}.dist-info"
+        out[f"{folder}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    return out
+
+
 def pth_line(prefix: str = PREFIX) -> str:
     """The one line of ``imagesmith-cuda.pth``: the prefix goes on sys.path."""
     return prefix + "\n"

@@ -267,13 +267,14 @@ class Engine:
 
     # -- build -------------------------------------------------------------------
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
-              network_mode: str | None, on_line: LineSink, cancel: threading.Event | None = None) -> BuildOutcome:
-        """Build ``context`` with the classic builder, streaming each log line."""
+              network_mode: str | None, on_line: LineSink, cancel: threading.Event | None = None,
+              target: str | None = None) -> BuildOutcome:
+        """Build ``context`` (up to stage ``target``) with the classic builder, streaming each log line."""
         outcome = BuildOutcome(image_id=None)
         try:
             stream = self.client.api.build(
                 path=str(context), tag=tag, buildargs=dict(buildargs), labels=dict(labels), network_mode=network_mode,
-                rm=True, forcerm=True, pull=False, decode=True, timeout=None,
+                rm=True, forcerm=True, pull=False, decode=True, timeout=None, target=target,
             )
             for event in stream:
                 if cancel is not None and cancel.is_set():

@@ -112,6 +112,8 @@ def render_target(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBas
              ".dockerignore": DOCKERIGNORE.encode()}
     if t.parent:
         files["layer_delta.py"] = (templates_dir() / "files" / "layer_delta.py").read_bytes()
+    if t.cuda_set:
+        files.update({f"cuda-stubs/{rel}": data for rel, data in cudalayer.stub_files(t.cuda_set.pins).items()})
     if layer.requirements:
         files["requirements.txt"] = layer.requirements.read_bytes()
     if matrix.sources.ca_bundle:
