@@ -146,8 +146,8 @@ class CudaImages:
         try:
             shutil.rmtree(dest, ignore_errors=True)
             wheels = [p for p in self.engine.export_dir(image, "/wheels", dest) if p.suffix == ".whl"]
-        finally:
-            self.engine.remove_image(tag)
+        finally:  # its 2 GB of wheels; the steps below it are shared with other builder stages (layer cache)
+            self.engine.remove_image(tag, keep_parents=True)
         if len(wheels) != len(cuda_set.wheels):
             raise BuildError(f"cuda set {cuda_set.id}: pip downloaded {len(wheels)} wheels, the set has {len(cuda_set.wheels)}")
         return wheels

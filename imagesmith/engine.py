@@ -169,9 +169,10 @@ class Engine:
             if exc.status_code != 409:  # in use by a container: leave it
                 raise EngineError(f"removing {ref}: {_short(exc)}") from None
 
-    def remove_image(self, ref: str, force: bool = True) -> None:
+    def remove_image(self, ref: str, force: bool = True, keep_parents: bool = False) -> None:
+        """Remove an image; ``keep_parents``: not its untagged parents (other builds may stand on them)."""
         try:
-            self.client.api.remove_image(ref, force=force, noprune=False)
+            self.client.api.remove_image(ref, force=force, noprune=keep_parents)
         except docker.errors.ImageNotFound:
             pass
 

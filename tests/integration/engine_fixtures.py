@@ -89,7 +89,18 @@ class MatrixFactory:
                 if tag.startswith(self.repository) or tag.startswith("imagesmith-cache:"):
                     self.engine.remove_image(tag, force=False)
         for info in self.engine.client.images.list(name=self.repository):  # CUDA images (OS base + CUDA layer)
-            self.engine.remove_image(info.id, force=True)
+            remove_with_descendants(self.engine, info.id)
+
+
+def remove_with_descendants(engine: Engine, image_id: str) -> None:
+    """An image of ours and every image built on it (a failed build leaves its steps behind)."""
+    for child in engine.client.images.list(all=True):
+        if child.attrs.get("Parent") == image_id:
+            remove_with_descendants(engine, child.id)
+    try:
+        engine.remove_image(image_id, force=True)
+    except Exception:  # noqa: BLE001 - gone already, or still used by a container: leave it
+        pass
 
 
 @pytest.fixture()
