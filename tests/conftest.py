@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# examples/local.yaml names the host's wheel folder and CA bundle: the roots
+# `make release` allows on the command line (--allow-root).
+LOCAL_ROOTS = (Path("/opt/wheels"), Path("/etc/ssl/certs"))
 
 
 @pytest.fixture()

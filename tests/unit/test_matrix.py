@@ -95,7 +95,7 @@ BAD = [
                  "matrix.yaml:7 matrix2: unknown key; did you mean 'matrix'?",
                  id="did-you-mean-matrix"),
     pytest.param("matrix: [1, 2\n",
-                 "matrix.yaml:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'",
+                 "matrix.yaml:2:1: invalid YAML: did not find expected ',' or ']'",
                  id="malformed-yaml"),
     pytest.param("version: 2\n" + BASE.split("\n", 1)[1],
                  "matrix.yaml:1 version: schema version 2 is not supported; this imagesmith reads version 1",
@@ -171,7 +171,7 @@ WARN = [
                  "matrix.yaml:9 layers.cv.packages[0]: warning: 'opencv-python-headless' is not pinned; pin it (opencv-python-headless==X.Y.Z) so that rebuilds install the same thing",
                  id="unpinned-package"),
     pytest.param("layers:\n  base: {}\n  project: {parent: base, requirements: req.txt}\n",
-                 "matrix.yaml:9 layers.project.requirements: warning: req.txt:2: 'numpy>=1.0' is not pinned; pin it with == so that rebuilds install the same thing",
+                 "matrix.yaml:9 layers.project.requirements: warning: req.txt:2: numpy is not pinned; pin it (numpy==X.Y.Z) so that rebuilds install the same thing",
                  id="unpinned-requirement"),
 ]
 
@@ -189,9 +189,9 @@ def test_torch_and_torchvision_unpinned_are_resolved_not_warned(write_matrix) ->
 
 @pytest.mark.parametrize("name", ["matrix.yaml", "examples/local.yaml"])
 def test_shipped_matrices_are_valid_and_quiet(name: str) -> None:
-    from tests.conftest import ROOT
+    from tests.conftest import LOCAL_ROOTS, ROOT
 
-    m = matrix.load(ROOT / name)
+    m = matrix.load(ROOT / name, allowed_roots=LOCAL_ROOTS)
     assert m.cells and m.warnings == ()
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from imagesmith import matrix, plan, render
-from tests.conftest import ROOT
+from tests.conftest import LOCAL_ROOTS, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
 DATE = "20261130"
@@ -24,7 +24,7 @@ UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
 def load(name: str) -> tuple[matrix.Matrix, plan.Plan]:
-    m = matrix.load(ROOT / name)
+    m = matrix.load(ROOT / name, allowed_roots=LOCAL_ROOTS)
     return m, plan.expand(m, DATE)
 
 
