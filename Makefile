@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 MATRIX ?= examples/local.yaml
 OUT ?= build
 JOBS ?= 2
+# Folders outside the matrix's own that its paths may name (examples/local.yaml:
+# the host's wheel folder and CA bundle); passed as --allow-root.
+ALLOW_ROOTS ?= /opt/wheels /etc/ssl/certs
 
 .PHONY: release test unit lint bench host install base registry clean
 
@@ -32,7 +35,7 @@ registry: host             ## the local registry on 127.0.0.1:5000 (htpasswd aut
 	bash scripts/local-registry.sh start >/dev/null
 
 release: base registry     ## the main job: render, build, verify, tag, push; prints where the release report is
-	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push \
+	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push $(ALLOW_ROOTS:%=--allow-root %) \
 	  --credentials .cache/registry/credentials
 
 test: host install         ## the whole suite; .ci/run runs exactly this

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -80,10 +81,10 @@ def generate(folder: Path, n: int) -> Path:
     return path
 
 
-def timed(label: str, rows: list[tuple[str, float]], fn, *args):  # type: ignore[no-untyped-def]
-    t0 = time.perf_counter()
+def timed(label: str, rows: list[tuple[str, float, float]], fn, *args):  # type: ignore[no-untyped-def]
+    t0, c0 = time.perf_counter(), time.process_time()
     result = fn(*args)
-    rows.append((label, time.perf_counter() - t0))
+    rows.append((label, time.perf_counter() - t0, time.process_time() - c0))
     return result
 
 
@@ -92,7 +93,7 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=1850)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    rows: list[tuple[str, float]] = []
+    rows: list[tuple[str, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="imagesmith-bench-") as tmp:
         folder = Path(tmp)
         path = generate(folder, args.cells)
@@ -104,20 +105,24 @@ def main() -> None:
         assert not drift, drift[:3]
         cmd = [sys.executable, "-m", "imagesmith.cli", "render", "-m", str(path), "--out", str(folder / "cli")]
         env = dict(os.environ, PYTHONPATH=str(ROOT), SOURCE_DATE_EPOCH="1796083200")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        rows.append(("imagesmith render (whole command)", time.perf_counter() - t0))
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rows.append(("imagesmith render (whole command)", time.perf_counter() - t0,
+                     c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime))
         assert proc.returncode == 0, proc.stderr[-2000:]
     targets = len(p.targets)
     width = max(len(r[0]) for r in rows)
-    print(f"render benchmark: {len(m.cells)} cells, {targets} targets")
-    print(f"| {'stage'.ljust(width)} | seconds |")
-    print(f"| {'-' * width} | ---: |")
-    for label, seconds in rows:
-        print(f"| {label.ljust(width)} | {seconds:.2f} |")
+    load = os.getloadavg()[0]
+    print(f"render benchmark: {len(m.cells)} cells, {targets} targets (load average {load:.1f} on {os.cpu_count()} CPUs)")
+    print(f"| {'stage'.ljust(width)} | wall s | CPU s |")
+    print(f"| {'-' * width} | ---: | ---: |")
+    for label, seconds, cpu in rows:
+        print(f"| {label.ljust(width)} | {seconds:.2f} | {cpu:.2f} |")
     if args.json:
-        args.json.write_text(json.dumps({"cells": len(m.cells), "targets": targets,
-                                         "seconds": {k: round(v, 3) for k, v in rows}}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"cells": len(m.cells), "targets": targets, "load_average": load,
+                                         "wall_s": {k: round(v, 3) for k, v, _ in rows},
+                                         "cpu_s": {k: round(c, 3) for k, _, c in rows}}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

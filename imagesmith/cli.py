@@ -27,6 +27,12 @@ from imagesmith.table import print_table
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
                              type=click.Path(dir_okay=False, path_type=Path), help="The matrix file.")
+ALLOW_ROOT_OPTION = click.option(
+    "--allow-root", "allow_roots", multiple=True, envvar="IMAGESMITH_ALLOW_ROOT",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A folder outside the matrix's own that paths in the matrix (requirements, ca_bundle, template, "
+         "wheel folders, credential files) may lead into, after symlinks; repeatable "
+         "(IMAGESMITH_ALLOW_ROOT: folders separated by ':').")
 
 
 def today() -> str:
@@ -36,8 +42,8 @@ def today() -> str:
     return now.strftime("%Y%m%d")
 
 
-def load_matrix(path: Path) -> matrix_mod.Matrix:
-    m = matrix_mod.load(path)
+def load_matrix(path: Path, allow_roots: Sequence[Path] = ()) -> matrix_mod.Matrix:
+    m = matrix_mod.load(path, allowed_roots=allow_roots)
     for warning in m.warnings:
         click.secho(str(warning), fg="yellow", err=True)
     return m
@@ -61,11 +67,19 @@ def matrix_group() -> None:
 @matrix_group.command("validate")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
-def validate_cmd(file: Path, date: str | None) -> None:
-    """Check FILE against the schema and the knowledge base."""
-    m = load_matrix(file)
+@ALLOW_ROOT_OPTION
+def validate_cmd(file: Path, date: str | None, allow_roots: tuple[Path, ...]) -> None:
+    """Check FILE against the schema and the knowledge base, and render every
+    target in memory (nothing is written), so what passes here renders.
+
+    Lists the templates of the matrix's own folder it ran: they are code."""
+    m = load_matrix(file, allow_roots)
     p = plan_mod.expand(m, date or today())
+    render_mod.render_all(p, m)
     click.echo(f"OK: {len(m.cells)} cells, {len(p.targets)} targets")
+    for layer, path, refs in render_mod.user_templates(m):
+        uses = f" (with {', '.join(refs)})" if refs else ""
+        click.echo(f"runs template {path}{uses} for layer {layer}: code from the matrix's folder, rendered in Jinja's sandbox")
 
 
 @cli.command("plan")
@@ -73,9 +87,10 @@ def validate_cmd(file: Path, date: str | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write plan.json here.")
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
-def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None) -> None:
+@ALLOW_ROOT_OPTION
+def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, allow_roots: tuple[Path, ...]) -> None:
     """Every build target with its parent, resolved versions and tags."""
-    p = plan_mod.expand(load_matrix(matrix_file), date or today())
+    p = plan_mod.expand(load_matrix(matrix_file, allow_roots), date or today())
     if out:
         plan_mod.write(p, out)
     if fmt == "json":
@@ -93,10 +108,14 @@ def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None) ->
 @cli.command("render")
 @MATRIX_OPTION
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if what is on disk differs (drift).")
-def render_cmd(matrix_file: Path, out: Path, check: bool) -> None:
-    """One build context per target (Dockerfile + files) under OUT/<target>/."""
-    m = load_matrix(matrix_file)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if what is on disk differs (content, modes, extra or missing files).")
+@ALLOW_ROOT_OPTION
+def render_cmd(matrix_file: Path, out: Path, check: bool, allow_roots: tuple[Path, ...]) -> None:
+    """One build context per target (Dockerfile + files) under OUT/<target>/.
+
+    Every Dockerfile is parsed back with BuildKit's parser and must hold only
+    the instructions its template makes; nothing is written otherwise."""
+    m = load_matrix(matrix_file, allow_roots)
     contexts = render_mod.render_all(plan_mod.expand(m, today()), m)
     if check:
         drift = render_mod.check(contexts, out)
@@ -192,16 +211,17 @@ REGISTRY_CA_OPTION = click.option(
 @REGISTRY_CA_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
+@ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
+              registry_ca: Path | None, quiet: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import build
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
-    m, date = load_matrix(matrix_file), date or today()
+    m, date = load_matrix(matrix_file, allow_roots), date or today()
     p = plan_mod.expand(m, date).select(only, layers)
     if not p.targets:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
@@ -265,14 +285,15 @@ def _print_outcomes(outcomes: dict[str, Any]) -> None:
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str | None,
-                credentials_file: Path | None, registry_ca: Path | None, quiet: bool) -> None:
+                credentials_file: Path | None, registry_ca: Path | None, quiet: bool, allow_roots: tuple[Path, ...]) -> None:
     """Tag and push the verified images of OUT/report.json; write OUT/release.json and OUT/release.md."""
     from imagesmith import pipeline, publish
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
-    m, date = load_matrix(matrix_file), date or today()
+    m, date = load_matrix(matrix_file, allow_roots), date or today()
     p = plan_mod.expand(m, date)
     results = pipeline.build_results(pipeline.read_build(out / "report.json"))
     outcomes = pipeline.read_outcomes(out, [r.target for r in results], run_report)
@@ -443,8 +464,9 @@ def _fmt(value: Any) -> str:
               help="Check the host against this matrix (default: ./matrix.yaml when there is one).")
 @click.option("--release", is_flag=True, help="This host also publishes: a missing registry login is a failure, not a warning.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON (schema imagesmith.doctor/1).")
+@ALLOW_ROOT_OPTION
 @click.pass_context
-def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool) -> None:
+def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
     """Can this host build and verify? Docker engine, NVIDIA runtime/CDI, GPUs,
     driver against the matrix's CUDA versions, free disk, registry login.
 
@@ -453,7 +475,7 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 
     if matrix_file is not None and not matrix_file.is_file():
         raise UserError(f"{matrix_file}: no such file")
-    results = doctor.diagnose(matrix=matrix_file, publish=release)
+    results = doctor.diagnose(matrix=matrix_file, publish=release, allowed_roots=allow_roots)
     if as_json:
         click.echo(json.dumps(doctor.to_json(results), indent=2))
     else:

@@ -200,57 +200,53 @@ def layer_packages(matrix: Matrix, layer: Layer, v: Versions) -> tuple[str, ...]
     return tuple(out)
 
 
-def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date: str) -> Iterator[Target]:
+def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date: str) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
+    """(Target fields but floating, tag facts) for each layer built for ``cell``."""
     v = resolve(cell, kb)
     cid = cell_id(v)
+    versions = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+    shared = dict(cell=cid, versions=v, base_image=base_image(matrix, v, kb), python_source=python_source(matrix, v, kb),
+                  pip=pip_sources(matrix, v, kb))
     depth: dict[str, int] = {}
     for layer in matrix.layers:
         if not layer.applies_to(cell) or (layer.parent and layer.parent not in depth):
             continue
         depth[layer.name] = 0 if layer.parent is None else depth[layer.parent] + 1
         tid = f"{cid}-{layer.name}"
-        facts = tags.facts(asdict(v), layer.name, cid, v.accel) | {"date": date}
-        yield Target(
-            id=tid, cell=cid, layer=layer.name,
-            parent=f"{cid}-{layer.parent}" if layer.parent else None,
-            versions=v, base_image=base_image(matrix, v, kb),
-            python_source=python_source(matrix, v, kb),
+        facts = tags.facts(versions, layer.name, cid, v.accel) | {"date": date}
+        yield shared | dict(
+            id=tid, layer=layer.name, parent=f"{cid}-{layer.parent}" if layer.parent else None,
             packages=layer_packages(matrix, layer, v), apt=layer.apt,
-            pip=pip_sources(matrix, v, kb),
             image=f"{matrix.image.repository}:{tid}",
             tag=tags.render(matrix.tags.immutable, facts),
             template=layer.template or default_template(layer.name),
             depth=depth[layer.name],
-        )
+        ), facts
 
 
 def expand(matrix: Matrix, date: str, kb: compat.KnowledgeBase | None = None) -> Plan:
     """Every target of ``matrix``, parents before children, deterministic."""
     kb = kb or compat.load()
-    targets = [t for cell in sort_cells(matrix.cells) for t in _targets_for_cell(matrix, cell, kb, date)]
-    targets.sort(key=lambda t: t.depth)  # stable: parents first, cell order kept
-    _check_tags(matrix, targets)
-    items = [(t.id, t.facts()) for t in targets]
+    drafts = [d for cell in sort_cells(matrix.cells) for d in _targets_for_cell(matrix, cell, kb, date)]
+    drafts.sort(key=lambda d: d[0]["depth"])  # stable: parents first, cell order kept
+    _check_tags(matrix, [(d["id"], d["tag"]) for d, _ in drafts])
+    items = [(d["id"], facts) for d, facts in drafts]
     _check_floating(matrix, items)
     floating = tags.plan_floating(matrix.tags, items)
-    final = tuple(_with_floating(t, floating.get(t.id, ())) for t in targets)
+    final = tuple(Target(**d, floating=floating.get(d["id"], ())) for d, _ in drafts)
     return Plan(str(matrix.file.name), date, final, tuple(str(w) for w in matrix.warnings))
 
 
-def _with_floating(t: Target, floating: tuple[str, ...]) -> Target:
-    return dataclasses.replace(t, floating=floating)
-
-
-def _check_tags(matrix: Matrix, targets: list[Target]) -> None:
-    """Immutable tags: one per target, each a valid Docker tag once expanded (located at tags.immutable)."""
+def _check_tags(matrix: Matrix, targets: list[tuple[str, str]]) -> None:
+    """Immutable tags (target id, tag): one per target, each a valid Docker tag once expanded."""
     seen: dict[str, str] = {}
     problems = []
     where: tuple[str, ...] = ("tags", "immutable")
-    for t in targets:
-        if t.tag in seen:
-            problems.append(matrix.problem(where, f"tag {t.tag!r} is given to both {seen[t.tag]} and {t.id}; add fields such as {{cuda}}, {{python}}, {{os}}, {{layer}} to tags.immutable"))
-        seen.setdefault(t.tag, t.id)
-        problems += [matrix.problem(where, f"{t.id}: {p}") for p in tags.tag_problems(t.tag)]
+    for tid, tag in targets:
+        if tag in seen:
+            problems.append(matrix.problem(where, f"tag {tag!r} is given to both {seen[tag]} and {tid}; add fields such as {{cuda}}, {{python}}, {{os}}, {{layer}} to tags.immutable"))
+        seen.setdefault(tag, tid)
+        problems += [matrix.problem(where, f"{tid}: {p}") for p in tags.tag_problems(tag)]
     if problems:
         raise ValidationError(problems=problems[:10])
 

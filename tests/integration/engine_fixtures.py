@@ -27,9 +27,10 @@ import pytest
 from imagesmith import bootstrap
 from imagesmith.engine import Engine
 from imagesmith.errors import EngineError
+from tests.conftest import LOCAL_ROOTS
 
 RUN = uuid.uuid4().hex[:8]
-TEST_LABEL = "io.imagesmith.test-run"
+TEST_LABEL = "com.example.imagesmith.test-run"  # io.imagesmith.* is imagesmith's own
 LOCAL_SOURCES = """\
 sources:
   torch_index_url: https://pypi.org/simple
@@ -194,7 +195,7 @@ def _build_base(engine: Engine, debian_base: str, folder: Path, **cell: str) -> 
     from imagesmith import build, matrix, plan
 
     factory = MatrixFactory(engine, debian_base, folder)
-    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", **cell))
+    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", **cell), allowed_roots=LOCAL_ROOTS)
     report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
     assert report.ok, [r.error for r in report.results]
     return report.results[0].image_id or "", factory

@@ -20,9 +20,11 @@ import pytest
 
 from imagesmith import build, matrix, plan
 from imagesmith.engine import Engine
+from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory, PrivateIndex, docker_save_contains, no_stray_containers
 
 pytestmark = pytest.mark.integration
+ALLOW = {"IMAGESMITH_ALLOW_ROOT": os.pathsep.join(map(str, LOCAL_ROOTS))}  # the wheel folder and CA of LOCAL_SOURCES
 DATE = "20261130"
 
 LAYERS = """\
@@ -35,7 +37,7 @@ layers:
 
 
 def run_build(path: Path, engine: Engine, out: Path, **select: tuple[str, ...]) -> build.BuildReport:
-    m = matrix.load(path)
+    m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     p = plan.expand(m, DATE).select(**select)
     return build.Builder(p, m, engine, out, jobs=2).run()
 
@@ -130,7 +132,8 @@ def test_sigterm_stops_the_build_leaves_no_container_and_the_next_run_resumes(
     out = tmp_path / "build"
     run_build(path, engine, out, layers=("base",))  # the base from cache or a first build
     before = {c.id for c in engine.client.containers.list(all=True)}
-    cmd = [sys.executable, "-m", "imagesmith.cli", "build", "--matrix", str(path), "--out", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "imagesmith.cli", "build", "--matrix", str(path), "--out", str(out), "--quiet",
+           *(f"--allow-root={root}" for root in LOCAL_ROOTS)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "2.13.0-cpu-py3.11-debian12-slow" / "build.log"
     deadline = time.monotonic() + 120
@@ -169,9 +172,9 @@ def test_cli_build_exit_codes_and_json(build_matrix: MatrixFactory, engine: Engi
     path = build_matrix("layers:\n  base: {toolchain: false}\n")
     out = tmp_path / "build"
     ok = subprocess.run([sys.executable, "-m", "imagesmith.cli", "build", "-m", str(path), "--out", str(out), "--json"],
-                        capture_output=True, text=True, env=os.environ | {"NO_COLOR": "1"})
+                        capture_output=True, text=True, env=os.environ | {"NO_COLOR": "1"} | ALLOW)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["targets"][0]["status"] in ("built", "cached")
     bad = subprocess.run([sys.executable, "-m", "imagesmith.cli", "build", "-m", str(path), "--only", "nothing-matches"],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=os.environ | ALLOW)
     assert bad.returncode == 1 and bad.stderr.strip() == "error: no target matches --only nothing-matches --layer"

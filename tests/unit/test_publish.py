@@ -19,7 +19,7 @@ from imagesmith import matrix, publish, registry
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.registry import Credentials, Manifest
-from tests.conftest import ROOT
+from tests.conftest import LOCAL_ROOTS, ROOT
 
 DATE = "20261130"
 IMAGE = ImageSpec(repository="ml/pytorch", registry="reg.test:5000")
@@ -380,7 +380,7 @@ def test_a_build_report_from_another_matrix_is_refused() -> None:
 
 
 def test_publish_takes_image_and_tag_policy_from_the_matrix(world: World) -> None:
-    m = matrix.load(ROOT / "examples" / "local.yaml")
+    m = matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=LOCAL_ROOTS)
     world.reg.host = "127.0.0.1:5000"
     it = publish.Item("t", "base", "c", "sha256:" + "3" * 64, facts("2.14.1+cu130", cuda="13.0", os="debian12"), True, True)
     report = publish.publish(world.engine, world.reg, m, [it], DATE, world.out, sleep=world.sleeps.append)
