@@ -45,11 +45,19 @@ CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u
 VALUE_CONTROL = re.compile(CONTROL.pattern[:1] + "\t\n\r" + CONTROL.pattern[1:])
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:/@+-]+")
+
+
 def dotted(path: KeyPath) -> str:
     """``("matrix", "include", 0, "cuda")`` -> ``matrix.include[0].cuda``."""
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(part):
+            out += f"[{printable(part, 40)}]"  # a key a user made up: quoted, control characters escaped
+        else:
+            out += f".{part}" if out else part
     return out
 
 

@@ -28,7 +28,7 @@ import jinja2.sandbox
 
 from imagesmith import compat, guard, grammar
 from imagesmith.atomic import write_bytes
-from imagesmith.errors import UserError
+from imagesmith.errors import ValidationError
 from imagesmith.matrix import TEMPLATE_LIMIT, Layer, Matrix, is_shipped_template
 from imagesmith.paths import PathProblem, Roots, confined, read_text
 from imagesmith.plan import Plan, Target
@@ -39,10 +39,6 @@ MANIFEST = ".rendered"  # the file list older versions wrote beside each context
 EXECUTABLE = frozenset({"services/imagesmith-services"})
 BUILD_OUTPUTS = ("build.log", "*.json", MANIFEST)  # written beside a context by later stages, never sent to docker
 DOCKERIGNORE = "# build outputs that live beside the context\n" + "".join(f"{p}\n" for p in BUILD_OUTPUTS)
-
-
-class RenderError(UserError):
-    """A template could not render, or a rendered file failed the guard."""
 
 
 @dataclass(frozen=True)
@@ -165,20 +161,25 @@ class Renderer:
 
     def _render(self, t: Target, name: str, variables: dict[str, object], kind: str, rel: str) -> bytes:
         users = bool(self.layers[t.layer].template_path) and name == t.template
+        where = ("layers", t.layer, "template") if users else ("layers", t.layer)
         try:
             marked = (self.sandbox if users else self.env).get_template(name).render(variables)
         except jinja2.TemplateError as exc:
-            raise RenderError(f"{t.id}: template {name}: {type(exc).__name__}: {exc}") from None
+            raise self._refused(where, f"{t.id}: template {name}: {type(exc).__name__}: {str(exc)[:300]}") from None
         except Exception as exc:  # a user's template is code: its failure is the user's to fix
             if not users:
                 raise
-            raise RenderError(f"{t.id}: template {name} failed: {type(exc).__name__}: {exc}") from None
+            raise self._refused(where, f"{t.id}: template {name} failed: {type(exc).__name__}: {str(exc)[:300]}") from None
         findings = self.guard.check(kind, marked, trusted_macros=users)
         if findings:
-            raise RenderError("\n".join(
-                f"{t.id}/{rel}:{f.line}: {f.why}; refusing to write it (template {name}). This is a gap in imagesmith's "
-                "validation or escaping: please report it with the matrix" for f in findings))
+            raise ValidationError(problems=[self.matrix.problem(where, (
+                f"{t.id}/{rel}:{f.line}: {f.why}; nothing was written (template {name})" + (
+                    "" if users else ": a gap in imagesmith's validation or escaping, please report it with the matrix")))
+                for f in findings])
         return guard.unmark(marked).encode()
+
+    def _refused(self, where: tuple[str, ...], message: str) -> ValidationError:
+        return ValidationError(problems=[self.matrix.problem(where, message)])
 
     def target(self, t: Target) -> Context:
         layer = self.layers[t.layer]
