@@ -185,7 +185,7 @@ class Guard:
             shape, plain = _shape(commands), _shape(self._parse(_plain(skeleton, spans)))
         except dockerfile.GoParseError as exc:
             return [Finding(0, f"BuildKit's parser refuses it: {str(exc)[:200]}")]
-        found = [Finding(a[4], f"{a[0]} is not the instruction the template makes with plain values "
+        found = [Finding(int(str(a[4])), f"{a[0]} is not the instruction the template makes with plain values "
                                  "(a value added an instruction, argument, flag or line)")
                  for a, b in zip(shape, plain) if a != b][:1]
         if len(shape) != len(plain):

@@ -18,7 +18,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Mapping, Union
 
 import yaml
 
@@ -175,6 +175,7 @@ class _Walker:
         try:
             if isinstance(node, yaml.SequenceNode):
                 return [self.walk(item, path + (i,)) for i, item in enumerate(node.value)]
+            assert isinstance(node, yaml.MappingNode)
             return self.mapping(node, path)
         finally:
             self.active.discard(id(node))
@@ -300,7 +301,7 @@ def load_located(data: str | bytes, file: str) -> tuple[Any, Lines]:
     return value, walker.lines
 
 
-def line_of(lines: Lines, path: KeyPath) -> int:
+def line_of(lines: Mapping[KeyPath, int], path: KeyPath) -> int:
     """The line of ``path``, or of its nearest located ancestor."""
     while path and path not in lines:
         path = path[:-1]

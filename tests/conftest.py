@@ -22,6 +22,7 @@ def write_matrix(tmp_path: Path):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_text(content)
         path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path
 

@@ -23,6 +23,8 @@ from typing import Any
 import dockerfile
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from imagesmith import cli
 from imagesmith.located import load_located
@@ -159,3 +161,13 @@ def _python_shape(path: Path) -> list[str]:
 
 def _words(path: Path) -> list[tuple[str, int]]:
     return [(line.split()[0], len(line.split())) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.randoms(use_true_random=False))
+def test_mutated_matrices_render_or_fail_with_a_user_error(tmp_path_factory: pytest.TempPathFactory, rng: Any) -> None:
+    from imagesmith import compat
+    from tests.corpus import fuzz
+
+    path = fuzz.prepare(tmp_path_factory.getbasetemp() / "fuzz")
+    fuzz.attempt(path, fuzz.mutant(rng), compat.load())  # a bug raises here
