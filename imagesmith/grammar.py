@@ -132,7 +132,14 @@ def url(value: str, schemes: tuple[str, ...] = ("https", "http", "file")) -> str
         bad = sorted({c for c in value if not URL_CHARS.fullmatch(c)})
         return (f"{printable(value)} holds {', '.join(map(repr, bad))}, which a URL does not need; "
                 "percent-encode it (%20 for a space)")
-    parts = urllib.parse.urlsplit(value)
+    try:
+        parts = urllib.parse.urlsplit(value)
+    except ValueError:
+        return f"{printable(value)} is not a URL (its [IPv6] host is cut); write e.g. https://[fd00::1]:8443/simple"
+    try:
+        parts.port  # noqa: B018 (raises for a bad port)
+    except ValueError:
+        return f"{printable(value)}: the port must be a number from 1 to 65535"
     if parts.scheme not in schemes:
         return f"{printable(value)}: the scheme must be one of {', '.join(s + '://' for s in schemes)}"
     if parts.scheme == "file":
@@ -140,10 +147,6 @@ def url(value: str, schemes: tuple[str, ...] = ("https", "http", "file")) -> str
     if "@" in parts.netloc:
         return (f"{printable(value)} carries credentials, which would reach the build's history and logs; "
                 "remove them and use sources.credentials (host, username_env, password_env)")
-    try:
-        parts.port  # noqa: B018 (raises for a bad port)
-    except ValueError:
-        return f"{printable(value)}: the port must be a number from 1 to 65535"
     return host(parts.hostname or "") if parts.hostname else f"{printable(value)} has no host; write e.g. https://pypi.example.com/simple"
 
 

@@ -168,6 +168,8 @@ class Guard:
         """Findings for a rendered file (``kind``: dockerfile, python, config or shell), given
         with its markers. A Dockerfile is judged by its skeleton: inert values replaced by x."""
         key = (kind, trusted_macros, _INERT_VALUE.sub(f"{OPEN}x{CLOSE}", marked) if kind == "dockerfile" else marked)
+        if key not in self.verdicts and not _utf8(marked):
+            return [Finding(0, "it holds a character no UTF-8 file can (a lone surrogate such as \\udcff)")]
         if key not in self.verdicts:
             text, spans = strip(key[2], trusted_macros)
             judge = {"dockerfile": self._judge, "python": _python, "config": _config, "shell": _shell}[kind]
@@ -211,6 +213,14 @@ def _config(text: str, spans: list[Span]) -> list[Finding]:
 def _shell(text: str, spans: list[Span]) -> list[Finding]:
     why = lex("shell", text, spans, 0)
     return [Finding(text.count("\n", 0, spans[0][0]) + 1 if spans else 0, why)] if why else []
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # BuildKit's parser (through cgo) would crash the process on it
+        return False
 
 
 def _shape(commands: tuple["dockerfile.Command", ...]) -> list[tuple[object, ...]]:

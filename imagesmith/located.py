@@ -40,8 +40,9 @@ _PLAIN = {_TAG + t for t in ("str", "int", "float", "bool", "null", "timestamp")
 _AS_TEXT = {_TAG + t for t in ("int", "float", "timestamp")}  # "3.10" stays "3.10": versions are never floats
 _MERGE = _TAG + "merge"
 # C0/C1 controls (tab, CR and LF allowed in the file, never in a value), line and
-# paragraph separators, zero-width and bidirectional controls ("Trojan Source").
-CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffb]")
+# paragraph separators, zero-width and bidirectional controls ("Trojan Source"),
+# and lone surrogates (a "\\udcff" escape: not text, and no file can hold it).
+CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ud800-\udfff\ufeff\ufff9-\ufffb]")
 VALUE_CONTROL = re.compile(CONTROL.pattern[:1] + "\t\n\r" + CONTROL.pattern[1:])
 
 

@@ -16,9 +16,7 @@ import functools
 import json
 import os
 import shlex
-import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -135,6 +133,7 @@ class Renderer:
         self.guard = guard.Guard()
         self.layers = {layer.name: layer for layer in matrix.layers}
         self._labels: dict[str, str] = {}
+        self._services: dict[str, dict[str, bytes]] = {}
         self.delta = (templates_dir() / "files" / "layer_delta.py").read_bytes()
 
     def packages_label(self, t: Target) -> str:
@@ -192,16 +191,21 @@ class Renderer:
             files["requirements.txt"] = layer.requirements_data
         if self.matrix.sources.ca_bundle:
             files["certs/extra-ca.pem"] = self.matrix.sources.ca_bundle_data
-        files.update(self._service_files(t, layer, variables))
+        files.update(self._service_files(t, layer))
         return Context(t, dict(sorted(files.items())))
 
-    def _service_files(self, t: Target, layer: Layer, variables: dict[str, object]) -> dict[str, bytes]:
-        checks = {"sshd_config": "config", "jupyter_server_config.py": "python", "imagesmith-services": "shell"}
-        names = (["sshd_config"] if layer.sshd.enabled else []) + \
-                (["jupyter_server_config.py"] if layer.jupyter.enabled else [])
-        if names:
-            names.append("imagesmith-services")
-        return {f"services/{n}": self._render(t, f"services/{n}.j2", variables, checks[n], f"services/{n}") for n in names}
+    def _service_files(self, t: Target, layer: Layer) -> dict[str, bytes]:
+        """The dev services' files: they see only the layer and the image, so they are
+        rendered (and checked) once per layer."""
+        if layer.name not in self._services:
+            checks = {"sshd_config": "config", "jupyter_server_config.py": "python", "imagesmith-services": "shell"}
+            names = (["sshd_config"] if layer.sshd.enabled else []) + \
+                    (["jupyter_server_config.py"] if layer.jupyter.enabled else [])
+            names += ["imagesmith-services"] if names else []
+            variables: dict[str, object] = {"layer": layer, "image": self.matrix.image}
+            self._services[layer.name] = {f"services/{n}": self._render(t, f"services/{n}.j2", variables, checks[n], f"services/{n}")
+                                          for n in names}
+        return self._services[layer.name]
 
 
 def render_target(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase | None = None) -> Context:
@@ -267,37 +271,53 @@ def _on_disk(folder: Path) -> dict[str, os.stat_result]:
 
 def write(contexts: list[Context], out: Path) -> list[Path]:
     """Write every context under ``out/<target id>/``: exactly its files, with
-    their modes; anything else there (but build outputs) is removed. A new
-    context is written into a temporary folder and renamed into place."""
+    their modes; anything else there (but build outputs) is removed. In a new
+    context, a file whose bytes another new context already holds is a hard
+    link to it: most files repeat across targets, and a link costs the disk
+    far less than a new file (an interrupted write is repaired, or reported
+    by ``check``, the next time)."""
     out.mkdir(parents=True, exist_ok=True)
-    written = []
+    written: list[Path] = []
+    same: dict[tuple[int, bytes], str] = {}
     for ctx in contexts:
         folder = out / ctx.target.id
         if folder.is_dir():
             _update(ctx, folder)
         else:
-            _create(ctx, folder)
+            _create(ctx, folder, same)
         written.append(folder)
     return written
 
 
-def _create(ctx: Context, folder: Path) -> None:
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+def _create(ctx: Context, folder: Path, same: dict[tuple[int, bytes], str]) -> None:
+    base = str(folder)
+    os.mkdir(base)
+    for sub in sorted({os.path.dirname(rel) for rel in ctx.files} - {""}):
+        os.makedirs(os.path.join(base, sub), exist_ok=True)
+    for rel, data in ctx.files.items():
+        key, path = (ctx.mode(rel), data), os.path.join(base, rel)
+        if not _link(same.get(key), path):
+            _new_file(path, data, ctx.mode(rel))
+            same[key] = path
+
+
+def _link(source: str | None, path: str) -> bool:
+    if source is None:
+        return False
     try:
-        for sub in sorted({os.path.dirname(rel) for rel in ctx.files} - {""}):
-            (tmp / sub).mkdir(parents=True, exist_ok=True)
-        for rel, data in ctx.files.items():
-            fd = os.open(tmp / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, ctx.mode(rel))
-            try:
-                os.write(fd, data)
-                os.fchmod(fd, ctx.mode(rel))
-            finally:
-                os.close(fd)
-        os.chmod(tmp, 0o755)
-        os.rename(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        os.link(source, path)
+        return True
+    except OSError:  # no hard links here, or too many to one file: write it
+        return False
+
+
+def _new_file(path: str, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def _update(ctx: Context, folder: Path) -> None:

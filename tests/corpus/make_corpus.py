@@ -53,6 +53,7 @@ CONTROL = {  # control characters: refused wherever they appear
     "nul": r"x\0PWNED",
     "escape": r"x\e[2JPWNED",
     "bidi": r"x\u202ePWNED",
+    "surrogate": r"x\udcffPWNED",
 }
 SYNTAX = {  # shell and Dockerfile syntax: data in free text, refused in every other field
     "quote": r'x\" PWNED=\"1',
@@ -159,6 +160,7 @@ OTHERS: dict[str, tuple[str, str | bytes]] = {
     "credentials-file-outside": ("refuse", BASE + "  credentials: [{host: pypi.example.com, file: /root/.docker/config.json}]\n"),
     "credentials-in-url": ("refuse", BASE.replace("https://pypi.org/simple", "https://user:secret@pypi.example.com/simple")),
     "index-url-javascript": ("refuse", BASE.replace("https://pypi.org/simple", "javascript:alert(1)")),
+    "index-url-cut-ipv6": ("refuse", BASE.replace("https://pypi.org/simple", "http://[::1/simple")),
     "index-url-ftp": ("refuse", BASE.replace("https://pypi.org/simple", "ftp://pypi.example.com/simple")),
     # -- YAML ----------------------------------------------------------------------------
     "alias-bomb": ("refuse", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'

@@ -44,6 +44,7 @@ REFUSED = [
     (grammar.url, "https://u:p@pypi.example.com/simple", "'https://u:p@pypi.example.com/simple' carries credentials, which would reach the build's history and logs; remove them and use sources.credentials (host, username_env, password_env)"),
     (grammar.url, "https://x:99999/", "'https://x:99999/': the port must be a number from 1 to 65535"),
     (grammar.url, "file://host/etc", "'file://host/etc': write file:///absolute/path"),
+    (grammar.url, "http://[::1/simple", "'http://[::1/simple' is not a URL (its [IPv6] host is cut); write e.g. https://[fd00::1]:8443/simple"),
     (grammar.host, "a b", "'a b' is not a host name or IP address; write e.g. pypi.example.com or 10.0.0.5:8080"),
     (grammar.listen_address, "0.0.0.0:8888", "'0.0.0.0:8888' is not an IP address or host name to listen on; write e.g. 0.0.0.0 or 127.0.0.1"),
     (grammar.no_proxy, "a b", "'a b' is not a no_proxy list; write hosts, domains or CIDRs separated by commas, e.g. localhost,.corp.example.com"),
