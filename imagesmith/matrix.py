@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from imagesmith import compat, grammar
 from imagesmith.tags import DOCKER_TAG, TAG_FIELDS
 from imagesmith.errors import Problem, ValidationError
@@ -555,7 +557,10 @@ def _template(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, Path | None]:
 def is_shipped_template(name: str, folder: Path) -> bool:
     """``name`` is one of our templates (a plain relative name under templates/)."""
     parts = Path(name).parts
-    return bool(parts) and ".." not in parts and not Path(name).is_absolute() and (folder / name).is_file()
+    try:
+        return bool(parts) and ".." not in parts and not Path(name).is_absolute() and (folder / name).is_file()
+    except (OSError, ValueError):  # a name too long to be one of ours
+        return False
 
 
 def _check_package(ctx: Ctx, spec: str, path: KeyPath) -> None:
@@ -616,12 +621,10 @@ def _option_problem(option: str) -> str | None:
     if option in REQ_OPTIONS_REFUSED:
         return (f"{option} is not allowed here: the file is copied alone into the build context, "
                 f"so {REQ_OPTIONS_REFUSED[option]} belong in the matrix (sources:, packages:, requirements:)")
-    return None if option in REQ_OPTIONS_OK else f"the pip option {printable(option, 30)} is not supported in a requirements file here"
+    return None if option in REQ_OPTIONS_OK else f"a pip option that is not supported here (only {', '.join(REQ_OPTIONS_OK)})"
 
 
 def _check_requirement(ctx: Ctx, name: str, n: int, spec: str, path: KeyPath) -> list[str]:
-    from packaging.requirements import InvalidRequirement, Requirement
-
     try:
         req = Requirement(spec)
     except InvalidRequirement:
@@ -838,7 +841,11 @@ def _secret_file(ctx: Ctx, raw: Any, path: KeyPath) -> Path | None:
     text = ctx.string(raw, path)
     if text is None:
         return None
-    resolved = ctx.roots.resolve(text)
+    try:
+        resolved = ctx.roots.resolve(text)
+    except PathProblem as exc:
+        ctx.error(path, str(exc))
+        return None
     if not ctx.roots.inside(resolved):
         ctx.error(path, f"{text} resolves to {resolved}, outside {ctx.roots.base}; keep it in the matrix's folder, "
                   f"or allow its folder on the command line: --allow-root {resolved.parent}")

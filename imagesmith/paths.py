@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from imagesmith.located import TextProblem, decode, read_limited
+from imagesmith.errors import UserError
+from imagesmith.located import TextProblem, decode, printable, read_limited
 
 
 @dataclass(frozen=True)
@@ -24,33 +25,46 @@ class Roots:
 
     @classmethod
     def of(cls, matrix_file: Path, extra: Sequence[Path] = ()) -> "Roots":
-        return cls(matrix_file.resolve().parent, tuple(Path(p).expanduser().resolve() for p in extra))
+        try:
+            return cls(_resolved(matrix_file).parent, tuple(_resolved(Path(p).expanduser()) for p in extra))
+        except PathProblem as exc:
+            raise UserError(f"--allow-root or the matrix path: {exc}") from None
 
     def inside(self, path: Path) -> bool:
         return any(path == root or root in path.parents for root in (self.base, *self.extra))
 
     def resolve(self, text: str) -> Path:
-        """``text`` relative to the matrix folder, symlinks resolved."""
-        return (self.base / Path(text).expanduser()).resolve()
+        """``text`` relative to the matrix folder, symlinks resolved (PathProblem for a loop)."""
+        return _resolved(self.base / Path(text).expanduser())
 
 
 class PathProblem(Exception):
     """Why a path named in a matrix is refused; the message never quotes the file."""
 
 
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError, ValueError) as exc:  # a loop of symbolic links, a name too long
+        raise PathProblem(f"{printable(str(path))} cannot be resolved ({getattr(exc, 'strerror', None) or exc})") from None
+
+
 def confined(roots: Roots, text: str, kind: str = "file") -> Path:
     """The resolved path of ``text`` if it exists inside the roots and is a
     regular file (``kind="file"``) or a folder (``kind="folder"``)."""
-    path = roots.resolve(text)
-    if not path.exists():
-        raise PathProblem(f"{text}: no such {kind} (looked at {path})")
-    if not roots.inside(path):
-        raise PathProblem(f"{text} resolves to {path}, outside {roots.base}; keep it in the matrix's folder, "
-                          f"or allow its folder on the command line: --allow-root {path if kind == 'folder' else path.parent}")
-    if kind == "folder" and not path.is_dir():
-        raise PathProblem(f"{text} is not a folder")
-    if kind == "file" and not path.is_file():
-        raise PathProblem(f"{text} is not a regular file")
+    try:
+        path = roots.resolve(text)
+        if not path.exists():
+            raise PathProblem(f"{text}: no such {kind} (looked at {path})")
+        if not roots.inside(path):
+            raise PathProblem(f"{text} resolves to {path}, outside {roots.base}; keep it in the matrix's folder, "
+                              f"or allow its folder on the command line: --allow-root {path if kind == 'folder' else path.parent}")
+        if kind == "folder" and not path.is_dir():
+            raise PathProblem(f"{text} is not a folder")
+        if kind == "file" and not path.is_file():
+            raise PathProblem(f"{text} is not a regular file")
+    except (OSError, ValueError) as exc:  # a name too long, a loop of links, ...
+        raise PathProblem(f"{printable(text)} cannot be used as a path ({getattr(exc, 'strerror', None) or exc})") from None
     return path
 
 

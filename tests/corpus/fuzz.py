@@ -46,7 +46,7 @@ VALID: dict[str, Any] = {
                           {"tag": "latest", "when": {"layer": "base", "cuda": "12.8"}}]},
     "verify": {"tier": "quick", "gpus": "all", "timeout": 900, "thresholds": {"gemm.bf16": {"fail_fraction": 0.8}}},
     "sources": {"torch_index_url": "https://download.pytorch.org/whl/{variant}", "index_url": "https://pypi.org/simple",
-                "extra_index_urls": [], "find_links": ["wheels"], "trusted_hosts": ["pypi.example.com"],
+                "extra_index_urls": [], "find_links": ["@WHEELS@"], "trusted_hosts": ["pypi.example.com"],
                 "proxy": {"http": None, "https": None, "no_proxy": None}, "network": "default",
                 "credentials": [{"host": "pypi.example.com", "password_env": "PW"}]},
 }
@@ -104,7 +104,7 @@ def prepare(folder: Path) -> Path:
 
 def attempt(path: Path, data: bytes, kb: compat.KnowledgeBase) -> bool:
     """True if it rendered; False for a UserError; anything else propagates (a bug)."""
-    path.write_bytes(data)
+    path.write_bytes(data.replace(b"@WHEELS@", str(path.parent / "wheels").encode()))
     try:
         m = matrix.load(path, kb)
         render.render_all(plan.expand(m, "20261130", kb), m, kb)

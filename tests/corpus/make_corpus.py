@@ -125,6 +125,11 @@ OTHERS: dict[str, tuple[str, str | bytes]] = {
     "requirements-dev-zero": ("refuse", BASE.replace("files/req-ok.txt", "/dev/zero")),
     "requirements-proc": ("refuse", BASE.replace("files/req-ok.txt", "/proc/self/environ")),
     "requirements-home": ("refuse", BASE.replace("files/req-ok.txt", "~/.bash_history")),
+    "requirements-link-loop": ("refuse", BASE.replace("files/req-ok.txt", "files/loop-a")),
+    "requirements-name-too-long": ("refuse", BASE.replace("files/req-ok.txt", "x" * 300)),
+    "template-name-too-long": ("refuse", BASE.replace("    parent: cv\n", "    parent: cv\n    template: " + "t" * 300 + "\n")),
+    "credentials-file-link-loop": ("refuse", BASE + "  credentials: [{host: pypi.example.com, file: files/loop-a}]\n"),
+    "find-links-link-loop": ("refuse", BASE + "  find_links: [files/loop-b]\n"),
     "requirements-missing": ("refuse", BASE.replace("files/req-ok.txt", "files/nope.txt")),
     "requirements-index-url": ("refuse", BASE.replace("files/req-ok.txt", "files/req-index-url.txt")),
     "requirements-extra-index": ("refuse", BASE.replace("files/req-ok.txt", "files/req-extra-index.txt")),
@@ -287,7 +292,8 @@ def side_files() -> None:
     (FILES / "req-utf16.txt").write_bytes("rich==15.0.0\n".encode("utf-16"))
     (FILES / "req-control.txt").write_bytes(b"rich==15.0.0\x1b[2J\n")
     (FILES / "ca.pem").write_text(Path("/etc/ssl/certs/ISRG_Root_X1.pem").read_text())
-    for name, target in (("passwd-link", "/etc/passwd"), ("shadow-link", "/etc/shadow"), ("etc-link", "/etc")):
+    for name, target in (("passwd-link", "/etc/passwd"), ("shadow-link", "/etc/shadow"), ("etc-link", "/etc"),
+                         ("loop-a", "loop-b"), ("loop-b", "loop-a")):
         os.symlink(target, FILES / name)
 
 
