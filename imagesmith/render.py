@@ -315,9 +315,19 @@ def _new_file(path: str, data: bytes, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         os.write(fd, data)
-        os.fchmod(fd, mode)
+        if mode & _UMASK:
+            os.fchmod(fd, mode)  # the umask took bits the file must have
     finally:
         os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
 
 
 def _update(ctx: Context, folder: Path) -> None:
