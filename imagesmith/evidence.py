@@ -496,9 +496,6 @@ class Location:
     repo: str
     ref: str  # a tag or a digest
 
-    def __str__(self) -> str:
-        return f"{self.host}/{self.repo}{'@' if self.ref.startswith('sha256:') else ':'}{self.ref}"
-
 
 def locate(reference: str) -> Location:
     """``host[:port]/repo[:tag|@sha256:...]`` -> its parts; a reference without a registry host is a UserError."""

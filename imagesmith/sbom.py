@@ -10,7 +10,6 @@ the image's creation), so a re-run can see that nothing changed.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -158,7 +157,3 @@ def counts(bom: Mapping[str, Any]) -> dict[str, Any]:
 
 def _components(value: Any) -> Iterable[Mapping[str, Any]]:
     return [c for c in value if isinstance(c, Mapping)] if isinstance(value, list) else []
-
-
-def loads(data: bytes) -> dict[str, Any]:
-    return dict(json.loads(data))

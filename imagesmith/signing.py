@@ -185,7 +185,7 @@ def simple_signing_digest(payload: bytes) -> tuple[str, str]:
     try:
         critical = json.loads(payload)["critical"]
         if critical["type"] != SIMPLE_SIGNING_TYPE:
-            raise ValueError(f"type {critical['type']!r}")
+            raise KeyError(f"type {critical['type']!r}")
         return str(critical["image"]["docker-manifest-digest"]), str(critical["identity"]["docker-reference"])
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not a cosign simple-signing payload ({exc})") from None

@@ -4,6 +4,7 @@ is also checked by openssl, which shares no code with imagesmith."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -95,3 +96,19 @@ def test_the_simple_signing_payload_is_what_cosign_and_containers_image_read() -
     assert signing.simple_signing_digest(payload) == ("sha256:" + "ab" * 32, "127.0.0.1:5000/imagesmith/local")
     with pytest.raises(ValueError, match="not a cosign simple-signing payload"):
         signing.simple_signing_digest(b'{"critical": {}}')
+
+
+COSIGN = Path(__file__).parent.parent / "fixtures" / "cosign"
+
+
+def test_a_signature_made_by_cosign_verifies_with_imagesmith() -> None:
+    """The other direction: cosign's own output (a containers/image test fixture) read by imagesmith's verifier."""
+    stored = json.loads(COSIGN.joinpath("signature-1").read_bytes().split(b"\n", 1)[1])
+    payload = base64.b64decode(stored["payload"])
+    manifest_digest = "sha256:" + hashlib.sha256(COSIGN.joinpath("manifest.json").read_bytes()).hexdigest()
+    assert stored["mimeType"] == signing.SIMPLE_SIGNING_MEDIA_TYPE
+    assert signing.simple_signing_digest(payload) == (manifest_digest, "192.168.64.2:5000/cosign-signed-single-sample")
+    cosign_key = signing.load_public_key(COSIGN / "cosign.pub")
+    signature = signing.decode_signature(stored["annotations"][signing.SIGNATURE_ANNOTATION])
+    assert signing.signed_by([cosign_key], payload, signature) == [cosign_key.keyid]
+    assert signing.signed_by([cosign_key], payload.replace(b"sample", b"sampla"), signature) == []
