@@ -15,7 +15,6 @@ import http.server
 import io
 import shutil
 import subprocess
-import threading
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import pytest
 from imagesmith import bootstrap
 from imagesmith.engine import Engine
 from imagesmith.errors import EngineError
+from tests.loopback import serve
 
 RUN = uuid.uuid4().hex[:8]
 TEST_LABEL = "io.imagesmith.test-run"
@@ -164,12 +164,8 @@ def private_index() -> Iterator[PrivateIndex]:
                 return wheel, "application/octet-stream"
             return None, "text/plain"
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with serve(Handler) as state.port:
+        yield state
 
 
 def docker_save_contains(ref: str, needles: list[str]) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,6 +18,7 @@ import pytest
 
 from imagesmith import doctor, harbor
 from imagesmith.doctor import FAIL, OK, WARN, Result
+from tests.loopback import serve
 from tests.unit.test_doctor import FakeHost
 
 PROJECT, REPO = "ml", "ml/pytorch-cuda"
@@ -85,12 +85,8 @@ def fake_harbor() -> Iterator[FakeHarbor]:
 
         do_GET = do_POST = do_DELETE = do_HEAD = route  # noqa: N815
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with serve(Handler) as state.port:
+        yield state
 
 
 def release_results(write_matrix: Any, fake: FakeHarbor) -> list[Result]:
