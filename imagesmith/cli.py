@@ -183,8 +183,9 @@ EVIDENCE_OPTION = click.option(
     "--evidence/--no-evidence", "with_evidence", default=True, show_default=True,
     help="Attach an SBOM, a verification attestation and signatures to every released digest.")
 PUBLIC_KEY_OPTION = click.option(
-    "--key", "public_key", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="Public key (PEM, as cosign.pub) the signatures must verify with; without it they are listed, not checked.")
+    "--key", "public_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Public key (PEM, as cosign.pub); every signature must verify with one of the keys given (repeat --key "
+         "for several signers). Without one, signatures are listed, not checked.")
 
 
 @cli.command("build")
@@ -388,7 +389,7 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
                python_exe: str | None, require_gpu: bool, timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
-               build_report: Path | None, credentials_file: Path | None, public_key: Path | None, reuse_evidence: bool,
+               build_report: Path | None, credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
                quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
@@ -404,9 +405,9 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
     if build_report is not None:
         _verify_build(build_report, options, json_out, quiet)
         return
-    if reuse_evidence and public_key is None:
+    if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
-    if image and not local and _attached_evidence(image, public_key, credentials_file, options, reuse_evidence, quiet):
+    if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet):
         return
     if local:
         outcome = verify.run_local(options, python_exe)
@@ -430,7 +431,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
 
 
-def _attached_evidence(image: str, public_key: Path | None, credentials_file: Path | None, options: Any,
+def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_file: Path | None, options: Any,
                        reuse: bool, quiet: bool) -> bool:
     """Print what is attached to IMAGE's digest (a registry reference); True when a signed
     attestation for this tier and GPU model makes running again unnecessary (--reuse-evidence)."""
@@ -439,7 +440,7 @@ def _attached_evidence(image: str, public_key: Path | None, credentials_file: Pa
 
     if registry_host(image) == "docker.io":
         return False
-    keys = [signing.load_public_key(public_key)] if public_key else []
+    keys = [signing.load_public_key(k) for k in public_keys]
     try:
         found = evidence.read(image, keys, credentials_file)
     except UserError as exc:
@@ -508,14 +509,14 @@ def _signed(count: int, signed_by: Any, keys: Any) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence as JSON (schema imagesmith.evidence/1).")
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
-def evidence_cmd(ref: str, public_key: Path | None, as_json: bool, credentials_file: Path | None, registry_ca: Path | None) -> None:
+def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credentials_file: Path | None, registry_ca: Path | None) -> None:
     """What is attached to REF's digest (host/repository:tag or @sha256:...): SBOM, verification
     attestations, signatures; with --key every signature is verified.
 
     Exit 0: everything matches; 1: a signature, a subject digest or a blob does not match."""
     from imagesmith import evidence, signing
 
-    keys = [signing.load_public_key(public_key)] if public_key else []
+    keys = [signing.load_public_key(k) for k in public_keys]
     found = evidence.read(ref, keys, credentials_file, registry_ca)
     if as_json:
         click.echo(json.dumps(found.to_json(), indent=2, sort_keys=True))

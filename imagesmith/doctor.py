@@ -296,7 +296,7 @@ def probe_release(host: str, repository: str, environ: Mapping[str, str]) -> Rel
         return ReleaseFacts(push_error)
     try:
         return ReleaseFacts(push_error, version, api.immutable_rules(repository.split("/", 1)[0]))
-    except (harbor_api.HarborError, ValueError, OSError) as exc:
+    except (UserError, ValueError, OSError) as exc:
         return ReleaseFacts(push_error, version, rules_error=str(exc))
 
 

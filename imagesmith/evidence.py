@@ -370,7 +370,7 @@ class Attacher:
         subject = {"mediaType": have.media_type, "digest": have.digest, "size": have.size}
         new_entries = [entry for doc in documents if (entry := self._document(doc, have, subject, done)) is not None]
         if new_entries:
-            self._index(digest, have, new_entries, done)
+            self._index(digest, new_entries, done)
         if self.key is not None:
             self._sign(digest, have, done)
         done.seconds = self.clock() - t0
@@ -382,7 +382,7 @@ class Attacher:
         the index entry to add when the registry did not index it itself."""
         for a in have.of_kind(doc.kind):
             if a.statement and not a.problems and self._trusted(a) and doc.same_as(a.statement, a.payload):
-                done.artifacts.append(self._record(doc.kind, a.digest, a.size, a.layer, "unchanged", bool(a.signed_by)))
+                done.artifacts.append(self._record(doc.kind, a.digest, a.size, (a.layer, a.layer_size), "unchanged", bool(a.signed_by)))
                 return None
         envelope = signing.envelope(doc.statement, attestation.PAYLOAD_TYPE, self.key)
         layer = descriptor(signing.DSSE_MEDIA_TYPE, envelope)
@@ -390,7 +390,8 @@ class Attacher:
         manifest = artifact_manifest(ARTIFACT_TYPES[doc.kind], layer, subject, {k: v for k, v in annotations.items() if v})
         done.pushed_bytes += self._blob(EMPTY) + self._blob(envelope) + len(manifest)
         pushed = self.registry.push_manifest(self.repo, sha256_digest(manifest), OCI_MANIFEST, manifest)
-        done.artifacts.append(self._record(doc.kind, pushed.digest, len(manifest), layer["digest"], "pushed", self.key is not None))
+        done.artifacts.append(self._record(doc.kind, pushed.digest, len(manifest), (layer["digest"], len(envelope)), "pushed",
+                                           self.key is not None))
         if pushed.subject:
             done.discovery = "referrers API"
             return None
@@ -403,11 +404,11 @@ class Attacher:
         _, sent = self.registry.push_blob(self.repo, data)
         return len(data) if sent else 0
 
-    def _record(self, kind: str, digest: str, size: int, layer: str, status: str, signed: bool) -> dict[str, Any]:
+    def _record(self, kind: str, digest: str, size: int, layer: tuple[str, int], status: str, signed: bool) -> dict[str, Any]:
         return {"kind": kind, "artifactType": ARTIFACT_TYPES.get(kind, kind), "digest": digest, "size": size,
-                "layer": layer, "status": status, "signed": signed}
+                "layer": layer[0], "layer_size": layer[1], "status": status, "signed": signed}
 
-    def _index(self, digest: str, have: Evidence, entries: list[dict[str, Any]], done: Attached) -> None:
+    def _index(self, digest: str, entries: list[dict[str, Any]], done: Attached) -> None:
         """Referrers tag schema: read the index again, add what is missing, write it back."""
         tag = referrers_tag(digest)
         current = self.registry.manifest(self.repo, tag)

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import requests
 from wcmatch import glob
 
+from imagesmith.errors import RegistryError
 from imagesmith.registry import Credentials
 
 FLAGS = glob.GLOBSTAR | glob.BRACE | glob.DOTGLOB
@@ -106,7 +107,7 @@ class Harbor:
         return self.session.get(self.base + path, headers=dict(headers or {}), auth=auth, timeout=self.timeout, verify=self.verify)
 
 
-class HarborError(Exception):
+class HarborError(RegistryError):
     """Harbor answered, but not with what was asked."""
 
 

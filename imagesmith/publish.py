@@ -16,9 +16,13 @@ registry: never backwards, never to an unverified image, pre-releases only
 when ``tags.prerelease`` says so. On a tie (same torch, rebuilt) the new
 build takes it.
 
+After the digest check, an optional ``evidence`` step (:mod:`imagesmith.evidence`)
+attaches an SBOM, a verification attestation and signatures to every released
+digest; what it attached is recorded per target in the release report.
+
 Side effects are constructor parameters with real defaults (engine, registry
-client, sleep, a before-push hook), so tests pass doubles. This module never
-imports docker.
+client, sleep, a before-push hook, the evidence step), so tests pass doubles.
+This module never imports docker.
 """
 
 from __future__ import annotations
