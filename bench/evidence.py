@@ -21,7 +21,7 @@ def main(path: str) -> None:
             print(f"{t['target']:40} {a['kind']:16} {a['status']:9} {a.get('size') or 0:>10} {a.get('layer_size') or 0:>9}")
         if ev:
             print(f"{'':40} {'(digest total)':16} {ev.get('pushed', 0):>2} pushed {'':>8} pushed {ev.get('pushed_bytes', 0)} B "
-                  f"in {ev.get('seconds', 0):.2f} s")
+                  f"in {ev.get('seconds', 0):.2f} s (+ {ev.get('inventory_seconds', 0):.2f} s measuring the image)")
 
 
 if __name__ == "__main__":

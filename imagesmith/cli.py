@@ -483,9 +483,10 @@ def print_evidence(found: Any) -> None:
         gpu = v.get("gpu") or {}
         where = f"{gpu.get('count')} × {gpu.get('model')}, driver {v.get('driver')}" if gpu else "CPU mode (no GPU)"
         m, s = v.get("measured") or {}, v.get("summary") or {}
+        versions = " ".join(f"{k} {m.get(k) or '-'}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os"))
         click.echo(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} {v.get('tier')} tier on {where} at "
-                   f"{v.get('started_at')}: torch {m.get('torch')} cuda {m.get('cuda')} cudnn {m.get('cudnn')} nccl "
-                   f"{m.get('nccl')}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, {s.get('skip')} skip"
+                   f"{v.get('started_at')}: {versions}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, "
+                   f"{s.get('skip')} skip"
                    + (f"; failed: {', '.join(v['failed_checks'])}" if v.get("failed_checks") else ""))
     for a in found.of_kind("sbom"):
         c = counts(a.statement.predicate) if a.statement else {}

@@ -471,13 +471,15 @@ class ReleaseEvidence:
         self.inventory, self.out = inventory, out_dir
 
     def __call__(self, subject: Subject) -> dict[str, Any]:
+        t0 = time.monotonic()
         inv = sbom.inventory_from(self._inventory(subject))
+        measured = time.monotonic() - t0
         identity = sbom.ImageIdentity(self.attacher.name, subject.digest, subject.image_id, subject.base_image,
                                       subject.created, subject.versions)
         docs = [sbom_document(self.attacher.name, subject.digest, sbom.build_bom(inv, identity), subject.created)]
         if subject.report is not None:
             docs.append(verification_document(self.attacher.name, subject.digest, subject.report))
-        return self.attacher.attach(subject.digest, docs).to_json()
+        return self.attacher.attach(subject.digest, docs).to_json() | {"inventory_seconds": round(measured, 2)}
 
     def _inventory(self, subject: Subject) -> Mapping[str, Any]:
         path = self.out / subject.target / "inventory.json"
