@@ -464,8 +464,10 @@ def push_check(f: Facts, n: Needs) -> list[Result]:
         return []
     where = f"{n.registry}/{n.repository}"
     if f.release.push_error:
-        return [Result("push", FAIL, f.release.push_error,
-                       f"give the account push permission on {where} (Harbor: a robot account with push and pull on the project)")]
+        fix = (f"docker login {n.registry}   (or export {USER_ENV}=... {PASSWORD_ENV}=..., e.g. a Harbor robot account)"
+               if "HTTP 401" in f.release.push_error else
+               f"give the account push permission on {where} (Harbor: a robot account with push and pull on the project)")
+        return [Result("push", FAIL, f.release.push_error, fix)]
     return [Result("push", OK, f"{where}: a push was accepted (blob upload started and cancelled): images, "
                                f"SBOMs, attestations and signatures can be pushed")]
 

@@ -148,3 +148,11 @@ def test_not_harbor_means_no_immutability_row(write_matrix: Any, tmp_path: Path)
     facts = doctor.ReleaseFacts(push_error=None, harbor=None)
     needs = doctor.Needs(matrix="m.yaml", registry="127.0.0.1:5000", repository="imagesmith/local", publish=True)
     assert doctor.immutability_check(doctor.Facts(release=facts), needs) == []
+
+
+def test_no_login_says_how_to_log_in() -> None:
+    facts = doctor.Facts(release=doctor.ReleaseFacts(push_error="push 127.0.0.1:5000/imagesmith/local failed: HTTP 401 UNAUTHORIZED"))
+    needs = doctor.Needs(matrix="m.yaml", registry="127.0.0.1:5000", repository="imagesmith/local", publish=True)
+    assert doctor.push_check(facts, needs) == [Result(
+        "push", FAIL, "push 127.0.0.1:5000/imagesmith/local failed: HTTP 401 UNAUTHORIZED",
+        "docker login 127.0.0.1:5000   (or export IMAGESMITH_REGISTRY_USER=... IMAGESMITH_REGISTRY_PASSWORD=..., e.g. a Harbor robot account)")]
