@@ -168,7 +168,10 @@ def run_facts(engine: Any, image_id: str, args: Sequence[str] = (), labels: Mapp
     run = engine.run(spec)
     if run.exit_code != 0:
         raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")
-    return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+    try:
+        return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError, TypeError):
+        raise BuildError(f"measuring the image printed no facts (JSON) but: {run.stdout.strip()[-200:]!r}") from None
 
 
 def _now() -> str:
