@@ -21,8 +21,8 @@ from typing import Any, Mapping
 
 from imagesmith import render, schemas
 from imagesmith.atomic import write_text
-from imagesmith.engine import Engine, RunSpec
-from imagesmith.errors import BuildError, UserError
+from imagesmith.engine import Engine
+from imagesmith.errors import UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
@@ -366,14 +366,9 @@ class Builder:
             self.engine.remove_image(result.image_id)  # never reused from cache
 
     def _run_facts(self, image_id: str) -> dict[str, Any]:
-        from imagesmith.verify import IN_CONTAINER, payload_files
+        from imagesmith.verify import run_facts
 
-        spec = RunSpec(image=image_id, command=["python3", f"{IN_CONTAINER}/facts.py"], files=payload_files(),
-                       files_dir=IN_CONTAINER, labels={LABEL_RUN: self.run_id}, timeout_s=300)
-        run = self.engine.run(spec)
-        if run.exit_code != 0:
-            raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")
-        return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+        return run_facts(self.engine, image_id, labels={LABEL_RUN: self.run_id})
 
 
 def failure_summary(report: BuildReport) -> list[str]:

@@ -194,6 +194,17 @@ CREDENTIALS_OPTION = click.option(
 REGISTRY_CA_OPTION = click.option(
     "--registry-ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="CA bundle of the registry (default: /etc/docker/certs.d/<host>/ca.crt when present).")
+SIGNING_KEY_OPTION = click.option(
+    "--signing-key", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="PEM ECDSA P-256 private key that signs the evidence and the image digests (default: the PEM text in "
+         "IMAGESMITH_SIGNING_KEY; password, if any, in IMAGESMITH_SIGNING_KEY_PASSWORD). Without one the evidence is unsigned.")
+EVIDENCE_OPTION = click.option(
+    "--evidence/--no-evidence", "with_evidence", default=True, show_default=True,
+    help="Attach an SBOM, a verification attestation and signatures to every released digest.")
+PUBLIC_KEY_OPTION = click.option(
+    "--key", "public_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Public key (PEM, as cosign.pub); every signature must verify with one of the keys given (repeat --key "
+         "for several signers). Without one, signatures are listed, not checked.")
 
 
 @cli.command("build")
@@ -209,12 +220,15 @@ REGISTRY_CA_OPTION = click.option(
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
+@SIGNING_KEY_OPTION
+@EVIDENCE_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
 @ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, quiet: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
+              registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, quiet: bool, as_json: bool,
+              allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import build
@@ -222,6 +236,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     from imagesmith.progress import make_display
 
     m, date = load_matrix(matrix_file, allow_roots), date or today()
+    key = _signing_key(signing_key) if push and with_evidence else None
     p = plan_mod.expand(m, date).select(only, layers)
     if not p.targets:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
@@ -233,13 +248,24 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
         display.close()
     _print_build(report, out, quiet, as_json and not (push or do_verify))
     if push or do_verify:
-        _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json)
+        _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json,
+                            {"signing_key": key, "with_evidence": with_evidence})
     elif not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
+def _signing_key(path: Path | None) -> Any:
+    from imagesmith import signing
+
+    key = signing.load_signing_key(path, os.environ)
+    if key is None:
+        click.secho(f"warning: no signing key (--signing-key or {signing.ENV_KEY}): the evidence is attached unsigned", fg="yellow", err=True)
+    return key
+
+
 def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
-                        credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
+                        credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool,
+                        evidence: dict[str, Any]) -> None:
     from imagesmith import pipeline
     from imagesmith.progress import make_display
 
@@ -250,7 +276,8 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
         if push:
             from imagesmith import publish
 
-            rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca)
+            rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca,
+                                  **evidence)
     finally:
         display.close()
     path = pipeline.write_run_report(out, report.to_json(), outcomes, rel.to_json() if rel else None)
@@ -284,22 +311,27 @@ def _print_outcomes(outcomes: dict[str, Any]) -> None:
 @click.option("--date", default=None, help="Build date for the immutable tags (YYYYMMDD); default today.")
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
+@SIGNING_KEY_OPTION
+@EVIDENCE_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str | None,
-                credentials_file: Path | None, registry_ca: Path | None, quiet: bool, allow_roots: tuple[Path, ...]) -> None:
+                credentials_file: Path | None, registry_ca: Path | None, signing_key: Path | None, with_evidence: bool,
+                quiet: bool, allow_roots: tuple[Path, ...]) -> None:
     """Tag and push the verified images of OUT/report.json; write OUT/release.json and OUT/release.md."""
     from imagesmith import pipeline, publish
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
     m, date = load_matrix(matrix_file, allow_roots), date or today()
+    key = _signing_key(signing_key) if with_evidence else None
     p = plan_mod.expand(m, date)
     results = pipeline.build_results(pipeline.read_build(out / "report.json"))
     outcomes = pipeline.read_outcomes(out, [r.target for r in results], run_report)
     display = make_display(f"publishing to {m.image.name}", quiet)
     try:
-        rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca)
+        rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca,
+                              signing_key=key, with_evidence=with_evidence)
     finally:
         display.close()
     finish_release(rel, quiet)
@@ -309,9 +341,9 @@ def finish_release(rel: Any, quiet: bool) -> None:
     """Print what was released and where the report is; exit 1 if any target was not released."""
     if not quiet:
         print_table(f"release to {rel.registry}/{rel.repository} ({rel.seconds:.1f}s)",
-                    ["target", "status", "reference", "digest", "floating"],
-                    [[t.target, t.status, t.reference or "-", (t.digest or "-")[:19], " ".join(t.floating) or "-"]
-                     for t in rel.targets])
+                    ["target", "status", "reference", "digest", "floating", "evidence"],
+                    [[t.target, t.status, t.reference or "-", (t.digest or "-")[:19], " ".join(t.floating) or "-",
+                      _evidence_cell(t.evidence)] for t in rel.targets])
         for f in rel.floating:
             if f.action in ("kept", "failed"):
                 click.echo(f"{f.reference}: {f.action}: {f.reason}", err=True)
@@ -322,6 +354,15 @@ def finish_release(rel: Any, quiet: bool) -> None:
         problems.append(f"{stopped} verified targets were not pushed because the release stopped; fix the above and run it again")
     if not rel.ok:
         raise UserError("release incomplete:\n  " + "\n  ".join(problems or ["a floating tag could not be moved (see above)"]))
+
+
+def _evidence_cell(attached: dict[str, Any]) -> str:
+    artifacts = attached.get("artifacts") or []
+    if not artifacts:
+        return "-"
+    pushed = sum(a["status"] == "pushed" for a in artifacts)
+    signed = "signed" if any(a.get("kind") == "signature" for a in artifacts) else "UNSIGNED"
+    return f"{pushed} pushed, {len(artifacts) - pushed} unchanged ({signed})"
 
 
 def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
@@ -362,11 +403,16 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
 @click.option("--build-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Verify every image this build report built (not IMAGE); --json then writes a run report.")
 @CREDENTIALS_OPTION
+@PUBLIC_KEY_OPTION
+@click.option("--reuse-evidence", is_flag=True,
+              help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
+                   "(or CPU mode), signed by --key.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
                python_exe: str | None, require_gpu: bool, timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
-               build_report: Path | None, credentials_file: Path | None, quiet: bool) -> None:
+               build_report: Path | None, credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
+               quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -380,6 +426,10 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
         only=tuple(filter(None, only.split(","))), skip=tuple(filter(None, skip.split(","))))
     if build_report is not None:
         _verify_build(build_report, options, json_out, quiet)
+        return
+    if reuse_evidence and not public_keys:
+        raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
+    if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet):
         return
     if local:
         outcome = verify.run_local(options, python_exe)
@@ -401,6 +451,104 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
         print_verify(outcome.report, json_out)
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
+
+
+def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_file: Path | None, options: Any,
+                       reuse: bool, quiet: bool) -> bool:
+    """Print what is attached to IMAGE's digest (a registry reference); True when a signed
+    attestation for this tier and GPU model makes running again unnecessary (--reuse-evidence)."""
+    from imagesmith import evidence, signing
+    from imagesmith.engine import registry_host
+
+    if registry_host(image) == "docker.io":
+        return False
+    keys = [signing.load_public_key(k) for k in public_keys]
+    try:
+        found = evidence.read(image, keys, credentials_file)
+    except UserError as exc:
+        click.secho(f"note: no evidence read from the registry ({exc})", fg="yellow", err=True)
+        return False
+    if not quiet:
+        print_evidence(found)
+    model, count = _gpu_model(options.gpus)
+    match = evidence.reusable(found, options.tier, model, count) if reuse else None
+    if match is not None:
+        click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
+                   f"({options.tier} tier, {model or 'CPU mode'}): not run again")
+    return match is not None
+
+
+def _gpu_model(gpus: str) -> tuple[str | None, int]:
+    """This host's GPU model and count as --gpus selects them (None: CPU mode)."""
+    from imagesmith.attestation import model_name
+    from imagesmith.hostinfo import inventory
+
+    found = inventory().gpus if gpus != "none" else ()
+    wanted = {g.strip() for g in gpus.split(",")} if gpus not in ("all", "none") else None
+    names = [g.name for g in found if wanted is None or str(g.index) in wanted or g.uuid in wanted]
+    return (model_name(names), len(names)) if names else (None, 0)
+
+
+def print_evidence(found: Any) -> None:
+    """The artifacts attached to a digest, their signatures, the verification summary, SBOM counts."""
+    from imagesmith.sbom import counts
+
+    data = found.to_json()
+    checked = "checked against " + ", ".join(k[:12] for k in found.keys) if found.keys else "not checked (no --key)"
+    rows = [[a.kind, a.digest[:19], a.predicate_type or a.artifact_type, _signed(a.signatures, a.signed_by, found.keys),
+             "; ".join(a.problems)[:100] or "ok"] for a in found.attestations]
+    rows += [["signature", s.layer[:19], f"cosign simple signing of {s.claims[:19]}", _signed(1, s.signed_by, found.keys),
+              "; ".join(s.problems)[:100] or "ok"] for s in found.signatures]
+    print_table(f"evidence of {found.name}@{found.digest} (found via {found.discovery}; signatures {checked})",
+                ["artifact", "digest", "type", "signed", "check"], rows)
+    for v in data["verification"]:
+        gpu = v.get("gpu") or {}
+        where = f"{gpu.get('count')} × {gpu.get('model')}, driver {v.get('driver')}" if gpu else "CPU mode (no GPU)"
+        m, s = v.get("measured") or {}, v.get("summary") or {}
+        versions = " ".join(f"{k} {m.get(k) or '-'}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os"))
+        click.echo(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} {v.get('tier')} tier on {where} at "
+                   f"{v.get('started_at')}: {versions}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, "
+                   f"{s.get('skip')} skip"
+                   + (f"; failed: {', '.join(v['failed_checks'])}" if v.get("failed_checks") else ""))
+    for a in found.of_kind("sbom"):
+        c = counts(a.statement.predicate) if a.statement else {}
+        click.echo(f"sbom: CycloneDX {c.get('spec_version')}, {c.get('components')} components: {c.get('python')} Python "
+                   f"distributions, {c.get('deb')} Debian packages; base image {c.get('base_image')}")
+    for problem in found.all_problems():
+        click.secho(f"MISMATCH: {problem}", fg="red", err=True)
+
+
+def _signed(count: int, signed_by: Any, keys: Any) -> str:
+    if not count:
+        return "unsigned"
+    if not keys:
+        return f"{count} signature(s), not checked"
+    return f"yes ({', '.join(k[:12] for k in signed_by)})" if signed_by else "NO"
+
+
+@cli.command("evidence")
+@click.argument("ref")
+@PUBLIC_KEY_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the evidence as JSON (schema imagesmith.evidence/1).")
+@CREDENTIALS_OPTION
+@REGISTRY_CA_OPTION
+def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credentials_file: Path | None, registry_ca: Path | None) -> None:
+    """What is attached to REF's digest (host/repository:tag or @sha256:...): SBOM, verification
+    attestations, signatures; with --key every signature is verified.
+
+    Exit 0: everything matches; 1: a signature, a subject digest or a blob does not match."""
+    from imagesmith import evidence, signing
+
+    keys = [signing.load_public_key(k) for k in public_keys]
+    found = evidence.read(ref, keys, credentials_file, registry_ca)
+    if as_json:
+        click.echo(json.dumps(found.to_json(), indent=2, sort_keys=True))
+    else:
+        print_evidence(found)
+    if not found.ok:
+        raise UserError(f"evidence of {found.name}@{found.digest} does not check out: {len(found.all_problems())} mismatch(es)")
+    if not found.attestations and not found.signatures:
+        click.echo(f"nothing is attached to {found.name}@{found.digest}", err=True)
 
 
 def _verify_build(build_report: Path, options: Any, json_out: Path | None, quiet: bool) -> None:

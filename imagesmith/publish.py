@@ -16,9 +16,13 @@ registry: never backwards, never to an unverified image, pre-releases only
 when ``tags.prerelease`` says so. On a tie (same torch, rebuilt) the new
 build takes it.
 
+After the digest check, an optional ``evidence`` step (:mod:`imagesmith.evidence`)
+attaches an SBOM, a verification attestation and signatures to every released
+digest; what it attached is recorded per target in the release report.
+
 Side effects are constructor parameters with real defaults (engine, registry
-client, sleep, a before-push hook), so tests pass doubles. This module never
-imports docker.
+client, sleep, a before-push hook, the evidence step), so tests pass doubles.
+This module never imports docker.
 """
 
 from __future__ import annotations
@@ -207,11 +211,13 @@ class TargetRelease:
     floating: list[str] = field(default_factory=list)
     error: str | None = None
     fields: dict[str, str] = field(default_factory=dict, repr=False)
+    evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.evidence attached to the digest
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
-                "verification": self.verification, "floating": self.floating, "error": self.error}
+                "verification": self.verification, "floating": self.floating, "error": self.error,
+                "evidence": self.evidence or None}
 
 
 @dataclass
@@ -269,7 +275,8 @@ class ReleaseReport:
                 "date": self.date, "started_at": self.started_at, "seconds": round(self.seconds, 2),
                 "pushed": self.pushed(), "unchanged": self.unchanged(),
                 "floating": [f.to_json() for f in self.floating],
-                "targets": [t.to_json() for t in self.targets], "errors": self.errors}
+                "targets": [t.to_json() for t in self.targets], "errors": self.errors,
+                "evidence": [t.evidence for t in self.targets if t.evidence]}
 
 
 def markdown(report: ReleaseReport) -> str:
@@ -287,10 +294,22 @@ def markdown(report: ReleaseReport) -> str:
         lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
         lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
                   for f in report.floating]
+    lines += evidence_markdown(report.targets)
     problems = report.errors + [f"{t.target}: {t.error}" for t in report.targets if t.error]
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
     return "\n".join(lines) + "\n"
+
+
+def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:
+    """Per digest: each artifact attached to it, with its own digest."""
+    rows = [f"| `{(t.digest or '')[:19]}` | {a['kind']} | `{(a.get('digest') or '-')[:19]}` | {a.get('size', '-')} "
+            f"| {a['status']} | {'yes' if a.get('signed') else 'no'} |"
+            for t in targets for a in t.evidence.get("artifacts", [])]
+    if not rows:
+        return []
+    return ["", "## Evidence attached", "", "| image digest | artifact | digest | bytes | status | signed |",
+            "|---|---|---|---|---|---|", *rows]
 
 
 # -- the publisher --------------------------------------------------------------------------------
@@ -312,7 +331,8 @@ class Publisher:
     def __init__(self, engine: EngineLike, registry: RegistryLike, image: ImageSpec, policy: TagPolicy, date: str,
                  out_dir: Path, display: Display | None = None, credentials: Credentials | None = None,
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
-                 before_push: Callable[[str], None] | None = None) -> None:
+                 before_push: Callable[[str], None] | None = None,
+                 evidence: Callable[[TargetRelease], dict[str, Any]] | None = None) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
@@ -320,6 +340,7 @@ class Publisher:
         self.display = display or QuietDisplay()
         self.credentials, self.backoff, self.sleep = credentials, backoff, sleep
         self.before_push = before_push or (lambda ref: None)
+        self.evidence = evidence
         self.log: list[str] = []
 
     # -- public ---------------------------------------------------------------------
@@ -333,6 +354,7 @@ class Publisher:
             remote = self._remote()
             self._release_all(report)
             report.floating = self._floating(report.targets, remote)
+            self._attach_evidence(report)
         except ReleaseStopped as exc:
             report.errors.append(self._clean(str(exc)))
             for r in report.targets:
@@ -482,6 +504,22 @@ class Publisher:
             return "failed"
         return "created" if f.previous is None else "moved"
 
+    # -- evidence ------------------------------------------------------------------------
+    def _attach_evidence(self, report: ReleaseReport) -> None:
+        """After the digest check: SBOM, attestation and signature for each released digest."""
+        attach = self.evidence
+        if attach is None:
+            return
+        for r in (t for t in report.targets if t.status in DONE and t.digest):
+            self.display.update(r.target, "pushing", f"evidence for {(r.digest or '')[:19]}")
+            try:
+                r.evidence = self._retry(f"attaching evidence to {r.reference}", partial(attach, r))
+            except ReleaseStopped as exc:
+                report.errors.append(f"{r.target}: evidence not attached: {exc}")
+                continue
+            pushed = sum(a["status"] == "pushed" for a in r.evidence.get("artifacts", []))
+            self.display.update(r.target, "done", f"evidence: {pushed} pushed, {len(r.evidence.get('artifacts', [])) - pushed} unchanged")
+
     # -- retries, redaction, files ----------------------------------------------------------
     def _retry(self, what: str, action: Callable[[], T]) -> T:
         """``action`` with backoff on transient errors; a permanent or final one stops the release."""
@@ -527,10 +565,13 @@ def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: S
 
 def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any], outcomes: Mapping[str, Verified],
             date: str, out_dir: Path, display: Display | None = None, credentials_file: Path | None = None,
-            ca_file: Path | None = None, environ: Mapping[str, str] | None = None) -> ReleaseReport:
+            ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Any = None,
+            with_evidence: bool = True) -> ReleaseReport:
     """What the CLI calls: credentials resolved (env, file, docker config), a
     registry client for ``matrix.image.registry``, items from the build
-    results and verify outcomes, then :func:`publish`."""
+    results and verify outcomes, then :func:`publish`; with ``with_evidence``
+    each released digest gets its SBOM, attestation and (with ``signing_key``)
+    signatures (:mod:`imagesmith.evidence`)."""
     from imagesmith.registry import Registry, resolve_credentials
 
     host = matrix.image.registry
@@ -539,4 +580,22 @@ def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any
     credentials = resolve_credentials(host, environ, credentials_file)
     client = Registry(host, credentials, ca_file=ca_file)
     items = items_from(results, plan, outcomes)
-    return publish(engine, client, matrix, items, date, out_dir, display, credentials)
+    bases = {t.id: t.base_image for t in plan.targets}
+    reports = {t: o.report for t, o in outcomes.items()}
+    step = evidence_step(engine, client, matrix.image.repository, bases, reports, signing_key, out_dir) if with_evidence else None
+    return publish(engine, client, matrix, items, date, out_dir, display, credentials, evidence=step)
+
+
+def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
+                  key: Any, out_dir: Path) -> Callable[[TargetRelease], dict[str, Any]]:
+    """The evidence stage for one released target: its digest, image, base image and verify report."""
+    from imagesmith import evidence, verify
+
+    step = evidence.ReleaseEvidence(client, repo, key, partial(verify.run_facts, engine, args=["--inventory"]), out_dir)
+
+    def attach(r: TargetRelease) -> dict[str, Any]:
+        assert r.digest and r.image_id
+        created = str(client.config(repo, r.image_id).get("created") or "")
+        return step(evidence.Subject(r.target, r.digest, r.image_id, base_images.get(r.target, ""), created, r.versions,
+                                     reports.get(r.target)))
+    return attach

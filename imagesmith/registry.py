@@ -195,6 +195,19 @@ class Manifest:
     raw: bytes = field(repr=False)
 
 
+MAX_BLOB = 16 << 20  # an SBOM of thousands of packages is a few MB
+
+
+@dataclass(frozen=True)
+class PushedManifest:
+    digest: str
+    subject: str | None  # the OCI-Subject header: the registry indexed the subject itself
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def is_loopback(host: str) -> bool:
     name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
     name = name.strip("[]")
@@ -303,6 +316,66 @@ class Registry:
                              headers={"Content-Type": manifest.media_type}, data=manifest.raw)
         assert resp is not None
         return resp.headers.get("Docker-Content-Digest") or manifest.digest
+
+    # -- OCI artifacts and referrers (evidence) ------------------------------------------
+    def blob(self, repo: str, digest: str, limit: int = MAX_BLOB) -> bytes:
+        """A blob's bytes, checked against ``digest`` (a registry's word is not taken for it)."""
+        resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo)
+        assert resp is not None
+        if len(resp.content) > limit:
+            raise RegistryHTTPError(f"{self.host}/{repo}@{digest}: {len(resp.content)} bytes, more than the {limit} an evidence blob may have")
+        if sha256_digest(resp.content) != digest:
+            raise RegistryHTTPError(f"{self.host}/{repo}: blob {digest} has other content (sha256 {sha256_digest(resp.content)}): "
+                                    f"the registry's storage was changed")
+        return resp.content
+
+    def has_blob(self, repo: str, digest: str) -> bool:
+        return self._request("HEAD", f"/v2/{repo}/blobs/{digest}", repo, missing_ok=True) is not None
+
+    def push_blob(self, repo: str, data: bytes) -> tuple[str, bool]:
+        """Upload ``data`` unless the repository has it; (digest, whether it was sent)."""
+        digest = sha256_digest(data)
+        if self.has_blob(repo, digest):
+            return digest, False
+        start = self._request("POST", f"/v2/{repo}/blobs/uploads/", repo, push=True)
+        assert start is not None
+        location = re.sub(r"^https?://[^/]+", "", start.headers.get("Location", ""))
+        if not location:
+            raise RegistryHTTPError(f"{self.host}/{repo}: the registry started an upload but named no Location")
+        sep = "&" if "?" in location else "?"
+        self._request("PUT", f"{location}{sep}digest={digest}", repo, push=True,
+                      headers={"Content-Type": "application/octet-stream"}, data=data)
+        return digest, True
+
+    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest:
+        """PUT a manifest (by digest or tag); the digest and the ``OCI-Subject`` header the
+        registry answers with (a registry with the referrers API sends it for a manifest
+        with a ``subject``; one without it does not)."""
+        resp = self._request("PUT", f"/v2/{repo}/manifests/{ref}", repo, push=True, headers={"Content-Type": media_type}, data=data)
+        assert resp is not None
+        return PushedManifest(resp.headers.get("Docker-Content-Digest") or sha256_digest(data), resp.headers.get("OCI-Subject"))
+
+    def check_push(self, repo: str) -> None:
+        """May these credentials push to ``repo``? Start a blob upload and cancel it (nothing stays);
+        a refusal raises with the registry's hint."""
+        start = self._request("POST", f"/v2/{repo}/blobs/uploads/", repo, push=True)
+        assert start is not None
+        location = re.sub(r"^https?://[^/]+", "", start.headers.get("Location", ""))
+        if location:
+            self._request("DELETE", location, repo, push=True, missing_ok=True)
+
+    def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
+        """The referrers API (OCI distribution 1.1): descriptors of the manifests whose
+        ``subject`` is ``digest``; None when the registry has no such API (404)."""
+        try:
+            resp = self._request("GET", f"/v2/{repo}/referrers/{digest}", repo, missing_ok=True, headers={"Accept": OCI_INDEX})
+        except RegistryHTTPError as exc:
+            if exc.status in (400, 405, 501):
+                return None
+            raise
+        if resp is None or not resp.headers.get("Content-Type", "").startswith(OCI_INDEX):
+            return None
+        return [dict(m) for m in (resp.json() or {}).get("manifests") or [] if isinstance(m, dict)]
 
     # -- HTTP ------------------------------------------------------------------------
     def url(self, path: str) -> str:

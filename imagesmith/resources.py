@@ -22,3 +22,8 @@ def templates_dir() -> Path:
 
 def payload_dir() -> Path:
     return _find("_verify", "verify")
+
+
+def data_file(name: str) -> Path:
+    """A file shipped inside the package (``imagesmith/data/``): JSON schemas."""
+    return _PKG / "data" / name

@@ -17,10 +17,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from imagesmith import compat, schemas
-from imagesmith.errors import UserError
+from imagesmith.errors import BuildError, UserError
 from imagesmith.resources import payload_dir
 
 REPORT_SCHEMA, CONFIG_SCHEMA = schemas.VERIFY_REPORT, schemas.VERIFY_CONFIG
@@ -157,6 +157,21 @@ def payload_files() -> dict[str, bytes]:
     root = payload_dir()
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".json")}
+
+
+def run_facts(engine: Any, image_id: str, args: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run ``verify/facts.py`` (with ``args``, e.g. ``--inventory``) inside the image; its JSON."""
+    from imagesmith.engine import RunSpec
+
+    spec = RunSpec(image=image_id, command=["python3", f"{IN_CONTAINER}/facts.py", *args], files=payload_files(),
+                   files_dir=IN_CONTAINER, labels=dict(labels or {"io.imagesmith.run": f"facts-{os.getpid()}"}), timeout_s=300)
+    run = engine.run(spec)
+    if run.exit_code != 0:
+        raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")
+    try:
+        return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError, TypeError):
+        raise BuildError(f"measuring the image printed no facts (JSON) but: {run.stdout.strip()[-200:]!r}") from None
 
 
 def _now() -> str:

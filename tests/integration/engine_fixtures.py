@@ -15,7 +15,6 @@ import http.server
 import io
 import shutil
 import subprocess
-import threading
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from imagesmith import bootstrap
 from imagesmith.engine import Engine
 from imagesmith.errors import EngineError
 from tests.conftest import LOCAL_ROOTS
+from tests.loopback import serve
 
 RUN = uuid.uuid4().hex[:8]
 TEST_LABEL = "com.example.imagesmith.test-run"  # io.imagesmith.* is imagesmith's own
@@ -165,12 +165,8 @@ def private_index() -> Iterator[PrivateIndex]:
                 return wheel, "application/octet-stream"
             return None, "text/plain"
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with serve(Handler) as state.port:
+        yield state
 
 
 def docker_save_contains(ref: str, needles: list[str]) -> list[str]:

@@ -155,3 +155,41 @@ def test_check_selection_patterns(name: str, patterns: list, hit: bool) -> None:
 ])
 def test_nms_reference(boxes: list, scores: list, keep: list) -> None:
     assert nms_reference(boxes, scores, 0.5) == keep
+
+
+STATUS = """\
+Package: libc6
+Status: install ok installed
+Architecture: amd64
+Source: glibc
+Version: 2.36-9+deb12u10
+Description: GNU C Library
+ continuation: not a field
+
+Package: removed-thing
+Status: deinstall ok config-files
+Version: 1.0
+
+Package: zlib1g
+Status: install ok installed
+Architecture: amd64
+Source: zlib (1:1.2.13.dfsg-1)
+Version: 1:1.2.13.dfsg-1
+
+Package: adduser
+Status: install ok installed
+Architecture: all
+Version: 3.134
+"""
+
+
+@pytest.mark.parametrize("text, expected", [
+    (STATUS, [("adduser", "3.134", "all", "adduser", "3.134"),
+              ("libc6", "2.36-9+deb12u10", "amd64", "glibc", "2.36-9+deb12u10"),
+              ("zlib1g", "1:1.2.13.dfsg-1", "amd64", "zlib", "1:1.2.13.dfsg-1")]),
+    ("", []),
+    ("Package: x\nStatus: purge ok not-installed\n", []),
+])
+def test_dpkg_status_lists_installed_packages_with_their_source(text: str, expected: list[tuple[str, ...]]) -> None:
+    keys = ("package", "version", "architecture", "source", "source_version")
+    assert [tuple(p[k] for k in keys) for p in parsers.parse_dpkg_status(text)] == expected

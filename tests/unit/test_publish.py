@@ -523,3 +523,34 @@ def test_parse_challenge(header: str, parsed: tuple[str, dict[str, str]]) -> Non
 ])
 def test_plain_http_is_allowed_only_on_loopback_by_default(host: str, loopback: bool) -> None:
     assert registry.is_loopback(host) is loopback
+
+
+# -- the evidence step ---------------------------------------------------------------------------------
+
+
+def test_evidence_is_attached_to_each_released_digest_and_listed_in_the_report(world: World) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def attach(r: publish.TargetRelease) -> dict[str, Any]:
+        seen.append((r.target, r.digest))
+        return {"subject": r.digest, "artifacts": [{"kind": "sbom", "digest": "sha256:" + "5b" * 32, "size": 900,
+                                                    "status": "pushed", "signed": True}]}
+
+    data = world.release([item("2.9.1"), item("2.9.1", "cv", verified=False)], evidence=attach)
+    digest = data["targets"][0]["digest"]
+    assert seen == [("2.9.1-base", digest)] and [t["status"] for t in data["targets"]] == ["pushed", "not-verified"]
+    assert data["targets"][0]["evidence"]["subject"] == digest and data["targets"][1]["evidence"] is None
+    assert data["evidence"] == [data["targets"][0]["evidence"]]
+    markdown = (world.out / "release.md").read_text()
+    assert f"| `{digest[:19]}` | sbom | `sha256:5b5b5b5b5b5b` | 900 | pushed | yes |" in markdown
+
+
+def test_a_failed_evidence_step_fails_the_release_but_keeps_what_was_pushed(world: World) -> None:
+    def attach(r: publish.TargetRelease) -> dict[str, Any]:
+        raise RegistryError("push 127.0.0.1:5000/ml/pytorch failed: HTTP 403 DENIED (give the robot push permission)")
+
+    data = world.release([item("2.9.1")], evidence=attach)
+    assert not data["ok"] and data["targets"][0]["status"] == "pushed"
+    assert data["errors"] == ["2.9.1-base: evidence not attached: attaching evidence to reg.test:5000/ml/pytorch:"
+                              "2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130: push 127.0.0.1:5000/ml/pytorch failed: "
+                              "HTTP 403 DENIED (give the robot push permission)"]

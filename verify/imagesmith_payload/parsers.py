@@ -35,6 +35,33 @@ def os_tag(fields: Dict[str, str]) -> str:
     return f"{ident}{version}"
 
 
+def parse_dpkg_status(text: str) -> List[Dict[str, str]]:
+    """/var/lib/dpkg/status -> the installed packages, sorted by name:
+    {package, version, architecture, source, source_version} (source: the
+    source package, defaulting to the binary's own name and version)."""
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        fields = _rfc822_fields(block)
+        if "installed" not in fields.get("Status", "").split() or not fields.get("Package"):
+            continue
+        version = fields.get("Version", "")
+        source, _, rest = fields.get("Source", fields["Package"]).partition(" ")
+        out.append({"package": fields["Package"], "version": version, "architecture": fields.get("Architecture", ""),
+                    "source": source, "source_version": rest.strip("() ") or version})
+    return sorted(out, key=lambda p: (p["package"], p["architecture"]))
+
+
+def _rfc822_fields(block: str) -> Dict[str, str]:
+    """The first line of each field of one deb822 paragraph (continuation lines dropped)."""
+    fields = {}
+    for line in block.splitlines():
+        if line[:1] in (" ", "\t") or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
 def parse_proc_driver_version(text: str) -> Optional[str]:
     """'NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ...' -> '580.159.04'."""
     match = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
