@@ -23,6 +23,7 @@ from imagesmith import matrix as matrix_mod
 from imagesmith import plan as plan_mod
 from imagesmith import render as render_mod
 from imagesmith.errors import ImagesmithError, UserError
+from imagesmith.fleet.commands import fleet_group, floating_gate, gate_options
 from imagesmith.table import print_table
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
@@ -190,11 +191,13 @@ REGISTRY_CA_OPTION = click.option(
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
+@gate_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
+              registry_ca: Path | None, gate_fleet: Path | None, fleet_reports: tuple[Path, ...], quiet: bool,
+              as_json: bool) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import build
@@ -202,6 +205,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     from imagesmith.progress import make_display
 
     m, date = load_matrix(matrix_file), date or today()
+    gate = floating_gate(gate_fleet, fleet_reports)
     p = plan_mod.expand(m, date).select(only, layers)
     if not p.targets:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
@@ -213,13 +217,14 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
         display.close()
     _print_build(report, out, quiet, as_json and not (push or do_verify))
     if push or do_verify:
-        _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json)
+        _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json, gate)
     elif not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
 def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
-                        credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
+                        credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool,
+                        gate: Any = None) -> None:
     from imagesmith import pipeline
     from imagesmith.progress import make_display
 
@@ -230,7 +235,8 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
         if push:
             from imagesmith import publish
 
-            rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca)
+            rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca,
+                                  floating_gate=gate)
     finally:
         display.close()
     path = pipeline.write_run_report(out, report.to_json(), outcomes, rel.to_json() if rel else None)
@@ -264,9 +270,11 @@ def _print_outcomes(outcomes: dict[str, Any]) -> None:
 @click.option("--date", default=None, help="Build date for the immutable tags (YYYYMMDD); default today.")
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
+@gate_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str | None,
-                credentials_file: Path | None, registry_ca: Path | None, quiet: bool) -> None:
+                credentials_file: Path | None, registry_ca: Path | None, gate_fleet: Path | None,
+                fleet_reports: tuple[Path, ...], quiet: bool) -> None:
     """Tag and push the verified images of OUT/report.json; write OUT/release.json and OUT/release.md."""
     from imagesmith import pipeline, publish
     from imagesmith.engine import Engine
@@ -276,9 +284,11 @@ def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str
     p = plan_mod.expand(m, date)
     results = pipeline.build_results(pipeline.read_build(out / "report.json"))
     outcomes = pipeline.read_outcomes(out, [r.target for r in results], run_report)
+    gate = floating_gate(gate_fleet, fleet_reports)
     display = make_display(f"publishing to {m.image.name}", quiet)
     try:
-        rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca)
+        rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca,
+                              floating_gate=gate)
     finally:
         display.close()
     finish_release(rel, quiet)
@@ -472,15 +482,27 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here (atomically); default: standard output.")
 def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
-    """Render a build, verify or run report (report.json) for people and CI."""
+    """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
+    from imagesmith.fleet import render as fleet_render, report as fleet_report
 
+    if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
+        fleet = fleet_report.load(report_file)
+        if out is None:
+            click.echo(fleet_render.render(fleet, fmt), nl=False)
+            return
+        fleet_render.write(fleet, fmt, out)
+        click.echo(f"{out}: {fmt} fleet report of {len(fleet.cells)} cells ({'ok' if fleet.ok else 'with failures'})", err=True)
+        return
     run = report.load(report_file)
     if out is None:
         click.echo(report.render(run, fmt), nl=False)
         return
     report.write(run, fmt, out)
     click.echo(f"{out}: {fmt} report of {len(run.targets)} targets ({'ok' if run.ok else 'with failures'})", err=True)
+
+
+cli.add_command(fleet_group)
 
 
 # -- entry point --------------------------------------------------------------------------------
