@@ -128,7 +128,7 @@ class _Field:
 
     def get(self, d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
         value = d.get(key, default)
-        if value is None and default is None and key not in d:
+        if value is None and default is None:  # an optional field, absent or null
             return None
         if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, float, (int, float)):
             raise self.fail(f"{where}.{key}", f"expected {getattr(kind, '__name__', 'a number')}, got {type(value).__name__}")

@@ -243,13 +243,21 @@ class FleetRun:
             views: dict[str, JobView] = {}
             for name in {c.scheduler.name for c in waiting}:
                 mine = [c for c in waiting if c.scheduler.name == name]
-                views |= mine[0].scheduler.status([c.job_id or "" for c in mine])
+                views |= self._status_or_unknown(mine)
             waiting = [c for c in waiting if views.get(c.job_id or "", JobView("", GONE, "")).phase in (PENDING, RUNNING)]
             if waiting:
                 self.sleep(min(self.poll_s, 2.0))
         for cell in waiting:
             self.say(f"{cell.job.short}: {cell.job_id} was cancelled but is still shown as running after "
                      f"{_dur(self.cancel_wait_s)}; check it with squeue / kubectl get jobs")
+
+    @staticmethod
+    def _status_or_unknown(cells: list[Cell]) -> dict[str, JobView]:
+        """Status while draining; a scheduler that does not answer keeps the jobs in the waiting list."""
+        try:
+            return cells[0].scheduler.status([c.job_id or "" for c in cells])
+        except UserError:
+            return {c.job_id or "": JobView(c.job_id or "", RUNNING, "UNKNOWN") for c in cells}
 
     def _write(self, interrupted: bool) -> FleetReport:
         cells = tuple(c.result or _never_submitted(c) for c in self.cells)

@@ -214,6 +214,8 @@ class Slurm:
         if not job_ids:
             return {}
         done = self._call(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}", f"--Format={SQUEUE_FORMAT}"])
+        if done.returncode != 0 and "Invalid job id" not in done.stderr:  # slurmctld unreachable: no news this time
+            raise UserError(f"squeue failed: {done.stderr.strip() or f'exit {done.returncode}'}")
         views = parse_squeue(done.stdout) if done.returncode == 0 else {}
         if done.returncode != 0 and len(job_ids) > 1:  # one unknown id fails the whole call: ask one by one
             for job_id in job_ids:
