@@ -81,6 +81,36 @@ def test_two_classes_pass_the_good_image_and_fail_the_bad_one(
     assert containers_of(engine, fleet_images.good_id, fleet_images.bad_id) == []
     timings = {f"{k[1]} {'good' if k[0] == fleet_images.good else 'bad'}": (c["queued_s"], c["ran_s"]) for k, c in cells.items()}
     print(f"queued/ran seconds per job: {timings}")
+    _publish_gated_by(out / "fleet-report.json", fleet, fleet_images, engine, tmp_path / "release")
+
+
+def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: Engine, out: Path) -> None:
+    """publish with --fleet/--fleet-report semantics: both immutable tags land; only the digest
+    that passed on every class gets its floating tag; the held-back one names the class."""
+    from imagesmith.fleet.gate import load_gate
+    from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
+    from imagesmith.publish import Item, Publisher
+    from imagesmith.registry import Credentials, Registry
+    from tests.integration.conftest import PASSWORD, USER
+
+    host, repo = images.good.split("@")[0].split("/", 1)
+    measured = {"torch": "2.13.0+cpu", "cuda": None, "python": "3.11.2", "os": "debian12"}
+    items = [Item(f"{name}-target", layer, "cell", image_id, measured, True, True, {"ok": True})
+             for name, layer, image_id in (("good", "base", images.good_id), ("bad", "nlp", images.bad_id))]
+    policy = TagPolicy(immutable="{torch}-{accel}-{layer}-{date}", floating=(FloatingTag("v{torch_minor}-{layer}"),))
+    creds = Credentials(USER, PASSWORD, "test")
+    gate = load_gate(fleet, [report])
+    assert gate is not None
+    rel = Publisher(engine, Registry(host, creds), ImageSpec(repo, host), policy, "20261130", out, credentials=creds,
+                    floating_gate=gate.held_back).run(items)
+    assert [t.status for t in rel.targets] == ["pushed", "pushed"]
+    assert [t.digest for t in rel.targets] == [images.good.split("@")[1], images.bad.split("@")[1]]
+    floating = {f.tag: f for f in rel.floating}
+    assert floating["v2.13-base"].action == "created" and floating["v2.13-nlp"].action == "kept"
+    assert "held back by the fleet: class cpu-a failed: failed checks: versions.torch; class cpu-b failed" in floating["v2.13-nlp"].reason
+    tags = images.registry.list_tags(repo)
+    assert "v2.13-base" in tags and "v2.13-nlp" not in tags and "2.13.0-cpu-nlp-20261130" in tags
+    assert images.registry.inspect(repo, "v2.13-base")["Digest"] == images.good.split("@")[1]
 
 
 def test_ctrl_c_cancels_every_job_and_leaves_nothing_behind(
