@@ -488,18 +488,21 @@ def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
 
     if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
         fleet = fleet_report.load(report_file)
-        if out is None:
-            click.echo(fleet_render.render(fleet, fmt), nl=False)
-            return
-        fleet_render.write(fleet, fmt, out)
-        click.echo(f"{out}: {fmt} fleet report of {len(fleet.cells)} cells ({'ok' if fleet.ok else 'with failures'})", err=True)
+        _emit(fleet_render.render(fleet, fmt), out, f"{fmt} fleet report of {len(fleet.cells)} cells", fleet.ok)
         return
     run = report.load(report_file)
+    _emit(report.render(run, fmt), out, f"{fmt} report of {len(run.targets)} targets", run.ok)
+
+
+def _emit(text: str, out: Path | None, what: str, ok: bool) -> None:
+    """A rendering to standard output, or atomically to ``out`` with one line saying what was written."""
+    from imagesmith.atomic import write_text
+
     if out is None:
-        click.echo(report.render(run, fmt), nl=False)
+        click.echo(text, nl=False)
         return
-    report.write(run, fmt, out)
-    click.echo(f"{out}: {fmt} report of {len(run.targets)} targets ({'ok' if run.ok else 'with failures'})", err=True)
+    write_text(out, text)
+    click.echo(f"{out}: {what} ({'ok' if ok else 'with failures'})", err=True)
 
 
 cli.add_command(fleet_group)

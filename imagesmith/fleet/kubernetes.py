@@ -219,45 +219,45 @@ class ClientApi:
         self.batch, self.core, self.client = client.BatchV1Api(), client.CoreV1Api(), client
 
     def create_config_map(self, namespace: str, body: Any) -> Any:
-        return self.core.create_namespaced_config_map(namespace, body)
+        return _edge(lambda: self.core.create_namespaced_config_map(namespace, body))
 
     def create_job(self, namespace: str, body: Any) -> Any:
-        return self.batch.create_namespaced_job(namespace, body)
+        return _edge(lambda: self.batch.create_namespaced_job(namespace, body))
 
     def own_config_map(self, namespace: str, name: str, owner: Any) -> None:
-        self.core.patch_namespaced_config_map(name, namespace, {"metadata": {"ownerReferences": [owner]}})
+        _edge(lambda: self.core.patch_namespaced_config_map(name, namespace, {"metadata": {"ownerReferences": [owner]}}))
 
     def read_job(self, namespace: str, name: str) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return self.batch.read_namespaced_job_status(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _edge(lambda: self.batch.read_namespaced_job_status(name, namespace), missing_ok=True)
 
     def list_pods(self, namespace: str, job: str) -> list[Any]:
-        return list(self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job}").items)
+        return list(_edge(lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job}")).items)
 
     def read_log(self, namespace: str, pod: str) -> str:
-        return str(self.core.read_namespaced_pod_log(pod, namespace, container=CONTAINER))
+        return str(_edge(lambda: self.core.read_namespaced_pod_log(pod, namespace, container=CONTAINER), missing_ok=True) or "")
 
     def delete_job(self, namespace: str, name: str) -> None:
-        self._delete(lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background"))
+        _edge(lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background"), missing_ok=True)
 
     def delete_config_map(self, namespace: str, name: str) -> None:
-        self._delete(lambda: self.core.delete_namespaced_config_map(name, namespace))
+        _edge(lambda: self.core.delete_namespaced_config_map(name, namespace), missing_ok=True)
 
-    @staticmethod
-    def _delete(call: Callable[[], Any]) -> None:
-        from kubernetes.client.exceptions import ApiException
 
-        try:
-            call()
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+def _edge(call: Callable[[], Any], missing_ok: bool = False) -> Any:
+    """One API call; its failures become UserErrors with the status (a 404 is None where that is an answer)."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return call()
+    except ApiException as exc:
+        if exc.status == 404 and missing_ok:
+            return None
+        hint = {401: "the kubeconfig's credentials were refused", 403: "the account may not do this: give it RBAC on jobs, "
+                "configmaps, pods and pods/log in the namespace"}.get(exc.status or 0, "")
+        raise UserError(f"Kubernetes API: {exc.status} {exc.reason}" + (f" ({hint})" if hint else "")) from None
+    except (HTTPError, OSError) as exc:
+        raise UserError(f"cannot reach the Kubernetes API server: {exc}") from None
 
 
 class Kubernetes:
@@ -277,8 +277,6 @@ class Kubernetes:
         return self.apis[context]
 
     def submit(self, job: CellJob) -> str:
-        from kubernetes.client.exceptions import ApiException
-
         ns, name = _placement(job).namespace, job_name(job, self.suffix())
         api = self._api(job)
         try:
@@ -287,9 +285,9 @@ class Kubernetes:
             owner = _models().V1OwnerReference(api_version="batch/v1", kind="Job", name=name, uid=created.metadata.uid,
                                                block_owner_deletion=False)
             api.own_config_map(ns, name, owner)
-        except ApiException as exc:
+        except UserError as exc:
             api.delete_config_map(ns, name)
-            raise UserError(f"the cluster refused Job {ns}/{name}: {exc.status} {exc.reason}") from None
+            raise UserError(f"the cluster refused Job {ns}/{name}: {exc}") from None
         self.jobs[f"{ns}/{name}"] = job
         return f"{ns}/{name}"
 

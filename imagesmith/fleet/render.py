@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import html
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import Any, Callable
 
 from imagesmith import __version__
 from imagesmith import report as common
-from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.fleet.report import CellResult, FleetReport
 
@@ -142,8 +140,3 @@ def render(rep: FleetReport, fmt: str) -> str:
     if fmt not in RENDERERS:
         raise UserError(f"unknown report format {fmt!r}; use one of {', '.join(RENDERERS)}")
     return RENDERERS[fmt](rep)
-
-
-def write(rep: FleetReport, fmt: str, out: Path) -> Path:
-    write_text(out, render(rep, fmt))
-    return out

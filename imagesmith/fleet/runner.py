@@ -202,9 +202,15 @@ class FleetRun:
 
     def _cancel(self, cell: Cell, reason: str) -> None:
         if cell.job_id:
-            cell.scheduler.cancel([cell.job_id])
-            cell.cancelled = True
+            self._send_cancel(cell)
         self._finish(cell, "fail", reason)
+
+    def _send_cancel(self, cell: Cell) -> None:
+        try:
+            cell.scheduler.cancel([cell.job_id or ""])
+        except UserError as exc:  # said, and the drain below still watches the job
+            self.say(f"{cell.job.short}: cancelling {cell.job_id} failed: {exc}")
+        cell.cancelled = True
 
     def _finish(self, cell: Cell, status: str, reason: str, report: Mapping[str, Any] | None = None) -> None:
         now, v = self.clock(), cell.view
@@ -226,8 +232,7 @@ class FleetRun:
         live = [c for c in self.cells if c.job_id and (c.result is None or c.cancelled)]
         for cell in live:
             if cell.result is None:
-                cell.scheduler.cancel([cell.job_id or ""])
-                cell.cancelled = True
+                self._send_cancel(cell)
                 self._finish(cell, "cancelled", f"interrupted (Ctrl-C): {cell.job_id} cancelled")
         try:
             self._drain()

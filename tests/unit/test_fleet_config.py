@@ -161,3 +161,11 @@ def test_references_not_pinned_by_digest_are_refused(text: str) -> None:
                                      ("x" * 64, False), ("example.com/" + "x" * 63, True), ("/x", False)])
 def test_label_keys(key: str, ok: bool) -> None:
     assert config.label_key_ok(key) is ok
+
+
+def test_the_local_example_is_two_slurm_cpu_classes_on_the_test_cluster() -> None:
+    fleet = config.load(ROOT / "examples" / "fleet-local.yaml")
+    assert [(c.name, c.gpus, c.slurm.partition if c.slurm else None) for c in fleet.classes] == [("cpu-a", 0, "fleet-a"), ("cpu-b", 0, "fleet-b")]
+    assert fleet.require == ("cpu-a", "cpu-b") and not fleet.warnings
+    script = (ROOT / "scripts" / "local-slurm.sh").read_text()
+    assert "PartitionName=fleet-a" in script and "PartitionName=fleet-b" in script and "Feature=cpu,fleet" in script

@@ -272,11 +272,12 @@ def test_a_refused_job_leaves_no_config_map(tmp_path: Path) -> None:
 
     class Refusing(FakeCluster):
         def create_job(self, namespace: str, body: Any) -> Any:
-            raise ApiException(status=403, reason="Forbidden")
+            return kubernetes._edge(lambda: (_ for _ in ()).throw(ApiException(status=403, reason="Forbidden")))
 
     cluster = Refusing([(None, [])])
     (cell,) = fleet_run(tmp_path, cluster).cells
-    assert cell.reason == "not submitted: the cluster refused Job ml-verify/imagesmith-l40s-abababababab-f00d01: 403 Forbidden"
+    assert cell.reason == ("not submitted: the cluster refused Job ml-verify/imagesmith-l40s-abababababab-f00d01: Kubernetes API: "
+                           "403 Forbidden (the account may not do this: give it RBAC on jobs, configmaps, pods and pods/log in the namespace)")
     assert cluster.deleted == ["cm/ml-verify/imagesmith-l40s-abababababab-f00d01"]
 
 
@@ -289,3 +290,23 @@ def test_no_cluster_configured_is_a_user_error(tmp_path: Path, monkeypatch: pyte
 
 def test_a_view_is_a_jobview() -> None:
     assert kubernetes.view_of("a/b", None, []) == JobView("a/b", GONE, "NotFound")
+
+
+@pytest.mark.parametrize("error, message", [
+    ("404", None), ("500", "Kubernetes API: 500 Internal Server Error"),
+    ("conn", "cannot reach the Kubernetes API server: connection refused"),
+])
+def test_api_failures_become_user_errors(error: str, message: str | None) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    def call() -> Any:
+        if error == "conn":
+            raise ConnectionRefusedError("connection refused")
+        raise ApiException(status=int(error), reason="Not Found" if error == "404" else "Internal Server Error")
+
+    if message is None:
+        assert kubernetes._edge(call, missing_ok=True) is None
+    else:
+        with pytest.raises(UserError) as exc:
+            kubernetes._edge(call, missing_ok=True)
+        assert str(exc.value) == message

@@ -232,3 +232,25 @@ def test_unknown_classes_are_refused(tmp_path: Path) -> None:
     fleet = config.parse(FLEET % {"requeues": 0}, tmp_path / "fleet.yaml")
     with pytest.raises(UserError, match=r"--class h100: not in fleet.yaml; classes: a"):
         runner.cell_jobs(fleet, [REF], tmp_path, "r", None, classes=("h100",))
+
+
+def test_a_failing_cancel_is_said_and_the_run_still_ends(tmp_path: Path) -> None:
+    class Stubborn(Scripted):
+        def cancel(self, job_ids: Sequence[str]) -> None:
+            raise UserError("scancel did not answer in 60 s: is slurmctld up? (scontrol ping)")
+
+    sched = Stubborn([(PENDING, "PENDING")])
+    rep, lines, _ = run(tmp_path, sched)
+    assert only(rep).reason.startswith("never started: still pending after 5m05s")
+    assert "a abababababab: cancelling 101 failed: scancel did not answer in 60 s: is slurmctld up? (scontrol ping)" in lines
+    assert lines[-1].endswith("was cancelled but is still shown as running after 30s; check it with squeue / kubectl get jobs")
+
+
+def test_a_scheduler_that_does_not_answer_is_no_news_until_the_deadline(tmp_path: Path) -> None:
+    class Silent(Scripted):
+        def status(self, job_ids: Sequence[str]) -> dict[str, JobView]:
+            raise UserError("squeue failed: Unable to contact slurm controller")
+
+    rep, lines, clock = run(tmp_path, Silent([(PENDING, "PENDING")]))
+    assert only(rep).reason.startswith("never started: still pending after 5m05s;")
+    assert "slurm: squeue failed: Unable to contact slurm controller" in lines and clock.now < 400
