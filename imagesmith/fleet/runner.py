@@ -189,7 +189,7 @@ class FleetRun:
         if view.phase == GONE:
             why = "the scheduler no longer knows the job (it left the queue without accounting) and it left no report"
         elif not why:
-            why = f"the job ended ({view.state}, exit {view.exit_code or '?'}) without a verify report"
+            why = f"the job ended ({view.state}, {exit_text(view.exit_code)}) without a verify report"
         tail = cell.scheduler.output_tail(cell.job, view)
         self._finish(cell, "fail", why.format(limit=_dur(cell.job.klass.run_limit_s))
                      + (f"; last output: {' | '.join(tail)}" if tail else ""))
@@ -298,6 +298,14 @@ def gpu_problems(klass: GpuClass, names: Sequence[str]) -> list[str]:
         return [f"the job saw {len(names)} GPU(s); the class promises {klass.gpus}"]
     wrong = sorted({n for n in names if klass.gpu and n != klass.gpu})
     return [f"the job ran on {', '.join(wrong)}, not the class's {klass.gpu}: check the placement"] if wrong else []
+
+
+def exit_text(code: str) -> str:
+    """Slurm's ``status:signal`` (``0:9``, ``1:0``) or a plain exit status, in words."""
+    status, sep, signal = code.partition(":")
+    if sep and signal not in ("", "0"):
+        return f"killed by signal {signal}"
+    return f"exit status {status}" if status else "exit status unknown"
 
 
 def _dur(seconds: float) -> str:

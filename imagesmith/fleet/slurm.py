@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -221,7 +223,14 @@ class Slurm:
             for job_id in job_ids:
                 views |= self.status([job_id])
         missing = [j for j in job_ids if j not in views]
-        return views | self._accounting(missing) | {j: JobView(j, GONE, "UNKNOWN") for j in missing if j not in views}
+        views |= self._accounting(missing) | {j: JobView(j, GONE, "UNKNOWN") for j in missing if j not in views}
+        return {j: self._with_exit_code(v) if v.state == "FAILED" else v for j, v in views.items()}
+
+    def _with_exit_code(self, view: JobView) -> JobView:
+        """squeue prints one number for an exit status or a signal; scontrol says which (``ExitCode=0:9``)."""
+        done = self._call(["scontrol", "show", "job", "--oneliner", view.job_id])
+        found = re.search(r"\bExitCode=(\d+:\d+)", done.stdout) if done.returncode == 0 else None
+        return replace(view, exit_code=found.group(1)) if found else view
 
     def _accounting(self, job_ids: Sequence[str]) -> dict[str, JobView]:
         """Jobs squeue forgot (MinJobAge passed): sacct, where accounting runs."""

@@ -247,7 +247,7 @@ def test_a_job_killed_midway_fails_without_a_report(
         (cell,) = report.cells
         assert killed, lines
         assert cell.status == "fail" and cell.state == "FAILED" and cell.report is None, cell
-        assert cell.reason.startswith("the job ended (FAILED, exit 0:9) without a verify report"), cell.reason
+        assert cell.reason.startswith("the job ended (FAILED, killed by signal 9) without a verify report"), cell.reason
     finally:  # SIGKILL gives imagesmith no chance to remove its container: the one thing a kill -9 leaves
         for pid in killed:
             engine.remove_containers("io.imagesmith.run", f"verify-{pid}")

@@ -130,7 +130,7 @@ CASES = [
     ([(RUNNING, "RUNNING"), (ENDED, "NODE_FAIL")], None, None, 0, "fail", "the node failed while the job ran"),
     ([(RUNNING, "RUNNING"), (ENDED, "OUT_OF_MEMORY")], None, None, 0, "fail", "the job ran out of memory; raise the class's mem:"),
     ([(RUNNING, "RUNNING"), (FINISHED, "FAILED")], None, None, 0, "fail",
-     "the job ended (FAILED, exit 1:0) without a verify report; last output: pulling 127.0.0.1:5000/ml/pytorch | Killed"),
+     "the job ended (FAILED, exit status 1) without a verify report; last output: pulling 127.0.0.1:5000/ml/pytorch | Killed"),
     ([(RUNNING, "RUNNING"), (GONE, "UNKNOWN")], None, None, 0, "fail",
      "the scheduler no longer knows the job (it left the queue without accounting) and it left no report"),
     ([(RUNNING, "RUNNING"), (GONE, "UNKNOWN")], good_report(), None, 0, "pass", "every required check passed"),
@@ -254,3 +254,9 @@ def test_a_scheduler_that_does_not_answer_is_no_news_until_the_deadline(tmp_path
     rep, lines, clock = run(tmp_path, Silent([(PENDING, "PENDING")]))
     assert only(rep).reason.startswith("never started: still pending after 5m05s;")
     assert "slurm: squeue failed: Unable to contact slurm controller" in lines and clock.now < 400
+
+
+@pytest.mark.parametrize("code, text", [("0:9", "killed by signal 9"), ("1:0", "exit status 1"), ("137", "exit status 137"),
+                                        ("", "exit status unknown"), ("2:15", "killed by signal 15")])
+def test_exit_text(code: str, text: str) -> None:
+    assert runner.exit_text(code) == text

@@ -187,3 +187,10 @@ def test_cell_jobs_live_under_the_out_folder(tmp_path: Path) -> None:
     fleet = config.parse(f"classes:\n  h200:\n{CPU}", tmp_path / "fleet.yaml")
     (job,) = runner.cell_jobs(fleet, [REF], tmp_path / "out", "r", "standard")
     assert job.workdir == (tmp_path / "out" / "abababababab" / "h200").resolve() and job.tier == "standard"
+
+
+def test_a_failed_job_gets_its_exit_code_and_signal_from_scontrol() -> None:
+    fake = FakeSlurm({"squeue": (0, "7|FAILED|NonZeroExitCode|0|n|9|\n", ""),
+                      "scontrol": (0, "JobId=7 JobName=x JobState=FAILED Reason=NonZeroExitCode ExitCode=0:9 RunTime=00:00:03\n", "")})
+    assert slurm.Slurm(fake, ENV).status(["7"])["7"].exit_code == "0:9"
+    assert fake.calls[1] == ["scontrol", "show", "job", "--oneliner", "7"]
