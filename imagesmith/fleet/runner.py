@@ -205,6 +205,16 @@ class FleetRun:
             self._send_cancel(cell)
         self._finish(cell, "fail", reason)
 
+    def _cancel_together(self, cells: list[Cell]) -> None:
+        for name in dict.fromkeys(c.scheduler.name for c in cells):
+            mine = [c for c in cells if c.scheduler.name == name]
+            try:
+                mine[0].scheduler.cancel([c.job_id or "" for c in mine])
+            except UserError as exc:
+                self.say(f"{name}: cancelling {', '.join(c.job_id or '' for c in mine)} failed: {exc}")
+            for cell in mine:
+                cell.cancelled = True
+
     def _send_cancel(self, cell: Cell) -> None:
         try:
             cell.scheduler.cancel([cell.job_id or ""])
@@ -230,9 +240,15 @@ class FleetRun:
     # -- the end -------------------------------------------------------------------------------------
     def _interrupt(self) -> list[str]:
         live = [c for c in self.cells if c.job_id and (c.result is None or c.cancelled)]
+        todo = [c for c in live if c.result is None]
+        while todo:  # one cancel per scheduler; a second Ctrl-C does not stop the cancels
+            try:
+                self._cancel_together(todo)
+                todo = []
+            except KeyboardInterrupt:
+                todo = [c for c in todo if not c.cancelled]
         for cell in live:
             if cell.result is None:
-                self._send_cancel(cell)
                 self._finish(cell, "cancelled", f"interrupted (Ctrl-C): {cell.job_id} cancelled")
         try:
             self._drain()

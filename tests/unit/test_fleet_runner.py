@@ -260,3 +260,27 @@ def test_a_scheduler_that_does_not_answer_is_no_news_until_the_deadline(tmp_path
                                         ("", "exit status unknown"), ("2:15", "killed by signal 15")])
 def test_exit_text(code: str, text: str) -> None:
     assert runner.exit_text(code) == text
+
+
+def test_a_second_ctrl_c_does_not_stop_the_cancels(tmp_path: Path) -> None:
+    class Impatient(Scripted):
+        def cancel(self, job_ids: Sequence[str]) -> None:
+            if not self.cancelled and not getattr(self, "hit", False):
+                self.hit = True
+                raise KeyboardInterrupt  # the user pressed Ctrl-C again while scancel ran
+            super().cancel(job_ids)
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET % {"requeues": 0})
+    fleet = config.load(path)
+    sched, clock = Impatient([(RUNNING, "RUNNING")]), Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now >= 15:
+            raise KeyboardInterrupt
+
+    jobs = runner.cell_jobs(fleet, [REF], tmp_path / "out", "run1", None)
+    with pytest.raises(runner.Interrupted):
+        runner.FleetRun(jobs, {"slurm": sched}, tmp_path / "out", fleet, poll_s=5, clock=clock, sleep=sleep).run()
+    assert sched.cancelled == ["101"]
