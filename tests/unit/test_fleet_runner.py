@@ -284,3 +284,18 @@ def test_a_second_ctrl_c_does_not_stop_the_cancels(tmp_path: Path) -> None:
     with pytest.raises(runner.Interrupted):
         runner.FleetRun(jobs, {"slurm": sched}, tmp_path / "out", fleet, poll_s=5, clock=clock, sleep=sleep).run()
     assert sched.cancelled == ["101"]
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
+
+
+def test_a_real_two_h200_report_is_judged_against_the_class_and_its_baseline(tmp_path: Path) -> None:
+    real = json.loads((FIXTURES / "h200x2-standard.json").read_text())  # measured on 2 x H200 (bench/results)
+    h200 = config.parse("classes:\n  h200:\n    gpu: NVIDIA H200\n    gpus: 2\n    slurm: {partition: p}\n", tmp_path / "f.yaml")
+    (job,) = runner.cell_jobs(h200, [REF], tmp_path, "r", None)
+    assert runner.judge(job, real) == []
+    figures = {f.check: f for f in runner.fleet_report.figures_of(real)}
+    assert figures["gemm.bf16"].baseline == 784.0 and figures["gemm.bf16"].percent is not None and figures["gemm.bf16"].percent > 90
+    l40s = config.parse("classes:\n  l40s:\n    gpu: NVIDIA L40S\n    gpus: 4\n    slurm: {partition: p}\n", tmp_path / "g.yaml")
+    (job,) = runner.cell_jobs(l40s, [REF], tmp_path, "r", None)
+    assert runner.judge(job, real) == ["the job saw 2 GPU(s); the class promises 4"]
