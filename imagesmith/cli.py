@@ -23,6 +23,7 @@ from imagesmith import matrix as matrix_mod
 from imagesmith import plan as plan_mod
 from imagesmith import render as render_mod
 from imagesmith.errors import ImagesmithError, UserError
+from imagesmith.fleet.commands import fleet_group, floating_gate, gate_options
 from imagesmith.table import print_table
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
@@ -222,13 +223,14 @@ PUBLIC_KEY_OPTION = click.option(
 @REGISTRY_CA_OPTION
 @SIGNING_KEY_OPTION
 @EVIDENCE_OPTION
+@gate_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
 @ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, quiet: bool, as_json: bool,
-              allow_roots: tuple[Path, ...]) -> None:
+              registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, gate_fleet: Path | None,
+              fleet_reports: tuple[Path, ...], quiet: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import build
@@ -237,6 +239,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
 
     m, date = load_matrix(matrix_file, allow_roots), date or today()
     key = _signing_key(signing_key) if push and with_evidence else None
+    gate = floating_gate(gate_fleet, fleet_reports)
     p = plan_mod.expand(m, date).select(only, layers)
     if not p.targets:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
@@ -249,7 +252,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     _print_build(report, out, quiet, as_json and not (push or do_verify))
     if push or do_verify:
         _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json,
-                            {"signing_key": key, "with_evidence": with_evidence})
+                            {"signing_key": key, "with_evidence": with_evidence}, gate)
     elif not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
@@ -265,7 +268,7 @@ def _signing_key(path: Path | None) -> Any:
 
 def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
                         credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool,
-                        evidence: dict[str, Any]) -> None:
+                        evidence: dict[str, Any], gate: Any = None) -> None:
     from imagesmith import pipeline
     from imagesmith.progress import make_display
 
@@ -277,7 +280,7 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
             from imagesmith import publish
 
             rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca,
-                                  **evidence)
+                                  floating_gate=gate, **evidence)
     finally:
         display.close()
     path = pipeline.write_run_report(out, report.to_json(), outcomes, rel.to_json() if rel else None)
@@ -313,11 +316,12 @@ def _print_outcomes(outcomes: dict[str, Any]) -> None:
 @REGISTRY_CA_OPTION
 @SIGNING_KEY_OPTION
 @EVIDENCE_OPTION
+@gate_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str | None,
                 credentials_file: Path | None, registry_ca: Path | None, signing_key: Path | None, with_evidence: bool,
-                quiet: bool, allow_roots: tuple[Path, ...]) -> None:
+                gate_fleet: Path | None, fleet_reports: tuple[Path, ...], quiet: bool, allow_roots: tuple[Path, ...]) -> None:
     """Tag and push the verified images of OUT/report.json; write OUT/release.json and OUT/release.md."""
     from imagesmith import pipeline, publish
     from imagesmith.engine import Engine
@@ -328,10 +332,11 @@ def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str
     p = plan_mod.expand(m, date)
     results = pipeline.build_results(pipeline.read_build(out / "report.json"))
     outcomes = pipeline.read_outcomes(out, [r.target for r in results], run_report)
+    gate = floating_gate(gate_fleet, fleet_reports)
     display = make_display(f"publishing to {m.image.name}", quiet)
     try:
         rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca,
-                              signing_key=key, with_evidence=with_evidence)
+                              signing_key=key, with_evidence=with_evidence, floating_gate=gate)
     finally:
         display.close()
     finish_release(rel, quiet)
@@ -642,15 +647,30 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here (atomically); default: standard output.")
 def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
-    """Render a build, verify or run report (report.json) for people and CI."""
+    """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
+    from imagesmith.fleet import render as fleet_render, report as fleet_report
 
-    run = report.load(report_file)
-    if out is None:
-        click.echo(report.render(run, fmt), nl=False)
+    if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
+        fleet = fleet_report.load(report_file)
+        _emit(fleet_render.render(fleet, fmt), out, f"{fmt} fleet report of {len(fleet.cells)} cells", fleet.ok)
         return
-    report.write(run, fmt, out)
-    click.echo(f"{out}: {fmt} report of {len(run.targets)} targets ({'ok' if run.ok else 'with failures'})", err=True)
+    run = report.load(report_file)
+    _emit(report.render(run, fmt), out, f"{fmt} report of {len(run.targets)} targets", run.ok)
+
+
+def _emit(text: str, out: Path | None, what: str, ok: bool) -> None:
+    """A rendering to standard output, or atomically to ``out`` with one line saying what was written."""
+    from imagesmith.atomic import write_text
+
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    write_text(out, text)
+    click.echo(f"{out}: {what} ({'ok' if ok else 'with failures'})", err=True)
+
+
+cli.add_command(fleet_group)
 
 
 # -- entry point --------------------------------------------------------------------------------

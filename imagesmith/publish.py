@@ -332,7 +332,8 @@ class Publisher:
                  out_dir: Path, display: Display | None = None, credentials: Credentials | None = None,
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
                  before_push: Callable[[str], None] | None = None,
-                 evidence: Callable[[TargetRelease], dict[str, Any]] | None = None) -> None:
+                 evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
+                 floating_gate: Callable[[str | None], str | None] | None = None) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
@@ -341,6 +342,7 @@ class Publisher:
         self.credentials, self.backoff, self.sleep = credentials, backoff, sleep
         self.before_push = before_push or (lambda ref: None)
         self.evidence = evidence
+        self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
         self.log: list[str] = []
 
     # -- public ---------------------------------------------------------------------
@@ -463,9 +465,34 @@ class Publisher:
     # -- floating tags -------------------------------------------------------------------
     def _floating(self, releases: list[TargetRelease], remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
         done = {r.target: r for r in releases if r.status in DONE}
-        mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values()])
+        held = self._held_back(done)
+        mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values() if r.target not in held])
         theirs = tags.assign(self.policy, self._remote_candidates(remote))
-        return [self._float(ftag, done[c.ref], theirs.get(ftag), remote.get(ftag)) for ftag, c in sorted(mine.items())]
+        moved = [self._float(ftag, done[c.ref], theirs.get(ftag), remote.get(ftag)) for ftag, c in sorted(mine.items())]
+        return moved + self._kept_by_gate(done, held, set(mine), remote)
+
+    # -- the fleet gate (imagesmith.fleet.gate): floating tags only for digests every required GPU class passed
+    def _held_back(self, done: Mapping[str, TargetRelease]) -> dict[str, str]:
+        gate = self.floating_gate
+        if gate is None:
+            return {}
+        reasons = {t: gate(r.digest) for t, r in done.items()}
+        return {t: why for t, why in reasons.items() if why}
+
+    def _kept_by_gate(self, done: Mapping[str, TargetRelease], held: Mapping[str, str], taken: set[str],
+                      remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
+        """The floating tags a held-back image would have taken and nobody else did: kept, with the reason."""
+        would = tags.assign(self.policy, [tags.Candidate(t, done[t].fields) for t in held])
+        out = []
+        for ftag, c in sorted(would.items()):
+            if ftag in taken:
+                continue
+            current = remote.get(ftag)
+            out.append(FloatingRelease(ftag, "kept", f"{self.name}:{ftag}", None, done[c.ref].fields["torch"],
+                                       current.digest if current else None, current.digest if current else None,
+                                       f"{c.ref} ({(done[c.ref].digest or '')[:19]}) {held[c.ref]}"))
+            self.display.note(f"{self.name}:{ftag}: kept ({held[c.ref]})")
+        return out
 
     def _remote_candidates(self, remote: Mapping[str, RemoteImage]) -> list[tags.Candidate]:
         """Images in the registry, immutable tags before floating ones (so a
@@ -566,7 +593,7 @@ def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: S
 def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any], outcomes: Mapping[str, Verified],
             date: str, out_dir: Path, display: Display | None = None, credentials_file: Path | None = None,
             ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Any = None,
-            with_evidence: bool = True) -> ReleaseReport:
+            with_evidence: bool = True, floating_gate: Callable[[str | None], str | None] | None = None) -> ReleaseReport:
     """What the CLI calls: credentials resolved (env, file, docker config), a
     registry client for ``matrix.image.registry``, items from the build
     results and verify outcomes, then :func:`publish`; with ``with_evidence``
@@ -583,7 +610,8 @@ def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any
     bases = {t.id: t.base_image for t in plan.targets}
     reports = {t: o.report for t, o in outcomes.items()}
     step = evidence_step(engine, client, matrix.image.repository, bases, reports, signing_key, out_dir) if with_evidence else None
-    return publish(engine, client, matrix, items, date, out_dir, display, credentials, evidence=step)
+    return publish(engine, client, matrix, items, date, out_dir, display, credentials, evidence=step,
+                   floating_gate=floating_gate)
 
 
 def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
