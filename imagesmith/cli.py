@@ -504,6 +504,8 @@ def print_evidence(found: Any) -> None:
              "; ".join(a.problems)[:100] or "ok"] for a in found.attestations]
     rows += [["signature", s.layer[:19], f"cosign simple signing of {s.claims[:19]}", _signed(1, s.signed_by, found.keys),
               "; ".join(s.problems)[:100] or "ok"] for s in found.signatures]
+    rows += [[f"{a.kind} (.att)", a.layer[:19], a.predicate_type or a.artifact_type, _signed(a.signatures, a.signed_by, found.keys),
+              "; ".join(a.problems)[:100] or "ok"] for a in found.cosign]
     print_table(f"evidence of {found.name}@{found.digest} (found via {found.discovery}; signatures {checked})",
                 ["artifact", "digest", "type", "signed", "check"], rows)
     for v in data["verification"]:
@@ -552,7 +554,7 @@ def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credent
         print_evidence(found)
     if not found.ok:
         raise UserError(f"evidence of {found.name}@{found.digest} does not check out: {len(found.all_problems())} mismatch(es)")
-    if not found.attestations and not found.signatures:
+    if not found.attestations and not found.signatures and not found.cosign:
         click.echo(f"nothing is attached to {found.name}@{found.digest}", err=True)
 
 
