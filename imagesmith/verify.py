@@ -93,9 +93,12 @@ def expected_from(labels: Mapping[str, str], expect: Mapping[str, str]) -> dict[
     return {k: v for k, v in declared.items() if v} | {"packages": packages}
 
 
-def driver_requirement(cuda: str | None, kb: compat.KnowledgeBase) -> dict[str, str]:
+def driver_requirement(cuda: str | None, kb: compat.KnowledgeBase) -> dict[str, Any]:
+    """Every CUDA release's runtime and driver (the payload maps the runtime it
+    measures to its release), and the declared CUDA minor's newest toolkit driver."""
     info = kb.cuda.get(cuda or "")
-    return {"toolkit_driver": info.toolkit_driver, "min_driver": info.min_driver} if info else {}
+    declared = {"toolkit_driver": info.toolkit_driver, "min_driver": info.min_driver} if info else {}
+    return declared | {"releases": kb.cuda_releases()}
 
 
 def payload_config(labels: Mapping[str, str], options: VerifyOptions, kb: compat.KnowledgeBase) -> dict[str, Any]:

@@ -58,7 +58,16 @@ def test_every_key_is_optional(data) -> None:
      "config key 'expected.torchvision': unknown key; known: torch, cuda, cudnn, nccl, python, os, packages"),
     ({"expected": {"packages": {"numpy": 2}}},
      "config key 'expected.packages.numpy': expected a string, got 2 (quote version numbers: \"3.10\", not 3.10)"),
-    ({"driver": {"toolkit": "580"}}, "config key 'driver.toolkit': unknown key; known: toolkit_driver, min_driver"),
+    ({"driver": {"toolkit": "580"}}, "config key 'driver.toolkit': unknown key; known: toolkit_driver, min_driver, "
+                                      "releases"),
+    ({"driver": {"releases": {"release": "12.8.1"}}}, "config key 'driver.releases': expected a list, got "
+                                                      "{'release': '12.8.1'}"),
+    ({"driver": {"releases": [{"release": "12.8.1", "cudart": 12.8, "driver": "570.124.06"}]}},
+     "config key 'driver.releases[0].cudart': expected a string, got 12.8 (quote version numbers: \"3.10\", not 3.10)"),
+    ({"driver": {"releases": [{"release": "12.8.1", "cudart": "12.8.90"}]}},
+     "config key 'driver.releases[0].driver': missing; a release needs release, cudart, driver"),
+    ({"driver": {"releases": [{"release": "12.8.1", "cudart": "12.8.90", "driver": "1", "when": "x"}]}},
+     "config key 'driver.releases[0].when': unknown key; known: release, cudart, driver, min_driver"),
     ({"layers": "cv"}, "config key 'layers': expected a list of names, got 'cv'"),
     ({"layers": ["cv", 1]}, "config key 'layers[1]': expected a string, got 1 (quote version numbers: \"3.10\", "
      "not 3.10)"),

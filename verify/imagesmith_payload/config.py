@@ -11,10 +11,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from .judge import CudaRelease
+
 SCHEMA = "imagesmith.verify-config/1"
 TIERS = ("quick", "standard", "soak")
 CORE_VERSIONS = ("torch", "cuda", "cudnn", "nccl", "python", "os")
 THRESHOLD_KEYS = ("baseline", "fail_fraction", "warn_fraction")
+RELEASE_KEYS = ("release", "cudart", "driver")
 
 
 class ConfigError(ValueError):
@@ -40,6 +43,7 @@ class Config:
     expected: Expected = field(default_factory=Expected)
     toolkit_driver: Optional[str] = None
     min_driver: Optional[str] = None
+    cuda_releases: Tuple[CudaRelease, ...] = ()
     layers: Tuple[str, ...] = ()
     expect_non_root: Optional[bool] = None
     thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -140,10 +144,26 @@ def _expected(data: Any) -> Expected:
     return Expected(packages=pkgs, **core)
 
 
-def _driver(data: Any) -> Dict[str, Optional[str]]:
+def _driver(data: Any) -> Dict[str, Any]:
     data = _object("driver", data)
-    _unknown("driver", data, ("toolkit_driver", "min_driver"))
-    return {k: _optional(_str)(f"driver.{k}", data.get(k)) for k in ("toolkit_driver", "min_driver")}
+    _unknown("driver", data, ("toolkit_driver", "min_driver", "releases"))
+    out: Dict[str, Any] = {k: _optional(_str)(f"driver.{k}", data.get(k))
+                           for k in ("toolkit_driver", "min_driver")}
+    releases = data.get("releases") or []
+    if not isinstance(releases, list):
+        raise ConfigError(f"config key 'driver.releases': expected a list, got {releases!r}")
+    out["cuda_releases"] = tuple(_release(f"driver.releases[{i}]", r) for i, r in enumerate(releases))
+    return out
+
+
+def _release(path: str, data: Any) -> CudaRelease:
+    data = _object(path, data)
+    _unknown(path, data, RELEASE_KEYS + ("min_driver",))
+    missing = [k for k in RELEASE_KEYS if k not in data]
+    if missing:
+        raise ConfigError(f"config key '{path}.{missing[0]}': missing; a release needs {', '.join(RELEASE_KEYS)}")
+    values = {k: _str(f"{path}.{k}", data.get(k)) for k in RELEASE_KEYS}
+    return CudaRelease(min_driver=_optional(_str)(f"{path}.min_driver", data.get("min_driver")), **values)
 
 
 def _layers(data: Any) -> Tuple[str, ...]:
