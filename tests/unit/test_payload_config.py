@@ -45,10 +45,14 @@ def test_every_key_is_optional(data) -> None:
     ([], "config key '': expected an object, got []"),
     ({"tier": "fast"}, "config key 'tier': expected one of quick, standard, soak, got 'fast'"),
     ({"schema": "v2"}, "config key 'schema': expected 'imagesmith.verify-config/1', got 'v2'"),
-    ({"tiers": "quick"}, "config key 'tiers': unknown key; known: tier, require_gpu, expect_gpus, soak_minutes, "
+    ({"tiers": "quick"}, "config key 'tiers': unknown key; known: tier, require_gpu, expect_gpus, gpus, allow_cpu, gpu_unavailable, soak_minutes, "
      "leak_inject_mib, burn_seconds, contention_processes, collective_timeout_s, schema, expected, driver, "
      "layers, security, thresholds"),
     ({"require_gpu": "yes"}, "config key 'require_gpu': expected true or false, got 'yes'"),
+    ({"gpus": "0;1"}, "config key 'gpus': expected all, none, auto or a list such as 0,1, got '0;1'"),
+    ({"gpus": "0,,1"}, "config key 'gpus': expected all, none, auto or a list such as 0,1, got '0,,1'"),
+    ({"gpus": 0}, "config key 'gpus': expected a string, got 0 (quote version numbers: \"3.10\", not 3.10)"),
+    ({"allow_cpu": 1}, "config key 'allow_cpu': expected true or false, got 1"),
     ({"expect_gpus": 1.5}, "config key 'expect_gpus': expected an integer, got 1.5"),
     ({"expect_gpus": True}, "config key 'expect_gpus': expected an integer, got True"),
     ({"soak_minutes": -1}, "config key 'soak_minutes': must be >= 0, got -1.0"),

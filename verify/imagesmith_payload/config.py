@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
@@ -40,6 +41,9 @@ class Config:
     tier: str = "quick"
     require_gpu: bool = False
     expect_gpus: Optional[int] = None
+    gpus: str = "auto"  # what was asked: all | none | 0,1 (imagesmith always says); auto: whatever is visible
+    allow_cpu: bool = False  # gpus all with none visible: CPU mode instead of a failure
+    gpu_unavailable: Optional[str] = None  # the host's reason it could not attach GPUs
     expected: Expected = field(default_factory=Expected)
     toolkit_driver: Optional[str] = None
     min_driver: Optional[str] = None
@@ -83,6 +87,15 @@ def _tier(path: str, value: Any) -> str:
     return str(value)
 
 
+def _gpus(path: str, value: Any) -> str:
+    """all | none | auto | a comma-separated list of GPU indexes or UUIDs."""
+    text = _str(path, value).strip()
+    items = [g.strip() for g in text.split(",")]
+    if text in ("all", "none", "auto") or (text and all(re.fullmatch(r"\d+|(GPU|MIG)-[A-Za-z0-9-]+", g) for g in items)):
+        return text if text in ("all", "none", "auto") else ",".join(items)
+    raise ConfigError(f"config key {path!r}: expected all, none, auto or a list such as 0,1, got {value!r}")
+
+
 def _positive(inner: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
     def check(path: str, value: Any) -> Any:
         value = inner(path, value)
@@ -110,6 +123,9 @@ _TOP: Dict[str, Callable[[str, Any], Any]] = {
     "tier": _tier,
     "require_gpu": _bool,
     "expect_gpus": _optional(_positive(_int)),
+    "gpus": _gpus,
+    "allow_cpu": _bool,
+    "gpu_unavailable": _optional(_str),
     "soak_minutes": _positive(_num),
     "leak_inject_mib": _positive(_num),
     "burn_seconds": _positive(_num),
