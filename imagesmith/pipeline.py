@@ -22,11 +22,14 @@ from imagesmith.progress import Display
 RUN_REPORT = "run-report.json"
 
 
-def options_from(matrix: Matrix, **overrides: Any) -> verify.VerifyOptions:
-    """Verify options as the matrix's ``verify:`` section sets them."""
+def options_from(matrix: Matrix, allow_cpu_verification: bool = False, **overrides: Any) -> verify.VerifyOptions:
+    """Verify options as the matrix's ``verify:`` section sets them (``require_gpu``
+    unset: a GPU for CUDA images); ``allow_cpu_verification`` lets CUDA images be
+    verified in CPU mode where no GPU is visible (they are then not GPU-verified)."""
     v = matrix.verify
     base = dict(tier=v.tier, gpus=v.gpus, shm_size=v.shm_size, memory=v.memory,
-                timeout_s=float(v.timeout_s), thresholds=v.thresholds)
+                timeout_s=float(v.timeout_s), thresholds=v.thresholds, require_gpu=v.require_gpu,
+                allow_cpu=True if allow_cpu_verification else None)
     return verify.VerifyOptions(**(base | {k: val for k, val in overrides.items() if val is not None}))
 
 

@@ -10,8 +10,8 @@ the user passes ``--allow-cpu-verification``. A CPU-only image is vetted on a
 CPU and is released as it always was.
 
 The verify report says how it ran: the payload's ``mode`` block (mode, GPUs,
-reason, how the GPU checks ended); reports written before it existed are read
-from their environment (GPUs seen) and the ``gpu.devices`` check.
+reason, GPUs as asked, how the GPU checks ended); reports written before it
+existed are read from their environment (GPUs seen) and the ``gpu.devices`` check.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Evidence:
     mode: str  # gpu | cpu
     gpus: int
     reason: str
-    devices: str | None  # status of gpu.devices
+    devices: str | None  # GPUs as asked? (the mode's status = gpu.devices')
     gpu_checks: Mapping[str, int]  # status -> count of checks that need a GPU
 
     @property
@@ -52,18 +52,21 @@ class Evidence:
         return f"{NOT_GPU_VERIFIED}: {why}"
 
 
+def _mapping(raw: Any) -> Mapping[str, Any]:
+    return raw if isinstance(raw, Mapping) else {}
+
+
 def evidence(report: Mapping[str, Any]) -> Evidence:
-    mode = report.get("mode") if isinstance(report.get("mode"), Mapping) else {}
-    env = report.get("environment") if isinstance(report.get("environment"), Mapping) else {}
+    mode, env = _mapping(report.get("mode")), _mapping(report.get("environment"))
     seen = len(env.get("gpus") or ())
     checks = {c.get("id"): c for c in report.get("checks") or () if isinstance(c, Mapping)}
-    counts = mode.get("gpu_checks") if isinstance(mode.get("gpu_checks"), Mapping) else {}
+    counts = _mapping(mode.get("gpu_checks"))
     return Evidence(
         ok=bool((report.get("summary") or {}).get("ok")),
         mode=str(mode.get("mode") or ("gpu" if seen else "cpu")),
         gpus=int(mode.get("gpus", seen) or 0),
         reason=str(mode.get("reason") or ""),
-        devices=(checks.get("gpu.devices") or {}).get("status"),
+        devices=mode.get("status") or (checks.get("gpu.devices") or {}).get("status") or ("pass" if seen else None),
         gpu_checks={str(k): int(v) for k, v in counts.items() if isinstance(v, int)},
     )
 
