@@ -8,6 +8,10 @@ BIN := $(VENV)/bin
 MATRIX ?= examples/local.yaml
 OUT ?= build
 JOBS ?= 2
+# On a host without a GPU, CUDA images are verified in CPU mode and pushed with their immutable
+# tag only, marked -not-gpu-verified (never a floating tag); with a GPU they are GPU-verified and
+# take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
+ALLOW_CPU ?= --allow-cpu-verification
 
 .PHONY: release test unit lint bench host install base registry clean
 
@@ -32,7 +36,7 @@ registry: host             ## the local registry on 127.0.0.1:5000 (htpasswd aut
 	bash scripts/local-registry.sh start >/dev/null
 
 release: base registry     ## the main job: render, build, verify, tag, push; prints where the release report is
-	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push \
+	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push $(ALLOW_CPU) \
 	  --credentials .cache/registry/credentials
 
 test: host install         ## the whole suite; .ci/run runs exactly this

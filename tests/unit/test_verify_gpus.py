@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from imagesmith import compat, matrix, pipeline, verify
@@ -51,3 +56,36 @@ def test_release_options_come_from_the_matrix_and_the_flag() -> None:
     assert (plain.gpus, plain.require_gpu, plain.allow_cpu) == ("all", None, None)
     assert (allowed.require_gpu, allowed.allow_cpu) == (None, True)
     assert verify.gpu_policy(CUDA, plain) == (True, False) and verify.gpu_policy(CUDA, allowed) == (False, True)
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "imagesmith.cli", "verify", "--local", *args], capture_output=True,
+                          text=True, env=dict(os.environ, **(env or {})), timeout=120)
+
+
+def test_local_gpus_0_with_the_gpu_hidden_fails_gpu_devices(tmp_path) -> None:
+    out = tmp_path / "v.json"
+    proc = cli("--gpus", "0", "--only", "gpu.devices", "--json", str(out), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 1 and proc.stderr.strip().endswith("error: verification failed: gpu.devices")
+    report = json.loads(out.read_text())
+    (devices,) = report["checks"]
+    assert devices["status"] == "fail" and devices["detail"].startswith("asked for 1 GPU (--gpus 0), none visible: ")
+    assert report["mode"]["requested"] == "0"
+    assert proc.stdout.splitlines()[0].startswith("verify this host (quick), asked for 1 GPU (--gpus 0), none visible")
+
+
+def test_local_gpus_none_is_cpu_mode_and_says_so(tmp_path) -> None:
+    proc = cli("--gpus", "none", "--only", "gpu.devices")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("verify this host (quick), CPU mode, as asked (--gpus none): GPU checks "
+                                                  "skipped: torch None")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--gpus", "0;1"), "error: --gpus '0;1': write all, none or a list of GPU indexes/UUIDs such as 0,1"),
+    (("--require-gpu", "--allow-cpu-verification"),
+     "error: --require-gpu and --allow-cpu-verification contradict each other: give one"),
+])
+def test_bad_gpu_flags_are_one_clear_line(args: tuple, message: str) -> None:
+    proc = cli(*args)
+    assert (proc.returncode, proc.stderr.strip()) == (1, message)
