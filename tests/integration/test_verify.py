@@ -129,7 +129,7 @@ def test_the_leak_detector_counts_steps_and_judges_right_with_every_core_busy(en
     assert small["leak.device"]["status"] == "fail", small["leak.device"]["detail"]
     leaky = run_payload(engine, built_images.cpu_base, {"tier": "standard", "leak_inject_mib": 1})
     assert leaky["leak.device"]["status"] == "fail", leaky["leak.device"]["detail"]
-    assert leaky["leak.device"]["data"]["caught_after_steps"] <= 120, leaky["leak.device"]["data"]
+    assert leaky["leak.device"]["data"]["caught_after_steps"] <= 200, leaky["leak.device"]["data"]
     clean = run_payload(engine, built_images.cpu_base, {"tier": "standard"})
     for check_id in ("leak.device", "leak.host"):
         assert clean[check_id]["status"] == "pass", clean[check_id]["detail"]

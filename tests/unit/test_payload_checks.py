@@ -67,7 +67,7 @@ def test_matmul_error_on_cpu_is_within_tolerance(kind: str) -> None:
 @pytest.mark.parametrize("plan", [QUICK, STANDARD])
 def test_leak_loop_catches_one_mib_per_step_in_few_steps(plan) -> None:
     run = leak_loop(torch, torch.device("cpu"), inject_mib=1.0, plan=plan)
-    assert run["caught"] is not None and run["caught"]["steps"] <= 120, run["caught"]
+    assert run["caught"] is not None and run["caught"]["steps"] <= 200, run["caught"]
     assert run["device"].verdict().leaking and run["host"].verdict().leaking
 
 

@@ -122,25 +122,48 @@ def test_a_library_that_does_not_load_fails_with_the_loader_error(fake_cudnn_whe
     assert "libcudnn.so.9 does not load: " in check["detail"] and "file too short" in check["detail"]
 
 
-def test_a_library_that_needs_the_driver_is_noted_not_failed(fake_cudnn_wheel, tmp_path) -> None:
+def linked_library(site, tmp_path, name: str, needs: str) -> None:
+    """site/nvidia/cudnn/lib/<name>, linked against a library with soname `needs` (not shipped), added to RECORD."""
     import shutil
 
     if shutil.which("gcc") is None:
-        pytest.skip("needs gcc to make a library linked against libcuda.so.1")
+        pytest.skip("needs gcc to make a linked library")
     build = tmp_path / "build"
-    build.mkdir()
-    (build / "stub.c").write_text("int cuInit(unsigned f) { return f; }\n")
-    (build / "user.c").write_text("int cuInit(unsigned); int use(void) { return cuInit(0); }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(build / "libcuda.so.1"),
-                    str(build / "stub.c")], check=True)
-    lib = fake_cudnn_wheel / "nvidia" / "cudnn" / "lib" / "libcudnn_adv.so.9"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(build / "user.c"), str(build / "libcuda.so.1")],
+    build.mkdir(exist_ok=True)
+    (build / "stub.c").write_text("int dep(unsigned f) { return f; }\n")
+    (build / "user.c").write_text("int dep(unsigned); int use(void) { return dep(0); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{needs}", "-o", str(build / needs), str(build / "stub.c")],
                    check=True)
-    record = fake_cudnn_wheel / "nvidia_cudnn_cu13-9.24.0.43.dist-info" / "RECORD"
-    record.write_text(record_line(fake_cudnn_wheel, "nvidia/cudnn/lib/libcudnn_adv.so.9") + record.read_text())
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(site / "nvidia" / "cudnn" / "lib" / name), str(build / "user.c"),
+                    str(build / needs)], check=True)
+    record = site / "nvidia_cudnn_cu13-9.24.0.43.dist-info" / "RECORD"
+    record.write_text(record_line(site, f"nvidia/cudnn/lib/{name}") + record.read_text())
+
+
+def test_a_library_that_needs_the_driver_is_noted_not_failed(fake_cudnn_wheel, tmp_path) -> None:
+    linked_library(fake_cudnn_wheel, tmp_path, "libcudnn_adv.so.9", needs="libcuda.so.1")
     check = integrity(fake_cudnn_wheel, tmp_path)
     assert check["status"] == "pass", check
     assert check["detail"].endswith("and load (1 need the NVIDIA driver, not loaded here: libcudnn_adv.so.9)")
+
+
+def test_a_plugin_that_needs_a_library_no_wheel_ships_is_noted_not_failed(fake_cudnn_wheel, tmp_path) -> None:
+    """nvshmem's MPI/UCX bootstraps, cuFile's RDMA: optional, their libraries are not in the image."""
+    linked_library(fake_cudnn_wheel, tmp_path, "nvshmem_bootstrap_mpi.so.3", needs="libmpi.so.40")
+    check = integrity(fake_cudnn_wheel, tmp_path)
+    assert check["status"] == "pass", check
+    assert check["detail"].endswith("(1 optional plugins need libraries no nvidia-* wheel ships, not loaded: "
+                                    "libmpi.so.40)")
+
+
+def test_a_library_whose_wheel_dependency_is_gone_fails(fake_cudnn_wheel, tmp_path) -> None:
+    """libcudnn_engines needs libcudnn_graph.so.9, a file of the wheel: deleting it breaks both."""
+    linked_library(fake_cudnn_wheel, tmp_path, "libcudnn_engines.so.9", needs="libcudnn_graph.so.9")
+    (fake_cudnn_wheel / "nvidia" / "cudnn" / "lib" / "libcudnn_graph.so.9").unlink()
+    check = integrity(fake_cudnn_wheel, tmp_path)
+    assert check["status"] == "fail" and check["value"] == 2
+    assert "libcudnn_engines.so.9 does not load: libcudnn_graph.so.9: cannot open shared object file" in check["detail"]
+    assert "libcudnn_graph.so.9 missing" in check["detail"]
 
 
 def test_no_nvidia_wheels_skips(tmp_path) -> None:

@@ -320,3 +320,14 @@ def load_problems(paths: Sequence[str], timeout: float = 240.0) -> Dict[str, str
 
 def needs_driver(error: str) -> bool:
     return any(name in error for name in NEEDS_DRIVER)
+
+
+MISSING_DEPENDENCY = re.compile(r"([^\s:/]+\.so[.\d]*): cannot open shared object file")
+
+
+def outside_dependency(error: str, wheel_names: Sequence[str]) -> Optional[str]:
+    """The library a load failed on when no nvidia-* wheel ships it (an optional
+    plugin's MPI, UCX, libfabric or RDMA library), else None."""
+    found = MISSING_DEPENDENCY.search(error)
+    dep = found.group(1) if found else None
+    return dep if dep and dep not in wheel_names and not needs_driver(dep) else None

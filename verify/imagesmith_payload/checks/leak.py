@@ -43,8 +43,8 @@ class Plan:
     host_every: int  # RSS is cheap
 
 
-STANDARD = Plan(steps=1200, device_every={"cuda": 2, "cpu": 10}, host_every=2)
-QUICK = Plan(steps=160, device_every={"cuda": 1, "cpu": 8}, host_every=1)
+STANDARD = Plan(steps=1200, device_every={"cuda": 2, "cpu": 15}, host_every=2)
+QUICK = Plan(steps=160, device_every={"cuda": 1, "cpu": 10}, host_every=1)
 
 
 def rss_bytes() -> int:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 from ..context import Context
 from ..libs import (RecordedLibrary, cuda_distributions, hash_problems, load, load_problems, needs_driver,
-                    recorded_libraries, torch_build)
+                    outside_dependency, recorded_libraries, torch_build)
 from ..registry import check
 from ..results import Result, failed, passed, skipped, warned
 
@@ -69,18 +69,21 @@ def integrity(ctx: Context) -> Result:
         return skipped(f"no nvidia-* wheels installed ({why}): no RECORD to check against")
     libs = [lib for d in dists for lib in per_dist[d]]
     problems = hash_problems(libs)
-    loadable = [lib.path for lib in libs if lib.path not in problems]
-    load_errors = load_problems(loadable)
+    load_errors = load_problems([lib.path for lib in libs if lib.path not in problems])
+    names = [os.path.basename(lib.path) for lib in libs]
     driver_only = sorted(p for p, e in load_errors.items() if needs_driver(e))
-    problems.update({p: f"does not load: {e}" for p, e in load_errors.items() if p not in driver_only})
-    return integrity_result(dists, libs, problems, driver_only)
+    plugins = {p: dep for p, e in load_errors.items() if (dep := outside_dependency(e, names))}
+    problems.update({p: f"does not load: {e}" for p, e in load_errors.items()
+                     if p not in driver_only and p not in plugins})
+    return integrity_result(dists, libs, problems, driver_only, plugins)
 
 
 def integrity_result(dists: List[Any], libs: List[RecordedLibrary], problems: Dict[str, str],
-                     driver_only: List[str]) -> Result:
+                     driver_only: List[str], plugins: Dict[str, str]) -> Result:
     data = {"distributions": len(dists), "libraries": len(libs),
             "problems": {os.path.basename(p): e for p, e in sorted(problems.items())},
-            "need_driver": [os.path.basename(p) for p in driver_only]}
+            "need_driver": [os.path.basename(p) for p in driver_only],
+            "need_outside_libraries": {os.path.basename(p): d for p, d in sorted(plugins.items())}}
     if problems:
         by_dist: Dict[str, List[str]] = {}
         for lib in libs:
@@ -93,5 +96,9 @@ def integrity_result(dists: List[Any], libs: List[RecordedLibrary], problems: Di
                       len(problems), data=data)
     note = (f" ({len(driver_only)} need the NVIDIA driver, not loaded here: "
             f"{', '.join(os.path.basename(p) for p in driver_only[:3])})" if driver_only else "")
+    if plugins:
+        deps = sorted(set(plugins.values()))
+        note += (f" ({len(plugins)} optional plugins need libraries no nvidia-* wheel ships, not loaded: "
+                 f"{', '.join(deps[:4])}{', ...' if len(deps) > 4 else ''})")
     return passed(f"{len(libs)} shared libraries of {len(dists)} nvidia-* wheels present, match their "
                   f"RECORD sha256 and load{note}", 0, data=data)
