@@ -20,13 +20,13 @@ KERNEL_TOLERANCE = 1e-5
 
 def no_gpu_reason(ctx: Context) -> str:
     """The most likely reason torch sees no GPU, as a hint to the user."""
-    if ctx.config.gpu_unavailable:
-        return ctx.config.gpu_unavailable
     if not ctx.try_torch():
-        return f"torch is not importable ({ctx.torch_error})"
+        return ctx.config.gpu_unavailable or f"torch is not importable ({ctx.torch_error})"
     torch = ctx.torch
     if not torch.version.cuda:
         return f"torch {torch.__version__} is a CPU-only build"
+    if ctx.config.gpu_unavailable:  # the host could not attach GPUs (no NVIDIA runtime)
+        return ctx.config.gpu_unavailable
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1", "none", "void"):
         return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
