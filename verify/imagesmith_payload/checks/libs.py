@@ -85,20 +85,28 @@ def integrity_result(dists: List[Any], libs: List[RecordedLibrary], problems: Di
             "need_driver": [os.path.basename(p) for p in driver_only],
             "need_outside_libraries": {os.path.basename(p): d for p, d in sorted(plugins.items())}}
     if problems:
-        by_dist: Dict[str, List[str]] = {}
-        for lib in libs:
-            if lib.path in problems:
-                by_dist.setdefault(lib.dist, []).append(f"{os.path.basename(lib.path)} {problems[lib.path]}")
-        parts = [f"{dist}: {len(bad)} broken ({'; '.join(bad[:4])}{'; ...' if len(bad) > 4 else ''})"
-                 for dist, bad in sorted(by_dist.items())]
         return failed(f"{len(problems)} of {len(libs)} shared libraries of the nvidia-* wheels are missing, "
-                      f"altered or do not load: {' | '.join(parts)}; reinstall those wheels",
+                      f"altered or do not load: {_broken(libs, problems)}; reinstall those wheels",
                       len(problems), data=data)
+    return passed(f"{len(libs)} shared libraries of {len(dists)} nvidia-* wheels present, match their "
+                  f"RECORD sha256 and load{_not_loaded(driver_only, plugins)}", 0, data=data)
+
+
+def _broken(libs: List[RecordedLibrary], problems: Dict[str, str]) -> str:
+    """'nvidia-cudnn-cu13 9.24.0.43: 1 broken (libcudnn_cnn.so.9 missing) | ...'"""
+    by_dist: Dict[str, List[str]] = {}
+    for lib in libs:
+        if lib.path in problems:
+            by_dist.setdefault(lib.dist, []).append(f"{os.path.basename(lib.path)} {problems[lib.path]}")
+    return " | ".join(f"{dist}: {len(bad)} broken ({'; '.join(bad[:4])}{'; ...' if len(bad) > 4 else ''})"
+                      for dist, bad in sorted(by_dist.items()))
+
+
+def _not_loaded(driver_only: List[str], plugins: Dict[str, str]) -> str:
     note = (f" ({len(driver_only)} need the NVIDIA driver, not loaded here: "
             f"{', '.join(os.path.basename(p) for p in driver_only[:3])})" if driver_only else "")
     if plugins:
         deps = sorted(set(plugins.values()))
         note += (f" ({len(plugins)} optional plugins need libraries no nvidia-* wheel ships, not loaded: "
                  f"{', '.join(deps[:4])}{', ...' if len(deps) > 4 else ''})")
-    return passed(f"{len(libs)} shared libraries of {len(dists)} nvidia-* wheels present, match their "
-                  f"RECORD sha256 and load{note}", 0, data=data)
+    return note
