@@ -255,23 +255,14 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
 
 
 def _print_outcomes(outcomes: dict[str, Any]) -> None:
+    from imagesmith import policy
+
     rows = []
     for target, o in outcomes.items():
         s = o.report.get("summary", {})
-        rows.append([target, "passed" if o.ok else "FAILED", mode_cell(o.report), s.get("pass", 0), s.get("warn", 0),
+        rows.append([target, "passed" if o.ok else "FAILED", policy.how_verified(o.report), s.get("pass", 0), s.get("warn", 0),
                      s.get("fail", 0), s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
     print_table("verification", ["target", "result", "mode", "pass", "warn", "fail", "skip", "failed checks"], rows)
-
-
-def mode_cell(report: dict[str, Any]) -> str:
-    """GPU xN | CPU (a CPU image) | CPU: not GPU-verified (a CUDA image)."""
-    from imagesmith import policy
-
-    ev = policy.evidence(report)
-    if ev.mode == "gpu":
-        return f"GPU x{ev.gpus}" + ("" if ev.gpu_verified or not ev.ok else f": {policy.NOT_GPU_VERIFIED}")
-    cuda = (report.get("environment") or {}).get("cuda")
-    return f"CPU: {policy.NOT_GPU_VERIFIED}" if cuda else "CPU"
 
 
 def mode_line(report: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from imagesmith import build, verify
+from imagesmith import build, policy, verify
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.matrix import Matrix
@@ -48,7 +48,8 @@ def verify_results(engine: Any, results: list[build.TargetResult], options: veri
         write_text(out / r.target / "verify.json", json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")
         summary = outcome.report.get("summary", {})
         display.update(r.target, "passed" if outcome.ok else "failed",
-                       f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip")
+                       f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
+                       f"{policy.how_verified(outcome.report)}")
         outcomes[r.target] = outcome
     return outcomes
 

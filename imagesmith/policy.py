@@ -46,10 +46,21 @@ class Evidence:
         """One line: 'GPU-verified on 2 GPUs' or 'not GPU-verified: <why>'."""
         if self.gpu_verified:
             return f"GPU-verified on {self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+        return f"{NOT_GPU_VERIFIED}: {self._why()}"
+
+    def short(self) -> str:
+        """For table cells: 'GPU-verified on 1 GPU', 'not GPU-verified (CPU mode)', ..."""
+        if self.gpu_verified:
+            return self.describe()
         failed = self.gpu_checks.get("fail", 0)
-        why = (f"{failed} GPU check{'s' if failed != 1 else ''} failed" if self.mode == "gpu" and failed
-               else self.reason or f"ran in {self.mode.upper()} mode")
-        return f"{NOT_GPU_VERIFIED}: {why}"
+        return f"{NOT_GPU_VERIFIED} ({self._why() if self.mode == 'gpu' and failed else self.mode.upper() + ' mode'})"
+
+    def _why(self) -> str:
+        failed = self.gpu_checks.get("fail", 0)
+        if self.mode == "gpu" and failed:
+            return f"{failed} GPU check{'s' if failed != 1 else ''} failed"
+        reason = self.reason.removesuffix(f": {NOT_GPU_VERIFIED}")
+        return reason or f"ran in {self.mode.upper()} mode"
 
 
 def _mapping(raw: Any) -> Mapping[str, Any]:
@@ -93,6 +104,15 @@ def grant(cuda_image: bool, ev: Evidence, allow_cpu: bool) -> Grant:
                      f"{what}; immutable tag only, marked {CPU_VERIFIED_SUFFIX}, no floating tags ({ALLOW_FLAG})")
     return Grant(False, False, "", f"{what}; not tagged: verify it on a GPU host, or pass {ALLOW_FLAG} to push "
                                    f"its immutable tag marked {CPU_VERIFIED_SUFFIX} (no floating tags)")
+
+
+def how_verified(report: Mapping[str, Any]) -> str:
+    """A table cell: 'GPU x2', 'CPU' (a CPU-only torch) or 'CPU: not GPU-verified' (a CUDA build)."""
+    ev = evidence(report)
+    cuda = _mapping(report.get("environment")).get("cuda")
+    if ev.mode == "gpu":
+        return f"GPU x{ev.gpus}" + ("" if ev.gpu_verified or not ev.ok or not cuda else f": {NOT_GPU_VERIFIED}")
+    return f"CPU: {NOT_GPU_VERIFIED}" if cuda else "CPU"
 
 
 def marked_unverified(tag: str) -> bool:

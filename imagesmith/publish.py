@@ -128,7 +128,8 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
             "failed_checks": failed, "notes": list(rep.get("notes") or []),
-            "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe()}
+            "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
+            "gpu_short": ev.short()}
 
 
 # -- pure: fields, tags, retries -----------------------------------------------------------------
@@ -226,7 +227,7 @@ class TargetRelease:
             return "failed" if self.verification else "-"
         if self.gpu_verified is None:
             return "passed (CPU image)"
-        return str(self.verification.get("gpu") or ("GPU-verified" if self.gpu_verified else policy.NOT_GPU_VERIFIED))
+        return str(self.verification.get("gpu_short") or ("GPU-verified" if self.gpu_verified else policy.NOT_GPU_VERIFIED))
 
 
 @dataclass

@@ -76,3 +76,26 @@ def test_the_2x_h200_standard_report_is_gpu_verified() -> None:
                                          ("latest", False)])
 def test_marked_unverified(tag: str, marked: bool) -> None:
     assert policy.marked_unverified(tag) is marked
+
+
+@pytest.mark.parametrize("rep, cell", [
+    (report(mode={"mode": "gpu", "gpus": 2, "gpu_checks": {"pass": 9}}, environment={"cuda": "13.0"},
+            checks=[{"id": "gpu.devices", "status": "pass"}]), "GPU x2"),
+    (report(mode={"mode": "gpu", "gpus": 1, "gpu_checks": {"pass": 8, "fail": 1}}, environment={"cuda": "13.0"}),
+     "GPU x1: not GPU-verified"),
+    (report(mode={"mode": "cpu", "gpus": 0}, environment={"cuda": "13.0"}), "CPU: not GPU-verified"),
+    (report(mode={"mode": "cpu", "gpus": 0}, environment={"cuda": None}), "CPU"),
+])
+def test_how_verified(rep: dict[str, Any], cell: str) -> None:
+    assert policy.how_verified(rep) == cell
+
+
+@pytest.mark.parametrize("ev, describe, short", [
+    (GPU, "GPU-verified on 2 GPUs", "GPU-verified on 2 GPUs"),
+    (CPU_ASKED, f"not GPU-verified: {CPU_ASKED.reason}", "not GPU-verified (CPU mode)"),
+    (GPU_CHECK_FAILED, "not GPU-verified: 1 GPU check failed", "not GPU-verified (1 GPU check failed)"),
+    (policy.Evidence(True, "cpu", 0, "CPU mode: no GPU visible (x); CPU verification allowed: not GPU-verified", "skip", {}),
+     "not GPU-verified: CPU mode: no GPU visible (x); CPU verification allowed", "not GPU-verified (CPU mode)"),
+])
+def test_describe_and_short(ev: policy.Evidence, describe: str, short: str) -> None:
+    assert (ev.describe(), ev.short()) == (describe, short)
