@@ -61,3 +61,23 @@ def test_table_and_summary() -> None:
     assert lines[1].startswith("clean leak run 1") and lines[1].endswith("4.2  OK")
     assert ge.summary(rows) == {"scenarios": 2, "as_expected": 2, "clean_runs": 2, "clean_false_alarms": 0,
                                 "total_wall_s": 8.5}
+
+
+# ---------------------------------------------------------------- bench/leak_detector.py
+ld_spec = importlib.util.spec_from_file_location("leak_detector", ROOT / "bench" / "leak_detector.py")
+assert ld_spec and ld_spec.loader
+ld = importlib.util.module_from_spec(ld_spec)
+ld_spec.loader.exec_module(ld)
+
+
+@pytest.mark.parametrize("per_step, every, jitter, steps", [
+    (0.05, 2, 0.0, 71), (1.0, 2, 0.0, 23), (0.05, 15, 0.0, 176), (0.0, 2, 1.0, None), (0.01, 2, 0.0, None),
+])
+def test_steps_to_detect(per_step: float, every: int, jitter: float, steps) -> None:
+    limits = ld.HOST_LIMITS if jitter else ld.DEVICE_LIMITS
+    assert ld.steps_to_detect(per_step, every, limits, jitter, seed=0, max_steps=2000) == steps
+
+
+@pytest.mark.parametrize("values, text", [([71, 71], "71"), ([295, 303, 295], "295-303"), ([23, None], "never")])
+def test_span(values: list, text: str) -> None:
+    assert ld.span(values) == text
