@@ -192,6 +192,10 @@ CREDENTIALS_OPTION = click.option(
     "--credentials", "credentials_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="File holding user:password for the registry (a Harbor robot account: robot$ml+ci:SECRET). "
          "Default: IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD, then the docker config.")
+ALLOW_CPU_OPTION = click.option(
+    "--allow-cpu-verification", "allow_cpu", is_flag=True,
+    help="Where no GPU is visible, verify CUDA images in CPU mode instead of failing them, and push them with "
+         "their immutable tag only, marked -not-gpu-verified (never a floating tag). For hosts without a GPU.")
 REGISTRY_CA_OPTION = click.option(
     "--registry-ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="CA bundle of the registry (default: /etc/docker/certs.d/<host>/ca.crt when present).")
@@ -224,13 +228,15 @@ PUBLIC_KEY_OPTION = click.option(
 @SIGNING_KEY_OPTION
 @EVIDENCE_OPTION
 @gate_options
+@ALLOW_CPU_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
 @ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, credentials_file: Path | None,
               registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, gate_fleet: Path | None,
-              fleet_reports: tuple[Path, ...], quiet: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
+              fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool, as_json: bool,
+              allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import build
@@ -252,7 +258,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     _print_build(report, out, quiet, as_json and not (push or do_verify))
     if push or do_verify:
         _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json,
-                            {"signing_key": key, "with_evidence": with_evidence}, gate)
+                            {"signing_key": key, "with_evidence": with_evidence}, gate, allow_cpu)
     elif not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
@@ -268,19 +274,20 @@ def _signing_key(path: Path | None) -> Any:
 
 def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
                         credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool,
-                        evidence: dict[str, Any], gate: Any = None) -> None:
+                        evidence: dict[str, Any], gate: Any = None, allow_cpu: bool = False) -> None:
     from imagesmith import pipeline
     from imagesmith.progress import make_display
 
     display = make_display(f"verifying {sum(r.ok for r in report.results)} images", quiet or as_json)
     rel = None
     try:
-        outcomes = pipeline.verify_results(engine, report.results, pipeline.options_from(m), out, display)
+        options = pipeline.options_from(m, allow_cpu_verification=allow_cpu)
+        outcomes = pipeline.verify_results(engine, report.results, options, out, display)
         if push:
             from imagesmith import publish
 
             rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca,
-                                  floating_gate=gate, **evidence)
+                                  floating_gate=gate, allow_cpu_verification=allow_cpu, **evidence)
     finally:
         display.close()
     path = pipeline.write_run_report(out, report.to_json(), outcomes, rel.to_json() if rel else None)
@@ -297,12 +304,26 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
 
 
 def _print_outcomes(outcomes: dict[str, Any]) -> None:
+    from imagesmith import policy
+
     rows = []
     for target, o in outcomes.items():
         s = o.report.get("summary", {})
-        rows.append([target, "passed" if o.ok else "FAILED", s.get("pass", 0), s.get("warn", 0), s.get("fail", 0),
-                     s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
-    print_table("verification", ["target", "result", "pass", "warn", "fail", "skip", "failed checks"], rows)
+        rows.append([target, "passed" if o.ok else "FAILED", policy.how_verified(o.report), s.get("pass", 0), s.get("warn", 0),
+                     s.get("fail", 0), s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
+    print_table("verification", ["target", "result", "mode", "pass", "warn", "fail", "skip", "failed checks"], rows)
+
+
+def mode_line(report: dict[str, Any]) -> str:
+    """Which mode ran and why, for the first line of the verify table."""
+    from imagesmith import policy
+
+    reason = str((report.get("mode") or {}).get("reason") or "mode unknown: the payload did not report")
+    cuda = (report.get("environment") or {}).get("cuda")
+    ev = policy.evidence(report)
+    if cuda and not ev.gpu_verified and policy.NOT_GPU_VERIFIED not in reason:
+        reason += f" ({policy.NOT_GPU_VERIFIED})"
+    return reason
 
 
 @cli.command("publish")
@@ -317,11 +338,13 @@ def _print_outcomes(outcomes: dict[str, Any]) -> None:
 @SIGNING_KEY_OPTION
 @EVIDENCE_OPTION
 @gate_options
+@ALLOW_CPU_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str | None,
                 credentials_file: Path | None, registry_ca: Path | None, signing_key: Path | None, with_evidence: bool,
-                gate_fleet: Path | None, fleet_reports: tuple[Path, ...], quiet: bool, allow_roots: tuple[Path, ...]) -> None:
+                gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
+                allow_roots: tuple[Path, ...]) -> None:
     """Tag and push the verified images of OUT/report.json; write OUT/release.json and OUT/release.md."""
     from imagesmith import pipeline, publish
     from imagesmith.engine import Engine
@@ -336,7 +359,8 @@ def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str
     display = make_display(f"publishing to {m.image.name}", quiet)
     try:
         rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca,
-                              signing_key=key, with_evidence=with_evidence, floating_gate=gate)
+                              signing_key=key, with_evidence=with_evidence, floating_gate=gate,
+                              allow_cpu_verification=allow_cpu)
     finally:
         display.close()
     finish_release(rel, quiet)
@@ -346,9 +370,13 @@ def finish_release(rel: Any, quiet: bool) -> None:
     """Print what was released and where the report is; exit 1 if any target was not released."""
     if not quiet:
         print_table(f"release to {rel.registry}/{rel.repository} ({rel.seconds:.1f}s)",
-                    ["target", "status", "reference", "digest", "floating", "evidence"],
+                    ["target", "status", "reference", "digest", "floating", "verified", "evidence"],
                     [[t.target, t.status, t.reference or "-", (t.digest or "-")[:19], " ".join(t.floating) or "-",
-                      _evidence_cell(t.evidence)] for t in rel.targets])
+                      t.verified_how()[:90], _evidence_cell(t.evidence)] for t in rel.targets])
+        unvetted = [t.reference for t in rel.targets if t.status in ("pushed", "unchanged") and t.gpu_verified is False]
+        if unvetted:
+            click.secho(f"{len(unvetted)} CUDA image(s) not GPU-verified (verified without a GPU): immutable tag only, "
+                        f"no floating tag: {', '.join(unvetted)}", fg="yellow", err=True)
         for f in rel.floating:
             if f.action in ("kept", "failed"):
                 click.echo(f"{f.reference}: {f.action}: {f.reason}", err=True)
@@ -391,12 +419,15 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
 @cli.command("verify")
 @click.argument("image", required=False)
 @click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default="quick", show_default=True)
-@click.option("--gpus", default="all", show_default=True, help="all, none, or a list such as 0,1.")
+@click.option("--gpus", default="all", show_default=True,
+              help="all (every GPU, at least one), none (CPU mode), or a list such as 0,1 (exactly those); "
+                   "fewer visible GPUs than asked fails gpu.devices.")
 @click.option("--expect", default="", help="Versions to expect instead of the image's labels: torch=2.9.1,cuda=12.8,...")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="Write the verify report here.")
 @click.option("--local", is_flag=True, help="Run the payload on this host's Python (no Docker), e.g. on a GPU host.")
 @click.option("--python", "python_exe", default=None, help="With --local: the Python to run the payload with.")
-@click.option("--require-gpu", is_flag=True, help="Fail, not skip, when no GPU is visible.")
+@click.option("--require-gpu", is_flag=True, help="Fail whenever no GPU is visible, even with --gpus none.")
+@ALLOW_CPU_OPTION
 @click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=float, help="Seconds before the run is killed.")
 @click.option("--shm-size", default="8g", show_default=True)
 @click.option("--memory", default=None, help="Container memory limit, e.g. 32g.")
@@ -414,7 +445,7 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
                    "(or CPU mode), signed by --key.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
-               python_exe: str | None, require_gpu: bool, timeout_s: float, shm_size: str, memory: str | None,
+               python_exe: str | None, require_gpu: bool, allow_cpu: bool, timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_report: Path | None, credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
                quiet: bool) -> None:
@@ -425,8 +456,12 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
 
     if [bool(image), local, build_report is not None].count(True) != 1:
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
+    if not matrix_mod.GPU_LIST.match(gpus.replace(" ", "")):
+        raise UserError(f"--gpus {gpus!r}: write all, none or a list of GPU indexes/UUIDs such as 0,1")
+    if require_gpu and allow_cpu:
+        raise UserError("--require-gpu and --allow-cpu-verification contradict each other: give one")
     options = verify.VerifyOptions(
-        tier=tier, gpus=gpus, expect=verify.parse_expect(expect), require_gpu=require_gpu, shm_size=shm_size,
+        tier=tier, gpus=gpus.replace(" ", ""), expect=verify.parse_expect(expect), require_gpu=require_gpu, allow_cpu=allow_cpu, shm_size=shm_size,
         memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
         only=tuple(filter(None, only.split(","))), skip=tuple(filter(None, skip.split(","))))
     if build_report is not None:
@@ -593,7 +628,7 @@ def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
     env = report.get("environment") or {}
     image = (report.get("image") or {}).get("ref", "this host")
     s = report.get("summary", {})
-    title = (f"verify {image} ({report.get('tier')}): torch {env.get('torch')} cuda {env.get('cuda')} "
+    title = (f"verify {image} ({report.get('tier')}), {mode_line(report)}: torch {env.get('torch')} cuda {env.get('cuda')} "
              f"driver {env.get('driver')} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
              f"{s.get('skip', 0)} skip in {report.get('wall_s', 0):.1f}s" + (f"; report {json_out}" if json_out else ""))
     rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",

@@ -113,6 +113,9 @@ class TagPolicy:
 class VerifyPolicy:
     tier: str = "quick"
     gpus: str = "all"
+    # None: true for CUDA cells (a CUDA image is verified on a GPU), false for CPU cells.
+    # false lets a CUDA image pass verification in CPU mode; floating tags still need a GPU.
+    require_gpu: bool | None = None
     shm_size: str = "8g"
     memory: str | None = None
     timeout_s: int = 900
@@ -721,16 +724,28 @@ def _check_template(ctx: Ctx, template: str, path: KeyPath) -> None:
 
 def _verify(ctx: Ctx, raw: Any) -> VerifyPolicy:
     p: KeyPath = ("verify",)
-    d = ctx.mapping(raw, p, ("tier", "gpus", "shm_size", "memory", "timeout", "thresholds"))
+    d = ctx.mapping(raw, p, ("tier", "gpus", "require_gpu", "shm_size", "memory", "timeout", "thresholds"))
     thresholds = ctx.open_mapping(d.get("thresholds"), p + ("thresholds",))
     return VerifyPolicy(
         tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick"),
-        gpus=ctx.string(d.get("gpus"), p + ("gpus",), "all") or "all",
+        gpus=_gpus(ctx, d.get("gpus"), p + ("gpus",)),
+        require_gpu=None if d.get("require_gpu") is None else ctx.boolean(d["require_gpu"], p + ("require_gpu",), True),
         shm_size=ctx.string(d.get("shm_size"), p + ("shm_size",), "8g") or "8g",
         memory=ctx.string(d.get("memory"), p + ("memory",)),
         timeout_s=ctx.integer(d.get("timeout"), p + ("timeout",), 900, 10, 86400),
         thresholds={k: _threshold(ctx, v, p + ("thresholds", k)) for k, v in thresholds.items()},
     )
+
+
+GPU_LIST = re.compile(r"^(all|none|(\d+|(GPU|MIG)-[A-Za-z0-9-]+)(,(\d+|(GPU|MIG)-[A-Za-z0-9-]+))*)$")
+
+
+def _gpus(ctx: Ctx, raw: Any, path: KeyPath) -> str:
+    value = (ctx.string(raw, path, "all") or "all").replace(" ", "")
+    if not GPU_LIST.match(value):
+        ctx.error(path, f"{value!r} is not all, none or a list of GPU indexes/UUIDs such as 0,1")
+        return "all"
+    return value
 
 
 def _threshold(ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, float]:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from imagesmith import build, verify
+from imagesmith import build, policy, verify
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.matrix import Matrix
@@ -22,11 +22,14 @@ from imagesmith.progress import Display
 RUN_REPORT = "run-report.json"
 
 
-def options_from(matrix: Matrix, **overrides: Any) -> verify.VerifyOptions:
-    """Verify options as the matrix's ``verify:`` section sets them."""
+def options_from(matrix: Matrix, allow_cpu_verification: bool = False, **overrides: Any) -> verify.VerifyOptions:
+    """Verify options as the matrix's ``verify:`` section sets them (``require_gpu``
+    unset: a GPU for CUDA images); ``allow_cpu_verification`` lets CUDA images be
+    verified in CPU mode where no GPU is visible (they are then not GPU-verified)."""
     v = matrix.verify
     base = dict(tier=v.tier, gpus=v.gpus, shm_size=v.shm_size, memory=v.memory,
-                timeout_s=float(v.timeout_s), thresholds=v.thresholds)
+                timeout_s=float(v.timeout_s), thresholds=v.thresholds, require_gpu=v.require_gpu,
+                allow_cpu=True if allow_cpu_verification else None)
     return verify.VerifyOptions(**(base | {k: val for k, val in overrides.items() if val is not None}))
 
 
@@ -45,7 +48,8 @@ def verify_results(engine: Any, results: list[build.TargetResult], options: veri
         write_text(out / r.target / "verify.json", json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")
         summary = outcome.report.get("summary", {})
         display.update(r.target, "passed" if outcome.ok else "failed",
-                       f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip")
+                       f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
+                       f"{policy.how_verified(outcome.report)}")
         outcomes[r.target] = outcome
     return outcomes
 

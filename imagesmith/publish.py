@@ -36,7 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from imagesmith import schemas, tags
+from imagesmith import policy, schemas, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
@@ -100,6 +100,7 @@ class Item:
     verified: bool
     verification: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    evidence: policy.Evidence | None = None  # how it was verified (GPU or CPU mode)
 
 
 def items_from(results: Iterable[Any], plan: Any, outcomes: Mapping[str, Verified]) -> list[Item]:
@@ -119,7 +120,7 @@ def _item(result: Any, target: Any, outcome: Verified | None) -> Item:
     if result.ok and outcome is not None and not same_image:
         error = f"verification ran on image {summary['image_id']}, not the built {result.image_id}"
     return Item(result.target, target.layer, target.cell, result.image_id, result.facts, bool(result.ok),
-                verified, summary, error)
+                verified, summary, error, policy.evidence(outcome.report) if outcome is not None else None)
 
 
 def verification_summary(outcome: Verified | None) -> dict[str, Any]:
@@ -127,9 +128,12 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
         return {"ok": False, "reason": "not verified"}
     rep = outcome.report
     failed = [c.get("id") for c in rep.get("checks") or [] if c.get("status") == "fail" and not c.get("optional")]
+    ev = policy.evidence(rep)
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
-            "failed_checks": failed, "notes": list(rep.get("notes") or [])}
+            "failed_checks": failed, "notes": list(rep.get("notes") or []),
+            "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
+            "gpu_short": ev.short()}
 
 
 # -- pure: fields, tags, retries -----------------------------------------------------------------
@@ -212,12 +216,23 @@ class TargetRelease:
     error: str | None = None
     fields: dict[str, str] = field(default_factory=dict, repr=False)
     evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.evidence attached to the digest
+    gpu_verified: bool | None = None  # None: a CPU-only image (vetted on a CPU)
+    note: str = ""  # the release policy's word on it, e.g. "not GPU-verified: ..."
+    may_float: bool = field(default=True, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
                 "verification": self.verification, "floating": self.floating, "error": self.error,
-                "evidence": self.evidence or None}
+                "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note}
+
+    def verified_how(self) -> str:
+        """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'CPU image', 'failed'."""
+        if not self.verification.get("ok"):
+            return "failed" if self.verification else "-"
+        if self.gpu_verified is None:
+            return "passed (CPU image)"
+        return str(self.verification.get("gpu_short") or ("GPU-verified" if self.gpu_verified else policy.NOT_GPU_VERIFIED))
 
 
 @dataclass
@@ -268,7 +283,8 @@ class ReleaseReport:
     @staticmethod
     def _ref(reference: str, digest: str | None, kind: str, t: TargetRelease) -> dict[str, Any]:
         return {"reference": reference, "digest": digest, "kind": kind, "target": t.target,
-                "versions": t.versions, "verification": t.verification}
+                "versions": t.versions, "verification": t.verification, "gpu_verified": t.gpu_verified,
+                "note": t.note}
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": RELEASE_SCHEMA, "ok": self.ok, "registry": self.registry, "repository": self.repository,
@@ -287,9 +303,13 @@ def markdown(report: ReleaseReport) -> str:
              "| target | status | reference | digest | torch | cuda | python | verification |", "|---|---|---|---|---|---|---|---|"]
     for t in report.targets:
         v = t.versions
-        check = "passed" if t.verification.get("ok") else "failed" if t.verification else "-"
         lines.append(f"| {t.target} | {t.status} | `{t.reference or '-'}` | `{(t.digest or '-')[:19]}` | {v.get('torch', '-')} "
-                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {check} |")
+                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {_md_cell(t.verified_how())} |")
+    unvetted = [t for t in report.targets if t.status in DONE and t.gpu_verified is False]
+    if unvetted:
+        lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
+                  f"(verified without a GPU; tags end in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags): "
+                  + ", ".join(f"`{t.reference}`" for t in unvetted)]
     if report.floating:
         lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
         lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
@@ -310,6 +330,10 @@ def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:
         return []
     return ["", "## Evidence attached", "", "| image digest | artifact | digest | bytes | status | signed |",
             "|---|---|---|---|---|---|", *rows]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 # -- the publisher --------------------------------------------------------------------------------
@@ -333,7 +357,7 @@ class Publisher:
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
                  before_push: Callable[[str], None] | None = None,
                  evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
-                 floating_gate: Callable[[str | None], str | None] | None = None) -> None:
+                 floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
@@ -343,6 +367,7 @@ class Publisher:
         self.before_push = before_push or (lambda ref: None)
         self.evidence = evidence
         self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
+        self.allow_cpu = allow_cpu_verification
         self.log: list[str] = []
 
     # -- public ---------------------------------------------------------------------
@@ -374,9 +399,12 @@ class Publisher:
             return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
         if not item.verified:
             return self._fail(r, "not-verified", "verification failed; not tagged, not pushed" + (f" ({item.error})" if item.error else ""))
+        grant = self._grant(item, r)
+        if not grant.release:
+            return self._fail(r, "not-gpu-verified", grant.note)
         try:
             r.fields = tag_fields(item.facts or {}, item.layer, item.cell, self.date)
-            r.tag = tags.render(self.policy.immutable, r.fields)
+            r.tag = tags.render(self.policy.immutable, r.fields) + grant.suffix
         except (ValueError, KeyError) as exc:
             return self._fail(r, "failed", f"no immutable tag from the measured versions: {exc}")
         problems = tags.tag_problems(r.tag)
@@ -384,6 +412,15 @@ class Publisher:
             return self._fail(r, "failed", "; ".join(problems) + " (tags.immutable in the matrix)")
         r.reference = f"{self.name}:{r.tag}"
         return r
+
+    def _grant(self, item: Item, r: TargetRelease) -> policy.Grant:
+        """The release policy for this target: a CUDA image needs GPU verification for floating tags."""
+        cuda_image = r.versions.get("cuda", "cpu") != "cpu"
+        ev = item.evidence or policy.Evidence(item.verified, "cpu", 0, "no verify report says how it ran", None, {})
+        grant = policy.grant(cuda_image, ev, self.allow_cpu)
+        r.gpu_verified = ev.gpu_verified if cuda_image else None
+        r.note, r.may_float = grant.note, grant.floating
+        return grant
 
     def _check_unique(self, releases: list[TargetRelease]) -> None:
         seen: dict[str, str] = {}
@@ -464,7 +501,7 @@ class Publisher:
 
     # -- floating tags -------------------------------------------------------------------
     def _floating(self, releases: list[TargetRelease], remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
-        done = {r.target: r for r in releases if r.status in DONE}
+        done = {r.target: r for r in releases if r.status in DONE and r.may_float}
         held = self._held_back(done)
         mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values() if r.target not in held])
         theirs = tags.assign(self.policy, self._remote_candidates(remote))
@@ -497,7 +534,8 @@ class Publisher:
     def _remote_candidates(self, remote: Mapping[str, RemoteImage]) -> list[tags.Candidate]:
         """Images in the registry, immutable tags before floating ones (so a
         reason names ``2.9.1-...-20261115`` rather than ``latest``)."""
-        cands = [tags.Candidate(t, img.fields) for t, img in sorted(remote.items()) if img.fields]
+        cands = [tags.Candidate(t, img.fields, verified=not policy.marked_unverified(t))
+                 for t, img in sorted(remote.items()) if img.fields]
         floating = set(tags.assign(self.policy, cands))
         return sorted(cands, key=lambda c: c.ref in floating)
 
@@ -586,14 +624,16 @@ class Publisher:
 
 def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
             display: Display | None = None, credentials: Credentials | None = None, **seams: Any) -> ReleaseReport:
-    """Tag, push and record every verified item of ``items``; see :class:`Publisher`."""
+    """Tag, push and record every verified item of ``items``; see :class:`Publisher` (``seams``:
+    backoff, sleep, before_push, allow_cpu_verification)."""
     return Publisher(engine, registry, matrix.image, matrix.tags, date, out_dir, display, credentials, **seams).run(items)
 
 
 def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any], outcomes: Mapping[str, Verified],
             date: str, out_dir: Path, display: Display | None = None, credentials_file: Path | None = None,
             ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Any = None,
-            with_evidence: bool = True, floating_gate: Callable[[str | None], str | None] | None = None) -> ReleaseReport:
+            with_evidence: bool = True, floating_gate: Callable[[str | None], str | None] | None = None,
+            allow_cpu_verification: bool = False) -> ReleaseReport:
     """What the CLI calls: credentials resolved (env, file, docker config), a
     registry client for ``matrix.image.registry``, items from the build
     results and verify outcomes, then :func:`publish`; with ``with_evidence``
@@ -611,7 +651,7 @@ def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any
     reports = {t: o.report for t, o in outcomes.items()}
     step = evidence_step(engine, client, matrix.image.repository, bases, reports, signing_key, out_dir) if with_evidence else None
     return publish(engine, client, matrix, items, date, out_dir, display, credentials, evidence=step,
-                   floating_gate=floating_gate)
+                   floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification)
 
 
 def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from imagesmith import __version__, charts, schemas
+from imagesmith import __version__, charts, policy, schemas
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 
@@ -99,10 +99,16 @@ class Verify:
     environment: Mapping[str, Any]
     checks: tuple[Check, ...]
     nvml: Nvml
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the report as read (for the release policy)
 
     @property
     def ok(self) -> bool:
         return not any(c.failed for c in self.checks)
+
+    @property
+    def not_gpu_verified(self) -> bool:
+        """A CUDA build of torch whose verification did not run (or pass) on a GPU."""
+        return bool(self.environment.get("cuda")) and not policy.evidence(self.raw).gpu_verified
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)
@@ -141,10 +147,16 @@ class Released:
     digest: str | None = None
     floating: tuple[str, ...] = ()
     error: str | None = None
+    note: str = ""  # the release policy's word, e.g. "not GPU-verified: ..."
 
     @property
     def ok(self) -> bool:
         return self.status in RELEASE_DONE
+
+    @property
+    def remark(self) -> str:
+        """The error, else the policy's note (one cell of the release tables)."""
+        return self.error or self.note
 
 
 @dataclass(frozen=True)
@@ -174,11 +186,12 @@ class Target:
             return "not verified" if self.verify_expected else (self.build.status if self.build else "unknown")
         if not self.verify.ok:
             return "failed"
-        return "warnings" if self.verify.count("warn") else "passed"
+        word = "warnings" if self.verify.count("warn") else "passed"
+        return f"{word}, {policy.NOT_GPU_VERIFIED}" if self.verify.not_gpu_verified else word
 
     @property
     def ok(self) -> bool:
-        return self.status in ("passed", "warnings", *BUILD_OK)
+        return self.status.split(",")[0] in ("passed", "warnings", *BUILD_OK)
 
 
 @dataclass(frozen=True)
@@ -321,7 +334,8 @@ def _release(r: _Reader, raw: Any) -> tuple[Release | None, dict[str, Released]]
         t = r.mapping(item, f"release.targets[{i}]")
         per_target[r.text(t, "target", f"release.targets[{i}]")] = Released(
             status=r.text(t, "status", f"release.targets[{i}]", "unknown"), reference=r.text(t, "reference", "release"),
-            digest=t.get("digest"), floating=tuple(str(f) for f in t.get("floating") or ()), error=t.get("error"))
+            digest=t.get("digest"), floating=tuple(str(f) for f in t.get("floating") or ()), error=t.get("error"),
+            note=str(t.get("note") or ""))
     errors = tuple(str(e) for e in r.items(doc.get("errors"), "release.errors"))
     ok = bool(doc.get("ok", not errors and all(x.ok for x in per_target.values())))
     release = Release(r.text(doc, "registry", "release"), r.text(doc, "repository", "release"), r.text(doc, "date", "release"),
@@ -352,7 +366,7 @@ def _verify(r: _Reader, raw: Any, where: str) -> Verify:
         tier=r.text(doc, "tier", where), started_at=r.text(doc, "started_at", where),
         duration_s=r.number(doc, "duration_s", where), image_ref=r.text(image, "ref", f"{where}.image"),
         environment=r.mapping(doc.get("environment") or {}, f"{where}.environment"), checks=checks,
-        nvml=_nvml(r, doc.get("nvml"), f"{where}.nvml"),
+        nvml=_nvml(r, doc.get("nvml"), f"{where}.nvml"), raw=doc,
     )
 
 
@@ -649,9 +663,9 @@ def _md_release(run: Run) -> list[str]:
     if rel is None:
         return []
     rows = [[t.id, t.release.status, t.release.reference or "-", (t.release.digest or "-")[:19],
-             " ".join(t.release.floating) or "-", t.release.error or ""] for t in run.targets if t.release]
+             " ".join(t.release.floating) or "-", t.release.remark] for t in run.targets if t.release]
     head = f"{'✅' if rel.ok else '❌'} {rel.registry}/{rel.repository} {rel.date}".strip()
-    return ["### Release", "", _md(head), "", *_md_table(["target", "status", "reference", "digest", "floating", "error"], rows), "",
+    return ["### Release", "", _md(head), "", *_md_table(["target", "status", "reference", "digest", "floating", "error / note"], rows), "",
             *[f"- {_md(e)}" for e in rel.errors], ""]
 
 
@@ -910,7 +924,7 @@ def to_html(run: Run) -> str:
 
 
 def _badge(status: str, css: str = "") -> str:
-    return f'<span class="badge s-{charts.esc(css or status.replace(" ", "-"))}">{html.escape(status)}</span>'
+    return f'<span class="badge s-{charts.esc(css or status.split(",")[0].replace(" ", "-"))}">{html.escape(status)}</span>'
 
 
 def _anchor(target_id: str) -> str:
@@ -1019,9 +1033,9 @@ def _html_release(run: Run) -> str:
     assert rel is not None
     rows = "".join(f"<tr><td><code>{html.escape(t.id)}</code></td><td>{_badge(t.release.status, 'pass' if t.release.ok else 'fail')}</td>"
                    + f"<td><code>{html.escape(t.release.reference or '-')}</code></td>" + _td((t.release.digest or "-")[:19])
-                   + _td(" ".join(t.release.floating) or "-") + _td(t.release.error or "", "detail") + "</tr>"
+                   + _td(" ".join(t.release.floating) or "-") + _td(t.release.remark, "detail") + "</tr>"
                    for t in run.targets if t.release)
-    head = "".join(f"<th>{h}</th>" for h in ("target", "status", "reference", "digest", "floating tags", "error"))
+    head = "".join(f"<th>{h}</th>" for h in ("target", "status", "reference", "digest", "floating tags", "error / note"))
     errors = "".join(f"<li>{html.escape(e)}</li>" for e in rel.errors)
     dump = html.escape(json.dumps(rel.raw, indent=2, sort_keys=True, default=str))
     where = " ".join(p for p in (f"{rel.registry}/{rel.repository}".strip("/"), rel.date) if p)

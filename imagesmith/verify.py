@@ -35,7 +35,8 @@ class VerifyOptions:
     tier: str = "quick"
     gpus: str = "all"
     expect: Mapping[str, str] = field(default_factory=dict)
-    require_gpu: bool = False
+    require_gpu: bool | None = False  # None: as the matrix's default, a GPU for CUDA images (by their labels)
+    allow_cpu: bool | None = False  # --allow-cpu-verification; None: wherever a GPU is not required
     shm_size: str | None = "8g"
     memory: str | None = None
     cpus: float | None = None
@@ -93,16 +94,32 @@ def expected_from(labels: Mapping[str, str], expect: Mapping[str, str]) -> dict[
     return {k: v for k, v in declared.items() if v} | {"packages": packages}
 
 
-def driver_requirement(cuda: str | None, kb: compat.KnowledgeBase) -> dict[str, str]:
+def driver_requirement(cuda: str | None, kb: compat.KnowledgeBase) -> dict[str, Any]:
+    """Every CUDA release's runtime and driver (the payload maps the runtime it
+    measures to its release), and the declared CUDA minor's newest toolkit driver."""
     info = kb.cuda.get(cuda or "")
-    return {"toolkit_driver": info.toolkit_driver, "min_driver": info.min_driver} if info else {}
+    declared = {"toolkit_driver": info.toolkit_driver, "min_driver": info.min_driver} if info else {}
+    return declared | {"releases": kb.cuda_releases()}
+
+
+def gpu_policy(labels: Mapping[str, str], options: VerifyOptions) -> tuple[bool, bool]:
+    """(require_gpu, allow_cpu) for the payload. --allow-cpu-verification wins; the
+    matrix's default (require_gpu None) requires a GPU of a CUDA image (its io.imagesmith.cuda
+    label), and allows CPU mode wherever a GPU is not required."""
+    if options.allow_cpu:
+        return False, True
+    cuda_image = labels.get(LABEL + "cuda") not in (None, "", "cpu")
+    require = cuda_image if options.require_gpu is None else options.require_gpu
+    return require, (not require) if options.allow_cpu is None else False
 
 
 def payload_config(labels: Mapping[str, str], options: VerifyOptions, kb: compat.KnowledgeBase) -> dict[str, Any]:
     expected = expected_from(labels, options.expect)
     lineage = (labels.get(LABEL + "lineage") or labels.get(LABEL + "layer") or "").split()
+    require_gpu, allow_cpu = gpu_policy(labels, options)
     config: dict[str, Any] = {
-        "schema": CONFIG_SCHEMA, "tier": options.tier, "require_gpu": options.require_gpu,
+        "schema": CONFIG_SCHEMA, "tier": options.tier, "require_gpu": require_gpu,
+        "gpus": options.gpus, "allow_cpu": allow_cpu,
         "expected": expected, "layers": [layer for layer in lineage if layer in LAYER_CHECKS],
         "thresholds": {k: dict(v) for k, v in options.thresholds.items()},
     }
@@ -245,7 +262,7 @@ def _container_report(engine: Any, spec: Any, options: VerifyOptions) -> dict[st
     except UserError:
         raise
     except Exception as exc:  # the engine refused to create or start it
-        if NO_GPU_RUNTIME in str(exc) and not options.require_gpu:
+        if NO_GPU_RUNTIME in str(exc) and spec.gpus != "none":
             return _without_gpus(engine, spec, options)
         return failed_report("payload.start", _why_no_start(str(exc)), options.tier)
     if result.timed_out:
@@ -258,11 +275,14 @@ def _container_report(engine: Any, spec: Any, options: VerifyOptions) -> dict[st
 
 
 def _without_gpus(engine: Any, spec: Any, options: VerifyOptions) -> dict[str, Any]:
-    """No GPU runtime on this engine: verify in CPU mode and say so."""
+    """No GPU runtime on this engine: run without GPUs and tell the payload why; it
+    judges that against what was asked (CPU mode only where that is allowed)."""
     from dataclasses import replace
 
-    report = _container_report(engine, replace(spec, gpus="none"), options)
-    report.setdefault("notes", []).append(f"ran in CPU mode: {GPU_RUNTIME_FIX}")
+    config = json.loads(spec.files["config.json"]) | {"gpu_unavailable": GPU_RUNTIME_FIX}
+    files = dict(spec.files) | {"config.json": json.dumps(config, indent=2).encode()}
+    report = _container_report(engine, replace(spec, gpus="none", files=files), options)
+    report.setdefault("notes", []).append(f"ran without GPUs: {GPU_RUNTIME_FIX}")
     return report
 
 
@@ -301,8 +321,18 @@ def run_local(options: VerifyOptions, python: str | None = None, kb: compat.Know
     return VerifyOutcome(finish(report, None, nvml, started, time.monotonic() - t0))
 
 
+def local_gpu_env(gpus: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """--local: --gpus none hides every GPU; a list selects those GPUs, unless
+    CUDA_VISIBLE_DEVICES already says which (then the payload counts what it sees)."""
+    if gpus == "none":
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    if gpus != "all" and "CUDA_VISIBLE_DEVICES" not in environ:
+        return {"CUDA_VISIBLE_DEVICES": gpus}
+    return {}
+
+
 def _local_report(cmd: list[str], options: VerifyOptions) -> dict[str, Any]:
-    env = os.environ | {"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"} | local_gpu_env(options.gpus, os.environ)
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env, timeout=options.timeout_s)
     except subprocess.TimeoutExpired:

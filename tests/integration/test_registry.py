@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.policy import Evidence
 from imagesmith.publish import Backoff, Item, Publisher
 from imagesmith.registry import Credentials, Registry, RegistryHTTPError
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
@@ -36,11 +38,17 @@ def labels(torch: str, layer: str) -> dict[str, str]:
             "io.imagesmith.cell": f"{torch}-cu128-py3.11-ubuntu22.04"}
 
 
-def item(make: Callable[[dict[str, str]], str], torch: str, layer: str = "base", verified: bool = True) -> Item:
+ON_GPU = Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 12})
+ON_CPU = Evidence(True, "cpu", 0, "CPU mode: no GPU visible (the Docker engine has no NVIDIA container runtime)", "skip",
+                  {"skip": 12})
+
+
+def item(make: Callable[[dict[str, str]], str], torch: str, layer: str = "base", verified: bool = True,
+         how: Evidence = ON_GPU) -> Item:
     image_id = make(labels(torch, layer))
     measured = {"torch": f"{torch}+cu128", "cuda": "12.8", "cudnn": "9.10.2", "nccl": "2.27.5", "python": "3.11.9", "os": "ubuntu22.04"}
     return Item(f"{torch}-{layer}", layer, f"{torch}-cu128-py3.11-ubuntu22.04", image_id, measured, True, verified,
-                {"ok": verified, "tier": "quick", "summary": {"ok": verified}})
+                {"ok": verified, "tier": "quick", "summary": {"ok": verified}}, evidence=replace(how, ok=verified))
 
 
 def release(engine: Any, server: RegistryServer, out: Path, items: list[Item], date: str = "20261130",
@@ -125,6 +133,24 @@ def test_an_image_that_failed_verification_is_neither_tagged_nor_pushed(
     assert data["ok"] is False and [t["status"] for t in data["targets"]] == ["pushed", "not-verified"]
     assert registry_server.list_tags(REPO) == sorted([tag("2.9.1", "base"), "latest", "v2.9", "v2.9-base"])
     assert not [t for t in registry_engine.image(bad.image_id).tags if t.startswith(registry_server.host)]
+
+
+@HTTP_ONLY
+def test_a_cuda_image_verified_without_a_gpu_lands_marked_and_without_floating_tags(
+        registry_engine: Any, registry_server: RegistryServer, tiny_image: Callable[[dict[str, str]], str], tmp_path: Path) -> None:
+    cpu_verified = item(tiny_image, "2.9.1", "base", how=ON_CPU)
+    refused = release(registry_engine, registry_server, tmp_path / "a", [cpu_verified])
+    assert refused["ok"] is False and [t["status"] for t in refused["targets"]] == ["not-gpu-verified"]
+    assert registry_server.list_tags(REPO) == []
+
+    allowed = release(registry_engine, registry_server, tmp_path / "b", [cpu_verified], allow_cpu_verification=True)
+    assert allowed["ok"] and allowed["floating"] == [] and allowed["targets"][0]["gpu_verified"] is False
+    assert registry_server.list_tags(REPO) == [tag("2.9.1", "base") + "-not-gpu-verified"]
+    assert "not GPU-verified" in (tmp_path / "b" / "release.md").read_text()
+
+    gpu_verified = release(registry_engine, registry_server, tmp_path / "c", [item(tiny_image, "2.9.0")])
+    assert {f["tag"]: f["action"] for f in gpu_verified["floating"]} == {"latest": "created", "v2.9": "created",
+                                                                         "v2.9-base": "created"}
 
 
 @HTTP_ONLY

@@ -8,14 +8,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 import pytest
 
-from imagesmith import matrix, publish, registry
+from imagesmith import matrix, policy, publish, registry
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.registry import Credentials, Manifest
@@ -117,10 +117,16 @@ def image_labels(torch: str, layer: str = "base", cuda: str = "12.8") -> dict[st
             "io.imagesmith.cell": f"{torch}-cell", "org.opencontainers.image.created": "2026-11-01T00:00:00+00:00"}
 
 
-def item(torch: str, layer: str = "base", verified: bool = True, built: bool = True, image_id: str | None = None) -> publish.Item:
+ON_GPU = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 12, "skip": 3})
+ON_CPU = policy.Evidence(True, "cpu", 0, "CPU mode: no GPU visible (the Docker engine has no NVIDIA runtime)", "skip",
+                         {"skip": 15})
+
+
+def item(torch: str, layer: str = "base", verified: bool = True, built: bool = True, image_id: str | None = None,
+         cuda: str | None = "12.8", how: policy.Evidence = ON_GPU) -> publish.Item:
     image_id = image_id or "sha256:" + hashlib.sha256(f"{torch}-{layer}".encode()).hexdigest()
-    return publish.Item(f"{torch}-{layer}", layer, f"{torch}-cell", image_id, facts(torch), built, verified,
-                        {"ok": verified, "tier": "quick"}, None if built else "build failed")
+    return publish.Item(f"{torch}-{layer}", layer, f"{torch}-cell", image_id, facts(torch, cuda=cuda), built, verified,
+                        {"ok": verified, "tier": "quick"}, None if built else "build failed", replace(how, ok=verified))
 
 
 @dataclass
@@ -359,6 +365,57 @@ def test_credentials_never_reach_the_release_files(world: World) -> None:
     assert SECRET not in repr(CREDS)
 
 
+# -- the release policy: GPU-verified or not -------------------------------------------------------------
+
+
+def test_a_cuda_image_verified_without_a_gpu_is_not_tagged_without_the_flag(world: World) -> None:
+    data = world.release([item("2.9.1", how=ON_CPU)])
+    (t,) = data["targets"]
+    assert (t["status"], t["gpu_verified"], data["ok"], world.reg.repo_tags) == ("not-gpu-verified", False, False, {})
+    assert t["error"] == t["note"] == (
+        "not GPU-verified: CPU mode: no GPU visible (the Docker engine has no NVIDIA runtime); not tagged: verify it "
+        "on a GPU host, or pass --allow-cpu-verification to push its immutable tag marked -not-gpu-verified (no "
+        "floating tags)")
+
+
+def test_with_the_flag_it_gets_its_immutable_tag_marked_and_no_floating_tag(world: World) -> None:
+    data = world.release([item("2.9.1", how=ON_CPU)], allow_cpu_verification=True)
+    (t,) = data["targets"]
+    assert sorted(world.reg.repo_tags) == ["2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130-not-gpu-verified"]
+    assert (t["status"], t["gpu_verified"], t["floating"], data["floating"], data["ok"]) == ("pushed", False, [], [], True)
+    assert t["note"].startswith("not GPU-verified: CPU mode: no GPU visible") and t["note"].endswith(
+        "immutable tag only, marked -not-gpu-verified, no floating tags (--allow-cpu-verification)")
+    assert (data["pushed"][0]["gpu_verified"], data["pushed"][0]["note"]) == (False, t["note"])
+    md = (world.out / "release.md").read_text()
+    assert "**1 CUDA image not GPU-verified** (verified without a GPU; tags end in `-not-gpu-verified`, no floating " \
+           "tags)" in md
+
+
+def test_gpu_verified_and_cpu_images_take_floating_tags_unverified_ones_do_not(world: World) -> None:
+    items = [item("2.9.1"), item("2.9.1", layer="cv", how=ON_CPU), item("2.8.0", layer="nlp", cuda=None, how=ON_CPU)]
+    data = world.release(items, allow_cpu_verification=True)
+    assert {t["target"]: (t["gpu_verified"], t["floating"]) for t in data["targets"]} == {
+        "2.9.1-base": (True, ["latest", "v2.9-base"]), "2.9.1-cv": (False, []), "2.8.0-nlp": (None, ["v2.8-nlp"])}
+
+
+def test_a_gpu_check_that_failed_leaves_the_image_not_gpu_verified(world: World) -> None:
+    half = replace(ON_GPU, gpu_checks={"pass": 10, "fail": 1})
+    data = world.release([item("2.9.1", how=half)], allow_cpu_verification=True)
+    (t,) = data["targets"]
+    assert (t["gpu_verified"], t["floating"]) == (False, [])
+    assert t["note"].startswith("not GPU-verified: 1 GPU check failed; immutable tag only")
+
+
+def test_an_unverified_tag_in_the_registry_never_holds_a_floating_tag_back(world: World) -> None:
+    """A newer torch pushed with -not-gpu-verified is not a rival: v2.9-base still moves to the GPU-verified 2.9.1."""
+    world.seed("2.9.1")
+    newer = "sha256:" + hashlib.sha256(b"cpu-only-2.9.2").hexdigest()
+    world.reg.labels[newer] = image_labels("2.9.2")
+    world.reg.repo_tags["2.9.2-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261101-not-gpu-verified"] = manifest_for(newer)
+    data = world.release([item("2.9.1", image_id="sha256:" + "9" * 64)])
+    assert {f["tag"]: f["action"] for f in data["floating"]} == {"latest": "created", "v2.9-base": "created"}
+
+
 # -- items from the build and verify stages ------------------------------------------------------------
 
 
@@ -382,7 +439,8 @@ def test_a_build_report_from_another_matrix_is_refused() -> None:
 def test_publish_takes_image_and_tag_policy_from_the_matrix(world: World) -> None:
     m = matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=LOCAL_ROOTS)
     world.reg.host = "127.0.0.1:5000"
-    it = publish.Item("t", "base", "c", "sha256:" + "3" * 64, facts("2.14.1+cu130", cuda="13.0", os="debian12"), True, True)
+    it = publish.Item("t", "base", "c", "sha256:" + "3" * 64, facts("2.14.1+cu130", cuda="13.0", os="debian12"), True, True,
+                      evidence=ON_GPU)
     report = publish.publish(world.engine, world.reg, m, [it], DATE, world.out, sleep=world.sleeps.append)
     assert [p["reference"] for p in report.pushed()] == [
         "127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130",

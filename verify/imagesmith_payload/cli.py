@@ -10,9 +10,12 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import checks  # noqa: F401  (registers every check)
-from .config import Config, ConfigError, load_config_file, with_expectations, with_overrides
+from .config import (Config, ConfigError, load_config_file, parse_config, with_expectations,
+                     with_overrides)
 from .context import Context
+from .checks.devices import run_mode
 from .environment import collect
+from .gpumode import Mode
 from .parsers import parse_expect
 from .registry import REGISTRY, select
 from .report import build_report, emit_marker, write_report
@@ -28,6 +31,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", choices=("quick", "standard", "soak"))
     p.add_argument("--require-gpu", action="store_true", default=None,
                    help="fail (not skip) when no GPU is visible")
+    p.add_argument("--gpus", help="what was asked for: all, none (CPU mode) or a list such as 0,1; "
+                                  "fewer visible GPUs than asked fails gpu.devices (default: auto, "
+                                  "whatever is visible)")
+    p.add_argument("--allow-cpu", action="store_true", default=None,
+                   help="with --gpus all and no GPU visible: CPU mode instead of a failure")
     p.add_argument("--expect", help="NAME=VERSION,... e.g. torch=2.9.1,cuda=12.8,torchvision=0.24")
     p.add_argument("--out", help="write the report JSON here")
     p.add_argument("--emit-marker", action="store_true",
@@ -43,9 +51,15 @@ def _ids(text: Optional[str]) -> Optional[tuple]:
     return None if text is None else tuple(s.strip() for s in text.split(",") if s.strip())
 
 
+def _gpus_flag(text: Optional[str]) -> Optional[str]:
+    return None if text is None else parse_config({"gpus": text}).gpus
+
+
 def make_config(args: argparse.Namespace) -> Config:
     config = load_config_file(args.config)
-    config = with_overrides(config, tier=args.tier, require_gpu=args.require_gpu,
+    gpus = _gpus_flag(args.gpus)
+    config = with_overrides(config, tier=args.tier, require_gpu=args.require_gpu, gpus=gpus,
+                            allow_cpu=args.allow_cpu,
                             soak_minutes=args.soak_minutes, only=_ids(args.only),
                             skip=_ids(args.skip))
     if args.expect:
@@ -102,6 +116,7 @@ class Session:
     def _finish(self, entries: List[Dict[str, Any]]) -> int:
         report = build_report(self.config.tier, self.started, time.monotonic() - self.t0,
                               self.environment, entries)
+        report["mode"] = mode_summary(run_mode(self.ctx), entries)
         if self.out:
             write_report(self.out, report)
         if self.marker:
@@ -122,6 +137,17 @@ class Session:
     def _header(self, n: int) -> None:
         env = self.environment
         gpus = ", ".join(f"{g['name']} ({g['capability']})" for g in env.get("gpus") or []) or "none"
+        print(f"imagesmith payload: {run_mode(self.ctx).reason}", file=sys.stderr, flush=True)
         print(f"imagesmith payload: tier {self.config.tier}, {n} checks; python {env['python']}, "
               f"torch {env['torch']}, cuda {env['cuda']}, driver {env['driver']}; GPUs: {gpus}",
               file=sys.stderr, flush=True)
+
+
+def mode_summary(mode: Mode, entries: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The run's mode and how its GPU checks (needs gpu / multi_gpu) ended."""
+    counts = {status: 0 for status in ("pass", "warn", "fail", "skip")}
+    for entry in entries:
+        spec = REGISTRY.get(entry["id"])
+        if spec is not None and spec.needs in ("gpu", "multi_gpu"):
+            counts[entry["status"]] += 1
+    return dict(mode.to_json(), gpu_checks=counts)

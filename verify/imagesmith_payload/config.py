@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from .judge import CudaRelease
 
 SCHEMA = "imagesmith.verify-config/1"
 TIERS = ("quick", "standard", "soak")
 CORE_VERSIONS = ("torch", "cuda", "cudnn", "nccl", "python", "os")
 THRESHOLD_KEYS = ("baseline", "fail_fraction", "warn_fraction")
+RELEASE_KEYS = ("release", "cudart", "driver")
 
 
 class ConfigError(ValueError):
@@ -37,9 +41,13 @@ class Config:
     tier: str = "quick"
     require_gpu: bool = False
     expect_gpus: Optional[int] = None
+    gpus: str = "auto"  # what was asked: all | none | 0,1 (imagesmith always says); auto: whatever is visible
+    allow_cpu: bool = False  # gpus all with none visible: CPU mode instead of a failure
+    gpu_unavailable: Optional[str] = None  # the host's reason it could not attach GPUs
     expected: Expected = field(default_factory=Expected)
     toolkit_driver: Optional[str] = None
     min_driver: Optional[str] = None
+    cuda_releases: Tuple[CudaRelease, ...] = ()
     layers: Tuple[str, ...] = ()
     expect_non_root: Optional[bool] = None
     thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -79,6 +87,15 @@ def _tier(path: str, value: Any) -> str:
     return str(value)
 
 
+def _gpus(path: str, value: Any) -> str:
+    """all | none | auto | a comma-separated list of GPU indexes or UUIDs."""
+    text = _str(path, value).strip()
+    items = [g.strip() for g in text.split(",")]
+    if text in ("all", "none", "auto") or (text and all(re.fullmatch(r"\d+|(GPU|MIG)-[A-Za-z0-9-]+", g) for g in items)):
+        return text if text in ("all", "none", "auto") else ",".join(items)
+    raise ConfigError(f"config key {path!r}: expected all, none, auto or a list such as 0,1, got {value!r}")
+
+
 def _positive(inner: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
     def check(path: str, value: Any) -> Any:
         value = inner(path, value)
@@ -106,6 +123,9 @@ _TOP: Dict[str, Callable[[str, Any], Any]] = {
     "tier": _tier,
     "require_gpu": _bool,
     "expect_gpus": _optional(_positive(_int)),
+    "gpus": _gpus,
+    "allow_cpu": _bool,
+    "gpu_unavailable": _optional(_str),
     "soak_minutes": _positive(_num),
     "leak_inject_mib": _positive(_num),
     "burn_seconds": _positive(_num),
@@ -140,10 +160,26 @@ def _expected(data: Any) -> Expected:
     return Expected(packages=pkgs, **core)
 
 
-def _driver(data: Any) -> Dict[str, Optional[str]]:
+def _driver(data: Any) -> Dict[str, Any]:
     data = _object("driver", data)
-    _unknown("driver", data, ("toolkit_driver", "min_driver"))
-    return {k: _optional(_str)(f"driver.{k}", data.get(k)) for k in ("toolkit_driver", "min_driver")}
+    _unknown("driver", data, ("toolkit_driver", "min_driver", "releases"))
+    out: Dict[str, Any] = {k: _optional(_str)(f"driver.{k}", data.get(k))
+                           for k in ("toolkit_driver", "min_driver")}
+    releases = data.get("releases") or []
+    if not isinstance(releases, list):
+        raise ConfigError(f"config key 'driver.releases': expected a list, got {releases!r}")
+    out["cuda_releases"] = tuple(_release(f"driver.releases[{i}]", r) for i, r in enumerate(releases))
+    return out
+
+
+def _release(path: str, data: Any) -> CudaRelease:
+    data = _object(path, data)
+    _unknown(path, data, RELEASE_KEYS + ("min_driver",))
+    missing = [k for k in RELEASE_KEYS if k not in data]
+    if missing:
+        raise ConfigError(f"config key '{path}.{missing[0]}': missing; a release needs {', '.join(RELEASE_KEYS)}")
+    values = {k: _str(f"{path}.{k}", data.get(k)) for k in RELEASE_KEYS}
+    return CudaRelease(min_driver=_optional(_str)(f"{path}.min_driver", data.get("min_driver")), **values)
 
 
 def _layers(data: Any) -> Tuple[str, ...]:

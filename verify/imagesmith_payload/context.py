@@ -47,7 +47,7 @@ class Context:
         return self._gpu_count
 
     def _count_gpus(self) -> int:
-        if not self.try_torch():
+        if self.config.gpus == "none" or not self.try_torch():  # --gpus none: CPU mode as asked
             return 0
         try:
             return int(self.torch.cuda.device_count()) if self.torch.cuda.is_available() else 0
