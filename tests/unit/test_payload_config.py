@@ -47,7 +47,7 @@ def test_every_key_is_optional(data) -> None:
     ({"schema": "v2"}, "config key 'schema': expected 'imagesmith.verify-config/1', got 'v2'"),
     ({"tiers": "quick"}, "config key 'tiers': unknown key; known: tier, require_gpu, expect_gpus, soak_minutes, "
      "leak_inject_mib, burn_seconds, contention_processes, collective_timeout_s, schema, expected, driver, "
-     "layers, security, thresholds"),
+     "layers, security, thresholds, nonce, checks, image"),
     ({"require_gpu": "yes"}, "config key 'require_gpu': expected true or false, got 'yes'"),
     ({"expect_gpus": 1.5}, "config key 'expect_gpus': expected an integer, got 1.5"),
     ({"expect_gpus": True}, "config key 'expect_gpus': expected an integer, got True"),
