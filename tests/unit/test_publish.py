@@ -77,6 +77,9 @@ class FakeRegistry:
     def digest_of(self, tag: str) -> str | None:
         return self.repo_tags[tag].digest if tag in self.repo_tags else None
 
+    def check_upload(self, repo: str) -> None:
+        self._maybe_fail()
+
 
 @dataclass
 class FakeEngine:
@@ -91,6 +94,12 @@ class FakeEngine:
 
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.local_tags[f"{repository}:{tag}"] = image_id
+
+    def image(self, ref: str) -> Any:
+        return SimpleNamespace(id=self.local_tags[ref]) if ref in self.local_tags else None
+
+    def untag(self, ref: str) -> None:
+        self.local_tags.pop(ref, None)
 
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str:
         self.auths.append(auth)
@@ -135,8 +144,11 @@ class World:
             if it.image_id:
                 torch = str((it.facts or {}).get("torch", "")).split("+", 1)[0]
                 self.engine.labels[it.image_id] = image_labels(torch, it.layer) if torch else {}
+        def sleep(seconds: float) -> None:  # time passes only while the publisher waits
+            self.sleeps.append(seconds)
+
         pub = publish.Publisher(self.engine, self.reg, IMAGE, policy, DATE, self.out, credentials=CREDS,
-                                sleep=self.sleeps.append, **kw)
+                                sleep=sleep, clock=lambda: sum(self.sleeps) + 0.25 * len(self.engine.auths), **kw)
         report = pub.run(items)
         data = json.loads((self.out / "release.json").read_text())
         assert data["ok"] == report.ok
@@ -325,8 +337,8 @@ def test_a_registry_that_stays_down_fails_clearly_after_n_tries(world: World) ->
     data = world.release([item("2.9.1"), item("2.9.2")], backoff=publish.Backoff(tries=3))
     assert world.sleeps == [1.0, 2.0] and len(world.engine.auths) == 3
     assert data["errors"] == [
-        "push reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130 failed 3 times over 3s; "
-        "last error: push failed: connect: connection refused. The registry reg.test:5000 looks down or overloaded: "
+        "push reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130 failed 3 times in 3.8s "
+        "(3s of it waiting between tries); last error: push failed: connect: connection refused. The registry reg.test:5000 looks down or overloaded: "
         "check it, then run the release again (what was pushed stays; a re-run pushes only the rest)"]
     assert [t["status"] for t in data["targets"]] == ["failed", "not-pushed"] and data["pushed"] == []
 
