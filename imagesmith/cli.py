@@ -223,7 +223,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     _print_build(report, out, quiet, as_json and not (push or do_verify))
     if push or do_verify:
         with run:
-            run.built(report.to_json())
+            run.built(report.to_json() | {"state": "complete"})  # as the build wrote it to report.json
             _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json, run)
     elif not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")

@@ -247,12 +247,15 @@ class Engine:
         """Push; return the manifest digest the registry answered with."""
         digest = ""
         stream = self.client.api.push(repository, tag=tag, auth_config=dict(auth) if auth else None, stream=True, decode=True)
-        for event in stream:
-            if "error" in event:
-                raise push_error(f"{repository}:{tag}", str(event["error"]), event.get("errorDetail") or {})
-            digest = event.get("aux", {}).get("Digest", digest)
-            if event.get("status") and not event.get("progressDetail"):
-                on_line(f"{event.get('id', '')} {event['status']}".strip())
+        try:
+            for event in stream:
+                if "error" in event:
+                    raise push_error(f"{repository}:{tag}", str(event["error"]), event.get("errorDetail") or {})
+                digest = event.get("aux", {}).get("Digest", digest)
+                if event.get("status") and not event.get("progressDetail"):
+                    on_line(f"{event.get('id', '')} {event['status']}".strip())
+        finally:
+            stream.close()  # interrupted (Ctrl-C): the engine stops a push whose client went away
         if not digest:
             raise RegistryError(f"push of {repository}:{tag} ended without a digest from the registry")
         return str(digest)
@@ -391,9 +394,14 @@ class Running:
         result: list[tuple[int | None, str]] = []
 
         def call() -> None:
+            api = self._container.client.api
             try:
-                code, out = self._container.exec_run(argv, user=user or "", demux=True, stdin=False)
-                result.append((code, (out[0] or b"")[-OUTPUT_LIMIT:].decode(errors="replace") if out else ""))
+                exec_id = api.exec_create(self._container.id, argv, user=user or "", stdout=True, stderr=True)["Id"]
+                keep = bytearray()
+                for chunk in api.exec_start(exec_id, stream=True):  # bounded: the image may print anything
+                    keep += chunk
+                    del keep[:-STDERR_LIMIT]
+                result.append((api.exec_inspect(exec_id).get("ExitCode"), bytes(keep).decode(errors="replace")))
             except docker.errors.APIError as exc:
                 result.append((None, _short(exc)))
 
@@ -519,7 +527,7 @@ def push_error(ref: str, message: str, detail: Mapping[str, Any]) -> RegistryHTT
     it quotes one) deciding whether retrying may help."""
     status = _status_of(message, detail) or status_in(message) or None
     transient = status in TRANSIENT_STATUS if status else bool(TRANSIENT_MESSAGE.search(message))
-    return RegistryHTTPError(registry_hint(ref, status, message, "push"), status, transient)
+    return RegistryHTTPError(registry_hint(ref, status, message, "push"), status, transient, said=message.strip())
 
 
 def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None) -> str:

@@ -334,6 +334,9 @@ class Publisher:
             self._release(report)
         except BaseException as exc:
             report.seconds = time.monotonic() - t0
+            for r in report.targets:
+                if r.status == "queued":
+                    r.status, r.error = "not-pushed", f"not pushed: the release was interrupted ({runstate.stopped_by(exc)})"
             tracked.stop(exc, report.to_json())
             raise
         report.seconds = time.monotonic() - t0
@@ -452,13 +455,15 @@ class Publisher:
             return self.engine.push(self.name, tag, auth, self._logger(ref))
         except RegistryError as exc:
             status = getattr(exc, "status", None)
-            if status is not None and status < 500:
+            if status is None or status < 500:  # refused (auth, missing), or no answer at all: nothing more to ask
                 raise
             answer = self._registry_answer()
             if answer is None:
                 raise
-            raise RegistryHTTPError(f"{message_of(exc)}; the registry says: {message_of(answer)}",
-                                    answer.status, answer.transient) from None
+            said = getattr(exc, "said", message_of(exc))
+            advice = answer.hint or f"check that {self.registry.host} is healthy"
+            raise RegistryHTTPError(f"push {ref} failed: {said}; the registry says: {answer.said} ({advice})",
+                                    answer.status, answer.transient, said=answer.said, hint=answer.hint) from None
 
     def _check_uploads(self) -> None:
         """Once per release, before the first push: does the registry take uploads? A full

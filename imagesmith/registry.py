@@ -181,10 +181,13 @@ def _from_auth_entry(entry: Mapping[str, Any], path: Path, host: str) -> Credent
 class RegistryHTTPError(RegistryError):
     """A registry answered with an error (or not at all); ``transient`` errors may be retried."""
 
-    def __init__(self, message: str, status: int | None = None, transient: bool = False) -> None:
+    def __init__(self, message: str, status: int | None = None, transient: bool = False, said: str = "",
+                 hint: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.transient = transient
+        self.said = said or message  # what the registry (or the engine) said, without our advice
+        self.hint = hint  # our advice, when there is some beyond "check the registry"
 
 
 # What retrying may help: a registry down, overloaded, rate limiting or restarting.
@@ -505,7 +508,7 @@ class Registry:
                              answer.hint())
         if status == 401:
             hint += f" [credentials used: {self.credentials.source if self.credentials else 'none'}]"
-        return RegistryHTTPError(hint, status, transient=answer.transient)
+        return RegistryHTTPError(hint, status, transient=answer.transient, said=message, hint=answer.hint() or "")
 
     def check_upload(self, repo: str) -> None:
         """Start a blob upload and cancel it: raises the registry's own error (its body:

@@ -291,7 +291,7 @@ def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[
 def unfinished(doc: Mapping[str, Any]) -> tuple[str, ...]:
     """Each part of a report (it, and in a run report its build, verify and release
     parts) whose run did not complete, with its state and why."""
-    parts: list[tuple[str, Any]] = [(str(doc.get("schema", "report")).split(".")[-1].split("/")[0], doc)]
+    parts: list[tuple[str, Any]] = [({BUILD_SCHEMA: "build", VERIFY_SCHEMA: "verification"}.get(str(doc.get("schema")), "run"), doc)]
     if doc.get("schema") == RUN_SCHEMA:
         verifies = doc["verify"] if isinstance(doc.get("verify"), Mapping) else {}
         parts += [("build", doc.get("build")), ("release", doc.get("release"))]

@@ -41,6 +41,7 @@ _SSHD_BAD = {"passwordauthentication": "passwords", "permitrootlogin": "root log
              "challengeresponseauthentication": "keyboard-interactive passwords"}
 _SSHD_TEXT = re.compile(r"\b(PasswordAuthentication|PermitRootLogin|PermitEmptyPasswords)[\s=]+[\"']?yes\b", re.I)
 UNSET = "\0unset"  # a variable the image does not define
+_PY_LITERAL = re.compile(r'"([^"\n]*)"|\'([^\'\n]*)\'')
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,10 @@ def file_source(path: str, text: str) -> Source:
     if path.endswith(".json"):
         return Source(path, text=text, kind="json")
     python = path.endswith(".py") or (text.startswith("#!") and "python" in text.split("\n", 1)[0])
-    return Source(path, split_shell(text), text, shell=not python, kind="python" if python else "script")
+    if python:  # a start script in Python builds its command from string literals
+        literals = tuple(a if a is not None else b for a, b in _PY_LITERAL.findall(text))
+        return Source(path, (literals,), text, kind="python")
+    return Source(path, split_shell(text), text, shell=True)
 
 
 SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".json", ".conf", ".cfg")
@@ -274,7 +278,7 @@ def _judge_jupyter(facts: Facts, env: Mapping[str, str]) -> List[Finding]:
     if facts.empty_token:
         out.append((FAIL, f"Jupyter runs without authentication (empty token, no password): "
                           f"{'; '.join(dict.fromkeys(facts.empty_token))}; {fix}"))
-    if env.get("JUPYTER_TOKEN", None) == "" and not facts.token_set:
+    if env.get("JUPYTER_TOKEN", None) == "" and not facts.token_set and not facts.empty_token:
         status = FAIL if facts.jupyter else WARN
         out.append((status, f"ENV JUPYTER_TOKEN is empty{' and the image starts Jupyter' if facts.jupyter else ''}: "
                             f"a start script passing it on (--ServerApp.token=$JUPYTER_TOKEN) runs Jupyter open; {fix}"))
