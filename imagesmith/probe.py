@@ -56,7 +56,8 @@ def _spec(info: Any, argv: list[str], window_s: float) -> Any:
 def _watch(engine: Any, info: Any, argv: list[str], window_s: float, sleep: Callable[[float], None]) -> Verdict:
     from imagesmith.verify import IN_CONTAINER
 
-    declared = [int(p.split("/")[0]) for p in info.config.exposed_ports if p.split("/")[0].isdigit()]
+    declared = [int(p.split("/")[0]) for p in info.config.exposed_ports
+                if p.split("/")[0].isdigit() and p.split("/")[-1] in ("tcp", p)]  # TCP ports ("8888/tcp" or "8888")
     shown = " ".join(argv)[:120]
     t0, seen, stable = time.monotonic(), None, 0
     with engine.started(_spec(info, argv, window_s)) as running:

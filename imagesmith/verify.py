@@ -30,6 +30,8 @@ IN_CONTAINER = "/opt/imagesmith/verify"
 LAYER_CHECKS = ("cv", "nlp")
 LABEL = "io.imagesmith."
 CORE = ("torch", "cuda", "cudnn", "nccl", "python", "os")
+# Over the image's own ENV: output unbuffered and in UTF-8 whatever the image sets.
+PAYLOAD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8", "NCCL_NVLS_ENABLE": "0"}
 # Checks the host runs itself, beside the payload's: id -> (tier, title).
 HOST_CHECKS = {"security.service": ("standard", "the image's own command, started, serves no Jupyter without a token")}
 
@@ -293,7 +295,7 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
                    nano_cpus=int(options.cpus * 1e9) if options.cpus else None,
                    network_disabled=True, timeout_s=options.timeout_s,
                    labels={"io.imagesmith.run": f"verify-{os.getpid()}"},
-                   environment={"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}, on_stderr=progress)
+                   environment=PAYLOAD_ENV, on_stderr=progress)
 
 
 def _remote_engine() -> bool:
@@ -394,7 +396,7 @@ def run_local(options: VerifyOptions, python: str | None = None, kb: compat.Know
 
 
 def _local_report(cmd: list[str], options: VerifyOptions, request: Request) -> dict[str, Any]:
-    env = os.environ | {"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}
+    env = os.environ | PAYLOAD_ENV
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, env=env, timeout=options.timeout_s)
     except subprocess.TimeoutExpired:
