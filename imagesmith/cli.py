@@ -243,7 +243,7 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
             from imagesmith import publish
 
             rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca)
-            run.released(rel.to_json())
+            run.released(rel.to_json() | {"state": "complete"})  # as the release wrote it to release.json
     finally:
         display.close()
     path = run.complete()
