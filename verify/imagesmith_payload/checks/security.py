@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 from ..context import Context
 from ..environment import user
@@ -126,7 +126,9 @@ def read_named_files(sources: List[Source], argv: List[str]) -> List[Source]:
     """Text files the command names (its program found on PATH, absolute paths in
     arguments and in the scripts read), followed MAX_DEPTH deep."""
     first = shutil.which(argv[0]) if argv and not argv[0].startswith("/") else None
-    todo, seen, out = ([first] if first else []) + referenced_paths(sources), set(), []  # type: ignore[var-annotated]
+    todo = ([first] if first else []) + referenced_paths(sources)
+    seen: Set[str] = set()
+    out: List[Source] = []
     for _ in range(MAX_DEPTH):
         batch = [p for p in dict.fromkeys(todo) if p not in seen][:MAX_FILES - len(out)]
         seen.update(batch)
