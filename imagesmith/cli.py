@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from imagesmith import __version__, compat
 from imagesmith import matrix as matrix_mod
 from imagesmith import plan as plan_mod
 from imagesmith import render as render_mod
-from imagesmith.errors import ImagesmithError, UserError
+from imagesmith.errors import ImagesmithError, UsageError, UserError
 from imagesmith.fleet.commands import fleet_group, floating_gate, gate_options
 from imagesmith.table import print_table
 
@@ -250,15 +251,25 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     if not p.targets:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
     engine = Engine()
+    if push or do_verify:
+        from imagesmith import pipeline
+
+        run = pipeline.RunReport(out)  # replaces the last run's report at once: state running
     display = make_display(f"building {len(p.targets)} targets", quiet or as_json)
     try:
         report = build.Builder(p, m, engine, out, jobs, display, prune=prune).run()
+    except BaseException as exc:
+        if push or do_verify:
+            run.tracked.stop(exc)
+        raise
     finally:
         display.close()
     _print_build(report, out, quiet, as_json and not (push or do_verify))
     if push or do_verify:
-        _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json,
-                            {"signing_key": key, "with_evidence": with_evidence}, gate, allow_cpu)
+        with run:
+            run.built(report.to_json() | {"state": "complete"})  # as the build wrote it to report.json
+            _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json, run,
+                                {"signing_key": key, "with_evidence": with_evidence}, gate, allow_cpu)
     elif not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
@@ -274,7 +285,7 @@ def _signing_key(path: Path | None) -> Any:
 
 def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
                         credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool,
-                        evidence: dict[str, Any], gate: Any = None, allow_cpu: bool = False) -> None:
+                        run: Any, evidence: dict[str, Any], gate: Any = None, allow_cpu: bool = False) -> None:
     from imagesmith import pipeline
     from imagesmith.progress import make_display
 
@@ -282,15 +293,16 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
     rel = None
     try:
         options = pipeline.options_from(m, allow_cpu_verification=allow_cpu)
-        outcomes = pipeline.verify_results(engine, report.results, options, out, display)
+        outcomes = pipeline.verify_results(engine, report.results, options, out, display, run)
         if push:
             from imagesmith import publish
 
             rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca,
                                   floating_gate=gate, allow_cpu_verification=allow_cpu, **evidence)
+            run.released(rel.to_json() | {"state": "complete"})  # as the release wrote it to release.json
     finally:
         display.close()
-    path = pipeline.write_run_report(out, report.to_json(), outcomes, rel.to_json() if rel else None)
+    path = run.complete()
     if as_json:
         click.echo(path.read_text())
     elif not quiet:
@@ -416,13 +428,34 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
 # -- verify -------------------------------------------------------------------------------------
 
 
+def _expect_option(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, str]:
+    """--expect parsed at once: a bad item is bad usage (exit 2) before any container starts."""
+    from imagesmith import verify
+
+    try:
+        return verify.parse_expect(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--expect: "), ctx, param) from None
+
+
+def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    value = value.replace(" ", "")
+    if not matrix_mod.GPU_LIST.match(value):
+        raise click.BadParameter(f"{value!r}: write all, none, GPU indexes (0,1) or UUIDs (GPU-...)", ctx, param)
+    return value
+
+
 @cli.command("verify")
 @click.argument("image", required=False)
 @click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default="quick", show_default=True)
-@click.option("--gpus", default="all", show_default=True,
+@click.option("--gpus", default="all", show_default=True, callback=_gpus_option,
               help="all (every GPU, at least one), none (CPU mode), or a list such as 0,1 (exactly those); "
                    "fewer visible GPUs than asked fails gpu.devices.")
-@click.option("--expect", default="", help="Versions to expect instead of the image's labels: torch=2.9.1,cuda=12.8,...")
+@click.option("--expect", default="", callback=_expect_option,
+              help="Versions to expect instead of the image's labels, comma-separated NAME=VERSION: torch=2.9.1,cuda=12.8 "
+                   "(cuda=cpu: a CPU-only torch), also cudnn, nccl, python, os, torchvision, ... or pip:NAME=VERSION.")
+@click.option("--require-non-root", is_flag=True,
+              help="Fail (not warn) when a foreign image runs as root (images imagesmith built always fail as root).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="Write the verify report here.")
 @click.option("--local", is_flag=True, help="Run the payload on this host's Python (no Docker), e.g. on a GPU host.")
 @click.option("--python", "python_exe", default=None, help="With --local: the Python to run the payload with.")
@@ -444,8 +477,9 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
               help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
                    "(or CPU mode), signed by --key.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
-               python_exe: str | None, require_gpu: bool, allow_cpu: bool, timeout_s: float, shm_size: str, memory: str | None,
+def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
+               json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
+               timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_report: Path | None, credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
                quiet: bool) -> None:
@@ -456,14 +490,15 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
 
     if [bool(image), local, build_report is not None].count(True) != 1:
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
-    if not matrix_mod.GPU_LIST.match(gpus.replace(" ", "")):
-        raise UserError(f"--gpus {gpus!r}: write all, none or a list of GPU indexes/UUIDs such as 0,1")
     if require_gpu and allow_cpu:
-        raise UserError("--require-gpu and --allow-cpu-verification contradict each other: give one")
+        raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
     options = verify.VerifyOptions(
-        tier=tier, gpus=gpus.replace(" ", ""), expect=verify.parse_expect(expect), require_gpu=require_gpu, allow_cpu=allow_cpu, shm_size=shm_size,
+        tier=tier, gpus=gpus, expect=expect, require_gpu=require_gpu, allow_cpu=allow_cpu, shm_size=shm_size,
+        require_non_root=require_non_root,
         memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
-        only=tuple(filter(None, only.split(","))), skip=tuple(filter(None, skip.split(","))))
+        only=tuple(filter(None, (s.strip() for s in only.split(",")))),
+        skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
+    verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
     if build_report is not None:
         _verify_build(build_report, options, json_out, quiet)
         return
@@ -471,22 +506,14 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
     if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet):
         return
-    if local:
-        outcome = verify.run_local(options, python_exe)
-    else:
-        from imagesmith.engine import Engine
+    from imagesmith.runstate import Tracked
 
-        from imagesmith.engine import registry_host
-        from imagesmith.registry import resolve_credentials
-
-        creds = resolve_credentials(registry_host(image or ""), None, credentials_file)
-        progress = None if quiet else (lambda line: click.echo(line, err=True))
-        outcome = verify.verify_image(Engine(), image or "", options, pull=not no_pull, progress=progress,
-                                      auth=creds.auth_config() if creds else None)
-    if json_out:
-        from imagesmith.atomic import write_text
-
-        write_text(json_out, json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")
+    with Tracked(json_out, verify.running_report(image, tier)) as tracked:  # --json FILE says running at once
+        if local:
+            outcome = verify.run_local(options, python_exe)
+        else:
+            outcome = _verify_image(image or "", options, no_pull, credentials_file, quiet)
+        tracked.complete(outcome.report)
     if not quiet:
         print_verify(outcome.report, json_out)
     if not outcome.ok:
@@ -593,6 +620,17 @@ def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credent
         click.echo(f"nothing is attached to {found.name}@{found.digest}", err=True)
 
 
+def _verify_image(image: str, options: Any, no_pull: bool, credentials_file: Path | None, quiet: bool) -> Any:
+    from imagesmith import verify
+    from imagesmith.engine import Engine, registry_host
+    from imagesmith.registry import resolve_credentials
+
+    creds = resolve_credentials(registry_host(image), None, credentials_file)
+    progress = None if quiet else (lambda line: click.echo(line, err=True))
+    return verify.verify_image(Engine(), image, options, pull=not no_pull, progress=progress,
+                               auth=creds.auth_config() if creds else None)
+
+
 def _verify_build(build_report: Path, options: Any, json_out: Path | None, quiet: bool) -> None:
     """Verify each built/cached target of a build report by image ID; one run report out."""
     from imagesmith import pipeline
@@ -604,10 +642,11 @@ def _verify_build(build_report: Path, options: Any, json_out: Path | None, quiet
     results = pipeline.build_results(data)
     display = make_display(f"verifying {sum(r.ok for r in results)} images", quiet)
     try:
-        outcomes = pipeline.verify_results(Engine(), results, options, out, display)
+        with pipeline.RunReport(out, data) as run:
+            outcomes = pipeline.verify_results(Engine(), results, options, out, display, run)
+            path = run.complete()
     finally:
         display.close()
-    path = pipeline.write_run_report(out, data, outcomes, None)
     if json_out and json_out.resolve() != path.resolve():
         from imagesmith.atomic import write_text
 

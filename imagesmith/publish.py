@@ -29,19 +29,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from imagesmith import policy, schemas, tags
+from imagesmith import policy, runstate, schemas, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.progress import Display, QuietDisplay
-from imagesmith.registry import Credentials, Manifest, redact
+from imagesmith.registry import TRANSIENT_MESSAGE, Credentials, Manifest, RegistryHTTPError, redact
 from imagesmith.versions import cuda_variant, major, minor
 
 RELEASE_SCHEMA = schemas.RELEASE
@@ -49,12 +48,7 @@ LABEL = "io.imagesmith."
 DONE = ("pushed", "unchanged")
 T = TypeVar("T")
 
-TRANSIENT = re.compile(
-    r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|timed? ?out|TLS handshake timeout"
-    r"|temporarily unavailable|too ?many ?requests|unexpected HTTP status: (?:429|5\d\d)|HTTP (?:429|5\d\d)\b"
-    r"|Service Unavailable|Bad Gateway|Gateway Time-?out|Internal Server Error|cannot reach the registry",
-    re.IGNORECASE,
-)
+TRANSIENT = TRANSIENT_MESSAGE  # how the docker engine words a push error retrying may help
 
 
 # -- seams ------------------------------------------------------------------------------------
@@ -63,6 +57,8 @@ TRANSIENT = re.compile(
 class EngineLike(Protocol):
     def tag(self, image_id: str, repository: str, tag: str) -> None: ...
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str: ...
+    def image(self, ref: str) -> Any: ...
+    def untag(self, ref: str) -> None: ...
 
 
 class RegistryLike(Protocol):
@@ -73,6 +69,7 @@ class RegistryLike(Protocol):
     def manifest_digest(self, repo: str, ref: str) -> str | None: ...
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: ...
     def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: ...
+    def check_upload(self, repo: str) -> None: ...
 
 
 class Verified(Protocol):
@@ -357,26 +354,45 @@ class Publisher:
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
                  before_push: Callable[[str], None] | None = None,
                  evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
-                 floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False) -> None:
+                 floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
         self.repo, self.name = image.repository, image.name
         self.display = display or QuietDisplay()
-        self.credentials, self.backoff, self.sleep = credentials, backoff, sleep
+        self.credentials, self.backoff, self.sleep, self.clock = credentials, backoff, sleep, clock
         self.before_push = before_push or (lambda ref: None)
         self.evidence = evidence
         self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
         self.allow_cpu = allow_cpu_verification
+        self._uploads_checked = False
         self.log: list[str] = []
 
     # -- public ---------------------------------------------------------------------
     def run(self, items: Sequence[Item]) -> ReleaseReport:
+        """Release ``items``; release.json says ``running`` from the start, ``complete`` at
+        the end, ``interrupted`` when a signal or an error ends the run early."""
         t0 = time.monotonic()
         report = ReleaseReport(self.registry.host, self.repo, self.date,
                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                [self._prepare(i) for i in items])
-        self._check_unique(report.targets)
+        tracked = runstate.Tracked(self.out / "release.json", report.to_json(), lambda doc: doc | {"ok": False})
+        try:
+            self._check_unique(report.targets)
+            self._release(report)
+        except BaseException as exc:
+            report.seconds = time.monotonic() - t0
+            for r in report.targets:
+                if r.status == "queued":
+                    r.status, r.error = "not-pushed", f"not pushed: the release was interrupted ({runstate.stopped_by(exc)})"
+            tracked.stop(exc, report.to_json())
+            raise
+        report.seconds = time.monotonic() - t0
+        self._write(report)
+        return report
+
+    def _release(self, report: ReleaseReport) -> None:
         try:
             remote = self._remote()
             self._release_all(report)
@@ -387,9 +403,6 @@ class Publisher:
             for r in report.targets:
                 if r.status == "queued":
                     self._fail(r, "not-pushed", "not pushed: the release stopped before it (see errors)")
-        report.seconds = time.monotonic() - t0
-        self._write(report)
-        return report
 
     # -- preparation ------------------------------------------------------------------
     def _prepare(self, item: Item) -> TargetRelease:
@@ -479,15 +492,64 @@ class Publisher:
         self.display.update(r.target, "pushed", f"{r.tag} {r.digest[:19]}")
 
     def _push(self, image_id: str, tag: str, target: str) -> str:
-        """Tag, push (with retries), then read the digest back and compare."""
+        """Tag, push (with retries), then read the digest back and compare. A push that
+        fails (or is interrupted) removes the engine-side tag it created."""
         ref = f"{self.name}:{tag}"
         self.display.update(target, "pushing", tag)
         self.before_push(ref)
+        self._check_uploads()
+        created = self.engine.image(ref) is None
         self._retry(f"tagging {image_id[:19]} as {ref}", lambda: self.engine.tag(image_id, self.name, tag))
         auth = self.credentials.auth_config() if self.credentials else None
-        digest = self._retry(f"push {ref}", lambda: self.engine.push(self.name, tag, auth, self._logger(ref)))
+        try:
+            digest = self._retry(f"push {ref}", lambda: self._push_once(tag, auth, ref))
+        except BaseException:
+            if created:
+                self._untag(ref)
+            raise
         self._check_digest(ref, tag, digest, image_id)
         return digest
+
+    def _push_once(self, tag: str, auth: Mapping[str, str] | None, ref: str) -> str:
+        """One engine push; when the registry answered it with a server error, its own
+        error body (which the engine does not pass on) decides and is shown."""
+        try:
+            return self.engine.push(self.name, tag, auth, self._logger(ref))
+        except RegistryError as exc:
+            status = getattr(exc, "status", None)
+            if status is None or status < 500:  # refused (auth, missing), or no answer at all: nothing more to ask
+                raise
+            answer = self._registry_answer()
+            if answer is None:
+                raise
+            said = getattr(exc, "said", message_of(exc))
+            advice = answer.hint or f"check that {self.registry.host} is healthy"
+            raise RegistryHTTPError(f"push {ref} failed: {said}; the registry says: {answer.said} ({advice})",
+                                    answer.status, answer.transient, said=answer.said, hint=answer.hint) from None
+
+    def _check_uploads(self) -> None:
+        """Once per release, before the first push: does the registry take uploads? A full
+        or read-only registry answers at once, with its reason, instead of after the
+        engine's own minute of retrying every layer."""
+        if not self._uploads_checked:
+            self._retry(f"starting an upload to {self.name}", lambda: self.registry.check_upload(self.repo))
+            self._uploads_checked = True
+
+    def _registry_answer(self) -> RegistryHTTPError | None:
+        """The registry's own error for an upload to this repository; None when it accepts one."""
+        try:
+            self.registry.check_upload(self.repo)
+        except RegistryHTTPError as exc:
+            return exc
+        except (ImagesmithError, OSError):
+            return None
+        return None
+
+    def _untag(self, ref: str) -> None:
+        try:
+            self.engine.untag(ref)
+        except (ImagesmithError, OSError) as exc:
+            self.display.note(f"could not remove the engine-side tag {ref}: {exc}")
 
     def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> None:
         back = self._retry(f"reading {ref} back", lambda: self.registry.manifest(self.repo, tag))
@@ -588,7 +650,7 @@ class Publisher:
     # -- retries, redaction, files ----------------------------------------------------------
     def _retry(self, what: str, action: Callable[[], T]) -> T:
         """``action`` with backoff on transient errors; a permanent or final one stops the release."""
-        delays = self.backoff.delays()
+        delays, t0 = self.backoff.delays(), self.clock()
         for attempt in range(len(delays) + 1):
             try:
                 return action()
@@ -601,7 +663,8 @@ class Publisher:
                 self.display.note(f"{what}: {last}; retry {attempt + 1} of {len(delays)} in {delays[attempt]:g}s")
                 self.sleep(delays[attempt])
         last = last.removeprefix(f"{what} failed: ")
-        raise ReleaseStopped(f"{what} failed {len(delays) + 1} times over {sum(delays):g}s; last error: {last}. "
+        raise ReleaseStopped(f"{what} failed {len(delays) + 1} times in {self.clock() - t0:.1f}s "
+                             f"({sum(delays):g}s of it waiting between tries); last error: {last}. "
                              f"The registry {self.registry.host} looks down or overloaded: check it, then run the release again "
                              f"(what was pushed stays; a re-run pushes only the rest)")
 
@@ -616,7 +679,7 @@ class Publisher:
 
     def _write(self, report: ReleaseReport) -> None:
         paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
-        write_text(paths["json"], json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+        write_text(paths["json"], json.dumps(report.to_json() | {"state": runstate.COMPLETE}, indent=2, sort_keys=True) + "\n")
         write_text(paths["markdown"], markdown(report))
         write_text(paths["log"], "\n".join(self.log) + ("\n" if self.log else ""))
         report.paths = {k: str(v) for k, v in paths.items()}

@@ -21,6 +21,7 @@ today (``data.steps`` + ``data.bytes``, ``data.per_gpu_tflops`` /
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from imagesmith import __version__, charts, policy, schemas
+from imagesmith import __version__, charts, policy, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 
@@ -202,10 +203,17 @@ class Run:
     matrix: str
     targets: tuple[Target, ...]
     release: Release | None = None
+    unfinished: tuple[str, ...] = ()  # parts of the run that did not complete ("build interrupted (SIGINT)")
+
+    @property
+    def complete(self) -> bool:
+        return not self.unfinished
 
     @property
     def ok(self) -> bool:
-        return bool(self.targets) and all(t.ok for t in self.targets) and (self.release is None or self.release.ok)
+        """Success: a run that completed, every target passed, the release (if any) ok."""
+        return (self.complete and bool(self.targets) and all(t.ok for t in self.targets)
+                and (self.release is None or self.release.ok))
 
     def failed_targets(self) -> list[Target]:
         return [t for t in self.targets if not t.ok]
@@ -282,13 +290,31 @@ def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[
     schema = doc.get("schema")
     tail = read_log or (lambda _log: [])
     if schema == BUILD_SCHEMA:
-        return _run_from_build(r, doc, tail, "build")
-    if schema == VERIFY_SCHEMA:
+        run = _run_from_build(r, doc, tail, "build")
+    elif schema == VERIFY_SCHEMA:
         verify = _verify(r, doc, "report")
-        return Run("verify", source, verify.started_at, "", (Target(_verify_target_id(doc, source), verify=verify),))
-    if schema == RUN_SCHEMA:
-        return _run(r, doc, tail)
-    raise r.fail("schema", f"{schema!r} is not one of {', '.join(SCHEMAS)}; is this an imagesmith report?")
+        run = Run("verify", source, verify.started_at, "", (Target(_verify_target_id(doc, source), verify=verify),))
+    elif schema == RUN_SCHEMA:
+        run = _run(r, doc, tail)
+    else:
+        raise r.fail("schema", f"{schema!r} is not one of {', '.join(SCHEMAS)}; is this an imagesmith report?")
+    return dataclasses.replace(run, unfinished=unfinished(doc))
+
+
+def unfinished(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """Each part of a report (it, and in a run report its build, verify and release
+    parts) whose run did not complete, with its state and why."""
+    parts: list[tuple[str, Any]] = [({BUILD_SCHEMA: "build", VERIFY_SCHEMA: "verification"}.get(str(doc.get("schema")), "run"), doc)]
+    if doc.get("schema") == RUN_SCHEMA:
+        verifies = doc["verify"] if isinstance(doc.get("verify"), Mapping) else {}
+        parts += [("build", doc.get("build")), ("release", doc.get("release"))]
+        parts += [(f"verify of {t}", v) for t, v in verifies.items()]
+    out = []
+    for name, part in parts:
+        if isinstance(part, Mapping) and not runstate.is_complete(part):
+            why = part.get("interrupted_by")
+            out.append(f"{name} {runstate.state_of(part)}" + (f" ({why})" if why else ""))
+    return tuple(out)
 
 
 def _run_from_build(r: _Reader, doc: Mapping[str, Any], tail: Callable[[str], list[str]], kind: str) -> Run:
@@ -580,6 +606,8 @@ def _env_line(v: Verify) -> str:
 
 
 def _headline(run: Run) -> str:
+    if not run.complete:
+        return f"not a result: the run did not complete ({'; '.join(run.unfinished)})"
     n, bad = len(run.targets), len(run.failed_targets())
     if not n:
         return "no targets in this report"
@@ -693,6 +721,8 @@ def to_junit(run: Run) -> str:
     target, so it must not turn CI red).
     """
     root = ET.Element("testsuites", name=f"imagesmith {run.kind}")
+    if not run.complete:
+        root.append(_unfinished_suite(run))
     for t in run.targets:
         root.append(_suite(t, run.started_at))
     _sum_counts(root, root.findall("testsuite"))
@@ -702,6 +732,16 @@ def to_junit(run: Run) -> str:
 
 def _x(text: Any) -> str:
     return _clean(str(text))
+
+
+def _unfinished_suite(run: Run) -> ET.Element:
+    """A run that did not complete is a failure in CI, whatever its targets say."""
+    suite = ET.Element("testsuite", name="run")
+    case = _case("run", "state", None)
+    ET.SubElement(case, "failure", message=_x(_headline(run)), type="incomplete").text = _x("; ".join(run.unfinished))
+    suite.append(case)
+    _sum_counts(suite, [case])
+    return suite
 
 
 def _suite(t: Target, timestamp: str) -> ET.Element:

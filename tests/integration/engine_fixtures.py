@@ -62,7 +62,8 @@ def debian_base(engine: Engine) -> Iterator[str]:
 
 
 def _dangling(engine: Engine) -> set[str]:
-    return {i.id for i in engine.client.images.list(filters={"dangling": True})}
+    # IDs only: other runs on this engine may remove an image between a list and an inspect
+    return set(engine.client.api.images(filters={"dangling": True}, quiet=True))
 
 
 @dataclass
@@ -85,8 +86,8 @@ class MatrixFactory:
 
     def cleanup(self) -> None:
         for info in self.engine.images_with_label(TEST_LABEL, RUN):
-            for tag in info.tags:
-                if tag.startswith(self.repository) or tag.startswith("imagesmith-cache:"):
+            for tag in info.tags:  # its own tags, cache entries and their owner tags (imagesmith-cache/<owner>:<target>)
+                if tag.startswith(self.repository) or tag.startswith("imagesmith-cache"):
                     self.engine.remove_image(tag, force=False)
 
 

@@ -47,7 +47,7 @@ def test_every_key_is_optional(data) -> None:
     ({"schema": "v2"}, "config key 'schema': expected 'imagesmith.verify-config/1', got 'v2'"),
     ({"tiers": "quick"}, "config key 'tiers': unknown key; known: tier, require_gpu, expect_gpus, gpus, allow_cpu, gpu_unavailable, soak_minutes, "
      "leak_inject_mib, burn_seconds, contention_processes, collective_timeout_s, schema, expected, driver, "
-     "layers, security, thresholds"),
+     "layers, security, thresholds, nonce, checks, image"),
     ({"require_gpu": "yes"}, "config key 'require_gpu': expected true or false, got 'yes'"),
     ({"gpus": "0;1"}, "config key 'gpus': expected all, none, auto or a list such as 0,1, got '0;1'"),
     ({"gpus": "0,,1"}, "config key 'gpus': expected all, none, auto or a list such as 0,1, got '0,,1'"),

@@ -47,6 +47,8 @@ class FakeRegistry:
     writes: list[str] = field(default_factory=list)
     fail: list[Exception] = field(default_factory=list)  # raised by the next calls, in order
     serve_other_digest: bool = False
+    upload_fail: list[Exception | None] = field(default_factory=list)  # what the next upload checks answer
+    upload_checks: int = 0
 
     def _maybe_fail(self) -> None:
         if self.fail:
@@ -77,6 +79,13 @@ class FakeRegistry:
     def digest_of(self, tag: str) -> str | None:
         return self.repo_tags[tag].digest if tag in self.repo_tags else None
 
+    def check_upload(self, repo: str) -> None:
+        self.upload_checks += 1
+        if self.upload_fail:
+            error = self.upload_fail.pop(0)
+            if error is not None:
+                raise error
+
 
 @dataclass
 class FakeEngine:
@@ -91,6 +100,12 @@ class FakeEngine:
 
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.local_tags[f"{repository}:{tag}"] = image_id
+
+    def image(self, ref: str) -> Any:
+        return SimpleNamespace(id=self.local_tags[ref]) if ref in self.local_tags else None
+
+    def untag(self, ref: str) -> None:
+        self.local_tags.pop(ref, None)
 
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str:
         self.auths.append(auth)
@@ -141,8 +156,11 @@ class World:
             if it.image_id:
                 torch = str((it.facts or {}).get("torch", "")).split("+", 1)[0]
                 self.engine.labels[it.image_id] = image_labels(torch, it.layer) if torch else {}
+        def sleep(seconds: float) -> None:  # time passes only while the publisher waits
+            self.sleeps.append(seconds)
+
         pub = publish.Publisher(self.engine, self.reg, IMAGE, policy, DATE, self.out, credentials=CREDS,
-                                sleep=self.sleeps.append, **kw)
+                                sleep=sleep, clock=lambda: sum(self.sleeps) + 0.25 * len(self.engine.auths), **kw)
         report = pub.run(items)
         data = json.loads((self.out / "release.json").read_text())
         assert data["ok"] == report.ok
@@ -331,8 +349,8 @@ def test_a_registry_that_stays_down_fails_clearly_after_n_tries(world: World) ->
     data = world.release([item("2.9.1"), item("2.9.2")], backoff=publish.Backoff(tries=3))
     assert world.sleeps == [1.0, 2.0] and len(world.engine.auths) == 3
     assert data["errors"] == [
-        "push reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130 failed 3 times over 3s; "
-        "last error: push failed: connect: connection refused. The registry reg.test:5000 looks down or overloaded: "
+        "push reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130 failed 3 times in 3.8s "
+        "(3s of it waiting between tries); last error: push failed: connect: connection refused. The registry reg.test:5000 looks down or overloaded: "
         "check it, then run the release again (what was pushed stays; a re-run pushes only the rest)"]
     assert [t["status"] for t in data["targets"]] == ["failed", "not-pushed"] and data["pushed"] == []
 
@@ -612,3 +630,52 @@ def test_a_failed_evidence_step_fails_the_release_but_keeps_what_was_pushed(worl
     assert data["errors"] == ["2.9.1-base: evidence not attached: attaching evidence to reg.test:5000/ml/pytorch:"
                               "2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130: push 127.0.0.1:5000/ml/pytorch failed: "
                               "HTTP 403 DENIED (give the robot push permission)"]
+
+
+# -- a registry's own answer, tags that do not outlive a failed push, interrupted runs -------------------
+
+
+def storage_full() -> registry.RegistryHTTPError:
+    said = "HTTP 500 UNKNOWN: unknown error (filesystem: write /data/x: No space left on device (errno 28))"
+    return registry.RegistryHTTPError(f"push reg.test:5000/ml/pytorch failed: {said} (...)", 500, False, said=said,
+                                      hint="the registry's storage is full or refuses writes: free space")
+
+
+def test_a_full_registry_stops_the_release_at_once_with_its_answer(world: World) -> None:
+    world.reg.upload_fail = [storage_full()]  # the upload check before the first push
+    data = world.release([item("2.9.1")])
+    assert world.sleeps == [] and world.engine.pushes == [] and world.engine.auths == []
+    assert data["errors"] == ["starting an upload to reg.test:5000/ml/pytorch: push reg.test:5000/ml/pytorch failed: HTTP 500 "
+                              "UNKNOWN: unknown error (filesystem: write /data/x: No space left on device (errno 28)) (...)"]
+    assert world.engine.local_tags == {}  # nothing tagged for a push that never started
+
+
+def test_a_push_the_registry_refuses_shows_its_answer_and_is_not_retried(world: World) -> None:
+    from imagesmith.engine import push_error
+
+    world.engine.fail = [push_error("reg.test:5000/ml/pytorch:t", "received unexpected HTTP status: 500 Internal Server Error", {})]
+    world.reg.upload_fail = [None, storage_full()]  # fine before the push; full when asked why it failed
+    data = world.release([item("2.9.1")])
+    ref = "reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130"
+    assert world.sleeps == [] and len(world.engine.auths) == 1 and world.reg.upload_checks == 2
+    assert data["errors"] == [f"push {ref} failed: received unexpected HTTP status: 500 Internal Server Error; the registry "
+                              "says: HTTP 500 UNKNOWN: unknown error (filesystem: write /data/x: No space left on device (errno 28)) "
+                              "(the registry's storage is full or refuses writes: free space)"]
+    assert ref not in world.engine.local_tags  # the release tag went with the failed push
+
+
+def test_a_transient_server_error_the_registry_no_longer_shows_is_retried(world: World) -> None:
+    from imagesmith.engine import push_error
+
+    world.engine.fail = [push_error("r:t", "received unexpected HTTP status: 503 Service Unavailable", {})]
+    data = world.release([item("2.9.1")])
+    assert data["ok"] and world.sleeps == [1.0] and len(world.engine.pushes) == 1
+
+
+def test_an_interrupted_release_says_so_and_keeps_no_tag(world: World) -> None:
+    world.engine.fail = [KeyboardInterrupt()]  # type: ignore[list-item]
+    with pytest.raises(KeyboardInterrupt):
+        world.release([item("2.9.1"), item("2.9.2")])
+    data = json.loads((world.out / "release.json").read_text())
+    assert (data["state"], data["interrupted_by"], data["ok"]) == ("interrupted", "SIGINT", False)
+    assert [t["status"] for t in data["targets"]] == ["not-pushed", "not-pushed"] and world.engine.local_tags == {}

@@ -6,6 +6,7 @@ import argparse
 import datetime
 import os
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -66,8 +67,18 @@ def make_config(args: argparse.Namespace) -> Config:
         try:
             config = with_expectations(config, parse_expect(args.expect))
         except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise ConfigError(f"--expect {exc}") from exc
     return config
+
+
+def chosen(config: Config) -> List[Any]:
+    """The host's exact list (config.checks) or the tier's checks with --only/--skip."""
+    if config.checks is None:
+        return select(config.tier, config.only, config.skip)
+    unknown = [c for c in config.checks if c not in REGISTRY]
+    if unknown:
+        raise ConfigError(f"config key 'checks': unknown check {unknown[0]!r} (verify/run.py --list names them)")
+    return [REGISTRY[c] for c in config.checks]
 
 
 def list_checks() -> int:
@@ -83,11 +94,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return list_checks()
     try:
         config = make_config(args)
-        specs = select(config.tier, config.only, config.skip)
+        specs = chosen(config)
     except ConfigError as exc:
         print(f"verify/run.py: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if not specs:
+    if not specs and config.checks is None:  # the host may ask for none (it runs its own checks)
         print("verify/run.py: error: --only/--skip leave no check to run", file=sys.stderr)
         return EXIT_USAGE
     return Session(config, args.out, args.emit_marker).run(specs)
@@ -98,6 +109,7 @@ class Session:
 
     def __init__(self, config: Config, out: Optional[str], marker: bool) -> None:
         self.config, self.out, self.marker = config, out, marker
+        self._finished = threading.Lock()  # the watchdog and the main thread: one report only
         self.ctx = Context(config)
         self.started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
@@ -114,8 +126,12 @@ class Session:
         return self._finish(entries)
 
     def _finish(self, entries: List[Dict[str, Any]]) -> int:
+        self._finished.acquire()  # held for good: if the watchdog has it, it reports and exits
+        return self._report(entries)
+
+    def _report(self, entries: List[Dict[str, Any]]) -> int:
         report = build_report(self.config.tier, self.started, time.monotonic() - self.t0,
-                              self.environment, entries)
+                              self.environment, entries, self.config.nonce)
         report["mode"] = mode_summary(run_mode(self.ctx), entries)
         if self.out:
             write_report(self.out, report)
@@ -128,9 +144,12 @@ class Session:
         return EXIT_OK if s["ok"] else EXIT_FAILED
 
     def _hung(self, entries: List[Dict[str, Any]]) -> None:
-        """Called by the watchdog thread: report what we have, then stop hard."""
+        """Called by the watchdog thread: report what we have, then stop hard
+        (unless the main thread is reporting already)."""
+        if not self._finished.acquire(blocking=False):
+            return
         try:
-            self._finish(entries)
+            self._report(entries)
         finally:
             os._exit(EXIT_FAILED)
 

@@ -37,6 +37,17 @@ class Expected:
 
 
 @dataclass(frozen=True)
+class ImageConfig:
+    """What the image runs when started normally (docker inspect .Config)."""
+
+    user: str = ""
+    entrypoint: Tuple[str, ...] = ()
+    cmd: Tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    exposed_ports: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     tier: str = "quick"
     require_gpu: bool = False
@@ -58,6 +69,9 @@ class Config:
     collective_timeout_s: float = 180.0
     only: Tuple[str, ...] = ()
     skip: Tuple[str, ...] = ()
+    nonce: Optional[str] = None  # the host's run identity: the report must echo it
+    checks: Optional[Tuple[str, ...]] = None  # exactly these checks (the host's request), in this order
+    image: Optional[ImageConfig] = None  # the image's configuration as the engine reports it
 
 
 # ----------------------------------------------------------------- validators
@@ -132,7 +146,7 @@ _TOP: Dict[str, Callable[[str, Any], Any]] = {
     "contention_processes": _positive(_int),
     "collective_timeout_s": _positive(_num),
 }
-_SECTIONS = ("schema", "expected", "driver", "layers", "security", "thresholds")
+_SECTIONS = ("schema", "expected", "driver", "layers", "security", "thresholds", "nonce", "checks", "image")
 
 
 def parse_config(data: Any) -> Config:
@@ -148,6 +162,9 @@ def parse_config(data: Any) -> Config:
     values["layers"] = _layers(data.get("layers") or [])
     values["expect_non_root"] = _security(data.get("security") or {})
     values["thresholds"] = _thresholds(data.get("thresholds") or {})
+    values["nonce"] = _optional(_str)("nonce", data.get("nonce"))
+    values["checks"] = None if data.get("checks") is None else _names("checks", data["checks"])
+    values["image"] = None if data.get("image") is None else _image(data["image"])
     return Config(**values)
 
 
@@ -182,10 +199,29 @@ def _release(path: str, data: Any) -> CudaRelease:
     return CudaRelease(min_driver=_optional(_str)(f"{path}.min_driver", data.get("min_driver")), **values)
 
 
-def _layers(data: Any) -> Tuple[str, ...]:
+def _names(path: str, data: Any) -> Tuple[str, ...]:
     if not isinstance(data, list):
-        raise ConfigError(f"config key 'layers': expected a list of names, got {data!r}")
-    return tuple(_str(f"layers[{i}]", v) for i, v in enumerate(data))
+        raise ConfigError(f"config key {path!r}: expected a list of names, got {data!r}")
+    return tuple(_str(f"{path}[{i}]", v) for i, v in enumerate(data))
+
+
+def _layers(data: Any) -> Tuple[str, ...]:
+    return _names("layers", data)
+
+
+_IMAGE_KEYS = ("user", "entrypoint", "cmd", "env", "exposed_ports")
+
+
+def _image(data: Any) -> ImageConfig:
+    data = _object("image", data)
+    _unknown("image", data, _IMAGE_KEYS)
+    env = _object("image.env", data.get("env") or {})
+    return ImageConfig(
+        user=_optional(_str)("image.user", data.get("user")) or "",
+        entrypoint=_names("image.entrypoint", data.get("entrypoint") or []),
+        cmd=_names("image.cmd", data.get("cmd") or []),
+        env={str(k): _str(f"image.env.{k}", v) for k, v in env.items()},
+        exposed_ports=_names("image.exposed_ports", data.get("exposed_ports") or []))
 
 
 def _security(data: Any) -> Optional[bool]:

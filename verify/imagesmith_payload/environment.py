@@ -81,6 +81,7 @@ def collect(ctx: Context) -> Dict[str, Any]:
         "os": _guard(os_name),
         "torch": ctx.torch.__version__ if torch_ok else None,
         "torch_error": None if torch_ok else ctx.torch_error,
+        "torch_warnings": list(ctx.torch_warnings),
         "cuda": _guard(lambda: ctx.torch.version.cuda) if torch_ok else None,
         "cuda_runtime": _guard(lambda: (cuda_runtime_version() or (None,))[0]),
         "cudnn": _guard(lambda: torch_cudnn(ctx)),
