@@ -8,8 +8,18 @@ BIN := $(VENV)/bin
 MATRIX ?= examples/local.yaml
 OUT ?= build
 JOBS ?= 2
+# Folders outside the matrix's own that its paths may name (examples/local.yaml:
+# the host's wheel folder and CA bundle); passed as --allow-root.
+ALLOW_ROOTS ?= /opt/wheels /etc/ssl/certs
+# The local release signs its evidence with this key (made once; the .pub beside it verifies).
+SIGNING_KEY ?= .cache/signing/release.key
+REGISTRY_CREDENTIALS := .cache/registry/credentials
+# On a host without a GPU, CUDA images are verified in CPU mode and pushed with their immutable
+# tag only, marked -not-gpu-verified (never a floating tag); with a GPU they are GPU-verified and
+# take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
+ALLOW_CPU ?= --allow-cpu-verification
 
-.PHONY: release test unit lint bench host install base registry clean
+.PHONY: release test unit lint bench host install base registry clean evidence
 
 host:                      ## Debian packages + a running Docker engine (idempotent)
 	bash scripts/ensure-host.sh
@@ -31,9 +41,19 @@ base: host install         ## the Debian bases examples/local.yaml builds on (de
 registry: host             ## the local registry on 127.0.0.1:5000 (htpasswd auth)
 	bash scripts/local-registry.sh start >/dev/null
 
-release: base registry     ## the main job: render, build, verify, tag, push; prints where the release report is
-	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push \
-	  --credentials .cache/registry/credentials
+$(SIGNING_KEY):             ## an ECDSA P-256 key pair for the local release (openssl; cosign import-key-pair reads it)
+	mkdir -p $(dir $@)
+	(umask 077; openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $@)
+	openssl pkey -in $@ -pubout -out $(basename $@).pub
+
+release: base registry $(SIGNING_KEY)   ## the main job: render, build, verify, tag, push, attach signed evidence
+	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push $(ALLOW_CPU) $(ALLOW_ROOTS:%=--allow-root %) \
+	  --credentials $(REGISTRY_CREDENTIALS) --signing-key $(SIGNING_KEY)
+	@echo "the evidence of every released digest, signatures checked: make evidence"
+
+evidence: install          ## read back what is attached to every digest of $(OUT)/release.json, signatures checked
+	@$(BIN)/python -c 'import json; [print(t["reference"].rsplit(":", 1)[0] + "@" + t["digest"]) for t in json.load(open("$(OUT)/release.json"))["targets"] if t["digest"]]' \
+	  | while read -r ref; do $(BIN)/imagesmith evidence "$$ref" --key $(basename $(SIGNING_KEY)).pub --credentials $(REGISTRY_CREDENTIALS) || exit 1; done
 
 test: host install         ## the whole suite; .ci/run runs exactly this
 	@$(BIN)/python -m pytest -q -ra; code=$$?; \

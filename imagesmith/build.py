@@ -13,15 +13,16 @@ import datetime as dt
 import hashlib
 import json
 import queue
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from imagesmith import cudabuild, cudalayer, render, schemas
+from imagesmith import cudabuild, cudalayer, render, runstate, schemas
 from imagesmith.atomic import write_text
-from imagesmith.engine import Engine, RunSpec
+from imagesmith.engine import BuildOutcome, Engine
 from imagesmith.errors import BuildError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
@@ -36,9 +37,13 @@ LABEL_HASH = "io.imagesmith.context-hash"
 # The cache index: one tag per context hash. (A label cannot serve: the classic
 # builder copies build labels onto intermediate images, and children inherit them.)
 CACHE_REPOSITORY = "imagesmith-cache"
-PREBUILD_REPOSITORY = "imagesmith-prebuild"  # a builder stage made ahead (shared-CUDA bases), until the full build
+# A builder stage made ahead (shared-CUDA bases), until the full build: imagesmith-prebuild/<owner>:<context hash>.
+PREBUILD_REPOSITORY = "imagesmith-prebuild"
 LABEL_RUN = "io.imagesmith.run"
-LABEL_STAGE = "io.imagesmith.stage"
+# Who uses a cache entry: one tag per (checkout, target), imagesmith-cache/<owner>:<target>,
+# where the owner is the matrix file and output folder of a checkout. An entry
+# a run stops using is pruned only when no other owner's tag points at it.
+OWNER_REPOSITORY = CACHE_REPOSITORY + "/"
 
 
 @dataclass
@@ -78,10 +83,16 @@ class BuildReport:
         return all(r.ok for r in self.results)
 
     def to_json(self) -> dict[str, Any]:
+        """The report; ``state`` is added by whoever writes it (running, complete, interrupted)."""
         return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
                 "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": self.base_images,
                 "cuda_layers": self.cuda_layers, "base_image_bytes": self.base_image_bytes,
                 "targets": [asdict(r) for r in self.results]}
+
+
+def not_ok(doc: dict[str, Any]) -> dict[str, Any]:
+    """A build report of a run that did not complete never says ok."""
+    return doc | {"ok": False}
 
 
 # -- pure helpers ---------------------------------------------------------------------------
@@ -98,6 +109,24 @@ def context_hash(files: Mapping[str, bytes], buildargs: Mapping[str, str], paren
         h.update(f"\0arg\0{key}={value}".encode())
     h.update(f"\0parent\0{parent_id}".encode())
     return "sha256:" + h.hexdigest()
+
+
+def owner_id(matrix_file: Path, out: Path) -> str:
+    """A checkout's identity for cache ownership: its matrix file and output folder."""
+    where = f"{Path(matrix_file).resolve()}\0{Path(out).resolve()}"
+    return hashlib.sha256(where.encode()).hexdigest()[:16]
+
+
+def _made_last(outcome: BuildOutcome) -> bool:
+    """The build's result is an image it made (its last step did not come from cache)."""
+    return bool(outcome.image_id and outcome.made and outcome.image_id.split(":", 1)[-1].startswith(outcome.made[-1]))
+
+
+def owner_tag(target_id: str) -> str:
+    """The tag of a target under its owner's repository (target ids are tags; others are hashed)."""
+    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", target_id):
+        return target_id
+    return "t-" + hashlib.sha256(target_id.encode()).hexdigest()[:40]
 
 
 def compare_facts(t: Target, facts: Mapping[str, Any], declared: list[str]) -> list[str]:
@@ -157,39 +186,78 @@ class Builder:
         self._pending_server: SourceServer | None = None
         self._lock = threading.Lock()
         self.redact = Redactor([])
+        self.owner = owner_id(matrix.file, out)
+        self.released: list[str] = []  # image IDs this checkout's owner tags pointed at before this run
+        self.stages: list[str] = []  # builder-stage images this run made
 
     # -- public ---------------------------------------------------------------------
     def run(self) -> BuildReport:
+        """Build the plan; OUT/report.json says ``running`` from the start (replacing the
+        last run's), is rewritten as targets finish, and ends ``complete`` or
+        ``interrupted`` (Ctrl-C, SIGTERM, an error)."""
         started, t0 = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), time.monotonic()
-        self._prepare()
+        tracked = runstate.Tracked(self.out / "report.json", self._report(started, t0).to_json(), not_ok)
         try:
-            self._schedule()
-        finally:
-            if self.server:
-                self.server.stop()
-            self.engine.remove_containers(LABEL_RUN, self.run_id)
-        report = BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
-                             [self.results[t.id] for t in self.plan.targets], self.cuda.report() if self.cuda else [],
-                             self.base_bytes)
-        if self.prune and report.ok and any(r.status == "built" for r in report.results):
-            self._prune()
-        write_text(self.out / "report.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+            self._prepare()
+            try:
+                self._schedule(lambda: tracked.update(self._report(started, t0).to_json()))
+            finally:
+                if self.server:
+                    self.server.stop()
+                self.engine.remove_containers(LABEL_RUN, self.run_id)
+            report = self._report(started, t0)
+            self._own_cuda_images()
+            if self.prune and report.ok and (self.released or any(r.status == "built" for r in report.results)):
+                self._prune()
+        except BaseException as exc:  # Ctrl-C, SIGTERM, an error: the report says so, with each target's state
+            tracked.stop(exc, self._report(started, t0).to_json())
+            raise
+        tracked.complete(report.to_json())
         return report
+
+    def _report(self, started: str, t0: float) -> BuildReport:
+        return BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
+                           [self.results[t.id] for t in self.plan.targets], self.cuda.report() if self.cuda else [],
+                           self.base_bytes)
 
     # -- disk -----------------------------------------------------------------------
     def _prune(self) -> None:
-        """After a fully successful run: drop builder stages (dangling, labelled
-        builder) and cache entries of superseded builds of these targets."""
-        freed = self.engine.prune_dangling(f"{LABEL_STAGE}=builder")
-        for t in self.plan.targets:
-            current = self.results[t.id].image_id
-            for info in self.engine.images_with_label("io.imagesmith.target", t.id):
-                stale = info.id != current and info.labels.get(LABEL_STAGE) != "builder" \
-                    and info.labels.get("org.opencontainers.image.title") == self.matrix.image.repository
-                for tag in (tag for tag in info.tags if stale and tag.startswith(f"{CACHE_REPOSITORY}:")):
-                    self.engine.untag(tag)
+        """After a fully successful run: drop the builder stages this run made (never
+        another run's: a concurrent build may be using its own) and the cache entries
+        this checkout stopped using, unless another checkout (owner) still uses them."""
+        freed = sum(self.engine.remove_unused(stage) for stage in self.stages)
+        for stale in self.engine.tags_in(self._prebuild_repository()):  # left by an earlier run that failed
+            self.engine.untag(stale)
+        for old_id in self.released:
+            info = self.engine.image(old_id)
+            if info is None or any(tag.startswith(OWNER_REPOSITORY) for tag in info.tags):
+                continue  # gone already, or another checkout's entry too
+            for tag in (tag for tag in info.tags if tag.startswith(f"{CACHE_REPOSITORY}:")):
+                self.engine.untag(tag)
         if freed:
-            self.display.note(f"pruned builder stages: {freed / 1e9:.1f} GB freed")
+            self.display.note(f"pruned {freed} builder stages this run made")
+
+    def _own(self, name: str, image_id: str) -> None:
+        """Point this checkout's owner tag for ``name`` (a target, or a CUDA image) at
+        ``image_id``; remember what it pointed at."""
+        repository, tag = f"{OWNER_REPOSITORY}{self.owner}", owner_tag(name)
+        before = self.engine.image(f"{repository}:{tag}")
+        if before is not None and before.id == image_id:
+            return
+        self.engine.tag(image_id, repository, tag)
+        if before is not None:
+            with self._lock:
+                self.released.append(before.id)
+
+    def _own_cuda_images(self) -> None:
+        """The CUDA images (OS base + CUDA layer) this run made or found are this checkout's too:
+        one it used before and no longer does is pruned like a target's old image."""
+        for r in self.cuda.results.values() if self.cuda else ():
+            if r.image_id:
+                self._own(r.image.rsplit(":", 1)[1], r.image_id)
+
+    def _prebuild_repository(self) -> str:
+        return f"{PREBUILD_REPOSITORY}/{self.owner}"
 
     # -- preparation --------------------------------------------------------------
     def _prepare(self) -> None:
@@ -226,6 +294,8 @@ class Builder:
                 log.flush()
             outcome = self.engine.build(self.out / folder, tag, self._real_args(t, base_id), {},
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
+        with self._lock:  # the caller removes the image itself, keeping its parents: they go with the prune
+            self.stages += outcome.stages + outcome.made[-2:-1]
         if outcome.error or outcome.image_id is None:
             raise BuildError(f"{folder} failed: {self.redact(outcome.error or 'no image')}; log: {log_path}")
         return outcome.image_id
@@ -249,7 +319,7 @@ class Builder:
         return info.id
 
     # -- the DAG ---------------------------------------------------------------------
-    def _schedule(self) -> None:
+    def _schedule(self, progressed: Callable[[], None] = lambda: None) -> None:
         done: queue.Queue[str] = queue.Queue()
         pending = {t.id: t for t in self.plan.targets}
         running: set[str] = set()
@@ -261,6 +331,7 @@ class Builder:
                 finished = done.get()
                 running.discard(finished)
                 self._skip_descendants(finished, pending)
+                progressed()
         except KeyboardInterrupt:
             self.cancel.set()
             for tid in list(pending) + list(running):
@@ -365,12 +436,13 @@ class Builder:
                     return
             self._docker_build(t, result, self._parent_id(t))
             if t.cuda_set is not None:
-                self.engine.untag(f"{PREBUILD_REPOSITORY}:{cache_tag}")
+                self.engine.untag(f"{self._prebuild_repository()}:{cache_tag}")
             if result.status != "built":
                 return
         self._measure(t, result)
         if result.ok and result.image_id:
             self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
+            self._own(t.id, result.image_id)
 
     def _docker_build(self, t: Target, result: TargetResult, parent_id: str, stage: str | None = None) -> None:
         """Build ``t``; with ``stage``, only up to that stage, tagged (so that no prune takes it)
@@ -378,7 +450,7 @@ class Builder:
         self.display.update(t.id, "building", f"{stage} stage" if stage else "")
         log_path = Path(result.log)
         labels = {LABEL_HASH: result.context_hash, "org.opencontainers.image.created": self._created()}
-        tag = f"{PREBUILD_REPOSITORY}:{result.context_hash.split(':', 1)[1]}" if stage else t.image
+        tag = f"{self._prebuild_repository()}:{result.context_hash.split(':', 1)[1]}" if stage else t.image
         with log_path.open("a" if stage is None and t.cuda_set is not None else "w") as log:
             def on_line(line: str) -> None:
                 clean = self.redact(line)
@@ -390,6 +462,8 @@ class Builder:
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel,
                                         target=stage)
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
+        with self._lock:  # a stage built ahead is this run's too (untagged after the full build)
+            self.stages += outcome.stages + (outcome.made[-1:] if stage and _made_last(outcome) else [])
         if outcome.error or outcome.image_id is None:  # an error wins over any image ID seen before it
             result.status = "cancelled" if outcome.error == "cancelled" else "failed"
             result.error = self.redact(outcome.error or "the engine reported no image")
@@ -422,14 +496,9 @@ class Builder:
             self.engine.remove_image(result.image_id)  # never reused from cache
 
     def _run_facts(self, image_id: str) -> dict[str, Any]:
-        from imagesmith.verify import IN_CONTAINER, payload_files
+        from imagesmith.verify import run_facts
 
-        spec = RunSpec(image=image_id, command=["python3", f"{IN_CONTAINER}/facts.py"], files=payload_files(),
-                       files_dir=IN_CONTAINER, labels={LABEL_RUN: self.run_id}, timeout_s=300)
-        run = self.engine.run(spec)
-        if run.exit_code != 0:
-            raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")
-        return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+        return run_facts(self.engine, image_id, labels={LABEL_RUN: self.run_id})
 
 
 def failure_summary(report: BuildReport) -> list[str]:

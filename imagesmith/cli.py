@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -22,11 +23,18 @@ from imagesmith import __version__, compat
 from imagesmith import matrix as matrix_mod
 from imagesmith import plan as plan_mod
 from imagesmith import render as render_mod
-from imagesmith.errors import ImagesmithError, UserError
+from imagesmith.errors import ImagesmithError, UsageError, UserError
+from imagesmith.fleet.commands import fleet_group, floating_gate, gate_options
 from imagesmith.table import print_table
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
                              type=click.Path(dir_okay=False, path_type=Path), help="The matrix file.")
+ALLOW_ROOT_OPTION = click.option(
+    "--allow-root", "allow_roots", multiple=True, envvar="IMAGESMITH_ALLOW_ROOT",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A folder outside the matrix's own that paths in the matrix (requirements, ca_bundle, template, "
+         "wheel folders, credential files) may lead into, after symlinks; repeatable "
+         "(IMAGESMITH_ALLOW_ROOT: folders separated by ':').")
 
 
 def today() -> str:
@@ -36,8 +44,8 @@ def today() -> str:
     return now.strftime("%Y%m%d")
 
 
-def load_matrix(path: Path) -> matrix_mod.Matrix:
-    m = matrix_mod.load(path)
+def load_matrix(path: Path, allow_roots: Sequence[Path] = ()) -> matrix_mod.Matrix:
+    m = matrix_mod.load(path, allowed_roots=allow_roots)
     for warning in m.warnings:
         click.secho(str(warning), fg="yellow", err=True)
     return m
@@ -61,11 +69,19 @@ def matrix_group() -> None:
 @matrix_group.command("validate")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
-def validate_cmd(file: Path, date: str | None) -> None:
-    """Check FILE against the schema and the knowledge base."""
-    m = load_matrix(file)
+@ALLOW_ROOT_OPTION
+def validate_cmd(file: Path, date: str | None, allow_roots: tuple[Path, ...]) -> None:
+    """Check FILE against the schema and the knowledge base, and render every
+    target in memory (nothing is written), so what passes here renders.
+
+    Lists the templates of the matrix's own folder it ran: they are code."""
+    m = load_matrix(file, allow_roots)
     p = plan_mod.expand(m, date or today())
+    render_mod.render_all(p, m)
     click.echo(f"OK: {len(m.cells)} cells, {len(p.targets)} targets")
+    for layer, path, refs in render_mod.user_templates(m):
+        uses = f" (with {', '.join(refs)})" if refs else ""
+        click.echo(f"runs template {path}{uses} for layer {layer}: code from the matrix's folder, rendered in Jinja's sandbox")
 
 
 @cli.command("plan")
@@ -76,13 +92,15 @@ def validate_cmd(file: Path, date: str | None) -> None:
 @click.option("--layers", "show_layers", is_flag=True, help="Each target's CUDA layer (shared by how many cells) and own bytes.")
 @click.option("--build-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="With --layers: measured bytes from this build report (build/report.json) instead of estimates.")
-def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, show_layers: bool, build_report: Path | None) -> None:
+@ALLOW_ROOT_OPTION
+def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, show_layers: bool, build_report: Path | None,
+             allow_roots: tuple[Path, ...]) -> None:
     """Every build target with its parent, resolved versions and tags."""
-    p = plan_mod.expand(load_matrix(matrix_file), date or today())
+    p = plan_mod.expand(load_matrix(matrix_file, allow_roots), date or today())
     if out:
         plan_mod.write(p, out)
     if show_layers:
-        print_layers(p, json.loads(build_report.read_text()) if build_report else None, fmt)
+        print_layers(p, _read_build(build_report) if build_report else None, fmt)
         return
     if fmt == "json":
         click.echo(json.dumps(plan_mod.to_json(p), indent=2, sort_keys=True))
@@ -94,6 +112,12 @@ def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, sh
           t.versions.cudnn or "-", t.versions.nccl or "-", t.versions.python, t.versions.os,
           t.base_image, t.pip.torch_index_url, t.tag, " ".join(t.floating) or "-"] for t in p.targets],
     )
+
+
+def _read_build(path: Path) -> dict[str, Any]:
+    from imagesmith import pipeline
+
+    return pipeline.read_build(path)
 
 
 def print_layers(p: plan_mod.Plan, report: dict[str, Any] | None, fmt: str) -> None:
@@ -117,10 +141,14 @@ def print_layers(p: plan_mod.Plan, report: dict[str, Any] | None, fmt: str) -> N
 @cli.command("render")
 @MATRIX_OPTION
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if what is on disk differs (drift).")
-def render_cmd(matrix_file: Path, out: Path, check: bool) -> None:
-    """One build context per target (Dockerfile + files) under OUT/<target>/."""
-    m = load_matrix(matrix_file)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if what is on disk differs (content, modes, extra or missing files).")
+@ALLOW_ROOT_OPTION
+def render_cmd(matrix_file: Path, out: Path, check: bool, allow_roots: tuple[Path, ...]) -> None:
+    """One build context per target (Dockerfile + files) under OUT/<target>/.
+
+    Every Dockerfile is parsed back with BuildKit's parser and must hold only
+    the instructions its template makes; nothing is written otherwise."""
+    m = load_matrix(matrix_file, allow_roots)
     contexts = render_mod.render_all(plan_mod.expand(m, today()), m)
     if check:
         drift = render_mod.check(contexts, out)
@@ -196,9 +224,24 @@ CREDENTIALS_OPTION = click.option(
     "--credentials", "credentials_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="File holding user:password for the registry (a Harbor robot account: robot$ml+ci:SECRET). "
          "Default: IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD, then the docker config.")
+ALLOW_CPU_OPTION = click.option(
+    "--allow-cpu-verification", "allow_cpu", is_flag=True,
+    help="Where no GPU is visible, verify CUDA images in CPU mode instead of failing them, and push them with "
+         "their immutable tag only, marked -not-gpu-verified (never a floating tag). For hosts without a GPU.")
 REGISTRY_CA_OPTION = click.option(
     "--registry-ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="CA bundle of the registry (default: /etc/docker/certs.d/<host>/ca.crt when present).")
+SIGNING_KEY_OPTION = click.option(
+    "--signing-key", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="PEM ECDSA P-256 private key that signs the evidence and the image digests (default: the PEM text in "
+         "IMAGESMITH_SIGNING_KEY; password, if any, in IMAGESMITH_SIGNING_KEY_PASSWORD). Without one the evidence is unsigned.")
+EVIDENCE_OPTION = click.option(
+    "--evidence/--no-evidence", "with_evidence", default=True, show_default=True,
+    help="Attach an SBOM, a verification attestation and signatures to every released digest.")
+PUBLIC_KEY_OPTION = click.option(
+    "--key", "public_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Public key (PEM, as cosign.pub); every signature must verify with one of the keys given (repeat --key "
+         "for several signers). Without one, signatures are listed, not checked.")
 
 
 @cli.command("build")
@@ -214,50 +257,83 @@ REGISTRY_CA_OPTION = click.option(
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
+@SIGNING_KEY_OPTION
+@EVIDENCE_OPTION
+@gate_options
+@ALLOW_CPU_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
+@ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
+              registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, gate_fleet: Path | None,
+              fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool, as_json: bool,
+              allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import build
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
-    m, date = load_matrix(matrix_file), date or today()
+    m, date = load_matrix(matrix_file, allow_roots), date or today()
+    key = _signing_key(signing_key) if push and with_evidence else None
+    gate = floating_gate(gate_fleet, fleet_reports)
     p = plan_mod.expand(m, date).select(only, layers)
     if not p.targets:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
     engine = Engine()
+    if push or do_verify:
+        from imagesmith import pipeline
+
+        run = pipeline.RunReport(out)  # replaces the last run's report at once: state running
     display = make_display(f"building {len(p.targets)} targets", quiet or as_json)
     try:
         report = build.Builder(p, m, engine, out, jobs, display, prune=prune).run()
+    except BaseException as exc:
+        if push or do_verify:
+            run.tracked.stop(exc)
+        raise
     finally:
         display.close()
     _print_build(report, out, quiet, as_json and not (push or do_verify))
     if push or do_verify:
-        _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json)
+        with run:
+            run.built(report.to_json() | {"state": "complete"})  # as the build wrote it to report.json
+            _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json, run,
+                                {"signing_key": key, "with_evidence": with_evidence}, gate, allow_cpu)
     elif not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
+def _signing_key(path: Path | None) -> Any:
+    from imagesmith import signing
+
+    key = signing.load_signing_key(path, os.environ)
+    if key is None:
+        click.secho(f"warning: no signing key (--signing-key or {signing.ENV_KEY}): the evidence is attached unsigned", fg="yellow", err=True)
+    return key
+
+
 def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
-                        credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool) -> None:
+                        credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool,
+                        run: Any, evidence: dict[str, Any], gate: Any = None, allow_cpu: bool = False) -> None:
     from imagesmith import pipeline
     from imagesmith.progress import make_display
 
     display = make_display(f"verifying {sum(r.ok for r in report.results)} images", quiet or as_json)
     rel = None
     try:
-        outcomes = pipeline.verify_results(engine, report.results, pipeline.options_from(m), out, display)
+        options = pipeline.options_from(m, allow_cpu_verification=allow_cpu)
+        outcomes = pipeline.verify_results(engine, report.results, options, out, display, run)
         if push:
             from imagesmith import publish
 
-            rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca)
+            rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca,
+                                  floating_gate=gate, allow_cpu_verification=allow_cpu, **evidence)
+            run.released(rel.to_json() | {"state": "complete"})  # as the release wrote it to release.json
     finally:
         display.close()
-    path = pipeline.write_run_report(out, report.to_json(), outcomes, rel.to_json() if rel else None)
+    path = run.complete()
     if as_json:
         click.echo(path.read_text())
     elif not quiet:
@@ -271,12 +347,26 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
 
 
 def _print_outcomes(outcomes: dict[str, Any]) -> None:
+    from imagesmith import policy
+
     rows = []
     for target, o in outcomes.items():
         s = o.report.get("summary", {})
-        rows.append([target, "passed" if o.ok else "FAILED", s.get("pass", 0), s.get("warn", 0), s.get("fail", 0),
-                     s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
-    print_table("verification", ["target", "result", "pass", "warn", "fail", "skip", "failed checks"], rows)
+        rows.append([target, "passed" if o.ok else "FAILED", policy.how_verified(o.report), s.get("pass", 0), s.get("warn", 0),
+                     s.get("fail", 0), s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
+    print_table("verification", ["target", "result", "mode", "pass", "warn", "fail", "skip", "failed checks"], rows)
+
+
+def mode_line(report: dict[str, Any]) -> str:
+    """Which mode ran and why, for the first line of the verify table."""
+    from imagesmith import policy
+
+    reason = str((report.get("mode") or {}).get("reason") or "mode unknown: the payload did not report")
+    cuda = (report.get("environment") or {}).get("cuda")
+    ev = policy.evidence(report)
+    if cuda and not ev.gpu_verified and policy.NOT_GPU_VERIFIED not in reason:
+        reason += f" ({policy.NOT_GPU_VERIFIED})"
+    return reason
 
 
 @cli.command("publish")
@@ -288,21 +378,32 @@ def _print_outcomes(outcomes: dict[str, Any]) -> None:
 @click.option("--date", default=None, help="Build date for the immutable tags (YYYYMMDD); default today.")
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
+@SIGNING_KEY_OPTION
+@EVIDENCE_OPTION
+@gate_options
+@ALLOW_CPU_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path, out: Path, run_report: Path | None, date: str | None,
-                credentials_file: Path | None, registry_ca: Path | None, quiet: bool) -> None:
+                credentials_file: Path | None, registry_ca: Path | None, signing_key: Path | None, with_evidence: bool,
+                gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
+                allow_roots: tuple[Path, ...]) -> None:
     """Tag and push the verified images of OUT/report.json; write OUT/release.json and OUT/release.md."""
     from imagesmith import pipeline, publish
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
-    m, date = load_matrix(matrix_file), date or today()
+    m, date = load_matrix(matrix_file, allow_roots), date or today()
+    key = _signing_key(signing_key) if with_evidence else None
     p = plan_mod.expand(m, date)
     results = pipeline.build_results(pipeline.read_build(out / "report.json"))
     outcomes = pipeline.read_outcomes(out, [r.target for r in results], run_report)
+    gate = floating_gate(gate_fleet, fleet_reports)
     display = make_display(f"publishing to {m.image.name}", quiet)
     try:
-        rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca)
+        rel = publish.release(Engine(), m, p, results, outcomes, date, out, display, credentials_file, registry_ca,
+                              signing_key=key, with_evidence=with_evidence, floating_gate=gate,
+                              allow_cpu_verification=allow_cpu)
     finally:
         display.close()
     finish_release(rel, quiet)
@@ -312,9 +413,13 @@ def finish_release(rel: Any, quiet: bool) -> None:
     """Print what was released and where the report is; exit 1 if any target was not released."""
     if not quiet:
         print_table(f"release to {rel.registry}/{rel.repository} ({rel.seconds:.1f}s)",
-                    ["target", "status", "reference", "digest", "floating"],
-                    [[t.target, t.status, t.reference or "-", (t.digest or "-")[:19], " ".join(t.floating) or "-"]
-                     for t in rel.targets])
+                    ["target", "status", "reference", "digest", "floating", "verified", "evidence"],
+                    [[t.target, t.status, t.reference or "-", (t.digest or "-")[:19], " ".join(t.floating) or "-",
+                      t.verified_how()[:90], _evidence_cell(t.evidence)] for t in rel.targets])
+        unvetted = [t.reference for t in rel.targets if t.status in ("pushed", "unchanged") and t.gpu_verified is False]
+        if unvetted:
+            click.secho(f"{len(unvetted)} CUDA image(s) not GPU-verified (verified without a GPU): immutable tag only, "
+                        f"no floating tag: {', '.join(unvetted)}", fg="yellow", err=True)
         for f in rel.floating:
             if f.action in ("kept", "failed"):
                 click.echo(f"{f.reference}: {f.action}: {f.reason}", err=True)
@@ -325,6 +430,15 @@ def finish_release(rel: Any, quiet: bool) -> None:
         problems.append(f"{stopped} verified targets were not pushed because the release stopped; fix the above and run it again")
     if not rel.ok:
         raise UserError("release incomplete:\n  " + "\n  ".join(problems or ["a floating tag could not be moved (see above)"]))
+
+
+def _evidence_cell(attached: dict[str, Any]) -> str:
+    artifacts = attached.get("artifacts") or []
+    if not artifacts:
+        return "-"
+    pushed = sum(a["status"] == "pushed" for a in artifacts)
+    signed = "signed" if any(a.get("kind") == "signature" for a in artifacts) else "UNSIGNED"
+    return f"{pushed} pushed, {len(artifacts) - pushed} unchanged ({signed})"
 
 
 def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
@@ -345,15 +459,39 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
 # -- verify -------------------------------------------------------------------------------------
 
 
+def _expect_option(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, str]:
+    """--expect parsed at once: a bad item is bad usage (exit 2) before any container starts."""
+    from imagesmith import verify
+
+    try:
+        return verify.parse_expect(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--expect: "), ctx, param) from None
+
+
+def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    value = value.replace(" ", "")
+    if not matrix_mod.GPU_LIST.match(value):
+        raise click.BadParameter(f"{value!r}: write all, none, GPU indexes (0,1) or UUIDs (GPU-...)", ctx, param)
+    return value
+
+
 @cli.command("verify")
 @click.argument("image", required=False)
 @click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default="quick", show_default=True)
-@click.option("--gpus", default="all", show_default=True, help="all, none, or a list such as 0,1.")
-@click.option("--expect", default="", help="Versions to expect instead of the image's labels: torch=2.9.1,cuda=12.8,...")
+@click.option("--gpus", default="all", show_default=True, callback=_gpus_option,
+              help="all (every GPU, at least one), none (CPU mode), or a list such as 0,1 (exactly those); "
+                   "fewer visible GPUs than asked fails gpu.devices.")
+@click.option("--expect", default="", callback=_expect_option,
+              help="Versions to expect instead of the image's labels, comma-separated NAME=VERSION: torch=2.9.1,cuda=12.8 "
+                   "(cuda=cpu: a CPU-only torch), also cudnn, nccl, python, os, torchvision, ... or pip:NAME=VERSION.")
+@click.option("--require-non-root", is_flag=True,
+              help="Fail (not warn) when a foreign image runs as root (images imagesmith built always fail as root).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="Write the verify report here.")
 @click.option("--local", is_flag=True, help="Run the payload on this host's Python (no Docker), e.g. on a GPU host.")
 @click.option("--python", "python_exe", default=None, help="With --local: the Python to run the payload with.")
-@click.option("--require-gpu", is_flag=True, help="Fail, not skip, when no GPU is visible.")
+@click.option("--require-gpu", is_flag=True, help="Fail whenever no GPU is visible, even with --gpus none.")
+@ALLOW_CPU_OPTION
 @click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=float, help="Seconds before the run is killed.")
 @click.option("--shm-size", default="8g", show_default=True)
 @click.option("--memory", default=None, help="Container memory limit, e.g. 32g.")
@@ -365,11 +503,17 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
 @click.option("--build-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Verify every image this build report built (not IMAGE); --json then writes a run report.")
 @CREDENTIALS_OPTION
+@PUBLIC_KEY_OPTION
+@click.option("--reuse-evidence", is_flag=True,
+              help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
+                   "(or CPU mode), signed by --key.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
-               python_exe: str | None, require_gpu: bool, timeout_s: float, shm_size: str, memory: str | None,
+def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
+               json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
+               timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
-               build_report: Path | None, credentials_file: Path | None, quiet: bool) -> None:
+               build_report: Path | None, credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
+               quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -377,33 +521,145 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
 
     if [bool(image), local, build_report is not None].count(True) != 1:
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
+    if require_gpu and allow_cpu:
+        raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
     options = verify.VerifyOptions(
-        tier=tier, gpus=gpus, expect=verify.parse_expect(expect), require_gpu=require_gpu, shm_size=shm_size,
+        tier=tier, gpus=gpus, expect=expect, require_gpu=require_gpu, allow_cpu=allow_cpu, shm_size=shm_size,
+        require_non_root=require_non_root,
         memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
-        only=tuple(filter(None, only.split(","))), skip=tuple(filter(None, skip.split(","))))
+        only=tuple(filter(None, (s.strip() for s in only.split(",")))),
+        skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
+    verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
     if build_report is not None:
         _verify_build(build_report, options, json_out, quiet)
         return
-    if local:
-        outcome = verify.run_local(options, python_exe)
-    else:
-        from imagesmith.engine import Engine
+    if reuse_evidence and not public_keys:
+        raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
+    if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet):
+        return
+    from imagesmith.runstate import Tracked
 
-        from imagesmith.engine import registry_host
-        from imagesmith.registry import resolve_credentials
-
-        creds = resolve_credentials(registry_host(image or ""), None, credentials_file)
-        progress = None if quiet else (lambda line: click.echo(line, err=True))
-        outcome = verify.verify_image(Engine(), image or "", options, pull=not no_pull, progress=progress,
-                                      auth=creds.auth_config() if creds else None)
-    if json_out:
-        from imagesmith.atomic import write_text
-
-        write_text(json_out, json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")
+    with Tracked(json_out, verify.running_report(image, tier)) as tracked:  # --json FILE says running at once
+        if local:
+            outcome = verify.run_local(options, python_exe)
+        else:
+            outcome = _verify_image(image or "", options, no_pull, credentials_file, quiet)
+        tracked.complete(outcome.report)
     if not quiet:
         print_verify(outcome.report, json_out)
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
+
+
+def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_file: Path | None, options: Any,
+                       reuse: bool, quiet: bool) -> bool:
+    """Print what is attached to IMAGE's digest (a registry reference); True when a signed
+    attestation for this tier and GPU model makes running again unnecessary (--reuse-evidence)."""
+    from imagesmith import evidence, signing
+    from imagesmith.engine import registry_host
+
+    if registry_host(image) == "docker.io":
+        return False
+    keys = [signing.load_public_key(k) for k in public_keys]
+    try:
+        found = evidence.read(image, keys, credentials_file)
+    except UserError as exc:
+        click.secho(f"note: no evidence read from the registry ({exc})", fg="yellow", err=True)
+        return False
+    if not quiet:
+        print_evidence(found)
+    model, count = _gpu_model(options.gpus)
+    match = evidence.reusable(found, options.tier, model, count) if reuse else None
+    if match is not None:
+        click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
+                   f"({options.tier} tier, {model or 'CPU mode'}): not run again")
+    return match is not None
+
+
+def _gpu_model(gpus: str) -> tuple[str | None, int]:
+    """This host's GPU model and count as --gpus selects them (None: CPU mode)."""
+    from imagesmith.attestation import model_name
+    from imagesmith.hostinfo import inventory
+
+    found = inventory().gpus if gpus != "none" else ()
+    wanted = {g.strip() for g in gpus.split(",")} if gpus not in ("all", "none") else None
+    names = [g.name for g in found if wanted is None or str(g.index) in wanted or g.uuid in wanted]
+    return (model_name(names), len(names)) if names else (None, 0)
+
+
+def print_evidence(found: Any) -> None:
+    """The artifacts attached to a digest, their signatures, the verification summary, SBOM counts."""
+    from imagesmith.sbom import counts
+
+    data = found.to_json()
+    checked = "checked against " + ", ".join(k[:12] for k in found.keys) if found.keys else "not checked (no --key)"
+    rows = [[a.kind, a.digest[:19], a.predicate_type or a.artifact_type, _signed(a.signatures, a.signed_by, found.keys),
+             "; ".join(a.problems)[:100] or "ok"] for a in found.attestations]
+    rows += [["signature", s.layer[:19], f"cosign simple signing of {s.claims[:19]}", _signed(1, s.signed_by, found.keys),
+              "; ".join(s.problems)[:100] or "ok"] for s in found.signatures]
+    rows += [[f"{a.kind} (.att)", a.layer[:19], a.predicate_type or a.artifact_type, _signed(a.signatures, a.signed_by, found.keys),
+              "; ".join(a.problems)[:100] or "ok"] for a in found.cosign]
+    print_table(f"evidence of {found.name}@{found.digest} (found via {found.discovery}; signatures {checked})",
+                ["artifact", "digest", "type", "signed", "check"], rows)
+    for v in data["verification"]:
+        gpu = v.get("gpu") or {}
+        where = f"{gpu.get('count')} × {gpu.get('model')}, driver {v.get('driver')}" if gpu else "CPU mode (no GPU)"
+        m, s = v.get("measured") or {}, v.get("summary") or {}
+        versions = " ".join(f"{k} {m.get(k) or '-'}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os"))
+        click.echo(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} {v.get('tier')} tier on {where} at "
+                   f"{v.get('started_at')}: {versions}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, "
+                   f"{s.get('skip')} skip"
+                   + (f"; failed: {', '.join(v['failed_checks'])}" if v.get("failed_checks") else ""))
+    for a in found.of_kind("sbom"):
+        c = counts(a.statement.predicate) if a.statement else {}
+        click.echo(f"sbom: CycloneDX {c.get('spec_version')}, {c.get('components')} components: {c.get('python')} Python "
+                   f"distributions, {c.get('deb')} Debian packages; base image {c.get('base_image')}")
+    for problem in found.all_problems():
+        click.secho(f"MISMATCH: {problem}", fg="red", err=True)
+
+
+def _signed(count: int, signed_by: Any, keys: Any) -> str:
+    if not count:
+        return "unsigned"
+    if not keys:
+        return f"{count} signature(s), not checked"
+    return f"yes ({', '.join(k[:12] for k in signed_by)})" if signed_by else "NO"
+
+
+@cli.command("evidence")
+@click.argument("ref")
+@PUBLIC_KEY_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the evidence as JSON (schema imagesmith.evidence/1).")
+@CREDENTIALS_OPTION
+@REGISTRY_CA_OPTION
+def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credentials_file: Path | None, registry_ca: Path | None) -> None:
+    """What is attached to REF's digest (host/repository:tag or @sha256:...): SBOM, verification
+    attestations, signatures; with --key every signature is verified.
+
+    Exit 0: everything matches; 1: a signature, a subject digest or a blob does not match."""
+    from imagesmith import evidence, signing
+
+    keys = [signing.load_public_key(k) for k in public_keys]
+    found = evidence.read(ref, keys, credentials_file, registry_ca)
+    if as_json:
+        click.echo(json.dumps(found.to_json(), indent=2, sort_keys=True))
+    else:
+        print_evidence(found)
+    if not found.ok:
+        raise UserError(f"evidence of {found.name}@{found.digest} does not check out: {len(found.all_problems())} mismatch(es)")
+    if not found.attestations and not found.signatures and not found.cosign:
+        click.echo(f"nothing is attached to {found.name}@{found.digest}", err=True)
+
+
+def _verify_image(image: str, options: Any, no_pull: bool, credentials_file: Path | None, quiet: bool) -> Any:
+    from imagesmith import verify
+    from imagesmith.engine import Engine, registry_host
+    from imagesmith.registry import resolve_credentials
+
+    creds = resolve_credentials(registry_host(image), None, credentials_file)
+    progress = None if quiet else (lambda line: click.echo(line, err=True))
+    return verify.verify_image(Engine(), image, options, pull=not no_pull, progress=progress,
+                               auth=creds.auth_config() if creds else None)
 
 
 def _verify_build(build_report: Path, options: Any, json_out: Path | None, quiet: bool) -> None:
@@ -417,10 +673,11 @@ def _verify_build(build_report: Path, options: Any, json_out: Path | None, quiet
     results = pipeline.build_results(data)
     display = make_display(f"verifying {sum(r.ok for r in results)} images", quiet)
     try:
-        outcomes = pipeline.verify_results(Engine(), results, options, out, display)
+        with pipeline.RunReport(out, data) as run:
+            outcomes = pipeline.verify_results(Engine(), results, options, out, display, run)
+            path = run.complete()
     finally:
         display.close()
-    path = pipeline.write_run_report(out, data, outcomes, None)
     if json_out and json_out.resolve() != path.resolve():
         from imagesmith.atomic import write_text
 
@@ -441,7 +698,7 @@ def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
     env = report.get("environment") or {}
     image = (report.get("image") or {}).get("ref", "this host")
     s = report.get("summary", {})
-    title = (f"verify {image} ({report.get('tier')}): torch {env.get('torch')} cuda {env.get('cuda')} "
+    title = (f"verify {image} ({report.get('tier')}), {mode_line(report)}: torch {env.get('torch')} cuda {env.get('cuda')} "
              f"driver {env.get('driver')} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
              f"{s.get('skip', 0)} skip in {report.get('wall_s', 0):.1f}s" + (f"; report {json_out}" if json_out else ""))
     rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",
@@ -467,8 +724,9 @@ def _fmt(value: Any) -> str:
               help="Check the host against this matrix (default: ./matrix.yaml when there is one).")
 @click.option("--release", is_flag=True, help="This host also publishes: a missing registry login is a failure, not a warning.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON (schema imagesmith.doctor/1).")
+@ALLOW_ROOT_OPTION
 @click.pass_context
-def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool) -> None:
+def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
     """Can this host build and verify? Docker engine, NVIDIA runtime/CDI, GPUs,
     driver against the matrix's CUDA versions, free disk, registry login.
 
@@ -477,7 +735,7 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 
     if matrix_file is not None and not matrix_file.is_file():
         raise UserError(f"{matrix_file}: no such file")
-    results = doctor.diagnose(matrix=matrix_file, publish=release)
+    results = doctor.diagnose(matrix=matrix_file, publish=release, allowed_roots=allow_roots)
     if as_json:
         click.echo(json.dumps(doctor.to_json(results), indent=2))
     else:
@@ -496,15 +754,30 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here (atomically); default: standard output.")
 def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
-    """Render a build, verify or run report (report.json) for people and CI."""
+    """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
+    from imagesmith.fleet import render as fleet_render, report as fleet_report
 
-    run = report.load(report_file)
-    if out is None:
-        click.echo(report.render(run, fmt), nl=False)
+    if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
+        fleet = fleet_report.load(report_file)
+        _emit(fleet_render.render(fleet, fmt), out, f"{fmt} fleet report of {len(fleet.cells)} cells", fleet.ok)
         return
-    report.write(run, fmt, out)
-    click.echo(f"{out}: {fmt} report of {len(run.targets)} targets ({'ok' if run.ok else 'with failures'})", err=True)
+    run = report.load(report_file)
+    _emit(report.render(run, fmt), out, f"{fmt} report of {len(run.targets)} targets", run.ok)
+
+
+def _emit(text: str, out: Path | None, what: str, ok: bool) -> None:
+    """A rendering to standard output, or atomically to ``out`` with one line saying what was written."""
+    from imagesmith.atomic import write_text
+
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    write_text(out, text)
+    click.echo(f"{out}: {what} ({'ok' if ok else 'with failures'})", err=True)
+
+
+cli.add_command(fleet_group)
 
 
 # -- entry point --------------------------------------------------------------------------------

@@ -20,11 +20,12 @@ import datetime as dt
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from imagesmith import compat, schemas
+from imagesmith import harbor as harbor_api
 from imagesmith.errors import UserError
 from imagesmith.hostinfo import HostInfo, inventory
 from imagesmith.registry import ENV_PASSWORD, ENV_USER, config_host
@@ -94,6 +95,7 @@ class Facts:
     docker_config_error: str | None = None
     gpu_hook: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict)
+    release: ReleaseFacts | None = None  # asked only with doctor --release and a matrix naming a registry
 
     @property
     def engine_ok(self) -> bool:
@@ -116,6 +118,18 @@ class Needs:
     planned_bytes: int = 0
     targets: int = 0
     publish: bool = False  # this host also pushes (doctor --release): a missing registry login fails
+    repository: str | None = None  # <project>/<repository> a release pushes to
+    floating: tuple[str, ...] = ()  # the floating tags the plan moves
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """What ``doctor --release`` learnt from the registry itself."""
+
+    push_error: str | None = None  # None: a blob upload was accepted (and cancelled)
+    harbor: str | None = None  # Harbor's version; None: not Harbor
+    rules: tuple[harbor_api.ImmutableRule, ...] = ()
+    rules_error: str | None = None
 
 
 # =====================================================================  the seam
@@ -246,7 +260,7 @@ def needs_from(matrix_name: str, registry: str | None, targets: Iterable[tuple[s
                  planned_bytes=sum(layer_bytes(layer, c) for layer, c in targets), targets=len(targets), publish=publish)
 
 
-def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False) -> Needs:
+def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False, allowed_roots: Sequence[Path] = ()) -> Needs:
     """The matrix at ``path`` (default: ./matrix.yaml when there is one) as Needs."""
     from imagesmith import matrix as matrix_mod
     from imagesmith import plan as plan_mod
@@ -256,12 +270,34 @@ def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False
             return Needs(publish=publish)
         path = (cwd / "matrix.yaml") if cwd else Path("matrix.yaml")
     try:
-        m = matrix_mod.load(path)
+        m = matrix_mod.load(path, allowed_roots=allowed_roots)
         p = plan_mod.expand(m, dt.date.today().strftime("%Y%m%d"))
     except UserError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return Needs(matrix=str(path), problem=first, publish=publish)
-    return needs_from(str(path), m.image.registry, ((t.layer, t.versions.cuda) for t in p.targets), publish)
+    needs = needs_from(str(path), m.image.registry, ((t.layer, t.versions.cuda) for t in p.targets), publish)
+    return replace(needs, repository=m.image.repository, floating=tuple(sorted({f for t in p.targets for f in t.floating})))
+
+
+def probe_release(host: str, repository: str, environ: Mapping[str, str]) -> ReleaseFacts:
+    """Ask the registry: may these credentials push to ``repository``? Is it Harbor, and
+    with which tag-immutability rules in the project?"""
+    from imagesmith.registry import Registry, resolve_credentials
+
+    try:
+        client = Registry(host, resolve_credentials(host, environ))
+        client.check_push(repository)
+        push_error = None
+    except UserError as exc:
+        return ReleaseFacts(push_error=str(exc))
+    api = harbor_api.Harbor(client.url(""), client.credentials, client.session, client.verify)
+    version = api.version()
+    if version is None:
+        return ReleaseFacts(push_error)
+    try:
+        return ReleaseFacts(push_error, version, api.immutable_rules(repository.split("/", 1)[0]))
+    except (UserError, ValueError, OSError) as exc:
+        return ReleaseFacts(push_error, version, rules_error=str(exc))
 
 
 # =====================================================================  checks
@@ -421,6 +457,45 @@ def registry_check(f: Facts, n: Needs) -> list[Result]:
     return [Result("registry", WARN, f"{host}: no login found{note}: building works, publishing cannot push", fix)]
 
 
+@check
+def push_check(f: Facts, n: Needs) -> list[Result]:
+    """doctor --release: the registry accepted (and we cancelled) a blob upload to the repository."""
+    if f.release is None:
+        return []
+    where = f"{n.registry}/{n.repository}"
+    if f.release.push_error:
+        fix = (f"docker login {n.registry}   (or export {USER_ENV}=... {PASSWORD_ENV}=..., e.g. a Harbor robot account)"
+               if "HTTP 401" in f.release.push_error else
+               f"give the account push permission on {where} (Harbor: a robot account with push and pull on the project)")
+        return [Result("push", FAIL, f.release.push_error, fix)]
+    return [Result("push", OK, f"{where}: a push was accepted (blob upload started and cancelled): images, "
+                               f"SBOMs, attestations and signatures can be pushed")]
+
+
+SIGNATURE_TAGS = ("sha256-" + "0" * 64 + ".sig", "sha256-" + "0" * 64)
+
+
+@check
+def immutability_check(f: Facts, n: Needs) -> list[Result]:
+    """doctor --release against Harbor: tag-immutability rules that would block a floating tag
+    (or the signature / referrers tags the evidence uses)."""
+    r = f.release
+    if r is None or r.harbor is None:
+        return []
+    if r.rules_error:
+        return [Result("tag immutability", WARN, f"Harbor {r.harbor}: {r.rules_error}")]
+    project, _, repo = (n.repository or "").partition("/")
+    blocked = harbor_api.blocked(r.rules, repo, list(n.floating) + list(SIGNATURE_TAGS))
+    fix = f"in Harbor: Projects > {project} > Policy > Tag Immutability, exclude these tags from the rule"
+    out = [Result("tag immutability", WARN, f"floating tag {tag} matches {rule.describe()}: Harbor will refuse to move it", fix)
+           for tag, rule in blocked.items() if tag not in SIGNATURE_TAGS]
+    if any(tag in SIGNATURE_TAGS for tag in blocked):
+        out.append(Result("tag immutability", WARN, "sha256-<digest>.sig tags match an immutability rule: a second "
+                          "signature of an image cannot be added", fix))
+    return out or [Result("tag immutability", OK, f"Harbor {r.harbor}: no rule of project {project} blocks "
+                                                  f"{len(n.floating)} floating tags or the signature tags")]
+
+
 def _credentials(f: Facts, host: str) -> str:
     """How imagesmith would log in to ``host`` ('' when it would not)."""
     if f.environ.get(USER_ENV) and f.environ.get(PASSWORD_ENV):
@@ -453,9 +528,13 @@ def run(facts: Facts, needs: Needs, checks: Sequence[Check] = CHECKS) -> list[Re
 
 
 def diagnose(host: Host | None = None, matrix: Path | None = None, publish: bool = False,
-             cwd: Path | None = None) -> list[Result]:
-    """Everything ``imagesmith doctor`` does but printing."""
-    return run(gather(host or SystemHost()), load_needs(matrix, cwd, publish))
+             cwd: Path | None = None, allowed_roots: Sequence[Path] = (),
+             release_probe: Callable[[str, str, Mapping[str, str]], ReleaseFacts] = probe_release) -> list[Result]:
+    """Everything ``imagesmith doctor`` does but printing; ``--release`` also asks the registry."""
+    facts, needs = gather(host or SystemHost()), load_needs(matrix, cwd, publish, allowed_roots)
+    if needs.publish and needs.registry and needs.repository and not needs.problem:
+        facts = replace(facts, release=release_probe(needs.registry, needs.repository, facts.environ))
+    return run(facts, needs)
 
 
 def ready(results: Sequence[Result]) -> bool:

@@ -16,28 +16,31 @@ registry: never backwards, never to an unverified image, pre-releases only
 when ``tags.prerelease`` says so. On a tie (same torch, rebuilt) the new
 build takes it.
 
+After the digest check, an optional ``evidence`` step (:mod:`imagesmith.evidence`)
+attaches an SBOM, a verification attestation and signatures to every released
+digest; what it attached is recorded per target in the release report.
+
 Side effects are constructor parameters with real defaults (engine, registry
-client, sleep, a before-push hook), so tests pass doubles. This module never
-imports docker.
+client, sleep, a before-push hook, the evidence step), so tests pass doubles.
+This module never imports docker.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from imagesmith import schemas, tags
+from imagesmith import policy, runstate, schemas, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.progress import Display, QuietDisplay
-from imagesmith.registry import Credentials, Manifest, redact
+from imagesmith.registry import TRANSIENT_MESSAGE, Credentials, Manifest, RegistryHTTPError, redact
 from imagesmith.versions import cuda_variant, major, minor
 
 RELEASE_SCHEMA = schemas.RELEASE
@@ -45,12 +48,7 @@ LABEL = "io.imagesmith."
 DONE = ("pushed", "unchanged")
 T = TypeVar("T")
 
-TRANSIENT = re.compile(
-    r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|timed? ?out|TLS handshake timeout"
-    r"|temporarily unavailable|too ?many ?requests|unexpected HTTP status: (?:429|5\d\d)|HTTP (?:429|5\d\d)\b"
-    r"|Service Unavailable|Bad Gateway|Gateway Time-?out|Internal Server Error|cannot reach the registry",
-    re.IGNORECASE,
-)
+TRANSIENT = TRANSIENT_MESSAGE  # how the docker engine words a push error retrying may help
 
 
 # -- seams ------------------------------------------------------------------------------------
@@ -59,6 +57,8 @@ TRANSIENT = re.compile(
 class EngineLike(Protocol):
     def tag(self, image_id: str, repository: str, tag: str) -> None: ...
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str: ...
+    def image(self, ref: str) -> Any: ...
+    def untag(self, ref: str) -> None: ...
 
 
 class RegistryLike(Protocol):
@@ -70,6 +70,7 @@ class RegistryLike(Protocol):
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: ...
     def config(self, repo: str, digest: str) -> dict[str, Any]: ...
     def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: ...
+    def check_upload(self, repo: str) -> None: ...
 
 
 class Verified(Protocol):
@@ -97,6 +98,7 @@ class Item:
     verified: bool
     verification: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    evidence: policy.Evidence | None = None  # how it was verified (GPU or CPU mode)
 
 
 def items_from(results: Iterable[Any], plan: Any, outcomes: Mapping[str, Verified]) -> list[Item]:
@@ -116,7 +118,7 @@ def _item(result: Any, target: Any, outcome: Verified | None) -> Item:
     if result.ok and outcome is not None and not same_image:
         error = f"verification ran on image {summary['image_id']}, not the built {result.image_id}"
     return Item(result.target, target.layer, target.cell, result.image_id, result.facts, bool(result.ok),
-                verified, summary, error)
+                verified, summary, error, policy.evidence(outcome.report) if outcome is not None else None)
 
 
 def verification_summary(outcome: Verified | None) -> dict[str, Any]:
@@ -124,9 +126,12 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
         return {"ok": False, "reason": "not verified"}
     rep = outcome.report
     failed = [c.get("id") for c in rep.get("checks") or [] if c.get("status") == "fail" and not c.get("optional")]
+    ev = policy.evidence(rep)
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
-            "failed_checks": failed, "notes": list(rep.get("notes") or [])}
+            "failed_checks": failed, "notes": list(rep.get("notes") or []),
+            "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
+            "gpu_short": ev.short()}
 
 
 # -- pure: fields, tags, retries -----------------------------------------------------------------
@@ -249,12 +254,25 @@ class TargetRelease:
     error: str | None = None
     fields: dict[str, str] = field(default_factory=dict, repr=False)
     traffic: Traffic = field(default_factory=Traffic)
+    evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.evidence attached to the digest
+    gpu_verified: bool | None = None  # None: a CPU-only image (vetted on a CPU)
+    note: str = ""  # the release policy's word on it, e.g. "not GPU-verified: ..."
+    may_float: bool = field(default=True, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
                 "verification": self.verification, "floating": self.floating, "error": self.error,
+                "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note,
                 "traffic": dict(self.traffic.__dict__)}
+
+    def verified_how(self) -> str:
+        """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'CPU image', 'failed'."""
+        if not self.verification.get("ok"):
+            return "failed" if self.verification else "-"
+        if self.gpu_verified is None:
+            return "passed (CPU image)"
+        return str(self.verification.get("gpu_short") or ("GPU-verified" if self.gpu_verified else policy.NOT_GPU_VERIFIED))
 
 
 @dataclass
@@ -305,7 +323,8 @@ class ReleaseReport:
     @staticmethod
     def _ref(reference: str, digest: str | None, kind: str, t: TargetRelease) -> dict[str, Any]:
         return {"reference": reference, "digest": digest, "kind": kind, "target": t.target,
-                "versions": t.versions, "verification": t.verification}
+                "versions": t.versions, "verification": t.verification, "gpu_verified": t.gpu_verified,
+                "note": t.note}
 
     def traffic(self) -> Traffic:
         total = Traffic()
@@ -319,7 +338,8 @@ class ReleaseReport:
                 "traffic": dict(self.traffic().__dict__),
                 "pushed": self.pushed(), "unchanged": self.unchanged(),
                 "floating": [f.to_json() for f in self.floating],
-                "targets": [t.to_json() for t in self.targets], "errors": self.errors}
+                "targets": [t.to_json() for t in self.targets], "errors": self.errors,
+                "evidence": [t.evidence for t in self.targets if t.evidence]}
 
 
 def markdown(report: ReleaseReport) -> str:
@@ -333,14 +353,19 @@ def markdown(report: ReleaseReport) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for t in report.targets:
         v = t.versions
-        check = "passed" if t.verification.get("ok") else "failed" if t.verification else "-"
         lines.append(f"| {t.target} | {t.status} | `{t.reference or '-'}` | `{(t.digest or '-')[:19]}` | {v.get('torch', '-')} "
-                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {check} | {_gb(t.traffic.pushed_bytes)} "
-                     f"| {_gb(t.traffic.existing_bytes)} |")
+                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {_md_cell(t.verified_how())} "
+                     f"| {_gb(t.traffic.pushed_bytes)} | {_gb(t.traffic.existing_bytes)} |")
+    unvetted = [t for t in report.targets if t.status in DONE and t.gpu_verified is False]
+    if unvetted:
+        lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
+                  f"(verified without a GPU; tags end in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags): "
+                  + ", ".join(f"`{t.reference}`" for t in unvetted)]
     if report.floating:
         lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
         lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
                   for f in report.floating]
+    lines += evidence_markdown(report.targets)
     problems = report.errors + [f"{t.target}: {t.error}" for t in report.targets if t.error]
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
@@ -349,6 +374,21 @@ def markdown(report: ReleaseReport) -> str:
 
 def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB"
+
+
+def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:
+    """Per digest: each artifact attached to it, with its own digest."""
+    rows = [f"| `{(t.digest or '')[:19]}` | {a['kind']} | `{(a.get('digest') or '-')[:19]}` | {a.get('size', '-')} "
+            f"| {a['status']} | {'yes' if a.get('signed') else 'no'} |"
+            for t in targets for a in t.evidence.get("artifacts", [])]
+    if not rows:
+        return []
+    return ["", "## Evidence attached", "", "| image digest | artifact | digest | bytes | status | signed |",
+            "|---|---|---|---|---|---|", *rows]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 # -- the publisher --------------------------------------------------------------------------------
@@ -370,35 +410,57 @@ class Publisher:
     def __init__(self, engine: EngineLike, registry: RegistryLike, image: ImageSpec, policy: TagPolicy, date: str,
                  out_dir: Path, display: Display | None = None, credentials: Credentials | None = None,
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
-                 before_push: Callable[[str], None] | None = None) -> None:
+                 before_push: Callable[[str], None] | None = None,
+                 evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
+                 floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
         self.repo, self.name = image.repository, image.name
         self.display = display or QuietDisplay()
-        self.credentials, self.backoff, self.sleep = credentials, backoff, sleep
+        self.credentials, self.backoff, self.sleep, self.clock = credentials, backoff, sleep, clock
         self.before_push = before_push or (lambda ref: None)
+        self.evidence = evidence
+        self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
+        self.allow_cpu = allow_cpu_verification
+        self._uploads_checked = False
         self.log: list[str] = []
 
     # -- public ---------------------------------------------------------------------
     def run(self, items: Sequence[Item]) -> ReleaseReport:
+        """Release ``items``; release.json says ``running`` from the start, ``complete`` at
+        the end, ``interrupted`` when a signal or an error ends the run early."""
         t0 = time.monotonic()
         report = ReleaseReport(self.registry.host, self.repo, self.date,
                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                [self._prepare(i) for i in items])
-        self._check_unique(report.targets)
+        tracked = runstate.Tracked(self.out / "release.json", report.to_json(), lambda doc: doc | {"ok": False})
+        try:
+            self._check_unique(report.targets)
+            self._release(report)
+        except BaseException as exc:
+            report.seconds = time.monotonic() - t0
+            for r in report.targets:
+                if r.status == "queued":
+                    r.status, r.error = "not-pushed", f"not pushed: the release was interrupted ({runstate.stopped_by(exc)})"
+            tracked.stop(exc, report.to_json())
+            raise
+        report.seconds = time.monotonic() - t0
+        self._write(report)
+        return report
+
+    def _release(self, report: ReleaseReport) -> None:
         try:
             remote = self._remote()
             self._release_all(report)
             report.floating = self._floating(report.targets, remote)
+            self._attach_evidence(report)
         except ReleaseStopped as exc:
             report.errors.append(self._clean(str(exc)))
             for r in report.targets:
                 if r.status == "queued":
                     self._fail(r, "not-pushed", "not pushed: the release stopped before it (see errors)")
-        report.seconds = time.monotonic() - t0
-        self._write(report)
-        return report
 
     # -- preparation ------------------------------------------------------------------
     def _prepare(self, item: Item) -> TargetRelease:
@@ -408,9 +470,12 @@ class Publisher:
             return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
         if not item.verified:
             return self._fail(r, "not-verified", "verification failed; not tagged, not pushed" + (f" ({item.error})" if item.error else ""))
+        grant = self._grant(item, r)
+        if not grant.release:
+            return self._fail(r, "not-gpu-verified", grant.note)
         try:
             r.fields = tag_fields(item.facts or {}, item.layer, item.cell, self.date)
-            r.tag = tags.render(self.policy.immutable, r.fields)
+            r.tag = tags.render(self.policy.immutable, r.fields) + grant.suffix
         except (ValueError, KeyError) as exc:
             return self._fail(r, "failed", f"no immutable tag from the measured versions: {exc}")
         problems = tags.tag_problems(r.tag)
@@ -418,6 +483,15 @@ class Publisher:
             return self._fail(r, "failed", "; ".join(problems) + " (tags.immutable in the matrix)")
         r.reference = f"{self.name}:{r.tag}"
         return r
+
+    def _grant(self, item: Item, r: TargetRelease) -> policy.Grant:
+        """The release policy for this target: a CUDA image needs GPU verification for floating tags."""
+        cuda_image = r.versions.get("cuda", "cpu") != "cpu"
+        ev = item.evidence or policy.Evidence(item.verified, "cpu", 0, "no verify report says how it ran", None, {})
+        grant = policy.grant(cuda_image, ev, self.allow_cpu)
+        r.gpu_verified = ev.gpu_verified if cuda_image else None
+        r.note, r.may_float = grant.note, grant.floating
+        return grant
 
     def _check_unique(self, releases: list[TargetRelease]) -> None:
         seen: dict[str, str] = {}
@@ -476,10 +550,13 @@ class Publisher:
         self.display.update(r.target, "pushed", f"{r.tag} {r.digest[:19]}")
 
     def _push(self, image_id: str, tag: str, target: str) -> tuple[str, Traffic]:
-        """Tag, push (with retries), then read the digest back and compare; what the push sent."""
+        """Tag, push (with retries), then read the digest back and compare; what the push
+        sent. A push that fails (or is interrupted) removes the engine-side tag it created."""
         ref = f"{self.name}:{tag}"
         self.display.update(target, "pushing", tag)
         self.before_push(ref)
+        self._check_uploads()
+        created = self.engine.image(ref) is None
         self._retry(f"tagging {image_id[:19]} as {ref}", lambda: self.engine.tag(image_id, self.name, tag))
         auth = self.credentials.auth_config() if self.credentials else None
         lines: list[str] = []
@@ -488,10 +565,56 @@ class Publisher:
         def on_line(line: str) -> None:
             lines.append(line)
             log(line)
-        digest = self._retry(f"push {ref}", lambda: self.engine.push(self.name, tag, auth, on_line))
+        try:
+            digest = self._retry(f"push {ref}", lambda: self._push_once(tag, auth, ref, on_line))
+        except BaseException:
+            if created:
+                self._untag(ref)
+            raise
         back = self._check_digest(ref, tag, digest, image_id)
         config = self._retry(f"reading the config of {ref}", lambda: self.registry.config(self.repo, image_id))
         return digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)
+
+    def _push_once(self, tag: str, auth: Mapping[str, str] | None, ref: str, on_line: Callable[[str], None]) -> str:
+        """One engine push; when the registry answered it with a server error, its own
+        error body (which the engine does not pass on) decides and is shown."""
+        try:
+            return self.engine.push(self.name, tag, auth, on_line)
+        except RegistryError as exc:
+            status = getattr(exc, "status", None)
+            if status is None or status < 500:  # refused (auth, missing), or no answer at all: nothing more to ask
+                raise
+            answer = self._registry_answer()
+            if answer is None:
+                raise
+            said = getattr(exc, "said", message_of(exc))
+            advice = answer.hint or f"check that {self.registry.host} is healthy"
+            raise RegistryHTTPError(f"push {ref} failed: {said}; the registry says: {answer.said} ({advice})",
+                                    answer.status, answer.transient, said=answer.said, hint=answer.hint) from None
+
+    def _check_uploads(self) -> None:
+        """Once per release, before the first push: does the registry take uploads? A full
+        or read-only registry answers at once, with its reason, instead of after the
+        engine's own minute of retrying every layer."""
+        if not self._uploads_checked:
+            self._retry(f"starting an upload to {self.name}", lambda: self.registry.check_upload(self.repo))
+            self._uploads_checked = True
+
+    def _registry_answer(self) -> RegistryHTTPError | None:
+        """The registry's own error for an upload to this repository; None when it accepts one."""
+        try:
+            self.registry.check_upload(self.repo)
+        except RegistryHTTPError as exc:
+            return exc
+        except (ImagesmithError, OSError):
+            return None
+        return None
+
+    def _untag(self, ref: str) -> None:
+        try:
+            self.engine.untag(ref)
+        except (ImagesmithError, OSError) as exc:
+            self.display.note(f"could not remove the engine-side tag {ref}: {exc}")
 
     def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> Manifest:
         back = self._retry(f"reading {ref} back", lambda: self.registry.manifest(self.repo, tag))
@@ -506,15 +629,41 @@ class Publisher:
 
     # -- floating tags -------------------------------------------------------------------
     def _floating(self, releases: list[TargetRelease], remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
-        done = {r.target: r for r in releases if r.status in DONE}
-        mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values()])
+        done = {r.target: r for r in releases if r.status in DONE and r.may_float}
+        held = self._held_back(done)
+        mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values() if r.target not in held])
         theirs = tags.assign(self.policy, self._remote_candidates(remote))
-        return [self._float(ftag, done[c.ref], theirs.get(ftag), remote.get(ftag)) for ftag, c in sorted(mine.items())]
+        moved = [self._float(ftag, done[c.ref], theirs.get(ftag), remote.get(ftag)) for ftag, c in sorted(mine.items())]
+        return moved + self._kept_by_gate(done, held, set(mine), remote)
+
+    # -- the fleet gate (imagesmith.fleet.gate): floating tags only for digests every required GPU class passed
+    def _held_back(self, done: Mapping[str, TargetRelease]) -> dict[str, str]:
+        gate = self.floating_gate
+        if gate is None:
+            return {}
+        reasons = {t: gate(r.digest) for t, r in done.items()}
+        return {t: why for t, why in reasons.items() if why}
+
+    def _kept_by_gate(self, done: Mapping[str, TargetRelease], held: Mapping[str, str], taken: set[str],
+                      remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
+        """The floating tags a held-back image would have taken and nobody else did: kept, with the reason."""
+        would = tags.assign(self.policy, [tags.Candidate(t, done[t].fields) for t in held])
+        out = []
+        for ftag, c in sorted(would.items()):
+            if ftag in taken:
+                continue
+            current = remote.get(ftag)
+            out.append(FloatingRelease(ftag, "kept", f"{self.name}:{ftag}", None, done[c.ref].fields["torch"],
+                                       current.digest if current else None, current.digest if current else None,
+                                       f"{c.ref} ({(done[c.ref].digest or '')[:19]}) {held[c.ref]}"))
+            self.display.note(f"{self.name}:{ftag}: kept ({held[c.ref]})")
+        return out
 
     def _remote_candidates(self, remote: Mapping[str, RemoteImage]) -> list[tags.Candidate]:
         """Images in the registry, immutable tags before floating ones (so a
         reason names ``2.9.1-...-20261115`` rather than ``latest``)."""
-        cands = [tags.Candidate(t, img.fields) for t, img in sorted(remote.items()) if img.fields]
+        cands = [tags.Candidate(t, img.fields, verified=not policy.marked_unverified(t))
+                 for t, img in sorted(remote.items()) if img.fields]
         floating = set(tags.assign(self.policy, cands))
         return sorted(cands, key=lambda c: c.ref in floating)
 
@@ -548,10 +697,26 @@ class Publisher:
             return "failed"
         return "created" if f.previous is None else "moved"
 
+    # -- evidence ------------------------------------------------------------------------
+    def _attach_evidence(self, report: ReleaseReport) -> None:
+        """After the digest check: SBOM, attestation and signature for each released digest."""
+        attach = self.evidence
+        if attach is None:
+            return
+        for r in (t for t in report.targets if t.status in DONE and t.digest):
+            self.display.update(r.target, "pushing", f"evidence for {(r.digest or '')[:19]}")
+            try:
+                r.evidence = self._retry(f"attaching evidence to {r.reference}", partial(attach, r))
+            except ReleaseStopped as exc:
+                report.errors.append(f"{r.target}: evidence not attached: {exc}")
+                continue
+            pushed = sum(a["status"] == "pushed" for a in r.evidence.get("artifacts", []))
+            self.display.update(r.target, "done", f"evidence: {pushed} pushed, {len(r.evidence.get('artifacts', [])) - pushed} unchanged")
+
     # -- retries, redaction, files ----------------------------------------------------------
     def _retry(self, what: str, action: Callable[[], T]) -> T:
         """``action`` with backoff on transient errors; a permanent or final one stops the release."""
-        delays = self.backoff.delays()
+        delays, t0 = self.backoff.delays(), self.clock()
         for attempt in range(len(delays) + 1):
             try:
                 return action()
@@ -564,7 +729,8 @@ class Publisher:
                 self.display.note(f"{what}: {last}; retry {attempt + 1} of {len(delays)} in {delays[attempt]:g}s")
                 self.sleep(delays[attempt])
         last = last.removeprefix(f"{what} failed: ")
-        raise ReleaseStopped(f"{what} failed {len(delays) + 1} times over {sum(delays):g}s; last error: {last}. "
+        raise ReleaseStopped(f"{what} failed {len(delays) + 1} times in {self.clock() - t0:.1f}s "
+                             f"({sum(delays):g}s of it waiting between tries); last error: {last}. "
                              f"The registry {self.registry.host} looks down or overloaded: check it, then run the release again "
                              f"(what was pushed stays; a re-run pushes only the rest)")
 
@@ -579,7 +745,7 @@ class Publisher:
 
     def _write(self, report: ReleaseReport) -> None:
         paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
-        write_text(paths["json"], json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+        write_text(paths["json"], json.dumps(report.to_json() | {"state": runstate.COMPLETE}, indent=2, sort_keys=True) + "\n")
         write_text(paths["markdown"], markdown(report))
         write_text(paths["log"], "\n".join(self.log) + ("\n" if self.log else ""))
         report.paths = {k: str(v) for k, v in paths.items()}
@@ -587,16 +753,21 @@ class Publisher:
 
 def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
             display: Display | None = None, credentials: Credentials | None = None, **seams: Any) -> ReleaseReport:
-    """Tag, push and record every verified item of ``items``; see :class:`Publisher`."""
+    """Tag, push and record every verified item of ``items``; see :class:`Publisher` (``seams``:
+    backoff, sleep, before_push, allow_cpu_verification)."""
     return Publisher(engine, registry, matrix.image, matrix.tags, date, out_dir, display, credentials, **seams).run(items)
 
 
 def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any], outcomes: Mapping[str, Verified],
             date: str, out_dir: Path, display: Display | None = None, credentials_file: Path | None = None,
-            ca_file: Path | None = None, environ: Mapping[str, str] | None = None) -> ReleaseReport:
+            ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Any = None,
+            with_evidence: bool = True, floating_gate: Callable[[str | None], str | None] | None = None,
+            allow_cpu_verification: bool = False) -> ReleaseReport:
     """What the CLI calls: credentials resolved (env, file, docker config), a
     registry client for ``matrix.image.registry``, items from the build
-    results and verify outcomes, then :func:`publish`."""
+    results and verify outcomes, then :func:`publish`; with ``with_evidence``
+    each released digest gets its SBOM, attestation and (with ``signing_key``)
+    signatures (:mod:`imagesmith.evidence`)."""
     from imagesmith.registry import Registry, resolve_credentials
 
     host = matrix.image.registry
@@ -605,4 +776,23 @@ def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any
     credentials = resolve_credentials(host, environ, credentials_file)
     client = Registry(host, credentials, ca_file=ca_file)
     items = items_from(results, plan, outcomes)
-    return publish(engine, client, matrix, items, date, out_dir, display, credentials)
+    bases = {t.id: t.base_image for t in plan.targets}
+    reports = {t: o.report for t, o in outcomes.items()}
+    step = evidence_step(engine, client, matrix.image.repository, bases, reports, signing_key, out_dir) if with_evidence else None
+    return publish(engine, client, matrix, items, date, out_dir, display, credentials, evidence=step,
+                   floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification)
+
+
+def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
+                  key: Any, out_dir: Path) -> Callable[[TargetRelease], dict[str, Any]]:
+    """The evidence stage for one released target: its digest, image, base image and verify report."""
+    from imagesmith import evidence, verify
+
+    step = evidence.ReleaseEvidence(client, repo, key, partial(verify.run_facts, engine, args=["--inventory"]), out_dir)
+
+    def attach(r: TargetRelease) -> dict[str, Any]:
+        assert r.digest and r.image_id
+        created = str(client.config(repo, r.image_id).get("created") or "")
+        return step(evidence.Subject(r.target, r.digest, r.image_id, base_images.get(r.target, ""), created, r.versions,
+                                     reports.get(r.target)))
+    return attach

@@ -3,6 +3,10 @@
 Prints one JSON object: Python, OS, every installed distribution, and torch
 with the CUDA / cuDNN / NCCL versions it reports. Runs on Python >= 3.9 and
 without a GPU. imagesmith's build records it and compares it with the plan.
+
+``--inventory`` prints what an SBOM lists instead (no torch import): every
+Python distribution with its name as published, the dpkg packages installed
+and /etc/os-release.
 """
 
 import json
@@ -14,15 +18,22 @@ from importlib import metadata
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from imagesmith_payload.judge import cudnn_version_string, nccl_version_string  # noqa: E402
-from imagesmith_payload.parsers import os_tag, parse_os_release  # noqa: E402
+from imagesmith_payload.parsers import os_tag, parse_dpkg_status, parse_os_release  # noqa: E402
+
+DPKG_STATUS = "/var/lib/dpkg/status"
+
+
+def os_release():
+    try:
+        with open("/etc/os-release") as fh:
+            return parse_os_release(fh.read())
+    except OSError:
+        return {}
 
 
 def os_key():
-    try:
-        with open("/etc/os-release") as fh:
-            return os_tag(parse_os_release(fh.read()))
-    except OSError:
-        return "unknown"
+    fields = os_release()
+    return os_tag(fields) if fields else "unknown"
 
 
 def torch_facts():
@@ -44,14 +55,36 @@ def torch_facts():
     return out
 
 
-def main():
-    facts = {
+def distributions():
+    """(name as published, version) of every distribution Python sees, sorted."""
+    found = {(d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"]}
+    return [{"name": n, "version": v} for n, v in sorted(found, key=lambda nv: (nv[0].lower(), nv[1]))]
+
+
+def dpkg_packages():
+    try:
+        with open(DPKG_STATUS, encoding="utf-8", errors="replace") as fh:
+            return parse_dpkg_status(fh.read())
+    except OSError:
+        return []
+
+
+def basic_facts():
+    return {
         "python": platform.python_version(),
         "os": os_key(),
         "uid": os.getuid(),
         "packages": {d.metadata["Name"].lower().replace("_", "-"): d.version for d in metadata.distributions()},
     }
-    facts.update(torch_facts())
+
+
+def main():
+    if "--inventory" in sys.argv[1:]:
+        facts = dict(basic_facts(), schema="imagesmith.inventory/1", distributions=distributions(),
+                     dpkg=dpkg_packages(), os_release=os_release())
+    else:
+        facts = basic_facts()
+        facts.update(torch_facts())
     json.dump(facts, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
 

@@ -15,7 +15,6 @@ import http.server
 import io
 import shutil
 import subprocess
-import threading
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -27,9 +26,11 @@ import pytest
 from imagesmith import bootstrap
 from imagesmith.engine import Engine
 from imagesmith.errors import EngineError
+from tests.conftest import LOCAL_ROOTS
+from tests.loopback import serve
 
 RUN = uuid.uuid4().hex[:8]
-TEST_LABEL = "io.imagesmith.test-run"
+TEST_LABEL = "com.example.imagesmith.test-run"  # io.imagesmith.* is imagesmith's own
 LOCAL_SOURCES = """\
 sources:
   torch_index_url: https://pypi.org/simple
@@ -61,7 +62,8 @@ def debian_base(engine: Engine) -> Iterator[str]:
 
 
 def _dangling(engine: Engine) -> set[str]:
-    return {i.id for i in engine.client.images.list(filters={"dangling": True})}
+    # IDs only: other runs on this engine may remove an image between a list and an inspect
+    return set(engine.client.api.images(filters={"dangling": True}, quiet=True))
 
 
 @dataclass
@@ -85,8 +87,8 @@ class MatrixFactory:
 
     def cleanup(self) -> None:
         for info in self.engine.images_with_label(TEST_LABEL, RUN):
-            for tag in info.tags:
-                if tag.startswith(self.repository) or tag.startswith("imagesmith-cache:"):
+            for tag in info.tags:  # its own tags, cache entries and their owner tags (imagesmith-cache/<owner>:<target>)
+                if tag.startswith(self.repository) or tag.startswith("imagesmith-cache"):
                     self.engine.remove_image(tag, force=False)
         for info in self.engine.client.images.list(name=self.repository):  # CUDA images (OS base + CUDA layer)
             remove_with_descendants(self.engine, info.id)
@@ -178,12 +180,8 @@ def private_index() -> Iterator[PrivateIndex]:
                 return wheel, "application/octet-stream"
             return None, "text/plain"
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with serve(Handler) as state.port:
+        yield state
 
 
 def docker_save_contains(ref: str, needles: list[str]) -> list[str]:
@@ -208,7 +206,7 @@ def _build_base(engine: Engine, debian_base: str, folder: Path, **cell: str) -> 
     from imagesmith import build, matrix, plan
 
     factory = MatrixFactory(engine, debian_base, folder)
-    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", **cell))
+    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", **cell), allowed_roots=LOCAL_ROOTS)
     report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
     assert report.ok, [r.error for r in report.results]
     return report.results[0].image_id or "", factory

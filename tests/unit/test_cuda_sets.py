@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from imagesmith import compat, footprint, matrix, plan
-from tests.conftest import ROOT
+from tests.conftest import LOCAL_ROOTS, ROOT
 
 DATE = "20261130"
 MATRIX = textwrap.dedent("""\
@@ -81,7 +81,7 @@ def test_a_variant_without_a_recorded_set_keeps_its_libraries_in_the_venv_and_sa
     p = expand(write_matrix, text)
     assert set(sets(p).values()) == {None}
     assert p.warnings == (
-        "matrix.yaml: layers.base.cuda_libs: warning: the knowledge base records no CUDA wheel set for torch 2.14.1 cu126; "
+        "matrix.yaml:10 layers.base.cuda_libs: warning: the knowledge base records no CUDA wheel set for torch 2.14.1 cu126; "
         "its CUDA libraries stay in each cell's venv (record the set in compat.yaml, see bench/kb_cuda_wheels.py)",)
 
 
@@ -100,7 +100,7 @@ def test_shipped_sets_agree_with_the_variant_s_cudnn_and_nccl() -> None:
 
 @pytest.mark.parametrize("name", ["examples/local.yaml", "matrix.yaml"])
 def test_cuda_sets_survive_plan_json(name: str, tmp_path: Path) -> None:
-    p = plan.expand(matrix.load(ROOT / name), DATE)
+    p = plan.expand(matrix.load(ROOT / name, allowed_roots=LOCAL_ROOTS), DATE)
     plan.write(p, tmp_path / "plan.json")
     assert [t.cuda_set for t in plan.read(tmp_path / "plan.json").targets] == [t.cuda_set for t in p.targets]
 
