@@ -65,8 +65,9 @@ unit: install              ## pure tests only: no engine, no registry
 lint: install
 	$(BIN)/python -m mypy
 
-bench: base install        ## build benchmark against a naive Dockerfile (prints a table)
+bench: base install        ## build benchmark against a naive Dockerfile; the shared CUDA layer against today's layout (tables)
 	$(BIN)/python bench/build.py --matrix $(MATRIX)
+	$(BIN)/python bench/cuda_layer.py --matrix $(MATRIX)
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache

@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from imagesmith import render, runstate, schemas
+from imagesmith import cudabuild, cudalayer, render, runstate, schemas
 from imagesmith.atomic import write_text
-from imagesmith.engine import Engine
-from imagesmith.errors import UserError
+from imagesmith.engine import BuildOutcome, Engine
+from imagesmith.errors import BuildError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
@@ -37,6 +37,8 @@ LABEL_HASH = "io.imagesmith.context-hash"
 # The cache index: one tag per context hash. (A label cannot serve: the classic
 # builder copies build labels onto intermediate images, and children inherit them.)
 CACHE_REPOSITORY = "imagesmith-cache"
+# A builder stage made ahead (shared-CUDA bases), until the full build: imagesmith-prebuild/<owner>:<context hash>.
+PREBUILD_REPOSITORY = "imagesmith-prebuild"
 LABEL_RUN = "io.imagesmith.run"
 # Who uses a cache entry: one tag per (checkout, target), imagesmith-cache/<owner>:<target>,
 # where the owner is the matrix file and output folder of a checkout. An entry
@@ -73,6 +75,8 @@ class BuildReport:
     seconds: float
     base_images: dict[str, str]
     results: list[TargetResult]
+    cuda_layers: list[dict[str, Any]] = field(default_factory=list)  # cudabuild.CudaResult, one per (set, OS base)
+    base_image_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -82,6 +86,7 @@ class BuildReport:
         """The report; ``state`` is added by whoever writes it (running, complete, interrupted)."""
         return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
                 "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": self.base_images,
+                "cuda_layers": self.cuda_layers, "base_image_bytes": self.base_image_bytes,
                 "targets": [asdict(r) for r in self.results]}
 
 
@@ -110,6 +115,11 @@ def owner_id(matrix_file: Path, out: Path) -> str:
     """A checkout's identity for cache ownership: its matrix file and output folder."""
     where = f"{Path(matrix_file).resolve()}\0{Path(out).resolve()}"
     return hashlib.sha256(where.encode()).hexdigest()[:16]
+
+
+def _made_last(outcome: BuildOutcome) -> bool:
+    """The build's result is an image it made (its last step did not come from cache)."""
+    return bool(outcome.image_id and outcome.made and outcome.image_id.split(":", 1)[-1].startswith(outcome.made[-1]))
 
 
 def owner_tag(target_id: str) -> str:
@@ -170,7 +180,9 @@ class Builder:
         self.results = {t.id: TargetResult(t.id, image=t.image) for t in plan.targets}
         self.contexts: dict[str, render.Context] = {}
         self.base_ids: dict[str, str] = {}
+        self.base_bytes: dict[str, int] = {}
         self.server: SourceServer | None = None
+        self.cuda: cudabuild.CudaImages | None = None
         self._pending_server: SourceServer | None = None
         self._lock = threading.Lock()
         self.redact = Redactor([])
@@ -194,6 +206,7 @@ class Builder:
                     self.server.stop()
                 self.engine.remove_containers(LABEL_RUN, self.run_id)
             report = self._report(started, t0)
+            self._own_cuda_images()
             if self.prune and report.ok and (self.released or any(r.status == "built" for r in report.results)):
                 self._prune()
         except BaseException as exc:  # Ctrl-C, SIGTERM, an error: the report says so, with each target's state
@@ -204,7 +217,8 @@ class Builder:
 
     def _report(self, started: str, t0: float) -> BuildReport:
         return BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
-                           [self.results[t.id] for t in self.plan.targets])
+                           [self.results[t.id] for t in self.plan.targets], self.cuda.report() if self.cuda else [],
+                           self.base_bytes)
 
     # -- disk -----------------------------------------------------------------------
     def _prune(self) -> None:
@@ -212,6 +226,8 @@ class Builder:
         another run's: a concurrent build may be using its own) and the cache entries
         this checkout stopped using, unless another checkout (owner) still uses them."""
         freed = sum(self.engine.remove_unused(stage) for stage in self.stages)
+        for stale in self.engine.tags_in(self._prebuild_repository()):  # left by an earlier run that failed
+            self.engine.untag(stale)
         for old_id in self.released:
             info = self.engine.image(old_id)
             if info is None or any(tag.startswith(OWNER_REPOSITORY) for tag in info.tags):
@@ -221,9 +237,10 @@ class Builder:
         if freed:
             self.display.note(f"pruned {freed} builder stages this run made")
 
-    def _own(self, t: Target, image_id: str) -> None:
-        """Point this checkout's owner tag for ``t`` at ``image_id``; remember what it pointed at."""
-        repository, tag = f"{OWNER_REPOSITORY}{self.owner}", owner_tag(t.id)
+    def _own(self, name: str, image_id: str) -> None:
+        """Point this checkout's owner tag for ``name`` (a target, or a CUDA image) at
+        ``image_id``; remember what it pointed at."""
+        repository, tag = f"{OWNER_REPOSITORY}{self.owner}", owner_tag(name)
         before = self.engine.image(f"{repository}:{tag}")
         if before is not None and before.id == image_id:
             return
@@ -232,11 +249,21 @@ class Builder:
             with self._lock:
                 self.released.append(before.id)
 
+    def _own_cuda_images(self) -> None:
+        """The CUDA images (OS base + CUDA layer) this run made or found are this checkout's too:
+        one it used before and no longer does is pruned like a target's old image."""
+        for r in self.cuda.results.values() if self.cuda else ():
+            if r.image_id:
+                self._own(r.image.rsplit(":", 1)[1], r.image_id)
+
+    def _prebuild_repository(self) -> str:
+        return f"{PREBUILD_REPOSITORY}/{self.owner}"
+
     # -- preparation --------------------------------------------------------------
     def _prepare(self) -> None:
         contexts = render.render_all(self.plan, self.matrix)
         render.write(contexts, self.out)
-        self.contexts = {c.target.id: c for c in contexts}
+        self.contexts = {c.folder: c for c in contexts}
         for t in self.plan.targets:
             self.results[t.id].dockerfile = str(self.out / t.id / "Dockerfile")
             self.results[t.id].log = str(self.out / t.id / "build.log")
@@ -248,6 +275,30 @@ class Builder:
                 raise UserError("sources use local folders or credentials, which the build reaches on 127.0.0.1: set sources.network: host")
             self._pending_server = server  # started by the first target that really builds
             self.redact = Redactor(server.redactions())
+        self._start_cuda()
+
+    def _start_cuda(self) -> None:
+        """Make the CUDA images (OS base + shared CUDA layer) beside the DAG."""
+        if any(t.cuda_set for t in self.plan.targets):
+            epoch = cudalayer.source_date_epoch(dict(self.environ) if self.environ is not None else None)
+            self.cuda = cudabuild.CudaImages(self.plan, self.matrix.image.repository, self.engine, self.out, self.base_ids,
+                                             self._build_context, self.display, epoch, CACHE_REPOSITORY)
+            self.cuda.start()
+
+    def _build_context(self, folder: str, tag: str, t: Target, base_id: str) -> str:
+        """Build a rendered context that is not a target (a CUDA wheel set) with ``t``'s sources."""
+        log_path = self.out / folder / "build.log"
+        with log_path.open("w") as log:
+            def on_line(line: str) -> None:
+                log.write(self.redact(line) + "\n")
+                log.flush()
+            outcome = self.engine.build(self.out / folder, tag, self._real_args(t, base_id), {},
+                                        "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
+        with self._lock:  # the caller removes the image itself, keeping its parents: they go with the prune
+            self.stages += outcome.stages + outcome.made[-2:-1]
+        if outcome.error or outcome.image_id is None:
+            raise BuildError(f"{folder} failed: {self.redact(outcome.error or 'no image')}; log: {log_path}")
+        return outcome.image_id
 
     def _sources(self) -> SourceServer | None:
         with self._lock:
@@ -264,6 +315,7 @@ class Builder:
             except UserError as exc:
                 raise UserError(f"base image {ref} is not in the engine and cannot be pulled ({exc}); "
                                 f"on a host with no registry make it: imagesmith base bootstrap --os {os_key} --tag {ref}") from None
+        self.base_bytes[ref] = info.size
         return info.id
 
     # -- the DAG ---------------------------------------------------------------------
@@ -340,6 +392,8 @@ class Builder:
             args["PIP_TRUSTED_HOST"] = " ".join(filter(None, [args["PIP_TRUSTED_HOST"], "127.0.0.1"]))
         args.update(self._proxy_args())
         args["PARENT_IMAGE" if t.parent else "BASE_IMAGE"] = parent_id
+        if t.cuda_set is not None:  # the builder stage runs on the OS base, the final stage on the CUDA image
+            args["OS_IMAGE"] = self.base_ids[t.base_image]
         return args
 
     def _proxy_args(self) -> dict[str, str]:
@@ -352,52 +406,76 @@ class Builder:
         return out
 
     def _parent_id(self, t: Target) -> str:
+        if t.cuda_set is not None and self.cuda is not None:
+            return self.cuda.image_for(t)
         if t.parent:
             parent = self.results[t.parent].image_id
             assert parent, "children start only after their parent succeeded"
             return parent
         return self.base_ids[t.base_image]
 
+    def _parent_key(self, t: Target) -> str:
+        """What ``t`` is built FROM, for its context hash. A shared-CUDA base: its OS base
+        and its CUDA image's cache key, known before that image is made."""
+        if t.cuda_set is not None and self.cuda is not None:
+            return f"{self.base_ids[t.base_image]}+cuda:{self.cuda.key_for(t)}"
+        return self._parent_id(t)
+
     def _build_one(self, t: Target, result: TargetResult) -> None:
-        parent_id = self._parent_id(t)
         ctx = self.contexts[t.id]
-        result.context_hash = context_hash(ctx.files, self.logical_args(t), parent_id)
+        result.context_hash = context_hash(ctx.files, self.logical_args(t), self._parent_key(t))
         cache_tag = result.context_hash.split(":", 1)[1]
         cached = self.engine.image(f"{CACHE_REPOSITORY}:{cache_tag}")
         if cached:
             result.image_id, result.status = cached.id, "cached"
             self.engine.tag(cached.id, *t.image.split(":", 1))
         else:
-            self._docker_build(t, result, parent_id)
+            if t.cuda_set is not None and self.cuda is not None:  # while its CUDA image is made
+                self._docker_build(t, result, self.base_ids[t.base_image], stage="builder")
+                if result.status == "failed":
+                    return
+            self._docker_build(t, result, self._parent_id(t))
+            if t.cuda_set is not None:
+                self.engine.untag(f"{self._prebuild_repository()}:{cache_tag}")
             if result.status != "built":
                 return
         self._measure(t, result)
         if result.ok and result.image_id:
             self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
-            self._own(t, result.image_id)
+            self._own(t.id, result.image_id)
 
-    def _docker_build(self, t: Target, result: TargetResult, parent_id: str) -> None:
-        self.display.update(t.id, "building")
+    def _docker_build(self, t: Target, result: TargetResult, parent_id: str, stage: str | None = None) -> None:
+        """Build ``t``; with ``stage``, only up to that stage, tagged (so that no prune takes it)
+        for the full build to find in the layer cache."""
+        self.display.update(t.id, "building", f"{stage} stage" if stage else "")
         log_path = Path(result.log)
-        labels = {LABEL_HASH: result.context_hash,
-                  "org.opencontainers.image.created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-        with log_path.open("w") as log:
+        labels = {LABEL_HASH: result.context_hash, "org.opencontainers.image.created": self._created()}
+        tag = f"{self._prebuild_repository()}:{result.context_hash.split(':', 1)[1]}" if stage else t.image
+        with log_path.open("a" if stage is None and t.cuda_set is not None else "w") as log:
             def on_line(line: str) -> None:
                 clean = self.redact(line)
                 log.write(clean + "\n")
                 log.flush()
                 if clean.startswith("Step "):
                     self.display.update(t.id, "building", clean.split(" :", 1)[0].lower())
-            outcome = self.engine.build(self.out / t.id, t.image, self._real_args(t, parent_id), labels,
-                                        "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
+            outcome = self.engine.build(self.out / t.id, tag, self._real_args(t, parent_id), labels,
+                                        "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel,
+                                        target=stage)
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
-        with self._lock:
-            self.stages += outcome.stages
+        with self._lock:  # a stage built ahead is this run's too (untagged after the full build)
+            self.stages += outcome.stages + (outcome.made[-1:] if stage and _made_last(outcome) else [])
         if outcome.error or outcome.image_id is None:  # an error wins over any image ID seen before it
             result.status = "cancelled" if outcome.error == "cancelled" else "failed"
             result.error = self.redact(outcome.error or "the engine reported no image")
             return
-        result.image_id, result.status = outcome.image_id, "built"
+        if stage is None:
+            result.image_id, result.status = outcome.image_id, "built"
+
+    def _created(self) -> str:
+        """The created label: SOURCE_DATE_EPOCH when set (reproducible builds), else now."""
+        epoch = cudalayer.source_date_epoch(dict(self.environ) if self.environ is not None else None)
+        when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc) if epoch is not None else dt.datetime.now(dt.timezone.utc)
+        return when.isoformat(timespec="seconds")
 
     def _measure(self, t: Target, result: TargetResult) -> None:
         """Run facts.py inside the image; a mismatch with the plan fails the target."""

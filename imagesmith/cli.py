@@ -89,12 +89,19 @@ def validate_cmd(file: Path, date: str | None, allow_roots: tuple[Path, ...]) ->
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write plan.json here.")
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
+@click.option("--layers", "show_layers", is_flag=True, help="Each target's CUDA layer (shared by how many cells) and own bytes.")
+@click.option("--build-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="With --layers: measured bytes from this build report (build/report.json) instead of estimates.")
 @ALLOW_ROOT_OPTION
-def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, allow_roots: tuple[Path, ...]) -> None:
+def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, show_layers: bool, build_report: Path | None,
+             allow_roots: tuple[Path, ...]) -> None:
     """Every build target with its parent, resolved versions and tags."""
     p = plan_mod.expand(load_matrix(matrix_file, allow_roots), date or today())
     if out:
         plan_mod.write(p, out)
+    if show_layers:
+        print_layers(p, _read_build(build_report) if build_report else None, fmt)
+        return
     if fmt == "json":
         click.echo(json.dumps(plan_mod.to_json(p), indent=2, sort_keys=True))
         return
@@ -105,6 +112,30 @@ def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, al
           t.versions.cudnn or "-", t.versions.nccl or "-", t.versions.python, t.versions.os,
           t.base_image, t.pip.torch_index_url, t.tag, " ".join(t.floating) or "-"] for t in p.targets],
     )
+
+
+def _read_build(path: Path) -> dict[str, Any]:
+    from imagesmith import pipeline
+
+    return pipeline.read_build(path)
+
+
+def print_layers(p: plan_mod.Plan, report: dict[str, Any] | None, fmt: str) -> None:
+    from imagesmith import footprint
+
+    kb = compat.load()
+    rows, est = footprint.rows(p, kb, report), footprint.estimate(p, kb)
+    if fmt == "json":
+        click.echo(json.dumps({"targets": [r.__dict__ for r in rows], "cuda_wheels": est.__dict__}, indent=2, sort_keys=True))
+        return
+    gb = lambda n: f"{n / 1e9:.2f}" if n else "-"  # noqa: E731
+    print_table("layers: the CUDA layer (shared by cells) and each target's own bytes",
+                ["target", "CUDA layer", "shared by cells", "CUDA GB", "own GB", "figures"],
+                [[r.target, r.cuda, r.cells or "-", gb(r.cuda_bytes), gb(r.own_bytes),
+                  "measured" if r.measured else "estimate (wheel sizes)"] for r in rows])
+    click.echo(f"CUDA wheels a registry stores for {est.cells} CUDA cells: {est.today_bytes / 1e9:.2f} GB with one copy per cell, "
+               f"{est.shared_bytes / 1e9:.2f} GB with {est.sets} shared layer(s)"
+               + (f"; no wheel set recorded for {', '.join(est.unknown)}" if est.unknown else ""))
 
 
 @cli.command("render")

@@ -17,7 +17,7 @@ import tarfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import docker
 import docker.errors
@@ -43,6 +43,7 @@ class ImageInfo:
     created: str
     repo_digests: tuple[str, ...] = ()
     parent: str = ""
+    layers: tuple[str, ...] = ()  # RootFS diff IDs, base first
     config: "ImageConfig" = field(default_factory=lambda: ImageConfig())
 
 
@@ -82,6 +83,7 @@ class BuildOutcome:
     steps: int = 0
     cached_steps: int = 0
     stages: list[str] = field(default_factory=list)  # the last image of each earlier stage this build made (not cache)
+    made: list[str] = field(default_factory=list)  # every step image this build made (not cache), in order
     _last: tuple[str, bool] | None = None  # the newest step image and whether it came from cache
     _cached: bool = False
 
@@ -201,6 +203,14 @@ class Engine:
             if exc.status_code != 409:  # in use by a container: leave it
                 raise EngineError(f"removing {ref}: {_short(exc)}") from None
 
+    def tags_in(self, repository: str) -> list[str]:
+        """Every ``repository:tag`` reference in the engine."""
+        try:
+            images = self.client.api.images(name=repository)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"listing {repository}: {_short(exc)}") from None
+        return sorted(t for i in images for t in i.get("RepoTags") or () if t.rsplit(":", 1)[0] == repository)
+
     def remove_unused(self, image_id: str) -> bool:
         """Remove an image (and its untagged parents) unless it is tagged, has children or
         is in use; True when it went."""
@@ -214,9 +224,10 @@ class Engine:
             raise EngineError(f"removing {image_id[:19]}: {_short(exc)}") from None
         return True
 
-    def remove_image(self, ref: str, force: bool = True) -> None:
+    def remove_image(self, ref: str, force: bool = True, keep_parents: bool = False) -> None:
+        """Remove an image; ``keep_parents``: not its untagged parents (other builds may stand on them)."""
         try:
-            self.client.api.remove_image(ref, force=force, noprune=False)
+            self.client.api.remove_image(ref, force=force, noprune=keep_parents)
         except docker.errors.ImageNotFound:
             pass
 
@@ -230,6 +241,58 @@ class Engine:
         if info is None:
             raise EngineError(f"docker import reported {status} but {repository}:{tag} is not there")
         return info.id
+
+    def image_config(self, ref: str) -> dict[str, Any]:
+        """An image's config exactly as stored (the JSON whose sha256 is its ID),
+        read from ``docker save`` (layers are skipped, not kept)."""
+        info = self.image(ref)
+        if info is None:
+            raise EngineError(f"image {ref} is not in the engine")
+        name = info.id.split(":", 1)[1] + ".json"
+        try:
+            with tarfile.open(fileobj=_ChunkReader(self.client.api.get_image(info.id)), mode="r|") as tar:
+                for member in tar:
+                    if member.name == name:
+                        data = tar.extractfile(member)
+                        return dict(json.loads(data.read())) if data else {}
+        except docker.errors.APIError as exc:
+            raise EngineError(f"reading the config of {ref}: {_short(exc)}") from None
+        raise EngineError(f"docker save of {ref} holds no {name}")
+
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        """``docker load`` of an archive streamed from ``chunks``; the images it loaded."""
+        loaded = []
+        try:
+            for event in self.client.api.load_image(chunks):
+                if "error" in event or "errorDetail" in event:
+                    raise EngineError(f"docker load failed: {event.get('error') or event.get('errorDetail')}")
+                text = str(event.get("stream", ""))
+                if text.startswith("Loaded image"):
+                    loaded.append(text.split(":", 1)[1].strip())
+        except docker.errors.APIError as exc:
+            raise EngineError(f"docker load failed: {_short(exc)}") from None
+        return loaded
+
+    def export_dir(self, image: str, path: str, dest: Path) -> list[Path]:
+        """Copy folder ``path`` of ``image`` (a container is created, never started) into ``dest``."""
+        container = self.client.containers.create(image, ["true"], labels={RUN_LABEL: "export"})
+        try:
+            stream, _ = container.get_archive(path.rstrip("/") + "/.")
+            dest.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
+                for member in tar:
+                    if member.isfile():
+                        target = dest / Path(member.name).name
+                        data = tar.extractfile(member)
+                        assert data is not None
+                        with target.open("wb") as fh:
+                            while block := data.read(1 << 20):
+                                fh.write(block)
+            return sorted(p for p in dest.iterdir() if p.is_file())
+        except docker.errors.APIError as exc:
+            raise EngineError(f"copying {path} out of {image[:19]}: {_short(exc)}") from None
+        finally:
+            _remove(container)
 
     def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
         repo, tag = split_ref(ref)
@@ -262,13 +325,14 @@ class Engine:
 
     # -- build -------------------------------------------------------------------
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
-              network_mode: str | None, on_line: LineSink, cancel: threading.Event | None = None) -> BuildOutcome:
-        """Build ``context`` with the classic builder, streaming each log line."""
+              network_mode: str | None, on_line: LineSink, cancel: threading.Event | None = None,
+              target: str | None = None) -> BuildOutcome:
+        """Build ``context`` (up to stage ``target``) with the classic builder, streaming each log line."""
         outcome = BuildOutcome(image_id=None)
         try:
             stream = self.client.api.build(
                 path=str(context), tag=tag, buildargs=dict(buildargs), labels=dict(labels), network_mode=network_mode,
-                rm=True, forcerm=True, pull=False, decode=True, timeout=None,
+                rm=True, forcerm=True, pull=False, decode=True, timeout=None, target=target,
             )
             for event in stream:
                 if cancel is not None and cancel.is_set():
@@ -296,6 +360,8 @@ class Engine:
                 made = STEP_IMAGE.match(line)
                 if made:
                     outcome._last = (made.group(1), outcome._cached)
+                    if not outcome._cached:
+                        outcome.made.append(made.group(1))
                 on_line(line)
         elif "error" in event:
             outcome.error = str(event["error"]).strip()
@@ -365,6 +431,28 @@ class Engine:
     def containers_with_label(self, label: str, value: str | None = None) -> list[str]:
         flt = f"{label}={value}" if value is not None else label
         return [c.id for c in self.client.containers.list(all=True, filters={"label": flt})]
+
+
+class _ChunkReader(io.RawIOBase):
+    """A readable file over an iterator of byte chunks (docker's streamed archives)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks: Iterator[bytes] = iter(chunks)
+        self.view, self.pos = memoryview(b""), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while self.pos >= len(self.view):
+            chunk = next(self.chunks, b"")
+            if not chunk:
+                return 0
+            self.view, self.pos = memoryview(chunk), 0
+        n = min(len(target), len(self.view) - self.pos)
+        target[:n] = self.view[self.pos:self.pos + n]
+        self.pos += n
+        return n
 
 
 class Running:
@@ -492,6 +580,7 @@ def _info(attrs: Mapping[str, Any]) -> ImageInfo:
         created=str(attrs.get("Created", "")),
         repo_digests=tuple(attrs.get("RepoDigests") or ()),
         parent=str(attrs.get("Parent") or ""),
+        layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
         config=ImageConfig(
             user=str(config.get("User") or ""), entrypoint=_strings(config.get("Entrypoint")),
             cmd=_strings(config.get("Cmd")), env=_strings(config.get("Env")),

@@ -28,6 +28,7 @@ SCHEMA_VERSION = 1
 AXES = ("torch", "cuda", "python", "os")
 BUILTIN_PARENTS = {"base": None, "cv": "base", "nlp": "base", "project": "cv"}
 BASE_FROM = ("os", "cuda-runtime", "cuda-devel")
+CUDA_LIBS = ("shared", "venv")  # base layer: torch's CUDA wheels in a layer shared across cells, or in each venv
 NETWORK_MODES = ("default", "host", "none")
 TIERS = ("quick", "standard", "soak")
 KB_PINNED = ("torch", "torchvision", "torchaudio")
@@ -81,6 +82,7 @@ class Layer:
     env: tuple[tuple[str, str], ...] = ()
     base_from: str = "os"
     toolchain: bool = True
+    cuda_libs: str = "shared"
     template: str = ""
     template_path: Path | None = None  # a template of the user's (trusted code, rendered sandboxed)
     jupyter: Jupyter = Jupyter()
@@ -497,7 +499,7 @@ def _check_os(ctx: Ctx, cell: Cell, where: Mapping[str, KeyPath], layers: Sequen
 
 # -- layers --------------------------------------------------------------------
 
-LAYER_KEYS = ("parent", "packages", "apt", "requirements", "env", "from", "toolchain", "template", "services", "when")
+LAYER_KEYS = ("parent", "packages", "apt", "requirements", "env", "from", "toolchain", "cuda_libs", "template", "services", "when")
 
 
 def _layers(ctx: Ctx, raw: Any) -> tuple[Layer, ...]:
@@ -532,12 +534,19 @@ def _layer(ctx: Ctx, name: str, raw: Any) -> Layer:
         env=_pairs(ctx, d.get("env"), p + ("env",), grammar.env_name),
         base_from=ctx.choice(d.get("from"), p + ("from",), BASE_FROM, "os"),
         toolchain=ctx.boolean(d.get("toolchain"), p + ("toolchain",), name == "base"),
+        cuda_libs=_cuda_libs(ctx, name, d.get("cuda_libs"), p + ("cuda_libs",)),
         template=template,
         template_path=template_path,
         jupyter=_jupyter(ctx, d.get("services"), p + ("services",)),
         sshd=_sshd(ctx, d.get("services"), p + ("services",)),
         when=_layer_when(ctx, d.get("when"), p + ("when",)),
     )
+
+
+def _cuda_libs(ctx: Ctx, name: str, raw: Any, path: KeyPath) -> str:
+    if raw is not None and name != "base":
+        ctx.error(path, "cuda_libs belongs to the base layer (where torch and its CUDA wheels are installed)")
+    return str(ctx.choice(raw, path, CUDA_LIBS, "shared"))
 
 
 def _layer_when(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str, ...]], ...]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from imagesmith import compat, schemas, tags
+from imagesmith import compat, cudalayer, schemas, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.matrix import BUILTIN_PARENTS, Cell, Layer, Matrix, sort_cells
@@ -59,6 +60,26 @@ class PipSources:
 
 
 @dataclass(frozen=True)
+class CudaSet:
+    """The CUDA wheels of a torch variant, as the one layer every cell needing
+    them shares (``imagesmith.cudalayer``). ``id`` names the exact set: cells
+    of two torch releases with the same pins share one layer too."""
+
+    id: str  # "<variant>-<12 hex of the pins' sha256>"
+    variant: str
+    wheels: tuple[compat.Wheel, ...]
+    prefix: str = cudalayer.PREFIX
+
+    @property
+    def pins(self) -> tuple[str, ...]:
+        return tuple(w.pin for w in self.wheels)
+
+    @property
+    def wheel_bytes(self) -> int:
+        return sum(w.bytes for w in self.wheels)
+
+
+@dataclass(frozen=True)
 class Target:
     id: str
     cell: str
@@ -75,6 +96,7 @@ class Target:
     floating: tuple[str, ...] = ()
     template: str = ""
     depth: int = 0
+    cuda_set: CudaSet | None = None  # base targets whose CUDA wheels live in the shared layer
 
     def facts(self) -> dict[str, str]:
         return tags.facts(asdict(self.versions), self.layer, self.cell, self.versions.accel)
@@ -200,6 +222,37 @@ def layer_packages(matrix: Matrix, layer: Layer, v: Versions) -> tuple[str, ...]
     return tuple(out)
 
 
+def cuda_set(layer: Layer, v: Versions, kb: compat.KnowledgeBase) -> CudaSet | None:
+    """The shared CUDA layer of a base target: its variant's recorded wheel set,
+    unless the cell is CPU-only, the matrix asks for ``cuda_libs: venv``, or the
+    knowledge base records no set (see :func:`cuda_warnings`)."""
+    if layer.name != "base" or v.cuda == "cpu" or layer.cuda_libs != "shared":
+        return None
+    release = kb.resolve_torch(v.torch)
+    wheels = release.variants[v.variant].wheels if release and v.variant in release.variants else ()
+    if not wheels:
+        return None
+    pins = "\n".join(sorted(w.pin for w in wheels))
+    return CudaSet(f"{v.variant}-{hashlib.sha256(pins.encode()).hexdigest()[:12]}", v.variant,
+                   tuple(sorted(wheels, key=lambda w: w.name)))
+
+
+def cuda_image(t: Target, repository: str) -> str:
+    """The local name of the image a shared-CUDA base target builds FROM (OS base + CUDA layer)."""
+    assert t.cuda_set is not None
+    return f"{repository}:cuda-{t.cuda_set.id}-{t.versions.os}"
+
+
+def cuda_warnings(matrix: Matrix, targets: list[Target]) -> list[Problem]:
+    """Shared-CUDA base targets whose torch variant has no recorded wheel set (they keep the wheels in the venv)."""
+    shared = matrix.layer("base").cuda_libs == "shared"
+    missing = sorted({f"{t.versions.torch} {t.versions.variant}" for t in targets
+                      if shared and not t.parent and t.versions.cuda != "cpu" and t.cuda_set is None})
+    return [dataclasses.replace(matrix.problem(("layers", "base", "cuda_libs"), (
+            f"the knowledge base records no CUDA wheel set for torch {m}; its CUDA libraries stay in each cell's venv "
+            "(record the set in compat.yaml, see bench/kb_cuda_wheels.py)")), severity="warning") for m in missing]
+
+
 def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date: str) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
     """(Target fields but floating, tag facts) for each layer built for ``cell``."""
     v = resolve(cell, kb)
@@ -221,6 +274,7 @@ def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date
             tag=tags.render(matrix.tags.immutable, facts),
             template=layer.template or default_template(layer.name),
             depth=depth[layer.name],
+            cuda_set=cuda_set(layer, v, kb),
         ), facts
 
 
@@ -234,7 +288,8 @@ def expand(matrix: Matrix, date: str, kb: compat.KnowledgeBase | None = None) ->
     _check_floating(matrix, items)
     floating = tags.plan_floating(matrix.tags, items)
     final = tuple(Target(**d, floating=floating.get(d["id"], ())) for d, _ in drafts)
-    return Plan(str(matrix.file.name), date, final, tuple(str(w) for w in matrix.warnings))
+    warnings = list(matrix.warnings) + cuda_warnings(matrix, list(final))
+    return Plan(str(matrix.file.name), date, final, tuple(str(w) for w in warnings))
 
 
 def _check_tags(matrix: Matrix, targets: list[tuple[str, str]]) -> None:
@@ -287,8 +342,15 @@ def _target(d: Mapping[str, Any]) -> Target:
     pip = dict(d["pip"])
     for key in ("extra_index_urls", "find_links", "trusted_hosts"):
         pip[key] = tuple(pip[key])
-    rest: dict[str, Any] = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in d if k not in ("versions", "pip")}
-    return Target(versions=Versions(**v), pip=PipSources(**pip), **rest)
+    rest: dict[str, Any] = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in d if k not in ("versions", "pip", "cuda_set")}
+    return Target(versions=Versions(**v), pip=PipSources(**pip), cuda_set=_cuda_set(d.get("cuda_set")), **rest)
+
+
+def _cuda_set(d: Mapping[str, Any] | None) -> CudaSet | None:
+    if not d:
+        return None
+    wheels = tuple(compat.Wheel(**w) for w in d["wheels"])
+    return CudaSet(d["id"], d["variant"], wheels, d.get("prefix", cudalayer.PREFIX))
 
 
 def read(path: Path) -> Plan:

@@ -68,6 +68,7 @@ class RegistryLike(Protocol):
     def manifest(self, repo: str, ref: str) -> Manifest | None: ...
     def manifest_digest(self, repo: str, ref: str) -> str | None: ...
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: ...
+    def config(self, repo: str, digest: str) -> dict[str, Any]: ...
     def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: ...
     def check_upload(self, repo: str) -> None: ...
 
@@ -196,6 +197,46 @@ def message_of(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+# -- what a push sent ---------------------------------------------------------------------------
+
+UPLOADED = "Pushed"
+ALREADY_THERE = ("Layer already exists", "Mounted from")
+
+
+@dataclass
+class Traffic:
+    """Layers (compressed bytes) one push uploaded, and those the registry already had."""
+
+    pushed_bytes: int = 0
+    pushed_layers: int = 0
+    existing_bytes: int = 0
+    existing_layers: int = 0
+
+    def add(self, other: "Traffic") -> "Traffic":
+        return Traffic(*(a + b for a, b in zip(self.__dict__.values(), other.__dict__.values())))
+
+
+def traffic(manifest_raw: bytes, diff_ids: Sequence[str], lines: Iterable[str]) -> Traffic:
+    """From the engine's push lines ("<12 hex of the diff ID> Pushed" / "Layer
+    already exists" / "Mounted from ...") and the pushed manifest's layer sizes,
+    which pair with the image's diff IDs in order."""
+    status: dict[str, str] = {}
+    for line in lines:
+        short, _, text = line.partition(" ")
+        if text == UPLOADED or text.startswith(ALREADY_THERE):
+            status[short] = text
+    layers = json.loads(manifest_raw or b"{}").get("layers") or []
+    out = Traffic()
+    for layer, diff_id in zip(layers, diff_ids):
+        seen = status.get(diff_id.split(":", 1)[-1][:12], "")
+        size = int(layer.get("size") or 0)
+        if seen == UPLOADED:
+            out.pushed_bytes, out.pushed_layers = out.pushed_bytes + size, out.pushed_layers + 1
+        elif seen:
+            out.existing_bytes, out.existing_layers = out.existing_bytes + size, out.existing_layers + 1
+    return out
+
+
 # -- output -----------------------------------------------------------------------------------
 
 
@@ -212,6 +253,7 @@ class TargetRelease:
     floating: list[str] = field(default_factory=list)
     error: str | None = None
     fields: dict[str, str] = field(default_factory=dict, repr=False)
+    traffic: Traffic = field(default_factory=Traffic)
     evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.evidence attached to the digest
     gpu_verified: bool | None = None  # None: a CPU-only image (vetted on a CPU)
     note: str = ""  # the release policy's word on it, e.g. "not GPU-verified: ..."
@@ -221,7 +263,8 @@ class TargetRelease:
         return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
                 "verification": self.verification, "floating": self.floating, "error": self.error,
-                "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note}
+                "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note,
+                "traffic": dict(self.traffic.__dict__)}
 
     def verified_how(self) -> str:
         """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'CPU image', 'failed'."""
@@ -283,9 +326,16 @@ class ReleaseReport:
                 "versions": t.versions, "verification": t.verification, "gpu_verified": t.gpu_verified,
                 "note": t.note}
 
+    def traffic(self) -> Traffic:
+        total = Traffic()
+        for t in self.targets:
+            total = total.add(t.traffic)
+        return total
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": RELEASE_SCHEMA, "ok": self.ok, "registry": self.registry, "repository": self.repository,
                 "date": self.date, "started_at": self.started_at, "seconds": round(self.seconds, 2),
+                "traffic": dict(self.traffic().__dict__),
                 "pushed": self.pushed(), "unchanged": self.unchanged(),
                 "floating": [f.to_json() for f in self.floating],
                 "targets": [t.to_json() for t in self.targets], "errors": self.errors,
@@ -297,11 +347,15 @@ def markdown(report: ReleaseReport) -> str:
     lines = [f"# Release {report.date}: {report.registry}/{report.repository}", "",
              f"**{'OK' if report.ok else 'FAILED'}**: {len(report.pushed())} references pushed, "
              f"{len(report.unchanged())} unchanged, {sum(t.status not in DONE for t in report.targets)} targets not released.", "",
-             "| target | status | reference | digest | torch | cuda | python | verification |", "|---|---|---|---|---|---|---|---|"]
+             f"Sent {_gb(report.traffic().pushed_bytes)} in {report.traffic().pushed_layers} layers; the registry already had "
+             f"{report.traffic().existing_layers} layers ({_gb(report.traffic().existing_bytes)}).", "",
+             "| target | status | reference | digest | torch | cuda | python | verification | sent | already there |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for t in report.targets:
         v = t.versions
         lines.append(f"| {t.target} | {t.status} | `{t.reference or '-'}` | `{(t.digest or '-')[:19]}` | {v.get('torch', '-')} "
-                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {_md_cell(t.verified_how())} |")
+                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {_md_cell(t.verified_how())} "
+                     f"| {_gb(t.traffic.pushed_bytes)} | {_gb(t.traffic.existing_bytes)} |")
     unvetted = [t for t in report.targets if t.status in DONE and t.gpu_verified is False]
     if unvetted:
         lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
@@ -316,6 +370,10 @@ def markdown(report: ReleaseReport) -> str:
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
     return "\n".join(lines) + "\n"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
 
 
 def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:
@@ -487,13 +545,13 @@ class Publisher:
                                     f"{r.image_id}); immutable tags are never overwritten: release with another --date, "
                                     f"or delete that tag in the registry if it is wrong")
             return
-        r.digest = self._push(r.image_id, r.tag, r.target)
+        r.digest, r.traffic = self._push(r.image_id, r.tag, r.target)
         r.status = "pushed"
         self.display.update(r.target, "pushed", f"{r.tag} {r.digest[:19]}")
 
-    def _push(self, image_id: str, tag: str, target: str) -> str:
-        """Tag, push (with retries), then read the digest back and compare. A push that
-        fails (or is interrupted) removes the engine-side tag it created."""
+    def _push(self, image_id: str, tag: str, target: str) -> tuple[str, Traffic]:
+        """Tag, push (with retries), then read the digest back and compare; what the push
+        sent. A push that fails (or is interrupted) removes the engine-side tag it created."""
         ref = f"{self.name}:{tag}"
         self.display.update(target, "pushing", tag)
         self.before_push(ref)
@@ -501,20 +559,27 @@ class Publisher:
         created = self.engine.image(ref) is None
         self._retry(f"tagging {image_id[:19]} as {ref}", lambda: self.engine.tag(image_id, self.name, tag))
         auth = self.credentials.auth_config() if self.credentials else None
+        lines: list[str] = []
+        log = self._logger(ref)
+
+        def on_line(line: str) -> None:
+            lines.append(line)
+            log(line)
         try:
-            digest = self._retry(f"push {ref}", lambda: self._push_once(tag, auth, ref))
+            digest = self._retry(f"push {ref}", lambda: self._push_once(tag, auth, ref, on_line))
         except BaseException:
             if created:
                 self._untag(ref)
             raise
-        self._check_digest(ref, tag, digest, image_id)
-        return digest
+        back = self._check_digest(ref, tag, digest, image_id)
+        config = self._retry(f"reading the config of {ref}", lambda: self.registry.config(self.repo, image_id))
+        return digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)
 
-    def _push_once(self, tag: str, auth: Mapping[str, str] | None, ref: str) -> str:
+    def _push_once(self, tag: str, auth: Mapping[str, str] | None, ref: str, on_line: Callable[[str], None]) -> str:
         """One engine push; when the registry answered it with a server error, its own
         error body (which the engine does not pass on) decides and is shown."""
         try:
-            return self.engine.push(self.name, tag, auth, self._logger(ref))
+            return self.engine.push(self.name, tag, auth, on_line)
         except RegistryError as exc:
             status = getattr(exc, "status", None)
             if status is None or status < 500:  # refused (auth, missing), or no answer at all: nothing more to ask
@@ -551,12 +616,13 @@ class Publisher:
         except (ImagesmithError, OSError) as exc:
             self.display.note(f"could not remove the engine-side tag {ref}: {exc}")
 
-    def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> None:
+    def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> Manifest:
         back = self._retry(f"reading {ref} back", lambda: self.registry.manifest(self.repo, tag))
         if back is None or back.digest != digest or (back.config_digest and back.config_digest != image_id):
             seen = f"{back.digest} (image {back.config_digest})" if back else "nothing"
             raise ReleaseStopped(f"digest mismatch for {ref}: the push reported {digest} (image {image_id}) but the "
                                  f"registry serves {seen}; something else writes to this repository: stop it and run the release again")
+        return back
 
     def _logger(self, ref: str) -> Callable[[str], None]:
         return lambda line: self.log.append(self._clean(f"{ref}: {line}"))

@@ -24,12 +24,12 @@ from typing import Callable, Mapping
 import jinja2
 import jinja2.sandbox
 
-from imagesmith import compat, guard, grammar
+from imagesmith import compat, cudalayer, guard, grammar
 from imagesmith.atomic import write_bytes
 from imagesmith.errors import ValidationError
 from imagesmith.matrix import TEMPLATE_LIMIT, Layer, Matrix, is_shipped_template
 from imagesmith.paths import PathProblem, Roots, confined, read_text
-from imagesmith.plan import Plan, Target
+from imagesmith.plan import CudaSet, Plan, Target, cuda_image
 from imagesmith.resources import templates_dir
 
 UV_VERSION = "0.9.30"
@@ -41,11 +41,17 @@ DOCKERIGNORE = "# build outputs that live beside the context\n" + "".join(f"{p}\
 
 @dataclass(frozen=True)
 class Context:
-    """One target's build context: relative path -> bytes (and which files are executable)."""
+    """One target's build context: relative path -> bytes (and which files are executable).
+    A CUDA wheel set's context (``name`` cuda-<set id>) renders for the first target using it."""
 
     target: Target
     files: Mapping[str, bytes]
     executable: frozenset[str] = field(default=EXECUTABLE)
+    name: str = ""
+
+    @property
+    def folder(self) -> str:
+        return self.name or self.target.id
 
     def mode(self, rel: str) -> int:
         return 0o755 if rel in self.executable else 0o644
@@ -156,9 +162,12 @@ class Renderer:
             "packages_label": self.packages_label(t), "services_label": _services_label(layer),
             "extra_index_urls": list(t.pip.extras()),
             "lineage": " ".join(a.layer for a in self.plan.ancestors(t) + [t]),
+            "base_ref": cuda_image(t, self.matrix.image.repository) if t.cuda_set else t.base_image,
+            "cuda_pth": cudalayer.PTH_NAME,
         }
 
-    def _render(self, t: Target, name: str, variables: dict[str, object], kind: str, rel: str) -> bytes:
+    def _render(self, t: Target, name: str, variables: dict[str, object], kind: str, rel: str,
+                folder: str | None = None) -> bytes:
         users = bool(self.layers[t.layer].template_path) and name == t.template
         where = ("layers", t.layer, "template") if users else ("layers", t.layer)
         try:
@@ -172,7 +181,7 @@ class Renderer:
         findings = self.guard.check(kind, marked, trusted_macros=users)
         if findings:
             raise ValidationError(problems=[self.matrix.problem(where, (
-                f"{t.id}/{rel}:{f.line}: {f.why}; nothing was written (template {name})" + (
+                f"{folder or t.id}/{rel}:{f.line}: {f.why}; nothing was written (template {name})" + (
                     "" if users else ": a gap in imagesmith's validation or escaping, please report it with the matrix")))
                 for f in findings])
         return guard.unmark(marked).encode()
@@ -187,6 +196,8 @@ class Renderer:
                  ".dockerignore": DOCKERIGNORE.encode()}
         if t.parent:
             files["layer_delta.py"] = self.delta
+        if t.cuda_set:
+            files.update({f"cuda-stubs/{rel}": data for rel, data in cudalayer.stub_files(t.cuda_set.pins).items()})
         if layer.requirements:
             files["requirements.txt"] = layer.requirements_data
         if self.matrix.sources.ca_bundle:
@@ -208,13 +219,35 @@ class Renderer:
         return self._services[layer.name]
 
 
+    def cuda_set(self, cuda_set: CudaSet) -> Context:
+        """The context that downloads a CUDA wheel set (for the first base target using it)."""
+        users = [t for t in self.plan.targets if t.cuda_set == cuda_set]
+        folder = cuda_set_folder(cuda_set)
+        variables = self.variables(users[0]) | {"set": cuda_set, "users": [t.cell for t in users]}
+        files = {"Dockerfile": self._render(users[0], "cuda.Dockerfile.j2", variables, "dockerfile", "Dockerfile", folder),
+                 ".dockerignore": DOCKERIGNORE.encode()}
+        if self.matrix.sources.ca_bundle:
+            files["certs/extra-ca.pem"] = self.matrix.sources.ca_bundle_data
+        return Context(users[0], dict(sorted(files.items())), name=folder)
+
+
 def render_target(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase | None = None) -> Context:
     return Renderer(plan, matrix, kb).target(t)
 
 
+def cuda_set_folder(cuda_set: CudaSet) -> str:
+    return f"cuda-{cuda_set.id}"
+
+
+def render_cuda_set(plan: Plan, matrix: Matrix, cuda_set: CudaSet, kb: compat.KnowledgeBase | None = None) -> Context:
+    return Renderer(plan, matrix, kb).cuda_set(cuda_set)
+
+
 def render_all(plan: Plan, matrix: Matrix, kb: compat.KnowledgeBase | None = None) -> list[Context]:
+    """Every target's context, then one per CUDA wheel set (``cuda-<set id>``)."""
     renderer = Renderer(plan, matrix, kb)
-    return [renderer.target(t) for t in plan.targets]
+    sets = list(dict.fromkeys(t.cuda_set for t in plan.targets if t.cuda_set))
+    return [renderer.target(t) for t in plan.targets] + [renderer.cuda_set(s) for s in sets]
 
 
 def user_templates(matrix: Matrix) -> list[tuple[str, Path, list[str]]]:
@@ -270,7 +303,7 @@ def _on_disk(folder: Path) -> dict[str, os.stat_result]:
 
 
 def write(contexts: list[Context], out: Path) -> list[Path]:
-    """Write every context under ``out/<target id>/``: exactly its files, with
+    """Write every context under ``out/<folder>/`` (target id, or cuda-<set id>): exactly its files, with
     their modes; anything else there (but build outputs) is removed. In a new
     context, a file whose bytes another new context already holds is a hard
     link to it: most files repeat across targets, and a link costs the disk
@@ -280,7 +313,7 @@ def write(contexts: list[Context], out: Path) -> list[Path]:
     written: list[Path] = []
     same: dict[tuple[int, bytes], str] = {}
     for ctx in contexts:
-        folder = out / ctx.target.id
+        folder = out / ctx.folder
         if folder.is_dir():
             _update(ctx, folder)
         else:
@@ -351,13 +384,13 @@ def check(contexts: list[Context], out: Path) -> list[str]:
     modes, and the set of files (an extra file changes the build context too)."""
     drift: list[str] = []
     for ctx in contexts:
-        folder = out / ctx.target.id
+        folder = out / ctx.folder
         on_disk = _on_disk(folder) if folder.is_dir() else {}
         for rel, data in ctx.files.items():
-            drift += _drift(folder / rel, on_disk.get(rel), data, ctx.mode(rel), ctx.target.id)
+            drift += _drift(folder / rel, on_disk.get(rel), data, ctx.mode(rel), ctx.folder)
         drift += [f"{folder / rel}: not rendered by imagesmith (an extra file in the build context)"
                   for rel in sorted(set(on_disk) - set(ctx.files))]
-    expected = {ctx.target.id for ctx in contexts}
+    expected = {ctx.folder for ctx in contexts}
     if out.is_dir():
         drift += [f"{d}: stale target (not in the plan)" for d in sorted(out.iterdir())
                   if d.name not in expected and _is_context(d)]

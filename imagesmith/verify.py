@@ -29,7 +29,7 @@ MARKER = "@@IMAGESMITH-REPORT@@ "
 IN_CONTAINER = "/opt/imagesmith/verify"
 LAYER_CHECKS = ("cv", "nlp")
 LABEL = "io.imagesmith."
-CORE = ("torch", "cuda", "cudnn", "nccl", "python", "os")
+CORE = ("torch", "cuda", "cudnn", "nccl", "python", "os", "cuda_libs")  # cuda_libs: label io.imagesmith.cuda.libs
 # Over the image's own ENV: output unbuffered and in UTF-8 whatever the image sets.
 PAYLOAD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8", "NCCL_NVLS_ENABLE": "0"}
 # Checks the host runs itself, beside the payload's: id -> (tier, title).
@@ -96,8 +96,9 @@ def parse_expect(text: str) -> dict[str, str]:
 
 def expected_from(labels: Mapping[str, str], expect: Mapping[str, str]) -> dict[str, Any]:
     """What the image declares (labels), overridden by ``--expect``; both mean the
-    same (cuda=cpu: a CPU-only torch; cuDNN compared on the three parts torch reports)."""
-    declared: dict[str, Any] = {k: labels.get(LABEL + k) or None for k in CORE}
+    same (cuda=cpu: a CPU-only torch; cuDNN compared on the three parts torch reports;
+    cuda_libs: the folder torch's CUDA libraries must load from, the shared CUDA layer)."""
+    declared: dict[str, Any] = {k: labels.get(LABEL + k.replace("_", ".")) or None for k in CORE}
     pins = [s.partition("==") for s in labels.get(LABEL + "packages", "").split()]
     packages = {name: version for name, _, version in pins if version}
     for key, value in expect.items():

@@ -23,6 +23,19 @@ DATA_FILE = "compat.yaml"
 
 
 @dataclass(frozen=True)
+class Wheel:
+    """One pinned wheel: its distribution name, exact version and file size."""
+
+    name: str
+    version: str
+    bytes: int
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
 class Variant:
     """One wheel variant of a torch release: ``cpu`` or ``cuXYZ``."""
 
@@ -32,6 +45,7 @@ class Variant:
     cudnn: str | None = None
     nccl: str | None = None
     arch: tuple[str, ...] = ()
+    wheels: tuple[Wheel, ...] = ()  # the Python-independent CUDA wheels torch requires (the shared CUDA layer)
 
     @property
     def is_cuda(self) -> bool:
@@ -154,6 +168,7 @@ def _variant(name: str, raw: Mapping[str, Any]) -> Variant:
         cudnn=raw.get("cudnn"),
         nccl=raw.get("nccl"),
         arch=tuple(raw.get("arch", ())),
+        wheels=tuple(Wheel(str(n), str(v), int(b)) for n, v, b in raw.get("wheels", ())),
     )
 
 

@@ -19,7 +19,7 @@ import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -74,14 +74,15 @@ class MatrixFactory:
     repository: str = field(default_factory=lambda: f"imagesmith-test/m{uuid.uuid4().hex[:8]}")
 
     def __call__(self, layers: str, extra: str = LOCAL_SOURCES, files: dict[str, str] | None = None,
-                 torch: str = "2.13", cuda: str = "cpu") -> Path:
+                 torch: str = "2.13", cuda: str = "cpu", include: str = "", bases: dict[str, str] | None = None) -> Path:
         for name, text in (files or {}).items():
             (self.folder / name).write_text(text)
         path = self.folder / "matrix.yaml"
+        base_images = "".join(f"  {os_key}: {ref}\n" for os_key, ref in {"debian12": self.base, **(bases or {})}.items())
         path.write_text(
             f"image:\n  repository: {self.repository}\n  labels: {{{TEST_LABEL}: '{RUN}'}}\n"
-            f"matrix:\n  torch: ['{torch}']\n  cuda: ['{cuda}']\n  python: ['3.11']\n  os: [debian12]\n"
-            f"base_images:\n  debian12: {self.base}\n" + layers + extra)
+            f"matrix:\n  torch: ['{torch}']\n  cuda: ['{cuda}']\n  python: ['3.11']\n  os: [debian12]\n{include}"
+            f"base_images:\n{base_images}" + layers + extra)
         return path
 
     def cleanup(self) -> None:
@@ -89,6 +90,19 @@ class MatrixFactory:
             for tag in info.tags:  # its own tags, cache entries and their owner tags (imagesmith-cache/<owner>:<target>)
                 if tag.startswith(self.repository) or tag.startswith("imagesmith-cache"):
                     self.engine.remove_image(tag, force=False)
+        for info in self.engine.client.images.list(name=self.repository):  # CUDA images (OS base + CUDA layer)
+            remove_with_descendants(self.engine, info.id)
+
+
+def remove_with_descendants(engine: Engine, image_id: str) -> None:
+    """An image of ours and every image built on it (a failed build leaves its steps behind)."""
+    for child in engine.client.images.list(all=True):
+        if child.attrs.get("Parent") == image_id:
+            remove_with_descendants(engine, child.id)
+    try:
+        engine.remove_image(image_id, force=True)
+    except Exception:  # noqa: BLE001 - gone already, or still used by a container: leave it
+        pass
 
 
 @pytest.fixture()
@@ -206,11 +220,46 @@ def built_images(engine: Engine, debian_base: str, tmp_path_factory: pytest.Temp
 
 
 @pytest.fixture(scope="session")
-def cuda_base(engine: Engine, debian_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """torch 2.14.1 with CUDA 13.0 from its nvidia-* wheels (about 6 GB)."""
-    image, factory = _build_base(engine, debian_base, tmp_path_factory.mktemp("cuda-base"), torch="2.14", cuda="13.0")
-    yield image
-    factory.cleanup()
+def trixie_base(engine: Engine) -> Iterator[str]:
+    """A Debian 13 base (debootstrap + import), for a second OS."""
+    ref, _ = bootstrap.bootstrap(engine, "debian13", f"imagesmith-test/debian:trixie-{RUN}")
+    yield ref
+    engine.remove_image(ref)
+
+
+@dataclass
+class CudaCells:
+    """Two CUDA cells with one torch/CUDA on two OSes, built once per session by imagesmith."""
+
+    report: dict[str, Any]  # the build report (JSON)
+    images: dict[str, str]  # os -> the base image's ID
+    repository: str
+
+
+@pytest.fixture(scope="session")
+def cuda_cells(engine: Engine, debian_base: str, trixie_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaCells]:
+    """torch 2.14.1 + CUDA 13.0 for Python 3.11 on bookworm and 3.13 on trixie: the
+    nvidia-* wheels (one set) in the shared CUDA layer, the rest in each venv."""
+    from imagesmith import build, matrix, plan
+
+    folder = tmp_path_factory.mktemp("cuda-cells")
+    factory = MatrixFactory(engine, debian_base, folder)
+    include = "  include:\n    - {torch: '2.14', cuda: '13.0', python: '3.13', os: debian13}\n"
+    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", torch="2.14", cuda="13.0", include=include,
+                            bases={"debian13": trixie_base}))
+    try:
+        report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
+        assert report.ok, [r.error for r in report.results] + [c["error"] for c in report.cuda_layers]
+        images = {r.target.rsplit("-", 2)[1]: r.image_id or "" for r in report.results}
+        yield CudaCells(report.to_json(), images, factory.repository)
+    finally:
+        factory.cleanup()
+
+
+@pytest.fixture(scope="session")
+def cuda_base(cuda_cells: CudaCells) -> str:
+    """torch 2.14.1 with CUDA 13.0 (Python 3.11, Debian 12): its nvidia-* wheels in the shared CUDA layer."""
+    return cuda_cells.images["debian12"]
 
 
 def docker_build(engine: Engine, dockerfile: str, tag: str, folder: Path) -> str:

@@ -183,7 +183,7 @@ def test_a_cuda_image_verified_on_this_gpu_less_engine(engine: Engine, cuda_base
 
 def test_part_of_cudnn_removed_fails_in_cpu_mode(engine: Engine, cuda_base: str, planted) -> None:
     """torch still imports and reports cuDNN; the wheel's RECORD says what is gone."""
-    image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm /opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn_cnn*\n"
+    image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm /opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn_cnn*\n"
                     "USER 1000\n")
     outcome = verify.verify_image(engine, image, CPU_MODE)
     by_id = checks(outcome)
@@ -195,7 +195,7 @@ def test_part_of_cudnn_removed_fails_in_cpu_mode(engine: Engine, cuda_base: str,
 
 
 def test_cudnn_removed_from_a_cuda_image_fails(engine: Engine, cuda_base: str, planted) -> None:
-    image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm -rf /opt/venv/lib/python3.11/site-packages/nvidia/cudnn\nUSER 1000\n")
+    image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm -rf /opt/imagesmith/cuda/nvidia/cudnn\nUSER 1000\n")  # the shared CUDA layer
     outcome = verify.verify_image(engine, image, CPU_MODE)
     bad = checks(outcome)
     assert not outcome.ok

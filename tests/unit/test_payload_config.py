@@ -59,7 +59,7 @@ def test_every_key_is_optional(data) -> None:
     ({"expected": {"python": 3.1}},
      "config key 'expected.python': expected a string, got 3.1 (quote version numbers: \"3.10\", not 3.10)"),
     ({"expected": {"torchvision": "0.24"}},
-     "config key 'expected.torchvision': unknown key; known: torch, cuda, cudnn, nccl, python, os, packages"),
+     "config key 'expected.torchvision': unknown key; known: torch, cuda, cudnn, nccl, python, os, cuda_libs, packages"),
     ({"expected": {"packages": {"numpy": 2}}},
      "config key 'expected.packages.numpy': expected a string, got 2 (quote version numbers: \"3.10\", not 3.10)"),
     ({"driver": {"toolkit": "580"}}, "config key 'driver.toolkit': unknown key; known: toolkit_driver, min_driver, "

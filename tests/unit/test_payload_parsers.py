@@ -43,12 +43,13 @@ def test_proc_driver_version(text: str, version) -> None:
     ("cudnn=9.10.2.21,nccl=2.27.5,python=3.11,os=ubuntu24.04", {"cudnn": "9.10.2.21", "nccl": "2.27.5",
                                                                 "python": "3.11", "os": "ubuntu24.04"}),
     ("pip:Einops_X=0.8.1,torch=2.10.0rc1", {"einops-x": "0.8.1", "torch": "2.10.0rc1"}),
+    ("cuda_libs=/opt/imagesmith/cuda,cuda=13.0", {"cuda_libs": "/opt/imagesmith/cuda", "cuda": "13.0"}),
 ])
 def test_parse_expect(text: str, parsed: dict) -> None:
     assert parsers.parse_expect(text) == parsed
 
 
-KNOWN = ("known: torch, cuda, cudnn, nccl, python, os, torchvision, torchaudio, triton, numpy, transformers, "
+KNOWN = ("known: torch, cuda, cudnn, nccl, python, os, cuda_libs, torchvision, torchaudio, triton, numpy, transformers, "
          "tokenizers, opencv-python-headless, opencv-python, or pip:NAME for any other Python distribution")
 VERSION = "a version such as 2.9.1 (a prefix such as 2.9 matches 2.9.x)"
 
@@ -69,6 +70,7 @@ VERSION = "a version such as 2.9.1 (a prefix such as 2.9 matches 2.9.x)"
     ("torch=latest", f"item 'torch=latest': 'latest' is not {VERSION}"),
     ("os=Debian 12", "item 'os=Debian 12': 'Debian 12' is not an OS tag such as debian12 or ubuntu24.04"),
     ("pip:=1", "item 'pip:=1': '' is not a Python distribution name"),
+    ("cuda_libs=opt/cuda", "item 'cuda_libs=opt/cuda': 'opt/cuda' is not an absolute folder such as /opt/imagesmith/cuda"),
     ("torch=2.9,torch=2.10", "item 'torch=2.10': torch is expected twice; give it once"),
 ])
 def test_parse_expect_errors(text: str, message: str) -> None:
@@ -155,6 +157,28 @@ def test_check_selection_patterns(name: str, patterns: list, hit: bool) -> None:
 ])
 def test_nms_reference(boxes: list, scores: list, keep: list) -> None:
     assert nms_reference(boxes, scores, 0.5) == keep
+
+
+MAPS = """\
+7f0000000000-7f0000001000 r--p 00000000 00:2a 123 /opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn.so.9
+7f0000001000-7f0000002000 r-xp 00001000 00:2a 123 /opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn.so.9
+7f0000003000-7f0000004000 r--p 00000000 00:2a 124 /opt/imagesmith/cuda/nvidia/nccl/lib/libnccl.so.2
+7f0000005000-7f0000006000 r--p 00000000 00:2a 125 /opt/imagesmith/cuda/nvidia/cu13/lib/libcublasLt.so.13
+7f0000007000-7f0000008000 r--p 00000000 00:2a 126 /opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so
+7f0000009000-7f000000a000 r--p 00000000 00:2a 127 /usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06
+7f000000b000-7f000000c000 r--p 00000000 00:2a 128 /opt/imagesmith/cuda/nvidia/cu13/lib/libnvrtc-builtins.so.13.0
+7f000000d000-7f000000e000 rw-p 00000000 00:00 0 [heap]
+7f000000f000-7f0000010000 rw-p 00000000 00:00 0
+"""
+
+
+def test_loaded_cuda_libraries_are_read_from_proc_maps() -> None:
+    assert parsers.loaded_cuda_libraries(MAPS) == {
+        "cudnn": "/opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn.so.9",
+        "nccl": "/opt/imagesmith/cuda/nvidia/nccl/lib/libnccl.so.2",
+        "cublasLt": "/opt/imagesmith/cuda/nvidia/cu13/lib/libcublasLt.so.13",
+        "nvrtc-builtins": "/opt/imagesmith/cuda/nvidia/cu13/lib/libnvrtc-builtins.so.13.0",
+    }
 
 
 STATUS = """\

@@ -80,9 +80,9 @@ def test_resolved_versions_and_sources() -> None:
 def test_local_dockerfiles_match_golden() -> None:
     m, p = load("examples/local.yaml")
     for ctx in render.render_all(p, m):
-        golden(GOLDEN / "local" / ctx.target.id / "Dockerfile", ctx.files["Dockerfile"].decode())
+        golden(GOLDEN / "local" / ctx.folder / "Dockerfile", ctx.files["Dockerfile"].decode())
         names = "\n".join(ctx.files) + "\n"
-        golden(GOLDEN / "local" / ctx.target.id / "files.txt", names)
+        golden(GOLDEN / "local" / ctx.folder / "files.txt", names)
 
 
 def test_rendering_twice_is_byte_identical(tmp_path: Path) -> None:
@@ -139,6 +139,11 @@ def test_every_dockerfile_is_pinned_and_clean() -> None:
         m, p = load(name)
         for ctx in render.render_all(p, m):
             text = ctx.files["Dockerfile"].decode()
+            if ctx.name:  # a CUDA wheel set: exactly its pinned wheels, nothing else
+                set_ = ctx.target.cuda_set
+                assert set_ is not None and all(f"      {pin}" in text for pin in set_.pins)
+                assert "--no-deps --only-binary=:all:" in text and text.count("rm -rf /var/lib/apt/lists/*") == 1
+                continue
             assert "apt-get install -y --no-install-recommends" in text or ctx.target.parent
             assert text.count("rm -rf /var/lib/apt/lists/*") == text.count("apt-get update")
             assert "USER 1000" in text and "io.imagesmith.torch=" in text and "org.opencontainers.image.title" in text
@@ -164,7 +169,7 @@ def test_hadolint_finds_no_error(name: str, tmp_path: Path) -> None:
     findings = json.loads(proc.stdout or "[]")
     errors = [f for f in findings if f["level"] == "error"]
     assert proc.returncode == 0 and errors == [], errors[:5]
-    assert len(paths) == len(p.targets)
+    assert len(paths) == len(p.targets) + len({t.cuda_set for t in p.targets if t.cuda_set})
 
 
 PLAN_ERRORS = [

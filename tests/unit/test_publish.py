@@ -71,6 +71,9 @@ class FakeRegistry:
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]:
         return dict(self.labels.get(config_digest, {}))
 
+    def config(self, repo: str, digest: str) -> dict[str, Any]:
+        return {"config": {"Labels": self.labels.get(digest, {})}, "rootfs": {"type": "layers", "diff_ids": []}}
+
     def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str:
         self.writes.append(tag)
         self.repo_tags[tag] = manifest
@@ -599,6 +602,25 @@ def test_parse_challenge(header: str, parsed: tuple[str, dict[str, str]]) -> Non
 ])
 def test_plain_http_is_allowed_only_on_loopback_by_default(host: str, loopback: bool) -> None:
     assert registry.is_loopback(host) is loopback
+
+
+# -- what a push sent -----------------------------------------------------------------------------
+
+
+def test_traffic_pairs_push_lines_with_the_manifest_layers_by_diff_id() -> None:
+    diff_ids = ["sha256:" + c * 64 for c in "abc"]
+    manifest = json.dumps({"layers": [{"digest": "sha256:1", "size": 100}, {"digest": "sha256:2", "size": 2000},
+                                      {"digest": "sha256:3", "size": 30}]}).encode()
+    lines = ["aaaaaaaaaaaa Preparing", "aaaaaaaaaaaa Layer already exists", "bbbbbbbbbbbb Mounted from imagesmith/other",
+             "cccccccccccc Waiting", "cccccccccccc Pushed", "t: digest: sha256:9 size: 1"]
+    assert publish.traffic(manifest, diff_ids, lines) == publish.Traffic(30, 1, 2100, 2)
+
+
+def test_a_release_reports_its_traffic(world: World) -> None:
+    data = world.release([item("2.9.1")])
+    assert data["traffic"] == {"pushed_bytes": 0, "pushed_layers": 0, "existing_bytes": 0, "existing_layers": 0}
+    assert data["targets"][0]["traffic"] == data["traffic"]
+    assert "Sent 0.00 GB in 0 layers; the registry already had 0 layers (0.00 GB)." in (world.out / "release.md").read_text()
 
 
 # -- the evidence step ---------------------------------------------------------------------------------

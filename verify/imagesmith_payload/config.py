@@ -17,6 +17,7 @@ from .judge import CudaRelease
 SCHEMA = "imagesmith.verify-config/1"
 TIERS = ("quick", "standard", "soak")
 CORE_VERSIONS = ("torch", "cuda", "cudnn", "nccl", "python", "os")
+EXPECT_PATHS = ("cuda_libs",)  # where torch's CUDA libraries must load from (a folder)
 THRESHOLD_KEYS = ("baseline", "fail_fraction", "warn_fraction")
 RELEASE_KEYS = ("release", "cudart", "driver")
 
@@ -34,6 +35,7 @@ class Expected:
     python: Optional[str] = None
     os: Optional[str] = None
     packages: Mapping[str, str] = field(default_factory=dict)
+    cuda_libs: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -170,8 +172,8 @@ def parse_config(data: Any) -> Config:
 
 def _expected(data: Any) -> Expected:
     data = _object("expected", data)
-    _unknown("expected", data, CORE_VERSIONS + ("packages",))
-    core = {k: _optional(_str)(f"expected.{k}", data.get(k)) for k in CORE_VERSIONS}
+    _unknown("expected", data, CORE_VERSIONS + EXPECT_PATHS + ("packages",))
+    core = {k: _optional(_str)(f"expected.{k}", data.get(k)) for k in CORE_VERSIONS + EXPECT_PATHS}
     packages = _object("expected.packages", data.get("packages") or {})
     pkgs = {name: _str(f"expected.packages.{name}", v) for name, v in packages.items()}
     return Expected(packages=pkgs, **core)
@@ -263,8 +265,9 @@ def with_overrides(config: Config, **overrides: Any) -> Config:
 
 def with_expectations(config: Config, expect: Mapping[str, str]) -> Config:
     """--expect torch=..,cuda=..,torchvision=..: core keys and packages."""
-    core = {k: v for k, v in expect.items() if k in CORE_VERSIONS}
+    known = CORE_VERSIONS + EXPECT_PATHS
+    core = {k: v for k, v in expect.items() if k in known}
     packages = dict(config.expected.packages)
-    packages.update({k: v for k, v in expect.items() if k not in CORE_VERSIONS})
+    packages.update({k: v for k, v in expect.items() if k not in known})
     expected = dataclasses.replace(config.expected, packages=packages, **core)
     return dataclasses.replace(config, expected=expected)

@@ -65,8 +65,11 @@ def search_dirs(torch_dir: Optional[str]) -> List[str]:
 
 
 def _site_dirs() -> List[str]:
+    """site-packages, and any sys.path folder holding nvidia/ (a .pth may add one:
+    imagesmith's shared CUDA layer at /opt/imagesmith/cuda)."""
     paths = {sysconfig.get_paths().get("purelib", ""), sysconfig.get_paths().get("platlib", "")}
-    paths.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    paths.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))
+                 or os.path.isdir(os.path.join(p, "nvidia")))
     return sorted(p for p in paths if p and os.path.isdir(p))
 
 

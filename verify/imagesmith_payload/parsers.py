@@ -113,12 +113,15 @@ def _hex_address(addr_hex: str) -> str:
 EXPECT_CORE = ("torch", "cuda", "cudnn", "nccl", "python", "os")
 EXPECT_PACKAGES = ("torchvision", "torchaudio", "triton", "numpy", "transformers", "tokenizers",
                    "opencv-python-headless", "opencv-python")
-EXPECT_NAMES = EXPECT_CORE + EXPECT_PACKAGES
+EXPECT_PATHS = ("cuda_libs",)  # a folder: where torch's CUDA libraries must load from
+EXPECT_NAMES = EXPECT_CORE + EXPECT_PATHS + EXPECT_PACKAGES
 _VERSION = re.compile(r"^v?\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?$", re.I)
 _CUDA = re.compile(r"^(cpu|\d+\.\d+(\.\d+)?)$", re.I)
 _OS = re.compile(r"^[a-z][a-z0-9._-]*$")
 _DIST = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$", re.I)
+_FOLDER = re.compile(r"^(/[A-Za-z0-9._+-]+)+/?$")
 _EXPECT_SHAPES = {"cuda": (_CUDA, "a CUDA version such as 12.8, or cpu for a CPU-only build"),
+                  "cuda_libs": (_FOLDER, "an absolute folder such as /opt/imagesmith/cuda"),
                   "os": (_OS, "an OS tag such as debian12 or ubuntu24.04")}
 _VERSION_SHAPE = (_VERSION, "a version such as 2.9.1 (a prefix such as 2.9 matches 2.9.x)")
 
@@ -253,3 +256,20 @@ def matches_any(name: str, patterns: Iterable[str]) -> bool:
     """Check id selection: an id, a group ('gemm' = 'gemm.*') or a shell pattern."""
     return any(name == p or name.startswith(p + ".") or fnmatch.fnmatchcase(name, p)
                for p in patterns)
+
+
+# ------------------------------------------------------------- loaded libraries
+CUDA_LIBRARY = re.compile(r"^lib(cudart|cublas|cublasLt|cudnn(?:_\w+)?|nccl|cufft|curand|cusparse|cusparseLt|cusolver"
+                          r"|nvrtc(?:-builtins)?|nvJitLink|cupti|nvshmem_host|cufile|nvToolsExt)\.so[.\d]*$")
+
+
+def loaded_cuda_libraries(maps: str) -> Dict[str, str]:
+    """/proc/self/maps -> {library: path} for the CUDA libraries mapped (not the
+    driver's libcuda, not torch's own libraries)."""
+    found: Dict[str, str] = {}
+    for line in maps.splitlines():
+        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+        match = CUDA_LIBRARY.match(path.rsplit("/", 1)[-1]) if path.startswith("/") else None
+        if match:
+            found.setdefault(match.group(1), path)
+    return found

@@ -2,7 +2,8 @@
 
 libs.cudart/cublas/cudnn/nccl find and load each library torch needs and read
 its version; libs.integrity checks every shared library of every nvidia-* wheel
-against that wheel's RECORD (present, same sha256) and loads it.
+against that wheel's RECORD (present, same sha256) and loads it; libs.origin says which
+folder torch mapped cuDNN and NCCL from (the shared CUDA layer, when the image has one).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Dict, List
 from ..context import Context
 from ..libs import (RecordedLibrary, cuda_distributions, hash_problems, load, load_problems, needs_driver,
                     outside_dependency, recorded_libraries, torch_build)
+from ..parsers import loaded_cuda_libraries
 from ..registry import check
 from ..results import Result, failed, passed, skipped, warned
 
@@ -54,6 +56,29 @@ def cudnn(ctx: Context) -> Result:
 @check("libs.nccl", "NCCL library loadable", needs="nothing")
 def nccl(ctx: Context) -> Result:
     return library_check("nccl", "NCCL (libnccl)")
+
+
+@check("libs.origin", "torch loads cuDNN and NCCL from where the image says")
+def origin(ctx: Context) -> Result:
+    """After ``import torch`` (CPU mode too: libtorch_cuda links them), which
+    files the process mapped; with ``expected.cuda_libs`` every CUDA library
+    must come from under that folder (the shared CUDA layer)."""
+    if not ctx.torch.version.cuda:
+        return skipped(f"torch {ctx.torch.__version__} is a CPU-only build")
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+        libs = loaded_cuda_libraries(fh.read())
+    data = {"libraries": libs, "expected": ctx.config.expected.cuda_libs}
+    missing = [name for name in ("cudnn", "nccl") if name not in libs]
+    if missing:
+        return failed(f"torch {ctx.torch.__version__} is imported but {' and '.join(missing)} is not loaded", data=data)
+    where = f"cuDNN from {os.path.dirname(libs['cudnn'])}, NCCL from {os.path.dirname(libs['nccl'])}"
+    root = ctx.config.expected.cuda_libs
+    if root is None:
+        return passed(f"{where} ({len(libs)} CUDA libraries loaded); no location expected", data=data)
+    outside = sorted(f"{name} ({path})" for name, path in libs.items() if not path.startswith(root.rstrip("/") + "/"))
+    if outside:
+        return failed(f"{len(outside)} of {len(libs)} CUDA libraries load from outside {root}: {', '.join(outside)}", data=data)
+    return passed(f"all {len(libs)} CUDA libraries torch loaded come from {root}: {where}", data=data)
 
 
 @check("libs.integrity", "every shared library of the nvidia-* wheels present, as installed, loadable",

@@ -1,0 +1,92 @@
+"""The shared CUDA layer on the real engine and a real registry: two CUDA cells
+(one torch/CUDA, Python 3.11 on bookworm and 3.13 on trixie) carry the same
+CUDA layer, the registry stores its blob once, and torch loads cuDNN and NCCL
+from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from imagesmith import cudalayer, publish, verify
+from imagesmith.engine import Engine
+from tests.integration.conftest import PASSWORD, USER, RegistryServer
+from tests.integration.engine_fixtures import CudaCells
+
+pytestmark = [pytest.mark.integration, pytest.mark.registry]
+
+
+def cuda_layer(cells: CudaCells) -> dict[str, Any]:
+    layers = cells.report["cuda_layers"]
+    assert len(layers) == 2 and {c["status"] for c in layers} == {"built"}, layers
+    assert len({c["diff_id"] for c in layers}) == 1 and len({c["set"] for c in layers}) == 1, layers
+    return dict(layers[0])
+
+
+def test_both_cells_carry_the_same_cuda_layer_directly_on_their_os_base(engine: Engine, cuda_cells: CudaCells) -> None:
+    diff_id = cuda_layer(cuda_cells)["diff_id"]
+    for entry in cuda_cells.report["cuda_layers"]:
+        os_base = engine.image(entry["base_image"])
+        cuda_image = engine.image(entry["image_id"])
+        assert os_base and cuda_image
+        assert cuda_image.layers == os_base.layers + (diff_id,)  # docker inspect RootFS: OS base, then the CUDA layer
+        assert cuda_image.labels["io.imagesmith.cuda.libs"] == cudalayer.PREFIX
+    for os_key, image_id in cuda_cells.images.items():
+        base = engine.image(image_id)
+        under = engine.image(next(c["image_id"] for c in cuda_cells.report["cuda_layers"] if c["image"].endswith(os_key)))
+        assert base and under and base.layers[:len(under.layers)] == under.layers, f"{os_key}: not built FROM the CUDA image"
+        assert base.labels["io.imagesmith.cuda.set"] == cuda_layer(cuda_cells)["set"]  # inherited from the CUDA image
+
+
+@pytest.fixture()
+def registry(tmp_path: Path) -> Iterator[RegistryServer]:
+    server = RegistryServer(tmp_path, tls=False)
+    server.configure()
+    server.start()
+    yield server
+    server.stop()
+
+
+def push(engine: Engine, registry: RegistryServer, image_id: str, tag: str) -> list[str]:
+    repo = f"{registry.host}/imagesmith-test/cuda"
+    engine.tag(image_id, repo, tag)
+    lines: list[str] = []
+    try:
+        engine.push(repo, tag, {"username": USER, "password": PASSWORD}, lines.append)
+    finally:
+        engine.untag(f"{repo}:{tag}")
+    return lines
+
+
+def test_the_registry_stores_the_cuda_layer_once(engine: Engine, cuda_cells: CudaCells, registry: RegistryServer) -> None:
+    diff_id = cuda_layer(cuda_cells)["diff_id"]
+    pushed = {os_key: push(engine, registry, image_id, os_key) for os_key, image_id in sorted(cuda_cells.images.items())}
+    blobs, sent = {}, {}
+    for os_key, lines in pushed.items():
+        raw = registry.skopeo("inspect", "--raw", f"docker://{registry.host}/imagesmith-test/cuda:{os_key}")
+        config = registry.skopeo("inspect", "--config", f"docker://{registry.host}/imagesmith-test/cuda:{os_key}")
+        assert raw.returncode == 0 and config.returncode == 0, raw.stderr + config.stderr
+        layers, diff_ids = json.loads(raw.stdout)["layers"], json.loads(config.stdout)["rootfs"]["diff_ids"]
+        blobs[os_key] = layers[diff_ids.index(diff_id)]
+        sent[os_key] = publish.traffic(raw.stdout.encode(), diff_ids, lines)
+    assert blobs["debian12"] == blobs["debian13"]  # one blob: same digest, same size
+    assert blobs["debian12"]["size"] > 1_000_000_000
+    # the second cell's push finds the CUDA blob there and sends only its own layers
+    assert sent["debian13"].existing_bytes >= blobs["debian12"]["size"]
+    assert sent["debian13"].pushed_bytes < 1_500_000_000 < sent["debian12"].pushed_bytes
+
+
+def test_torch_loads_cudnn_and_nccl_from_the_shared_layer(engine: Engine, cuda_cells: CudaCells) -> None:
+    for os_key, image_id in cuda_cells.images.items():
+        outcome = verify.verify_image(engine, image_id, verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300))
+        checks = {c["id"]: c for c in outcome.report["checks"]}
+        origin = checks["libs.origin"]
+        assert origin["status"] == "pass", (os_key, origin)
+        libraries = origin["data"]["libraries"]
+        assert libraries["cudnn"].startswith(cudalayer.PREFIX + "/nvidia/cudnn/lib/"), libraries
+        assert libraries["nccl"].startswith(cudalayer.PREFIX + "/nvidia/nccl/lib/"), libraries
+        assert all(path.startswith(cudalayer.PREFIX + "/") for path in libraries.values()), libraries
+        assert checks["libs.cudnn"]["status"] == "pass" and checks["versions.nccl"]["status"] == "pass", os_key
