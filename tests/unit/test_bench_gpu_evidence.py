@@ -42,16 +42,21 @@ def report(*checks: tuple) -> dict:
             "mode": {"reason": "GPU mode: 1 GPU (--gpus all)"}}
 
 
+GPU_PASS = ("gpu.devices", "pass", 0.1)
+
+
 @pytest.mark.parametrize("checks, ok, slow", [
-    ((("leak.probe", "fail", 0.4),), True, {}),
-    ((("leak.probe", "pass", 0.4),), False, {}),
-    ((("leak.probe", "fail", 3.5),), False, {"leak.probe": 3.5}),
+    ((GPU_PASS, ("leak.probe", "fail", 0.4)), True, {}),
+    ((GPU_PASS, ("leak.probe", "pass", 0.4)), False, {}),
+    ((GPU_PASS, ("leak.probe", "fail", 3.5)), False, {"leak.probe": 3.5}),
+    ((("gpu.devices", "fail", 0.1), ("leak.probe", "fail", 0.4)), False, {}),
     ((), False, {}),
 ])
 def test_judge_a_scenario(checks: tuple, ok: bool, slow: dict) -> None:
     got = ge.judge(ge.scenarios(0)[4], report(*checks))
     assert (got["ok"], got["too_slow"]) == (ok, slow)
-    assert got["got"] == {"leak.probe": checks[0][1] if checks else "missing"}
+    said = {i: s for i, s, _ in checks}
+    assert got["got"] == {"gpu.devices": said.get("gpu.devices", "missing"), "leak.probe": said.get("leak.probe", "missing")}
 
 
 def test_table_and_summary() -> None:

@@ -156,6 +156,35 @@ def test_a_plugin_that_needs_a_library_no_wheel_ships_is_noted_not_failed(fake_c
                                     "libmpi.so.40)")
 
 
+def unresolved_library(site, tmp_path, name: str, symbol: str) -> None:
+    """site/nvidia/cudnn/lib/<name> calling ``symbol``, defined nowhere (linked without its library), added to RECORD."""
+    import shutil
+
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to make a library")
+    (tmp_path / "plugin.c").write_text(f"int {symbol}(void); int use(void) {{ return {symbol}(); }}\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(site / "nvidia" / "cudnn" / "lib" / name), str(tmp_path / "plugin.c")],
+                   check=True)
+    record = site / "nvidia_cudnn_cu13-9.24.0.43.dist-info" / "RECORD"
+    record.write_text(record_line(site, f"nvidia/cudnn/lib/{name}") + record.read_text())
+
+
+def test_a_plugin_expecting_its_launcher_to_have_loaded_pmix_is_noted_not_failed(fake_cudnn_wheel, tmp_path) -> None:
+    """nvshmem_bootstrap_pmix.so.3 on an H200 host: 'undefined symbol: pmix_value_load' (no DT_NEEDED on libpmix)."""
+    unresolved_library(fake_cudnn_wheel, tmp_path, "nvshmem_bootstrap_pmix.so.3", "pmix_value_load")
+    check = integrity(fake_cudnn_wheel, tmp_path)
+    assert check["status"] == "pass", check
+    assert check["detail"].endswith("(1 optional plugins need libraries no nvidia-* wheel ships, not loaded: "
+                                    "libpmix (pmix_value_load))")
+
+
+def test_a_library_missing_one_of_its_own_symbols_fails(fake_cudnn_wheel, tmp_path) -> None:
+    unresolved_library(fake_cudnn_wheel, tmp_path, "libcudnn_heuristic.so.9", "cudnnGetVersionInternal")
+    check = integrity(fake_cudnn_wheel, tmp_path)
+    assert check["status"] == "fail"
+    assert "libcudnn_heuristic.so.9 does not load: " in check["detail"] and "undefined symbol: cudnnGetVersionInternal" in check["detail"]
+
+
 def test_a_library_whose_wheel_dependency_is_gone_fails(fake_cudnn_wheel, tmp_path) -> None:
     """libcudnn_engines needs libcudnn_graph.so.9, a file of the wheel: deleting it breaks both."""
     linked_library(fake_cudnn_wheel, tmp_path, "libcudnn_engines.so.9", needs="libcudnn_graph.so.9")

@@ -328,9 +328,23 @@ def needs_driver(error: str) -> bool:
 MISSING_DEPENDENCY = re.compile(r"([^\s:/]+\.so[.\d]*): cannot open shared object file")
 
 
+UNDEFINED_SYMBOL = re.compile(r"undefined symbol: (\w+)")
+# Plugins linked without a DT_NEEDED on their runtime: the launcher loads it first (nvshmem's
+# PMIx bootstrap expects libpmix in the process). Symbol prefix -> the library that defines it.
+OUTSIDE_SYMBOLS = (("pmix_", "libpmix"), ("PMIx_", "libpmix"), ("MPI_", "libmpi"), ("ompi_", "libmpi"),
+                   ("ucp_", "libucp"), ("ucs_", "libucs"), ("fi_", "libfabric"), ("ibv_", "libibverbs"),
+                   ("mlx5dv_", "libmlx5"))
+
+
 def outside_dependency(error: str, wheel_names: Sequence[str]) -> Optional[str]:
     """The library a load failed on when no nvidia-* wheel ships it (an optional
-    plugin's MPI, UCX, libfabric or RDMA library), else None."""
+    plugin's MPI, PMIx, UCX, libfabric or RDMA library), else None. A missing symbol
+    counts only when it is that library's API (any other one means a broken file)."""
     found = MISSING_DEPENDENCY.search(error)
     dep = found.group(1) if found else None
-    return dep if dep and dep not in wheel_names and not needs_driver(dep) else None
+    if dep:
+        return dep if dep not in wheel_names and not needs_driver(dep) else None
+    symbol = UNDEFINED_SYMBOL.search(error)
+    if symbol is None:
+        return None
+    return next((f"{lib} ({symbol.group(1)})" for prefix, lib in OUTSIDE_SYMBOLS if symbol.group(1).startswith(prefix)), None)
