@@ -17,9 +17,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
-from imagesmith import render, schemas
+from imagesmith import artifacts, render, schemas
 from imagesmith.atomic import write_text
 from imagesmith.engine import Engine
 from imagesmith.errors import UserError
@@ -56,6 +56,7 @@ class TargetResult:
     dockerfile: str = ""
     facts: dict[str, Any] | None = None
     mismatches: list[str] = field(default_factory=list)
+    staged: dict[str, Any] | None = None  # artifacts.Staged: where the image waits in the staging repository
 
     @property
     def ok(self) -> bool:
@@ -134,10 +135,20 @@ class Redactor:
 # -- the builder ------------------------------------------------------------------------------
 
 
+class StageLike(Protocol):
+    """A staging repository (:class:`imagesmith.staging.Stage`)."""
+
+    def adopts(self, target_id: str) -> bool: ...
+    def adopt(self, t: Target, result: TargetResult) -> None: ...
+    def find(self, t: Target, result: TargetResult) -> bool: ...
+    def push(self, t: Target, result: TargetResult) -> None: ...
+
+
 class Builder:
     def __init__(self, plan: Plan, matrix: Matrix, engine: Engine, out: Path, jobs: int = 2,
-                 display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True) -> None:
-        self.prune = prune
+                 display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True,
+                 stage: StageLike | None = None) -> None:
+        self.prune, self.stage = prune, stage
         self.plan, self.matrix, self.engine, self.out = plan, matrix, engine, out
         self.jobs = max(1, jobs)
         self.display = display or QuietDisplay()
@@ -167,7 +178,13 @@ class Builder:
         if self.prune and report.ok and any(r.status == "built" for r in report.results):
             self._prune()
         write_text(self.out / "report.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+        artifacts.write_builds(self.out, [artifacts.record_of(r, t, artifacts.Release.of(self.matrix, self.plan.date))
+                                          for t, r in zip(self.plan.targets, report.results) if not self._adopted(t)])
         return report
+
+    def _adopted(self, t: Target) -> bool:
+        """Taken from another job's staged artifact (that job's record stays as it is)."""
+        return self.stage is not None and self.stage.adopts(t.id)
 
     # -- disk -----------------------------------------------------------------------
     def _prune(self) -> None:
@@ -192,7 +209,7 @@ class Builder:
         for t in self.plan.targets:
             self.results[t.id].dockerfile = str(self.out / t.id / "Dockerfile")
             self.results[t.id].log = str(self.out / t.id / "build.log")
-        bases = {t.base_image: t.versions.os for t in self.plan.targets if not t.parent}
+        bases = {t.base_image: t.versions.os for t in self.plan.targets if not t.parent and not self._adopted(t)}
         self.base_ids = {ref: self._base_id(ref, os_key) for ref, os_key in sorted(bases.items())}
         server = SourceServer(self.matrix.sources, self.environ)
         if server.needed:
@@ -310,6 +327,9 @@ class Builder:
         return self.base_ids[t.base_image]
 
     def _build_one(self, t: Target, result: TargetResult) -> None:
+        if self.stage is not None and self._adopted(t):
+            self.stage.adopt(t, result)
+            return
         parent_id = self._parent_id(t)
         ctx = self.contexts[t.id]
         result.context_hash = context_hash(ctx.files, self.logical_args(t), parent_id)
@@ -318,13 +338,15 @@ class Builder:
         if cached:
             result.image_id, result.status = cached.id, "cached"
             self.engine.tag(cached.id, *t.image.split(":", 1))
-        else:
+        elif not (self.stage is not None and self.stage.find(t, result)):
             self._docker_build(t, result, parent_id)
             if result.status != "built":
                 return
         self._measure(t, result)
         if result.ok and result.image_id:
             self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
+            if self.stage is not None:
+                self.stage.push(t, result)
 
     def _docker_build(self, t: Target, result: TargetResult, parent_id: str) -> None:
         self.display.update(t.id, "building")

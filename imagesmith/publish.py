@@ -47,6 +47,7 @@ from imagesmith.versions import cuda_variant, major, minor
 RELEASE_SCHEMA = schemas.RELEASE
 LABEL = "io.imagesmith."
 DONE = ("pushed", "unchanged")
+SWAP_ROUNDS = 5  # a floating tag rewritten this often under one release: stop, say so
 T = TypeVar("T")
 
 TRANSIENT = re.compile(
@@ -100,6 +101,7 @@ class Item:
     verified: bool
     verification: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    source: str | None = None  # the staged image (host/repository@digest): promoted through the registry, no engine
 
 
 def items_from(results: Iterable[Any], plan: Any, outcomes: Mapping[str, Verified]) -> list[Item]:
@@ -113,13 +115,18 @@ def items_from(results: Iterable[Any], plan: Any, outcomes: Mapping[str, Verifie
 
 def _item(result: Any, target: Any, outcome: Verified | None) -> Item:
     summary = verification_summary(outcome)
+    staged = getattr(result, "staged", None)
+    source = f"{staged['repository']}@{staged['digest']}" if staged else None
     same_image = summary.get("image_id") in (None, result.image_id)
-    verified = bool(result.ok and outcome is not None and outcome.ok and same_image)
+    same_digest = not staged or summary.get("digest") in (None, staged["digest"])
+    verified = bool(result.ok and outcome is not None and outcome.ok and same_image and same_digest)
     error = result.error if not result.ok else None
     if result.ok and outcome is not None and not same_image:
         error = f"verification ran on image {summary['image_id']}, not the built {result.image_id}"
+    elif result.ok and outcome is not None and not same_digest:
+        error = f"verification ran on {summary['digest']}, not the staged {source}"
     return Item(result.target, target.layer, target.cell, result.image_id, result.facts, bool(result.ok),
-                verified, summary, error)
+                verified, summary, error, source)
 
 
 def verification_summary(outcome: Verified | None) -> dict[str, Any]:
@@ -129,6 +136,7 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
     failed = [c.get("id") for c in rep.get("checks") or [] if c.get("status") == "fail" and not c.get("optional")]
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
+            "digest": (rep.get("image") or {}).get("digest"),
             "failed_checks": failed, "notes": list(rep.get("notes") or [])}
 
 
@@ -212,12 +220,14 @@ class TargetRelease:
     error: str | None = None
     fields: dict[str, str] = field(default_factory=dict, repr=False)
     evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.evidence attached to the digest
+    source: str | None = None  # the staged image it was promoted from
+    promotion: dict[str, Any] = field(default_factory=dict)  # promote.Promotion: blobs mounted/copied, bytes, seconds
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
                 "verification": self.verification, "floating": self.floating, "error": self.error,
-                "evidence": self.evidence or None}
+                "evidence": self.evidence or None, "source": self.source, "promotion": self.promotion or None}
 
 
 @dataclass
@@ -332,7 +342,8 @@ class Publisher:
                  out_dir: Path, display: Display | None = None, credentials: Credentials | None = None,
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
                  before_push: Callable[[str], None] | None = None,
-                 evidence: Callable[[TargetRelease], dict[str, Any]] | None = None) -> None:
+                 evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
+                 promote: Callable[[str, str, str], Any] | None = None) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
@@ -340,7 +351,7 @@ class Publisher:
         self.display = display or QuietDisplay()
         self.credentials, self.backoff, self.sleep = credentials, backoff, sleep
         self.before_push = before_push or (lambda ref: None)
-        self.evidence = evidence
+        self.evidence, self.promote = evidence, promote
         self.log: list[str] = []
 
     # -- public ---------------------------------------------------------------------
@@ -367,7 +378,7 @@ class Publisher:
     # -- preparation ------------------------------------------------------------------
     def _prepare(self, item: Item) -> TargetRelease:
         r = TargetRelease(item.target, item.image_id, "queued", verification=dict(item.verification),
-                          versions=measured_versions(item.facts or {}))
+                          versions=measured_versions(item.facts or {}), source=item.source)
         if not item.built or not item.image_id:
             return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
         if not item.verified:
@@ -435,7 +446,7 @@ class Publisher:
                                     f"{r.image_id}); immutable tags are never overwritten: release with another --date, "
                                     f"or delete that tag in the registry if it is wrong")
             return
-        r.digest = self._push(r.image_id, r.tag, r.target)
+        r.digest = self._promote(r) if r.source else self._push(r.image_id, r.tag, r.target)
         r.status = "pushed"
         self.display.update(r.target, "pushed", f"{r.tag} {r.digest[:19]}")
 
@@ -449,6 +460,19 @@ class Publisher:
         digest = self._retry(f"push {ref}", lambda: self.engine.push(self.name, tag, auth, self._logger(ref)))
         self._check_digest(ref, tag, digest, image_id)
         return digest
+
+    def _promote(self, r: TargetRelease) -> str:
+        """Registry to registry, no engine (:mod:`imagesmith.promote`); the release digest is the staged one."""
+        assert r.source and r.image_id
+        ref, promote, source = f"{self.name}:{r.tag}", self.promote, r.source
+        if promote is None:
+            raise ReleaseStopped(f"{r.target} is staged ({r.source}) but this release cannot promote (no registry client for it)")
+        self.display.update(r.target, "pushing", f"promoting {source.rsplit('@', 1)[1][:19]} to {r.tag}")
+        self.before_push(ref)
+        done = self._retry(f"promote {source} to {ref}", lambda: promote(source, self.repo, r.tag))
+        r.promotion = done.to_json()
+        self._check_digest(ref, r.tag, done.digest, r.image_id)
+        return str(done.digest)
 
     def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> None:
         back = self._retry(f"reading {ref} back", lambda: self.registry.manifest(self.repo, tag))
@@ -485,7 +509,7 @@ class Publisher:
             f.action, f.reason = "unchanged", "already points at this image"
         else:
             f.action = self._retag(f, r)
-        if f.action != "failed":
+        if f.action not in ("failed", "kept"):
             r.floating.append(ftag)
         self.display.note(f"{f.reference}: {f.action}{' (' + f.reason + ')' if f.reason else ''}")
         return f
@@ -497,12 +521,44 @@ class Publisher:
             if source is None or source.digest != r.digest:
                 raise ReleaseStopped(f"{r.reference} no longer has digest {r.digest}; run the release again")
             self.before_push(f.reference)
-            self._retry(f"tagging {f.reference}", lambda: self.registry.put_manifest(self.repo, f.tag, source))
-            self._check_digest(f.reference, f.tag, source.digest, r.image_id or "")
+            swapped = self._swap(f, r, source)
         except RegistryError as exc:
             f.reason = self._clean(str(exc))
             return "failed"
-        return "created" if f.previous is None else "moved"
+        return swapped or ("created" if f.previous is None else "moved")
+
+    def _swap(self, f: FloatingRelease, r: TargetRelease, source: Manifest) -> str | None:
+        """Compare-and-swap on the registry (which has no conditional PUT): the floating tag is read
+        again right before the PUT, and when another release moved it since this one looked, semver
+        decides again (a newer torch there: kept); after the PUT it is read back, and a write that raced
+        in between is judged the same way. None: written; "kept" or "unchanged": not written."""
+        wrote = False
+        for _ in range(SWAP_ROUNDS):
+            now = self._retry(f"reading {f.reference}", lambda: self.registry.manifest(self.repo, f.tag))
+            if now is not None and now.digest == source.digest:
+                return None if wrote else "unchanged"
+            if now is not None and now.digest != f.previous and self._newer_there(f, r, now):
+                return "kept"
+            f.previous = now.digest if now else None
+            self._retry(f"tagging {f.reference}", lambda: self.registry.put_manifest(self.repo, f.tag, source))
+            wrote = True
+            back = self._retry(f"reading {f.reference} back", lambda: self.registry.manifest(self.repo, f.tag))
+            if back is not None and back.digest == source.digest:
+                return None
+        raise ReleaseStopped(f"{f.reference} changed {SWAP_ROUNDS} times while this release wrote it: other releases are "
+                             f"moving it at the same time; run one release at a time (a CI resource group) and run this again")
+
+    def _newer_there(self, f: FloatingRelease, r: TargetRelease, now: Manifest) -> bool:
+        """Another release moved ``f`` meanwhile: is what it holds now newer than ``r``? (Then ``f`` is kept.)"""
+        labels = self._retry(f"reading the config of {f.reference}",
+                             lambda: self.registry.labels_of_config(self.repo, now.config_digest or "")) if now.config_digest else {}
+        fields = label_fields(labels)
+        if fields is None or tags.to_semver(fields["torch"]) <= tags.to_semver(r.fields["torch"]):
+            return False
+        f.target, f.torch, f.digest, f.previous = None, fields["torch"], now.digest, now.digest
+        f.reason = (f"another release moved it to newer torch {fields['torch']} ({now.digest[:19]}) while this one ran; "
+                    f"a floating tag never moves back")
+        return True
 
     # -- evidence ------------------------------------------------------------------------
     def _attach_evidence(self, report: ReleaseReport) -> None:
@@ -572,26 +628,40 @@ def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any
     results and verify outcomes, then :func:`publish`; with ``with_evidence``
     each released digest gets its SBOM, attestation and (with ``signing_key``)
     signatures (:mod:`imagesmith.evidence`)."""
+    if not matrix.image.registry:
+        raise UserError(f"{matrix.file.name}: image.registry is not set; a release needs the registry to push to")
+    return release_to(engine, matrix.image, matrix.tags, plan, results, outcomes, date, out_dir, display, credentials_file,
+                      ca_file, environ, signing_key, with_evidence)
+
+
+def release_to(engine: EngineLike, image: ImageSpec, policy: TagPolicy, plan: Any, results: Iterable[Any],
+               outcomes: Mapping[str, Verified], date: str, out_dir: Path, display: Display | None = None,
+               credentials_file: Path | None = None, ca_file: Path | None = None, environ: Mapping[str, str] | None = None,
+               signing_key: Any = None, with_evidence: bool = True, inventory: Any = None) -> ReleaseReport:
+    """:func:`release` for a release spec (registry, repository, tag policy) that need not come from a
+    matrix (the build artifacts carry it). Staged items are promoted registry to registry
+    (:mod:`imagesmith.promote`); ``inventory`` (image ID -> inventory) replaces running the image for the SBOM."""
+    from imagesmith.promote import registry_promoter
     from imagesmith.registry import Registry, resolve_credentials
 
-    host = matrix.image.registry
-    if not host:
-        raise UserError(f"{matrix.file.name}: image.registry is not set; a release needs the registry to push to")
-    credentials = resolve_credentials(host, environ, credentials_file)
-    client = Registry(host, credentials, ca_file=ca_file)
+    if not image.registry:
+        raise UserError("the release has no registry (image.registry in the matrix); a release needs the registry to push to")
+    credentials = resolve_credentials(image.registry, environ, credentials_file)
+    client = Registry(image.registry, credentials, ca_file=ca_file)
     items = items_from(results, plan, outcomes)
     bases = {t.id: t.base_image for t in plan.targets}
     reports = {t: o.report for t, o in outcomes.items()}
-    step = evidence_step(engine, client, matrix.image.repository, bases, reports, signing_key, out_dir) if with_evidence else None
-    return publish(engine, client, matrix, items, date, out_dir, display, credentials, evidence=step)
+    step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, inventory) if with_evidence else None
+    promote = registry_promoter(client, credentials_file, ca_file, environ)
+    return Publisher(engine, client, image, policy, date, out_dir, display, credentials, evidence=step, promote=promote).run(items)
 
 
 def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
-                  key: Any, out_dir: Path) -> Callable[[TargetRelease], dict[str, Any]]:
+                  key: Any, out_dir: Path, inventory: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
     """The evidence stage for one released target: its digest, image, base image and verify report."""
     from imagesmith import evidence, verify
 
-    step = evidence.ReleaseEvidence(client, repo, key, partial(verify.run_facts, engine, args=["--inventory"]), out_dir)
+    step = evidence.ReleaseEvidence(client, repo, key, inventory or partial(verify.run_facts, engine, args=["--inventory"]), out_dir)
 
     def attach(r: TargetRelease) -> dict[str, Any]:
         assert r.digest and r.image_id

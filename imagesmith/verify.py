@@ -215,8 +215,14 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
                    environment={"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}, on_stderr=progress)
     sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
     report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options), sampler)
-    image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)}
+    image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
     return VerifyOutcome(finish(report, image, nvml, started, time.monotonic() - t0))
+
+
+def pinned(ref: str) -> dict[str, str]:
+    """``host/repo@sha256:…``: the digest verified, recorded as such (the engine resolved exactly that manifest)."""
+    name, sep, digest = ref.partition("@")
+    return {"digest": digest, "repository": name} if sep and digest.startswith("sha256:") else {}
 
 
 def _remote_engine() -> bool:
