@@ -366,6 +366,7 @@ class Publisher:
             self._release_all(report)
             report.floating = self._floating(report.targets, remote)
             self._attach_evidence(report)
+            self._settle(report)
         except ReleaseStopped as exc:
             report.errors.append(self._clean(str(exc)))
             for r in report.targets:
@@ -550,15 +551,41 @@ class Publisher:
 
     def _newer_there(self, f: FloatingRelease, r: TargetRelease, now: Manifest) -> bool:
         """Another release moved ``f`` meanwhile: is what it holds now newer than ``r``? (Then ``f`` is kept.)"""
-        labels = self._retry(f"reading the config of {f.reference}",
-                             lambda: self.registry.labels_of_config(self.repo, now.config_digest or "")) if now.config_digest else {}
-        fields = label_fields(labels)
+        fields = self._holder(f, now)
         if fields is None or tags.to_semver(fields["torch"]) <= tags.to_semver(r.fields["torch"]):
             return False
-        f.target, f.torch, f.digest, f.previous = None, fields["torch"], now.digest, now.digest
+        f.action, f.target, f.torch, f.digest, f.previous = "kept", None, fields["torch"], now.digest, now.digest
         f.reason = (f"another release moved it to newer torch {fields['torch']} ({now.digest[:19]}) while this one ran; "
                     f"a floating tag never moves back")
         return True
+
+    def _holder(self, f: FloatingRelease, now: Manifest) -> dict[str, str] | None:
+        """Tag fields of the image a floating tag holds now (its config labels)."""
+        if not now.config_digest:
+            return None
+        config = now.config_digest
+        return label_fields(self._retry(f"reading the config of {f.reference}", lambda: self.registry.labels_of_config(self.repo, config)))
+
+    def _settle(self, report: ReleaseReport) -> None:
+        """A last look at every floating tag this release wrote (after the evidence, seconds later): a
+        concurrent release that moved one to an *older* torch in the instant between its own check and
+        its write is undone here; a newer one stays (the tag is then reported kept)."""
+        targets = {t.target: t for t in report.targets}
+        for f in [f for f in report.floating if f.action in ("moved", "created", "unchanged") and f.target]:
+            r = targets[f.target or ""]
+            self._settle_one(f, r)
+            if f.action in ("kept", "failed"):
+                r.floating = [t for t in r.floating if t != f.tag]
+
+    def _settle_one(self, f: FloatingRelease, r: TargetRelease) -> None:
+        now = self._retry(f"reading {f.reference}", lambda: self.registry.manifest(self.repo, f.tag))
+        if now is None or now.digest == f.digest or self._newer_there(f, r, now):
+            return
+        held = self._holder(f, now)
+        if held is not None and tags.to_semver(held["torch"]) == tags.to_semver(r.fields["torch"]):
+            return  # the same torch, rebuilt by another release: either is right, no tug of war
+        self.display.note(f"{f.reference}: moved back to {now.digest[:19]} by another release; moving it forward again")
+        f.previous, f.action = now.digest, self._retag(f, r)
 
     # -- evidence ------------------------------------------------------------------------
     def _attach_evidence(self, report: ReleaseReport) -> None:

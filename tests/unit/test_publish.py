@@ -242,6 +242,74 @@ def test_a_rebuild_of_the_same_torch_takes_the_floating_tag(world: World) -> Non
     assert {f["tag"]: (f["action"], f["previous"]) for f in data["floating"]} == {"v2.9-base": ("moved", old), "latest": ("moved", old)}
 
 
+# -- two releases at once: compare-and-swap on the floating tags -------------------------------------------
+
+
+def served_torch(world: World, tag: str) -> str:
+    return world.reg.labels[world.reg.repo_tags[tag].config_digest or ""]["io.imagesmith.torch"]
+
+
+def test_a_floating_tag_another_release_moved_forward_meanwhile_is_kept(world: World) -> None:
+    """This release looked (no v2.9-base, no latest), then another release of a newer torch ran to the
+    end before this one wrote: re-read right before the PUT, semver again, kept."""
+    rival: list[dict[str, Any]] = []
+
+    def other_release(ref: str) -> None:
+        if ref.endswith(":latest") and not rival:
+            rival.append(world.release([item("2.9.1")]))
+
+    data = world.release([item("2.9.0")], before_push=other_release)
+    assert {f["tag"]: f["action"] for f in rival[0]["floating"]} == {"latest": "created", "v2.9-base": "created"}
+    got = {f["tag"]: f for f in data["floating"]}
+    assert {t: f["action"] for t, f in got.items()} == {"latest": "kept", "v2.9-base": "kept"}
+    assert got["latest"]["reason"].startswith("another release moved it to newer torch 2.9.1 (sha256:")
+    assert served_torch(world, "latest") == served_torch(world, "v2.9-base") == "2.9.1"
+    assert data["targets"][0]["floating"] == [] and data["ok"]
+
+
+def test_a_floating_tag_another_release_moved_to_an_older_torch_meanwhile_is_moved_on(world: World) -> None:
+    older: list[str] = []
+
+    def other_release(ref: str) -> None:  # an older release that looked before this one pushed writes its tags now
+        if ref.endswith(":latest") and not older:
+            older.append(world.seed("2.9.0", "latest", "v2.9-base"))
+
+    data = world.release([item("2.9.1")], before_push=other_release)
+    assert {f["tag"]: (f["action"], f["previous"]) for f in data["floating"]} == {
+        "latest": ("moved", older[0]), "v2.9-base": ("moved", older[0])}
+    assert served_torch(world, "latest") == served_torch(world, "v2.9-base") == "2.9.1"
+
+
+def test_a_newer_write_racing_right_after_the_put_is_seen_on_read_back(world: World) -> None:
+    put = world.reg.put_manifest
+
+    def racing_put(repo: str, tag: str, manifest: Manifest) -> str:
+        digest = put(repo, tag, manifest)
+        if tag == "latest":  # another release (newer torch) pushes, and its PUT lands right after this one's
+            newer = world.seed("2.10.0")
+            world.reg.repo_tags[tag] = next(m for m in world.reg.repo_tags.values() if m.digest == newer)
+        return digest
+
+    world.reg.put_manifest = racing_put  # type: ignore[method-assign]
+    data = world.release([item("2.9.1")])
+    got = {f["tag"]: f["action"] for f in data["floating"]}
+    assert got["latest"] == "kept" and served_torch(world, "latest") == "2.10.0"
+    assert got["v2.9-base"] == "created" and served_torch(world, "v2.9-base") == "2.9.1"
+
+
+def test_an_older_write_landing_after_every_check_is_undone_when_the_release_settles(world: World) -> None:
+    old_digest = world.seed("2.9.0")
+    old = next(m for m in world.reg.repo_tags.values() if m.digest == old_digest)
+
+    def late_older_write(r: publish.TargetRelease) -> dict[str, Any]:
+        world.reg.repo_tags["latest"] = old  # a slow older release's PUT, after this one read its tag back
+        return {"artifacts": []}
+
+    data = world.release([item("2.9.1")], evidence=late_older_write)
+    assert served_torch(world, "latest") == "2.9.1"
+    assert {f["tag"]: (f["action"], f["previous"]) for f in data["floating"]}["latest"] == ("moved", old_digest)
+
+
 # -- re-runs, conflicts, digests ---------------------------------------------------------------------
 
 
