@@ -43,7 +43,7 @@ class SecondEngine:
         # A short folder: the socket path must stay under 108 characters.
         self.folder = Path(tempfile.mkdtemp(prefix="is14-dockerd-"))
         self.sock = self.folder / "docker.sock"
-        self.bridge = f"isb{uuid.uuid4().hex[:8]}"
+        self.bridge = f"i14br{uuid.uuid4().hex[:8]}"  # at most 15 characters (IFNAMSIZ)
         self.proc: subprocess.Popen[bytes] | None = None
         self.bridge_made = False
 
@@ -91,6 +91,10 @@ class SecondEngine:
         if self.bridge_made:
             subprocess.run(["ip", "link", "delete", self.bridge], check=False, capture_output=True)
             self.bridge_made = False
-        for sub in ("exec", "root"):  # overlay mounts are gone with the daemon; what stays is plain files
-            subprocess.run(["umount", "-R", str(self.folder / sub)], check=False, capture_output=True)
+        for mount in self.mounts():  # what the daemon left mounted (its netns file), deepest first
+            subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def mounts(self) -> list[str]:
+        points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        return sorted((p for p in points if p.startswith(f"{self.folder}/")), key=len, reverse=True)
