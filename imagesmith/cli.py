@@ -417,10 +417,18 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
     for line in build.failure_summary(report):
         click.echo(line, err=True)
     if not quiet:
+        staged = any(r.staged for r in report.results)
         print_table(f"build: {report.seconds:.1f}s, report in {out / 'report.json'}",
-                    ["target", "status", "seconds", "size", "image"],
+                    ["target", "status", "seconds", "size", "image", *(["staged"] if staged else [])],
                     [[r.target, r.status, f"{r.seconds:.1f}", f"{r.size_bytes / 1e9:.2f} GB" if r.size_bytes else "-",
-                      (r.image_id or "-")[:19]] for r in report.results])
+                      (r.image_id or "-")[:19], *([_staged_cell(r.staged)] if staged else [])] for r in report.results])
+
+
+def _staged_cell(staged: dict[str, Any] | None) -> str:
+    if not staged:
+        return "-"
+    how = "from its job's artifact" if staged.get("adopted") else "pushed" if staged.get("pushed") else "already there"
+    return f"{staged['digest'][:19]} ({how})"
 
 
 # -- verify -------------------------------------------------------------------------------------

@@ -304,11 +304,22 @@ def markdown(report: ReleaseReport) -> str:
         lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
         lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
                   for f in report.floating]
+    lines += promotion_markdown(report.targets)
     lines += evidence_markdown(report.targets)
     problems = report.errors + [f"{t.target}: {t.error}" for t in report.targets if t.error]
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
     return "\n".join(lines) + "\n"
+
+
+def promotion_markdown(targets: Sequence[TargetRelease]) -> list[str]:
+    """Per promoted target: from where, what moved (registry to registry, no engine)."""
+    rows = [f"| {t.target} | `{t.source}` | {p['mounted']} / {p['copied']} / {p['present']} | {p['bytes_moved']} | {p['seconds']} |"
+            for t in targets if (p := t.promotion)]
+    if not rows:
+        return []
+    return ["", "## Promoted from staging", "", "| target | staged image | blobs mounted / copied / present | bytes moved | seconds |",
+            "|---|---|---|---|---|", *rows]
 
 
 def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:

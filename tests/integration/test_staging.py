@@ -117,6 +117,9 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     assert "release report: gathered/release.json" in out
     rel = json.loads((gathered / "release.json").read_text())
     assert rel["ok"] and [t["status"] for t in rel["targets"]] == ["pushed", "pushed"]
+    assert "## Promoted from staging" in (gathered / "release.md").read_text()
+    run = json.loads((gathered / "run-report.json").read_text())
+    assert set(run["verify"]) == {base, tools} and run["release"]["ok"]
 
     # skopeo (not imagesmith) reads the release: the digests are the verified ones, the manifests byte-identical.
     for t in rel["targets"]:
@@ -137,6 +140,15 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     # The evidence went to the promoted digest, checked with the signer's key (still no engine).
     ok(imagesmith("evidence", f"{reg.host}/{release}@{staged[tools]}", "--key", str(tmp_path / "release.pub"),
                   "--credentials", str(creds), docker_host="unix:///nonexistent/docker.sock", cwd=tmp_path))
+
+    # A job on B without the base's artifact resolves it by its content tag in staging instead of building it
+    # (B gets the OS base image A used, so it computes the same context hash).
+    engine_b.images.load(b"".join(build_matrix.engine.client.images.get(build_matrix.base).save()))
+    ok(imagesmith("build", *common, "--only", base, "--out", "build_c", docker_host=second_engine.host, cwd=tmp_path))
+    again_b = record(tmp_path / "build_c" / base)
+    assert again_b["result"]["status"] == "cached" and again_b["result"]["image_id"] == base_id
+    assert again_b["staged"] == staged_base | {"pushed": False}  # found under its content tag, nothing pushed
+    assert not (tmp_path / "build_c" / base / "build.log").exists()  # not built
 
     # A re-run of the publish job promotes nothing again.
     ok(imagesmith("publish", "--out", "gathered", "--credentials", str(creds), "--signing-key", str(key),
