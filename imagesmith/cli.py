@@ -264,7 +264,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
                 from imagesmith import staging
 
                 stage = staging.open_stage(stage_repo, m.image.name, engine, out, credentials_file, registry_ca, display)
-                p = stage.prepare(p, full.picked(only, layers))
+                p = stage.prepare(p, full.picked(only, layers), m)
             report = build.Builder(p, m, engine, out, jobs, display, prune=prune, stage=stage).run()
         finally:
             display.close()

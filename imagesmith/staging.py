@@ -31,9 +31,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
-from imagesmith import artifacts
+from imagesmith import artifacts, render
 from imagesmith.artifacts import BuildRecord, Staged
 from imagesmith.errors import BuildError, UserError
+from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.registry import Credentials, Registry
@@ -66,6 +67,21 @@ def needed(plan: Plan, picked: set[str], adopted: set[str]) -> Plan:
     return Plan(plan.matrix, plan.date, tuple(t for t in plan.targets if t.id in keep), plan.warnings)
 
 
+def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None) -> str:
+    """Why another job's artifact cannot stand for ``t`` here (empty: it can): it must have built and
+    staged this very target, from the Dockerfile this checkout renders (another imagesmith or matrix
+    would build something else)."""
+    rec = found.record
+    if not rec.ok or rec.staged is None:
+        return f"it was not staged ({rec.status})"
+    if artifacts.build_identity(rec.target) != artifacts.build_identity(t):
+        return "it was planned from another matrix"
+    path = found.folder / "Dockerfile"
+    if dockerfile is None or not path.is_file() or path.read_bytes() != dockerfile:
+        return f"its Dockerfile ({path}) is not what this checkout renders (another imagesmith version or template?)"
+    return ""
+
+
 class Stage:
     """The staging repository for one build run (what :class:`imagesmith.build.Builder` calls)."""
 
@@ -79,14 +95,17 @@ class Stage:
         self.adopted: dict[str, BuildRecord] = {}
 
     # -- which targets this job builds ------------------------------------------------------
-    def prepare(self, plan: Plan, picked: set[str]) -> Plan:
+    def prepare(self, plan: Plan, picked: set[str], matrix: Matrix) -> Plan:
         """Adopt what other jobs staged (their artifacts in OUT) and drop what that makes unneeded."""
         found = artifacts.find_builds(self.out) if self.out.is_dir() else {}
-        for t in plan.targets:
-            rec = found[t.id].record if t.id in found else None
-            if t.id not in picked and rec is not None and rec.ok and rec.staged is not None \
-                    and artifacts.build_identity(rec.target) == artifacts.build_identity(t):
-                self.adopted[t.id] = rec
+        candidates = [t for t in plan.targets if t.id not in picked and t.id in found]
+        dockerfiles = {c.target.id: c.files.get("Dockerfile") for c in render.render_all(plan, matrix)} if candidates else {}
+        for t in candidates:
+            why = adoption_problem(found[t.id], t, dockerfiles.get(t.id))
+            if why:
+                self.display.note(f"{t.id}: not taken from {found[t.id].folder / artifacts.BUILD_FILE}: {why}")
+            else:
+                self.adopted[t.id] = found[t.id].record
         return needed(plan, picked, set(self.adopted))
 
     def adopts(self, target_id: str) -> bool:

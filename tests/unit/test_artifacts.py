@@ -7,13 +7,14 @@ import json
 import multiprocessing
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
 
-from imagesmith import artifacts, build, matrix, pipeline, plan, staging
+from imagesmith import artifacts, build, matrix, pipeline, plan, render, staging
 from imagesmith.artifacts import BuildRecord, Release, Staged
 from imagesmith.errors import UserError
 from tests.conftest import ROOT
@@ -223,3 +224,50 @@ def test_concurrent_writers_never_leave_a_torn_artifact(tmp_path: Path) -> None:
         assert w.exitcode == 0
     assert seen <= {IMAGE, "sha256:" + "2" * 64, "sha256:" + "3" * 64} and len(seen) >= 2
     assert list(path.parent.glob(".build.json.*")) == []  # no temp files left
+
+
+# -- taking an ancestor from its job's artifact ------------------------------------------------------------
+
+
+@dataclass
+class Notes:
+    lines: list[str] = field(default_factory=list)
+
+    def update(self, item: str, state: str, detail: str = "") -> None:
+        return None
+
+    def note(self, message: str) -> None:
+        self.lines.append(message)
+
+    def close(self) -> None:
+        return None
+
+
+CELL = "2.14.1-cu130-py3.11-debian12"
+
+
+def parent_artifact(out: Path, dockerfile: bytes | None = None, **kw: Any) -> None:
+    """What the cv job left: build/<cv>/build.json and the Dockerfile it built from."""
+    index = {t.id: i for i, t in enumerate(PLAN.targets)}
+    cv = PLAN.by_id()[f"{CELL}-cv"]
+    artifacts.write_build(out / cv.id / "build.json", record(index[cv.id], **kw))
+    ctx = next(c for c in render.render_all(PLAN, LOCAL) if c.target.id == cv.id)
+    (out / cv.id / "Dockerfile").write_bytes(dockerfile if dockerfile is not None else ctx.files["Dockerfile"])
+
+
+@pytest.mark.parametrize("change, adopted, note", [
+    ({}, True, ""),
+    ({"dockerfile": b"FROM scratch\n"}, False, "is not what this checkout renders"),
+    ({"staged": None}, False, "it was not staged (built)"),
+    ({"status": "failed"}, False, "it was not staged (failed)"),
+])
+def test_a_parent_is_taken_from_its_jobs_artifact_only_if_it_is_that_very_target(
+        tmp_path: Path, change: dict[str, Any], adopted: bool, note: str) -> None:
+    parent_artifact(tmp_path, **change)
+    notes = Notes()
+    stage = staging.Stage(None, SimpleNamespace(host="h.test:5000"), "ml/staging", tmp_path, display=notes)  # type: ignore[arg-type]
+    child = f"{CELL}-project"
+    p = stage.prepare(PLAN.select((child,)), {child}, LOCAL)
+    assert stage.adopts(f"{CELL}-cv") is adopted
+    assert [t.layer for t in p.targets] == (["cv", "project"] if adopted else ["base", "cv", "project"])
+    assert (notes.lines == []) if adopted else (len(notes.lines) == 1 and note in notes.lines[0])
