@@ -303,6 +303,22 @@ def _same(a: Found | None, b: Found) -> None:
                         f"images ({ra.image_id} vs {rb.image_id}); gather the artifacts of one pipeline only")
 
 
+def remove_stale(out: Path, planned: set[str]) -> list[str]:
+    """After a build of the whole plan: drop the artifacts (build.json, verify.json) of targets the plan
+    no longer has, so that a publish from OUT never releases them. The targets removed."""
+    gone = []
+    for path in sorted(out.glob(f"*/{BUILD_FILE}")):
+        try:
+            tid = read_build(path).target.id
+        except UserError:
+            continue  # not ours to judge; publish will say what is wrong with it
+        if tid not in planned:
+            path.unlink()
+            (path.parent / VERIFY_FILE).unlink(missing_ok=True)
+            gone.append(tid)
+    return gone
+
+
 def one_release(found: Mapping[str, Found]) -> Release:
     """The release settings all the gathered artifacts share (they come from one plan)."""
     releases = {f.record.release for f in found.values()}

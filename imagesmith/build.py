@@ -4,7 +4,10 @@ Parents first, independent targets in parallel (``jobs``), each child FROM its
 parent's image *ID*. A target whose rendered context (+ build arguments +
 parent ID) hashes to an image that already exists is taken from cache. A
 failed target skips its descendants; the rest go on. After each build the
-image is measured from inside and compared with the plan.
+image is measured from inside and compared with the plan. With a stage
+(``build --stage``, :mod:`imagesmith.staging`) each image is also pushed to a
+staging repository by digest, and ancestors built by other jobs come from there.
+Every target not taken from another job gets its artifact, OUT/<target>/build.json.
 """
 
 from __future__ import annotations

@@ -266,6 +266,9 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
                 stage = staging.open_stage(stage_repo, m.image.name, engine, out, credentials_file, registry_ca, display)
                 p = stage.prepare(p, full.picked(only, layers), m)
             report = build.Builder(p, m, engine, out, jobs, display, prune=prune, stage=stage).run()
+            if not only and not layers:
+                for gone in artifacts.remove_stale(out, {t.id for t in full.targets}):
+                    display.note(f"{gone}: no longer planned; its build artifact in {out} was removed (publish will not release it)")
         finally:
             display.close()
         _print_build(report, out, quiet, as_json and not (push or do_verify))

@@ -271,3 +271,13 @@ def test_a_parent_is_taken_from_its_jobs_artifact_only_if_it_is_that_very_target
     assert stage.adopts(f"{CELL}-cv") is adopted
     assert [t.layer for t in p.targets] == (["cv", "project"] if adopted else ["base", "cv", "project"])
     assert (notes.lines == []) if adopted else (len(notes.lines) == 1 and note in notes.lines[0])
+
+
+def test_a_full_build_drops_the_artifacts_of_targets_no_longer_planned(tmp_path: Path) -> None:
+    for i in (0, 3):
+        artifacts.write_build(tmp_path / PLAN.targets[i].id / "build.json", record(i))
+        (tmp_path / PLAN.targets[i].id / "verify.json").write_text("{}")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "build.json").write_text("not ours")
+    assert artifacts.remove_stale(tmp_path, {PLAN.targets[0].id}) == [PLAN.targets[3].id]
+    assert sorted(p.parent.name for p in tmp_path.glob("*/*.json")) == [PLAN.targets[0].id, PLAN.targets[0].id, "other"]

@@ -8,12 +8,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import pytest
 
 from imagesmith.errors import RegistryError
 from imagesmith.promote import Promoter, split_reference
-from imagesmith.registry import DOCKER_V2, OCI_INDEX, Manifest, PushedManifest
+from imagesmith.registry import DOCKER_V2, OCI_INDEX, Credentials, Manifest, PushedManifest, Registry
+from tests.unit.test_publish import Reply
 
 
 def sha(data: bytes) -> str:
@@ -158,3 +160,34 @@ def test_an_index_promotes_each_manifest_it_lists_first() -> None:
 def test_only_staged_references_by_digest_are_promoted(ref: str) -> None:
     with pytest.raises(RegistryError, match="is not a staged reference"):
         split_reference(ref)
+
+
+@dataclass
+class HarborLike:
+    """A token-auth registry: a mount needs one token with push on the target and pull on the source."""
+
+    token_params: list[Any] = field(default_factory=list)
+    requests: list[tuple[str, str]] = field(default_factory=list)
+
+    def get(self, url: str, **kw: Any) -> Reply:
+        return self.request("GET", url, **kw)
+
+    def request(self, method: str, url: str, headers: Mapping[str, str] | None = None, params: Any = None, **kw: Any) -> Reply:
+        if url.endswith("/service/token"):
+            self.token_params.append(params)
+            scopes = params["scope"] if isinstance(params["scope"], list) else [params["scope"]]
+            return Reply(200, content=json.dumps({"token": "tok:" + " ".join(scopes)}).encode())
+        self.requests.append((method, url))
+        wanted = "Bearer tok:repository:ml/release:pull,push repository:ml/staging:pull"
+        if (headers or {}).get("Authorization") != wanted:
+            return Reply(401, {"WWW-Authenticate": 'Bearer realm="https://h.test/service/token",service="harbor-registry"'})
+        return Reply(201, {"Location": "/v2/ml/release/blobs/" + "sha256:" + "a" * 64})
+
+
+def test_a_mount_asks_the_token_service_for_push_here_and_pull_there() -> None:
+    session = HarborLike()
+    reg = Registry("h.test", Credentials("robot$ml+ci", "secret"), session=session)  # type: ignore[arg-type]
+    assert reg.mount_blob("ml/release", "sha256:" + "a" * 64, "ml/staging") is None
+    assert session.token_params == [{"service": "harbor-registry",
+                                     "scope": ["repository:ml/release:pull,push", "repository:ml/staging:pull"]}]
+    assert session.requests[-1] == ("POST", f"https://h.test/v2/ml/release/blobs/uploads/?mount=sha256%3A{'a' * 64}&from=ml%2Fstaging")
