@@ -103,7 +103,7 @@ def _gitlab_verify(t: Target, o: Options) -> dict[str, Any]:
 def _gitlab_publish(o: Options) -> dict[str, Any]:
     out = _q(o.out)
     return {
-        "stage": "publish", "tags": list(o.publish_tags), "resource_group": "imagesmith-release",
+        "stage": "publish", "tags": list(o.publish_tags), "resource_group": "imagesmith-release", "interruptible": False,
         "rules": [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}, {"if": "$CI_COMMIT_TAG"}],
         "script": [f"imagesmith publish --out {out} || rc=$?",
                    f"imagesmith report {out}/run-report.json --format md --out {out}/summary.md",
