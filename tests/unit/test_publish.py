@@ -440,6 +440,39 @@ def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
         ("a", True, None), ("b", False, "verification ran on image sha256:OTHER, not the built sha256:b"), ("c", False, "boom")]
 
 
+def test_a_staged_item_counts_as_verified_only_for_the_digest_that_was_verified() -> None:
+    plan = SimpleNamespace(by_id=lambda: {t: SimpleNamespace(layer="base", cell="c") for t in ("a", "b", "c")})
+    staged = lambda d: {"repository": "h.test/ml/staging", "digest": d}  # noqa: E731
+    results = [SimpleNamespace(target=t, ok=True, image_id="sha256:i", facts=facts("2.9.1"), error=None, staged=staged(f"sha256:{t}"))
+               for t in ("a", "b", "c")]
+    outcome = lambda d: SimpleNamespace(ok=True, report={"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}})  # noqa: E731
+    items = publish.items_from(results, plan, {"a": outcome("sha256:a"), "b": outcome("sha256:OTHER"), "c": outcome(None)})
+    assert [(i.target, i.verified, i.source, i.error) for i in items] == [
+        ("a", True, "h.test/ml/staging@sha256:a", None),
+        ("b", False, "h.test/ml/staging@sha256:b", "verification ran on sha256:OTHER, not the staged h.test/ml/staging@sha256:b"),
+        ("c", True, "h.test/ml/staging@sha256:c", None)]  # verified by image ID on the build host: the same image
+
+
+def test_a_staged_item_is_promoted_never_pushed_with_the_engine(world: World) -> None:
+    calls: list[tuple[str, str, str]] = []
+
+    def promote(source: str, repo: str, tag: str) -> Any:
+        calls.append((source, repo, tag))
+        m = manifest_for(image_id)
+        world.reg.repo_tags[tag] = m
+        world.reg.labels[image_id] = image_labels("2.9.1")
+        return SimpleNamespace(digest=m.digest, to_json=lambda: {"mounted": 3, "copied": 0, "present": 0, "bytes_moved": 900, "seconds": 0.1})
+
+    it = item("2.9.1")
+    image_id = it.image_id or ""
+    staged = publish.Item(**{**it.__dict__, "source": "h.test/ml/staging@" + manifest_for(image_id).digest})
+    data = world.release([staged], promote=promote)
+    assert world.engine.pushes == [] and world.engine.local_tags == {}
+    assert calls == [(staged.source, "ml/pytorch", "2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130")]
+    assert data["targets"][0]["status"] == "pushed" and data["targets"][0]["promotion"]["mounted"] == 3
+    assert "## Promoted from staging" in (world.out / "release.md").read_text()
+
+
 def test_a_build_report_from_another_matrix_is_refused() -> None:
     plan = SimpleNamespace(by_id=lambda: {"a": SimpleNamespace(layer="base", cell="c")})
     with pytest.raises(UserError) as err:
