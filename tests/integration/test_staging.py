@@ -143,7 +143,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
 
     # A job on B without the base's artifact resolves it by its content tag in staging instead of building it
     # (B gets the OS base image A used, so it computes the same context hash).
-    engine_b.images.load(b"".join(build_matrix.engine.client.images.get(build_matrix.base).save()))
+    engine_b.images.load(b"".join(build_matrix.engine.client.images.get(build_matrix.base).save(named=True)))
     ok(imagesmith("build", *common, "--only", base, "--out", "build_c", docker_host=second_engine.host, cwd=tmp_path))
     again_b = record(tmp_path / "build_c" / base)
     assert again_b["result"]["status"] == "cached" and again_b["result"]["image_id"] == base_id
