@@ -8,9 +8,16 @@ BIN := $(VENV)/bin
 MATRIX ?= examples/local.yaml
 OUT ?= build
 JOBS ?= 2
+# Folders outside the matrix's own that its paths may name (examples/local.yaml:
+# the host's wheel folder and CA bundle); passed as --allow-root.
+ALLOW_ROOTS ?= /opt/wheels /etc/ssl/certs
 # The local release signs its evidence with this key (made once; the .pub beside it verifies).
 SIGNING_KEY ?= .cache/signing/release.key
 REGISTRY_CREDENTIALS := .cache/registry/credentials
+# On a host without a GPU, CUDA images are verified in CPU mode and pushed with their immutable
+# tag only, marked -not-gpu-verified (never a floating tag); with a GPU they are GPU-verified and
+# take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
+ALLOW_CPU ?= --allow-cpu-verification
 
 .PHONY: release test unit lint bench host install base registry clean evidence
 
@@ -40,7 +47,7 @@ $(SIGNING_KEY):             ## an ECDSA P-256 key pair for the local release (op
 	openssl pkey -in $@ -pubout -out $(basename $@).pub
 
 release: base registry $(SIGNING_KEY)   ## the main job: render, build, verify, tag, push, attach signed evidence
-	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push \
+	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push $(ALLOW_CPU) $(ALLOW_ROOTS:%=--allow-root %) \
 	  --credentials $(REGISTRY_CREDENTIALS) --signing-key $(SIGNING_KEY)
 	@echo "the evidence of every released digest, signatures checked: make evidence"
 

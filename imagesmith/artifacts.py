@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from imagesmith import __version__, plan, schemas
+from imagesmith import __version__, plan, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, Matrix, TagPolicy
@@ -106,18 +106,23 @@ class BuildRecord:
     staged: Staged | None = None
     host: str = ""
     written_at: str = ""
+    state: str = runstate.COMPLETE  # of the build job that wrote it (imagesmith.runstate)
 
     @property
     def ok(self) -> bool:
         return self.status in ("built", "cached") and bool(self.image_id)
 
+    @property
+    def complete(self) -> bool:
+        return self.state == runstate.COMPLETE
 
-def record_of(result: Any, target: plan.Target, release: Release) -> BuildRecord:
-    """A build result (``build.TargetResult``) as its artifact."""
+
+def record_of(result: Any, target: plan.Target, release: Release, state: str = runstate.COMPLETE) -> BuildRecord:
+    """A build result (``build.TargetResult``) as its artifact, in its build job's state."""
     staged = Staged(**result.staged) if result.staged else None
     return BuildRecord(target, release, result.status, result.image_id, result.context_hash, result.facts,
                        result.size_bytes, result.seconds, result.error, staged, socket.gethostname(),
-                       dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+                       dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), state)
 
 
 def result_fields(record: BuildRecord) -> dict[str, Any]:
@@ -140,6 +145,7 @@ def build_identity(t: plan.Target) -> plan.Target:
 def build_json(record: BuildRecord) -> dict[str, Any]:
     r = record.release
     return {"schema": BUILD_SCHEMA, "imagesmith": __version__, "host": record.host, "written_at": record.written_at,
+            "state": record.state,
             "release": {"matrix": r.matrix, "date": r.date, "registry": r.registry, "repository": r.repository,
                         "tags": policy_json(r.tags)},
             "target": asdict(record.target),
@@ -218,7 +224,8 @@ def read_build(path: Path) -> BuildRecord:
         context_hash=r.text(result, "context_hash", "result", re.compile(r"|sha256:[0-9a-f]{64}")),
         facts=facts, size_bytes=int(r.number(result, "size_bytes", "result")),
         seconds=float(r.number(result, "seconds", "result")), error=r.text(result, "error", "result", optional=True),
-        staged=_staged(r, doc.get("staged")), host=str(doc.get("host") or ""), written_at=str(doc.get("written_at") or ""))
+        staged=_staged(r, doc.get("staged")), host=str(doc.get("host") or ""), written_at=str(doc.get("written_at") or ""),
+        state=runstate.state_of(doc))
 
 
 def _target(r: _Reader, raw: Any) -> plan.Target:

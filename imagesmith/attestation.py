@@ -27,6 +27,8 @@ from imagesmith import __version__
 from imagesmith.resources import data_file
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+# read as well: v0.1 is what `cosign attest-blob` writes; its subject/predicateType/predicate are v1's
+READABLE_STATEMENT_TYPES = (STATEMENT_TYPE, "https://in-toto.io/Statement/v0.1")
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SBOM_PREDICATE = "https://cyclonedx.org/bom"
 VERIFICATION_PREDICATE = "https://imagesmith.dev/attestations/verification/v1"
@@ -125,13 +127,13 @@ def statement_bytes(st: Statement) -> bytes:
 
 
 def parse_statement(payload: bytes) -> Statement:
-    """A Statement v1 with exactly one sha256 subject; anything else is a StatementError."""
+    """A Statement v1 (or v0.1) with exactly one sha256 subject; anything else is a StatementError."""
     try:
         doc = json.loads(payload)
     except ValueError as exc:
         raise StatementError(f"not JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE:
-        raise StatementError(f"_type is not {STATEMENT_TYPE}")
+    if not isinstance(doc, dict) or doc.get("_type") not in READABLE_STATEMENT_TYPES:
+        raise StatementError(f"_type is not {' or '.join(READABLE_STATEMENT_TYPES)}")
     subjects = doc.get("subject")
     if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0], dict):
         raise StatementError("subject: expected exactly one")

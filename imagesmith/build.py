@@ -16,13 +16,14 @@ import datetime as dt
 import hashlib
 import json
 import queue
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
-from imagesmith import artifacts, render, schemas
+from imagesmith import artifacts, render, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.engine import Engine
 from imagesmith.errors import UserError
@@ -40,7 +41,10 @@ LABEL_HASH = "io.imagesmith.context-hash"
 # builder copies build labels onto intermediate images, and children inherit them.)
 CACHE_REPOSITORY = "imagesmith-cache"
 LABEL_RUN = "io.imagesmith.run"
-LABEL_STAGE = "io.imagesmith.stage"
+# Who uses a cache entry: one tag per (checkout, target), imagesmith-cache/<owner>:<target>,
+# where the owner is the matrix file and output folder of a checkout. An entry
+# a run stops using is pruned only when no other owner's tag points at it.
+OWNER_REPOSITORY = CACHE_REPOSITORY + "/"
 
 
 @dataclass
@@ -79,9 +83,15 @@ class BuildReport:
         return all(r.ok for r in self.results)
 
     def to_json(self) -> dict[str, Any]:
+        """The report; ``state`` is added by whoever writes it (running, complete, interrupted)."""
         return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
                 "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": self.base_images,
                 "targets": [asdict(r) for r in self.results]}
+
+
+def not_ok(doc: dict[str, Any]) -> dict[str, Any]:
+    """A build report of a run that did not complete never says ok."""
+    return doc | {"ok": False}
 
 
 # -- pure helpers ---------------------------------------------------------------------------
@@ -98,6 +108,19 @@ def context_hash(files: Mapping[str, bytes], buildargs: Mapping[str, str], paren
         h.update(f"\0arg\0{key}={value}".encode())
     h.update(f"\0parent\0{parent_id}".encode())
     return "sha256:" + h.hexdigest()
+
+
+def owner_id(matrix_file: Path, out: Path) -> str:
+    """A checkout's identity for cache ownership: its matrix file and output folder."""
+    where = f"{Path(matrix_file).resolve()}\0{Path(out).resolve()}"
+    return hashlib.sha256(where.encode()).hexdigest()[:16]
+
+
+def owner_tag(target_id: str) -> str:
+    """The tag of a target under its owner's repository (target ids are tags; others are hashed)."""
+    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", target_id):
+        return target_id
+    return "t-" + hashlib.sha256(target_id.encode()).hexdigest()[:40]
 
 
 def compare_facts(t: Target, facts: Mapping[str, Any], declared: list[str]) -> list[str]:
@@ -165,25 +188,51 @@ class Builder:
         self._pending_server: SourceServer | None = None
         self._lock = threading.Lock()
         self.redact = Redactor([])
+        self.owner = owner_id(matrix.file, out)
+        self.released: list[str] = []  # image IDs this checkout's owner tags pointed at before this run
+        self.stages: list[str] = []  # builder-stage images this run made
 
     # -- public ---------------------------------------------------------------------
     def run(self) -> BuildReport:
+        """Build the plan; OUT/report.json says ``running`` from the start (replacing the
+        last run's), is rewritten as targets finish, and ends ``complete`` or
+        ``interrupted`` (Ctrl-C, SIGTERM, an error)."""
         started, t0 = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), time.monotonic()
-        self._prepare()
+        tracked = runstate.Tracked(self.out / "report.json", self._report(started, t0).to_json(), not_ok)
         try:
-            self._schedule()
-        finally:
-            if self.server:
-                self.server.stop()
-            self.engine.remove_containers(LABEL_RUN, self.run_id)
-        report = BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
-                             [self.results[t.id] for t in self.plan.targets])
-        if self.prune and report.ok and any(r.status == "built" for r in report.results):
-            self._prune()
-        write_text(self.out / "report.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
-        artifacts.write_builds(self.out, [artifacts.record_of(r, t, artifacts.Release.of(self.matrix, self.plan.date))
-                                          for t, r in zip(self.plan.targets, report.results) if not self._adopted(t)])
+            self._artifacts(runstate.RUNNING)
+            self._prepare()
+            try:
+                self._schedule(lambda: tracked.update(self._report(started, t0).to_json()))
+            finally:
+                if self.server:
+                    self.server.stop()
+                self.engine.remove_containers(LABEL_RUN, self.run_id)
+            report = self._report(started, t0)
+            if self.prune and report.ok and (self.released or any(r.status == "built" for r in report.results)):
+                self._prune()
+        except BaseException as exc:  # Ctrl-C, SIGTERM, an error: the report says so, with each target's state
+            tracked.stop(exc, self._report(started, t0).to_json())
+            self._artifacts(runstate.INTERRUPTED, quiet=True)
+            raise
+        self._artifacts(runstate.COMPLETE)
+        tracked.complete(report.to_json())
         return report
+
+    def _report(self, started: str, t0: float) -> BuildReport:
+        return BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
+                           [self.results[t.id] for t in self.plan.targets])
+
+    def _artifacts(self, state: str, quiet: bool = False) -> None:
+        """OUT/<target>/build.json of every target this job builds, in the run's state (``running`` from
+        the start, so a stale artifact of an earlier run is never taken for this one's)."""
+        release = artifacts.Release.of(self.matrix, self.plan.date)
+        records = [artifacts.record_of(self.results[t.id], t, release, state) for t in self.plan.targets if not self._adopted(t)]
+        try:
+            artifacts.write_builds(self.out, records)
+        except OSError:
+            if not quiet:
+                raise  # interrupted: the artifacts stay "running", which no reader takes for success either
 
     def _adopted(self, t: Target) -> bool:
         """Taken from another job's staged artifact (that job's record stays as it is)."""
@@ -191,18 +240,29 @@ class Builder:
 
     # -- disk -----------------------------------------------------------------------
     def _prune(self) -> None:
-        """After a fully successful run: drop builder stages (dangling, labelled
-        builder) and cache entries of superseded builds of these targets."""
-        freed = self.engine.prune_dangling(f"{LABEL_STAGE}=builder")
-        for t in self.plan.targets:
-            current = self.results[t.id].image_id
-            for info in self.engine.images_with_label("io.imagesmith.target", t.id):
-                stale = info.id != current and info.labels.get(LABEL_STAGE) != "builder" \
-                    and info.labels.get("org.opencontainers.image.title") == self.matrix.image.repository
-                for tag in (tag for tag in info.tags if stale and tag.startswith(f"{CACHE_REPOSITORY}:")):
-                    self.engine.untag(tag)
+        """After a fully successful run: drop the builder stages this run made (never
+        another run's: a concurrent build may be using its own) and the cache entries
+        this checkout stopped using, unless another checkout (owner) still uses them."""
+        freed = sum(self.engine.remove_unused(stage) for stage in self.stages)
+        for old_id in self.released:
+            info = self.engine.image(old_id)
+            if info is None or any(tag.startswith(OWNER_REPOSITORY) for tag in info.tags):
+                continue  # gone already, or another checkout's entry too
+            for tag in (tag for tag in info.tags if tag.startswith(f"{CACHE_REPOSITORY}:")):
+                self.engine.untag(tag)
         if freed:
-            self.display.note(f"pruned builder stages: {freed / 1e9:.1f} GB freed")
+            self.display.note(f"pruned {freed} builder stages this run made")
+
+    def _own(self, t: Target, image_id: str) -> None:
+        """Point this checkout's owner tag for ``t`` at ``image_id``; remember what it pointed at."""
+        repository, tag = f"{OWNER_REPOSITORY}{self.owner}", owner_tag(t.id)
+        before = self.engine.image(f"{repository}:{tag}")
+        if before is not None and before.id == image_id:
+            return
+        self.engine.tag(image_id, repository, tag)
+        if before is not None:
+            with self._lock:
+                self.released.append(before.id)
 
     # -- preparation --------------------------------------------------------------
     def _prepare(self) -> None:
@@ -239,7 +299,7 @@ class Builder:
         return info.id
 
     # -- the DAG ---------------------------------------------------------------------
-    def _schedule(self) -> None:
+    def _schedule(self, progressed: Callable[[], None] = lambda: None) -> None:
         done: queue.Queue[str] = queue.Queue()
         pending = {t.id: t for t in self.plan.targets}
         running: set[str] = set()
@@ -251,6 +311,7 @@ class Builder:
                 finished = done.get()
                 running.discard(finished)
                 self._skip_descendants(finished, pending)
+                progressed()
         except KeyboardInterrupt:
             self.cancel.set()
             for tid in list(pending) + list(running):
@@ -348,6 +409,7 @@ class Builder:
         self._measure(t, result)
         if result.ok and result.image_id:
             self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
+            self._own(t, result.image_id)
             if self.stage is not None:
                 self.stage.push(t, result)
 
@@ -366,6 +428,8 @@ class Builder:
             outcome = self.engine.build(self.out / t.id, t.image, self._real_args(t, parent_id), labels,
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
+        with self._lock:
+            self.stages += outcome.stages
         if outcome.error or outcome.image_id is None:  # an error wins over any image ID seen before it
             result.status = "cancelled" if outcome.error == "cancelled" else "failed"
             result.error = self.redact(outcome.error or "the engine reported no image")

@@ -44,6 +44,7 @@ class Options:
     gpu_tags: tuple[str, ...] = ("self-hosted", "linux", "gpu")
     publish_tags: tuple[str, ...] = ("self-hosted", "linux")
     install: tuple[str, ...] = INSTALL
+    allow_roots: tuple[str, ...] = ()  # plan --allow-root: every job gets them (IMAGESMITH_ALLOW_ROOT)
 
 
 def build_job(t: Target) -> str:
@@ -66,13 +67,17 @@ def gitlab_pipeline(plan: Plan, o: Options) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "stages": ["build", "verify", "publish"],
         "variables": {"MATRIX": o.matrix, "IMAGESMITH_STAGE": o.stage, "IMAGESMITH_DATE": plan.date, "TIER": o.tier,
-                      "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+                      "PIP_DISABLE_PIP_VERSION_CHECK": "1"} | _allow_roots(o),
         "default": {"interruptible": True, "before_script": list(o.install)},
     }
     doc |= {build_job(t): _gitlab_build(t, o) for t in plan.targets}
     doc |= {verify_job(t): _gitlab_verify(t, o) for t in plan.targets}
     doc["publish"] = _gitlab_publish(o)
     return doc
+
+
+def _allow_roots(o: Options) -> dict[str, str]:
+    return {"IMAGESMITH_ALLOW_ROOT": ":".join(o.allow_roots)} if o.allow_roots else {}
 
 
 def _gitlab_build(t: Target, o: Options) -> dict[str, Any]:

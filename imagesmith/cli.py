@@ -10,6 +10,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -24,11 +25,18 @@ from imagesmith import __version__, compat
 from imagesmith import matrix as matrix_mod
 from imagesmith import plan as plan_mod
 from imagesmith import render as render_mod
-from imagesmith.errors import ImagesmithError, UserError
+from imagesmith.errors import ImagesmithError, UsageError, UserError
+from imagesmith.fleet.commands import fleet_group, floating_gate, gate_options
 from imagesmith.table import print_table
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
                              type=click.Path(dir_okay=False, path_type=Path), help="The matrix file.")
+ALLOW_ROOT_OPTION = click.option(
+    "--allow-root", "allow_roots", multiple=True, envvar="IMAGESMITH_ALLOW_ROOT",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A folder outside the matrix's own that paths in the matrix (requirements, ca_bundle, template, "
+         "wheel folders, credential files) may lead into, after symlinks; repeatable "
+         "(IMAGESMITH_ALLOW_ROOT: folders separated by ':').")
 
 
 def today() -> str:
@@ -38,8 +46,8 @@ def today() -> str:
     return now.strftime("%Y%m%d")
 
 
-def load_matrix(path: Path) -> matrix_mod.Matrix:
-    m = matrix_mod.load(path)
+def load_matrix(path: Path, allow_roots: Sequence[Path] = ()) -> matrix_mod.Matrix:
+    m = matrix_mod.load(path, allowed_roots=allow_roots)
     for warning in m.warnings:
         click.secho(str(warning), fg="yellow", err=True)
     return m
@@ -63,11 +71,19 @@ def matrix_group() -> None:
 @matrix_group.command("validate")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
-def validate_cmd(file: Path, date: str | None) -> None:
-    """Check FILE against the schema and the knowledge base."""
-    m = load_matrix(file)
+@ALLOW_ROOT_OPTION
+def validate_cmd(file: Path, date: str | None, allow_roots: tuple[Path, ...]) -> None:
+    """Check FILE against the schema and the knowledge base, and render every
+    target in memory (nothing is written), so what passes here renders.
+
+    Lists the templates of the matrix's own folder it ran: they are code."""
+    m = load_matrix(file, allow_roots)
     p = plan_mod.expand(m, date or today())
+    render_mod.render_all(p, m)
     click.echo(f"OK: {len(m.cells)} cells, {len(p.targets)} targets")
+    for layer, path, refs in render_mod.user_templates(m):
+        uses = f" (with {', '.join(refs)})" if refs else ""
+        click.echo(f"runs template {path}{uses} for layer {layer}: code from the matrix's folder, rendered in Jinja's sandbox")
 
 
 @cli.command("plan")
@@ -83,15 +99,16 @@ def validate_cmd(file: Path, date: str | None) -> None:
 @click.option("--gpu-tag", "gpu_tags", multiple=True, help="gitlab-ci: runner tag of the verify jobs (repeat; default self-hosted, linux, gpu).")
 @click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default="standard", show_default=True,
               help="gitlab-ci: the verify jobs' tier.")
+@ALLOW_ROOT_OPTION
 def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, stage_repo: str | None,
-             build_tags: tuple[str, ...], gpu_tags: tuple[str, ...], tier: str) -> None:
+             build_tags: tuple[str, ...], gpu_tags: tuple[str, ...], tier: str, allow_roots: tuple[Path, ...]) -> None:
     """Every build target with its parent, resolved versions and tags (or the CI fan-out that builds them)."""
-    m = load_matrix(matrix_file)
+    m = load_matrix(matrix_file, allow_roots)
     p = plan_mod.expand(m, date or today())
     if out:
         plan_mod.write(p, out)
     if fmt in ("gitlab-ci", "github-matrix"):
-        click.echo(_ci_document(p, m, matrix_file, fmt, stage_repo, build_tags, gpu_tags, tier), nl=False)
+        click.echo(_ci_document(p, m, matrix_file, fmt, stage_repo, build_tags, gpu_tags, tier, allow_roots), nl=False)
         return
     if fmt == "json":
         click.echo(json.dumps(plan_mod.to_json(p), indent=2, sort_keys=True))
@@ -106,7 +123,7 @@ def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, st
 
 
 def _ci_document(p: Any, m: Any, matrix_file: Path, fmt: str, stage_repo: str | None, build_tags: tuple[str, ...],
-                 gpu_tags: tuple[str, ...], tier: str) -> str:
+                 gpu_tags: tuple[str, ...], tier: str, allow_roots: tuple[Path, ...] = ()) -> str:
     from imagesmith import ci, staging
 
     if fmt == "github-matrix":
@@ -114,7 +131,7 @@ def _ci_document(p: Any, m: Any, matrix_file: Path, fmt: str, stage_repo: str | 
     if not stage_repo:
         raise UserError("--format gitlab-ci needs --stage REGISTRY/REPO: the staging repository the jobs hand images over by")
     staging.parse_repository(stage_repo, m.image.name)
-    o = ci.Options(str(matrix_file), stage_repo, tier=tier)
+    o = ci.Options(str(matrix_file), stage_repo, tier=tier, allow_roots=tuple(map(str, allow_roots)))
     o = dataclasses.replace(o, build_tags=build_tags or o.build_tags, gpu_tags=gpu_tags or o.gpu_tags)
     head = (f"# Generated by imagesmith {__version__} from {matrix_file} ({len(p.targets)} targets, date {p.date}):\n"
             f"# imagesmith plan --format gitlab-ci. Do not edit; generate again.\n")
@@ -124,10 +141,14 @@ def _ci_document(p: Any, m: Any, matrix_file: Path, fmt: str, stage_repo: str | 
 @cli.command("render")
 @MATRIX_OPTION
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if what is on disk differs (drift).")
-def render_cmd(matrix_file: Path, out: Path, check: bool) -> None:
-    """One build context per target (Dockerfile + files) under OUT/<target>/."""
-    m = load_matrix(matrix_file)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if what is on disk differs (content, modes, extra or missing files).")
+@ALLOW_ROOT_OPTION
+def render_cmd(matrix_file: Path, out: Path, check: bool, allow_roots: tuple[Path, ...]) -> None:
+    """One build context per target (Dockerfile + files) under OUT/<target>/.
+
+    Every Dockerfile is parsed back with BuildKit's parser and must hold only
+    the instructions its template makes; nothing is written otherwise."""
+    m = load_matrix(matrix_file, allow_roots)
     contexts = render_mod.render_all(plan_mod.expand(m, today()), m)
     if check:
         drift = render_mod.check(contexts, out)
@@ -203,6 +224,10 @@ CREDENTIALS_OPTION = click.option(
     "--credentials", "credentials_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="File holding user:password for the registry (a Harbor robot account: robot$ml+ci:SECRET). "
          "Default: IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD, then the docker config.")
+ALLOW_CPU_OPTION = click.option(
+    "--allow-cpu-verification", "allow_cpu", is_flag=True,
+    help="Where no GPU is visible, verify CUDA images in CPU mode instead of failing them, and push them with "
+         "their immutable tag only, marked -not-gpu-verified (never a floating tag). For hosts without a GPU.")
 REGISTRY_CA_OPTION = click.option(
     "--registry-ca", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="CA bundle of the registry (default: /etc/docker/certs.d/<host>/ca.crt when present).")
@@ -238,19 +263,25 @@ PUBLIC_KEY_OPTION = click.option(
 @REGISTRY_CA_OPTION
 @SIGNING_KEY_OPTION
 @EVIDENCE_OPTION
+@gate_options
+@ALLOW_CPU_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
+@ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, stage_repo: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, quiet: bool, as_json: bool) -> None:
+              registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, gate_fleet: Path | None,
+              fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool, as_json: bool,
+              allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import artifacts, build
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
-    m, date = load_matrix(matrix_file), date or today()
+    m, date = load_matrix(matrix_file, allow_roots), date or today()
     key = _signing_key(signing_key) if push and with_evidence else None
+    gate = floating_gate(gate_fleet, fleet_reports)
     full = plan_mod.expand(m, date)
     p = full.select(only, layers)
     if not p.targets:
@@ -258,6 +289,10 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     engine = Engine()
     display = make_display(f"building {len(p.targets)} targets", quiet or as_json)
     with artifacts.locked(out, "imagesmith build", display.note):
+        if push or do_verify:
+            from imagesmith import pipeline
+
+            run = pipeline.RunReport(out)  # replaces the last run's report at once: state running
         try:
             stage = None
             if stage_repo:
@@ -269,12 +304,18 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
             if not only and not layers:
                 for gone in artifacts.remove_stale(out, {t.id for t in full.targets}):
                     display.note(f"{gone}: no longer planned; its build artifact in {out} was removed (publish will not release it)")
+        except BaseException as exc:
+            if push or do_verify:
+                run.tracked.stop(exc)
+            raise
         finally:
             display.close()
         _print_build(report, out, quiet, as_json and not (push or do_verify))
         if push or do_verify:
-            _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json,
-                                {"signing_key": key, "with_evidence": with_evidence})
+            with run:
+                run.built(report.to_json() | {"state": "complete"})  # as the build wrote it to report.json
+                _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json, run,
+                                    {"signing_key": key, "with_evidence": with_evidence}, gate, allow_cpu)
     if not (push or do_verify) and not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
@@ -290,23 +331,25 @@ def _signing_key(path: Path | None) -> Any:
 
 def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
                         credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool,
-                        evidence: dict[str, Any]) -> None:
+                        run: Any, evidence: dict[str, Any], gate: Any = None, allow_cpu: bool = False) -> None:
     from imagesmith import pipeline
     from imagesmith.progress import make_display
 
     display = make_display(f"verifying {sum(r.ok for r in report.results)} images", quiet or as_json)
     rel = None
     try:
-        outcomes = pipeline.verify_results(engine, report.results, pipeline.options_from(m), out, display,
+        options = pipeline.options_from(m, allow_cpu_verification=allow_cpu)
+        outcomes = pipeline.verify_results(engine, report.results, options, out, display, run,
                                            _staging_auth(report.results, credentials_file))
         if push:
             from imagesmith import publish
 
             rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca,
-                                  **evidence)
+                                  floating_gate=gate, allow_cpu_verification=allow_cpu, **evidence)
+            run.released(rel.to_json() | {"state": "complete"})  # as the release wrote it to release.json
     finally:
         display.close()
-    path = pipeline.write_run_report(out, report.to_json(), outcomes, rel.to_json() if rel else None)
+    path = run.complete()
     if as_json:
         click.echo(path.read_text())
     elif not quiet:
@@ -320,12 +363,26 @@ def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, dat
 
 
 def _print_outcomes(outcomes: dict[str, Any]) -> None:
+    from imagesmith import policy
+
     rows = []
     for target, o in outcomes.items():
         s = o.report.get("summary", {})
-        rows.append([target, "passed" if o.ok else "FAILED", s.get("pass", 0), s.get("warn", 0), s.get("fail", 0),
-                     s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
-    print_table("verification", ["target", "result", "pass", "warn", "fail", "skip", "failed checks"], rows)
+        rows.append([target, "passed" if o.ok else "FAILED", policy.how_verified(o.report), s.get("pass", 0), s.get("warn", 0),
+                     s.get("fail", 0), s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
+    print_table("verification", ["target", "result", "mode", "pass", "warn", "fail", "skip", "failed checks"], rows)
+
+
+def mode_line(report: dict[str, Any]) -> str:
+    """Which mode ran and why, for the first line of the verify table."""
+    from imagesmith import policy
+
+    reason = str((report.get("mode") or {}).get("reason") or "mode unknown: the payload did not report")
+    cuda = (report.get("environment") or {}).get("cuda")
+    ev = policy.evidence(report)
+    if cuda and not ev.gpu_verified and policy.NOT_GPU_VERIFIED not in reason:
+        reason += f" ({policy.NOT_GPU_VERIFIED})"
+    return reason
 
 
 @cli.command("publish")
@@ -342,20 +399,27 @@ def _print_outcomes(outcomes: dict[str, Any]) -> None:
 @REGISTRY_CA_OPTION
 @SIGNING_KEY_OPTION
 @EVIDENCE_OPTION
+@gate_options
+@ALLOW_CPU_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, date: str | None,
                 credentials_file: Path | None, registry_ca: Path | None, signing_key: Path | None, with_evidence: bool,
-                quiet: bool) -> None:
+                gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
+                allow_roots: tuple[Path, ...]) -> None:
     """Tag and release what passed verification; write OUT/release.json and OUT/release.md.
 
     Staged images (imagesmith build --stage) are promoted registry to registry: blob mounts and
-    manifest copies, no Docker engine, the release digest equal to the verified one."""
+    manifest copies, no Docker engine, the release digest equal to the verified one. The release
+    policy is the same either way: floating tags only for GPU-verified CUDA images (and, with
+    --fleet/--fleet-report, only for digests every required GPU class passed)."""
     from imagesmith import artifacts, pipeline
     from imagesmith.progress import make_display
 
-    m = load_matrix(matrix_file) if matrix_file else None
+    m = load_matrix(matrix_file, allow_roots) if matrix_file else None
     key = _signing_key(signing_key) if with_evidence else None
-    evidence = {"credentials_file": credentials_file, "ca_file": registry_ca, "signing_key": key, "with_evidence": with_evidence}
+    evidence = {"credentials_file": credentials_file, "ca_file": registry_ca, "signing_key": key, "with_evidence": with_evidence,
+                "floating_gate": floating_gate(gate_fleet, fleet_reports), "allow_cpu_verification": allow_cpu}
     display = make_display("publishing", quiet)
     with artifacts.locked(out, "imagesmith publish", display.note):
         try:
@@ -387,9 +451,13 @@ def finish_release(rel: Any, quiet: bool) -> None:
     """Print what was released and where the report is; exit 1 if any target was not released."""
     if not quiet:
         print_table(f"release to {rel.registry}/{rel.repository} ({rel.seconds:.1f}s)",
-                    ["target", "status", "reference", "digest", "floating", "evidence"],
+                    ["target", "status", "reference", "digest", "floating", "verified", "evidence"],
                     [[t.target, t.status, t.reference or "-", (t.digest or "-")[:19], " ".join(t.floating) or "-",
-                      _evidence_cell(t.evidence)] for t in rel.targets])
+                      t.verified_how()[:90], _evidence_cell(t.evidence)] for t in rel.targets])
+        unvetted = [t.reference for t in rel.targets if t.status in ("pushed", "unchanged") and t.gpu_verified is False]
+        if unvetted:
+            click.secho(f"{len(unvetted)} CUDA image(s) not GPU-verified (verified without a GPU): immutable tag only, "
+                        f"no floating tag: {', '.join(unvetted)}", fg="yellow", err=True)
         for f in rel.floating:
             if f.action in ("kept", "failed"):
                 click.echo(f"{f.reference}: {f.action}: {f.reason}", err=True)
@@ -437,15 +505,39 @@ def _staged_cell(staged: dict[str, Any] | None) -> str:
 # -- verify -------------------------------------------------------------------------------------
 
 
+def _expect_option(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, str]:
+    """--expect parsed at once: a bad item is bad usage (exit 2) before any container starts."""
+    from imagesmith import verify
+
+    try:
+        return verify.parse_expect(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--expect: "), ctx, param) from None
+
+
+def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    value = value.replace(" ", "")
+    if not matrix_mod.GPU_LIST.match(value):
+        raise click.BadParameter(f"{value!r}: write all, none, GPU indexes (0,1) or UUIDs (GPU-...)", ctx, param)
+    return value
+
+
 @cli.command("verify")
 @click.argument("image", required=False)
 @click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default="quick", show_default=True)
-@click.option("--gpus", default="all", show_default=True, help="all, none, or a list such as 0,1.")
-@click.option("--expect", default="", help="Versions to expect instead of the image's labels: torch=2.9.1,cuda=12.8,...")
+@click.option("--gpus", default="all", show_default=True, callback=_gpus_option,
+              help="all (every GPU, at least one), none (CPU mode), or a list such as 0,1 (exactly those); "
+                   "fewer visible GPUs than asked fails gpu.devices.")
+@click.option("--expect", default="", callback=_expect_option,
+              help="Versions to expect instead of the image's labels, comma-separated NAME=VERSION: torch=2.9.1,cuda=12.8 "
+                   "(cuda=cpu: a CPU-only torch), also cudnn, nccl, python, os, torchvision, ... or pip:NAME=VERSION.")
+@click.option("--require-non-root", is_flag=True,
+              help="Fail (not warn) when a foreign image runs as root (images imagesmith built always fail as root).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="Write the verify report here.")
 @click.option("--local", is_flag=True, help="Run the payload on this host's Python (no Docker), e.g. on a GPU host.")
 @click.option("--python", "python_exe", default=None, help="With --local: the Python to run the payload with.")
-@click.option("--require-gpu", is_flag=True, help="Fail, not skip, when no GPU is visible.")
+@click.option("--require-gpu", is_flag=True, help="Fail whenever no GPU is visible, even with --gpus none.")
+@ALLOW_CPU_OPTION
 @click.option("--timeout", "timeout_s", default=900.0, show_default=True, type=float, help="Seconds before the run is killed.")
 @click.option("--shm-size", default="8g", show_default=True)
 @click.option("--memory", default=None, help="Container memory limit, e.g. 32g.")
@@ -463,8 +555,9 @@ def _staged_cell(staged: dict[str, Any] | None) -> str:
               help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
                    "(or CPU mode), signed by --key.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: Path | None, local: bool,
-               python_exe: str | None, require_gpu: bool, timeout_s: float, shm_size: str, memory: str | None,
+def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
+               json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
+               timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
                quiet: bool) -> None:
@@ -475,10 +568,15 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
 
     if [bool(image), local, bool(build_reports)].count(True) != 1:
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
+    if require_gpu and allow_cpu:
+        raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
     options = verify.VerifyOptions(
-        tier=tier, gpus=gpus, expect=verify.parse_expect(expect), require_gpu=require_gpu, shm_size=shm_size,
+        tier=tier, gpus=gpus, expect=expect, require_gpu=require_gpu, allow_cpu=allow_cpu, shm_size=shm_size,
+        require_non_root=require_non_root,
         memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
-        only=tuple(filter(None, only.split(","))), skip=tuple(filter(None, skip.split(","))))
+        only=tuple(filter(None, (s.strip() for s in only.split(",")))),
+        skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
+    verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
     if build_reports:
         _verify_build(build_reports, options, json_out, quiet, credentials_file)
         return
@@ -486,22 +584,14 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: str, json_out: P
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
     if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet):
         return
-    if local:
-        outcome = verify.run_local(options, python_exe)
-    else:
-        from imagesmith.engine import Engine
+    from imagesmith.runstate import Tracked
 
-        from imagesmith.engine import registry_host
-        from imagesmith.registry import resolve_credentials
-
-        creds = resolve_credentials(registry_host(image or ""), None, credentials_file)
-        progress = None if quiet else (lambda line: click.echo(line, err=True))
-        outcome = verify.verify_image(Engine(), image or "", options, pull=not no_pull, progress=progress,
-                                      auth=creds.auth_config() if creds else None)
-    if json_out:
-        from imagesmith.atomic import write_text
-
-        write_text(json_out, json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")
+    with Tracked(json_out, verify.running_report(image, tier)) as tracked:  # --json FILE says running at once
+        if local:
+            outcome = verify.run_local(options, python_exe)
+        else:
+            outcome = _verify_image(image or "", options, no_pull, credentials_file, quiet)
+        tracked.complete(outcome.report)
     if not quiet:
         print_verify(outcome.report, json_out)
     if not outcome.ok:
@@ -554,6 +644,8 @@ def print_evidence(found: Any) -> None:
              "; ".join(a.problems)[:100] or "ok"] for a in found.attestations]
     rows += [["signature", s.layer[:19], f"cosign simple signing of {s.claims[:19]}", _signed(1, s.signed_by, found.keys),
               "; ".join(s.problems)[:100] or "ok"] for s in found.signatures]
+    rows += [[f"{a.kind} (.att)", a.layer[:19], a.predicate_type or a.artifact_type, _signed(a.signatures, a.signed_by, found.keys),
+              "; ".join(a.problems)[:100] or "ok"] for a in found.cosign]
     print_table(f"evidence of {found.name}@{found.digest} (found via {found.discovery}; signatures {checked})",
                 ["artifact", "digest", "type", "signed", "check"], rows)
     for v in data["verification"]:
@@ -602,30 +694,42 @@ def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credent
         print_evidence(found)
     if not found.ok:
         raise UserError(f"evidence of {found.name}@{found.digest} does not check out: {len(found.all_problems())} mismatch(es)")
-    if not found.attestations and not found.signatures:
+    if not found.attestations and not found.signatures and not found.cosign:
         click.echo(f"nothing is attached to {found.name}@{found.digest}", err=True)
+
+
+def _verify_image(image: str, options: Any, no_pull: bool, credentials_file: Path | None, quiet: bool) -> Any:
+    from imagesmith import verify
+    from imagesmith.engine import Engine, registry_host
+    from imagesmith.registry import resolve_credentials
+
+    creds = resolve_credentials(registry_host(image), None, credentials_file)
+    progress = None if quiet else (lambda line: click.echo(line, err=True))
+    return verify.verify_image(Engine(), image, options, pull=not no_pull, progress=progress,
+                               auth=creds.auth_config() if creds else None)
 
 
 def _verify_build(build_reports: tuple[Path, ...], options: Any, json_out: Path | None, quiet: bool,
                   credentials_file: Path | None) -> None:
     """Verify each built/cached target of one or more build reports or artifacts (a staged image by
-    its digest, else by image ID); verify.json beside each target's artifacts, one run report out."""
+    its digest, else by image ID); verify.json beside each target's artifacts, one run report out
+    (``running`` until every image is verified)."""
     from imagesmith import artifacts, pipeline
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
     merged = pipeline.merge_inputs([pipeline.read_build_input(p) for p in build_reports])
-    results = [r for r in merged.results if r.ok and r.image_id]
+    results = merged.results
     out = build_reports[0].parent if build_reports[0].name != artifacts.BUILD_FILE else build_reports[0].parent.parent
     auth = _staging_auth(results, credentials_file)
-    display = make_display(f"verifying {len(results)} images", quiet)
+    display = make_display(f"verifying {sum(r.ok and bool(r.image_id) for r in results)} images", quiet)
     with artifacts.locked(out, "imagesmith verify", display.note):
         try:
-            engine = Engine()
-            outcomes = {r.target: pipeline.verify_one(engine, r, options, merged.folders[r.target], display, auth) for r in results}
+            with pipeline.RunReport(out, merged.data) as run:
+                outcomes = pipeline.verify_results(Engine(), results, options, out, display, run, auth, merged.folders)
+                path = run.complete()
         finally:
             display.close()
-        path = pipeline.write_run_report(out, merged.data, outcomes, None)
         if json_out and json_out.resolve() != path.resolve():
             from imagesmith.atomic import write_text
 
@@ -656,7 +760,7 @@ def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
     env = report.get("environment") or {}
     image = (report.get("image") or {}).get("ref", "this host")
     s = report.get("summary", {})
-    title = (f"verify {image} ({report.get('tier')}): torch {env.get('torch')} cuda {env.get('cuda')} "
+    title = (f"verify {image} ({report.get('tier')}), {mode_line(report)}: torch {env.get('torch')} cuda {env.get('cuda')} "
              f"driver {env.get('driver')} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
              f"{s.get('skip', 0)} skip in {report.get('wall_s', 0):.1f}s" + (f"; report {json_out}" if json_out else ""))
     rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",
@@ -682,8 +786,9 @@ def _fmt(value: Any) -> str:
               help="Check the host against this matrix (default: ./matrix.yaml when there is one).")
 @click.option("--release", is_flag=True, help="This host also publishes: a missing registry login is a failure, not a warning.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON (schema imagesmith.doctor/1).")
+@ALLOW_ROOT_OPTION
 @click.pass_context
-def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool) -> None:
+def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
     """Can this host build and verify? Docker engine, NVIDIA runtime/CDI, GPUs,
     driver against the matrix's CUDA versions, free disk, registry login.
 
@@ -692,7 +797,7 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 
     if matrix_file is not None and not matrix_file.is_file():
         raise UserError(f"{matrix_file}: no such file")
-    results = doctor.diagnose(matrix=matrix_file, publish=release)
+    results = doctor.diagnose(matrix=matrix_file, publish=release, allowed_roots=allow_roots)
     if as_json:
         click.echo(json.dumps(doctor.to_json(results), indent=2))
     else:
@@ -711,15 +816,30 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here (atomically); default: standard output.")
 def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
-    """Render a build, verify or run report (report.json) for people and CI."""
+    """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
+    from imagesmith.fleet import render as fleet_render, report as fleet_report
 
-    run = report.load(report_file)
-    if out is None:
-        click.echo(report.render(run, fmt), nl=False)
+    if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
+        fleet = fleet_report.load(report_file)
+        _emit(fleet_render.render(fleet, fmt), out, f"{fmt} fleet report of {len(fleet.cells)} cells", fleet.ok)
         return
-    report.write(run, fmt, out)
-    click.echo(f"{out}: {fmt} report of {len(run.targets)} targets ({'ok' if run.ok else 'with failures'})", err=True)
+    run = report.load(report_file)
+    _emit(report.render(run, fmt), out, f"{fmt} report of {len(run.targets)} targets", run.ok)
+
+
+def _emit(text: str, out: Path | None, what: str, ok: bool) -> None:
+    """A rendering to standard output, or atomically to ``out`` with one line saying what was written."""
+    from imagesmith.atomic import write_text
+
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    write_text(out, text)
+    click.echo(f"{out}: {what} ({'ok' if ok else 'with failures'})", err=True)
+
+
+cli.add_command(fleet_group)
 
 
 # -- entry point --------------------------------------------------------------------------------

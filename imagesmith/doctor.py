@@ -260,7 +260,7 @@ def needs_from(matrix_name: str, registry: str | None, targets: Iterable[tuple[s
                  planned_bytes=sum(layer_bytes(layer, c) for layer, c in targets), targets=len(targets), publish=publish)
 
 
-def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False) -> Needs:
+def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False, allowed_roots: Sequence[Path] = ()) -> Needs:
     """The matrix at ``path`` (default: ./matrix.yaml when there is one) as Needs."""
     from imagesmith import matrix as matrix_mod
     from imagesmith import plan as plan_mod
@@ -270,7 +270,7 @@ def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False
             return Needs(publish=publish)
         path = (cwd / "matrix.yaml") if cwd else Path("matrix.yaml")
     try:
-        m = matrix_mod.load(path)
+        m = matrix_mod.load(path, allowed_roots=allowed_roots)
         p = plan_mod.expand(m, dt.date.today().strftime("%Y%m%d"))
     except UserError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -528,9 +528,10 @@ def run(facts: Facts, needs: Needs, checks: Sequence[Check] = CHECKS) -> list[Re
 
 
 def diagnose(host: Host | None = None, matrix: Path | None = None, publish: bool = False,
-             cwd: Path | None = None, release_probe: Callable[[str, str, Mapping[str, str]], ReleaseFacts] = probe_release) -> list[Result]:
+             cwd: Path | None = None, allowed_roots: Sequence[Path] = (),
+             release_probe: Callable[[str, str, Mapping[str, str]], ReleaseFacts] = probe_release) -> list[Result]:
     """Everything ``imagesmith doctor`` does but printing; ``--release`` also asks the registry."""
-    facts, needs = gather(host or SystemHost()), load_needs(matrix, cwd, publish)
+    facts, needs = gather(host or SystemHost()), load_needs(matrix, cwd, publish, allowed_roots)
     if needs.publish and needs.registry and needs.repository and not needs.problem:
         facts = replace(facts, release=release_probe(needs.registry, needs.repository, facts.environ))
     return run(facts, needs)

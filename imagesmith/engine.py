@@ -8,25 +8,30 @@ tests never touch docker objects.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import json
 import re
 import tarfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import docker
 import docker.errors
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, LogConfig
 
 from imagesmith.errors import EngineError, RegistryError
-from imagesmith.registry import ENV_PASSWORD, ENV_USER
+from imagesmith.registry import (ENV_PASSWORD, ENV_USER, TRANSIENT_MESSAGE, TRANSIENT_STATUS, RegistryHTTPError,
+                                 status_in)
 
 LineSink = Callable[[str], None]
 RUN_LABEL = "io.imagesmith.run"
 STEP = re.compile(r"^Step (\d+)/(\d+) :")
+STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12})$")  # the image a build step made (or found in cache)
+FROM_STEP = re.compile(r"^Step \d+/\d+ : FROM ", re.I)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,26 @@ class ImageInfo:
     created: str
     repo_digests: tuple[str, ...] = ()
     parent: str = ""
+    config: "ImageConfig" = field(default_factory=lambda: ImageConfig())
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What the image runs when started plainly (``docker inspect`` .Config)."""
+
+    user: str = ""
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()  # KEY=value, as the engine lists them
+    exposed_ports: tuple[str, ...] = ()
+
+    @property
+    def argv(self) -> list[str]:
+        """What ``docker run IMAGE`` executes: ENTRYPOINT + CMD."""
+        return [*self.entrypoint, *self.cmd]
+
+    def env_map(self) -> dict[str, str]:
+        return dict(item.partition("=")[::2] for item in self.env)
 
 
 @dataclass
@@ -47,6 +72,7 @@ class RunResult:
     stderr: str
     timed_out: bool = False
     container_id: str = ""
+    stdout_bytes: int = 0  # what the container wrote (stdout keeps only the last OUTPUT_LIMIT bytes)
 
 
 @dataclass
@@ -55,6 +81,9 @@ class BuildOutcome:
     error: str | None = None
     steps: int = 0
     cached_steps: int = 0
+    stages: list[str] = field(default_factory=list)  # the last image of each earlier stage this build made (not cache)
+    _last: tuple[str, bool] | None = None  # the newest step image and whether it came from cache
+    _cached: bool = False
 
 
 @dataclass
@@ -75,6 +104,15 @@ class RunSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     user: str | None = None  # None: the image's own user
     on_stderr: LineSink | None = None  # live lines of the container's stderr (progress)
+    network_mode: str | None = None  # "none": loopback only
+    pids_limit: int | None = None
+
+
+OUTPUT_LIMIT = 64 << 20  # bytes of a container's stdout kept (the tail: the payload's report is its last line)
+STDERR_LIMIT = 1 << 20
+LINE_LIMIT = 64 << 10  # a progress line longer than this is cut
+# The engine keeps at most this much of a container's output on disk, whatever it prints.
+LOG_CONFIG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "64m", "max-file": "2"})
 
 
 def device_requests(gpus: str) -> list[DeviceRequest]:
@@ -116,9 +154,9 @@ class Engine:
             try:
                 self._client = docker.from_env(timeout=self._timeout)
                 self._client.ping()
-            except docker.errors.DockerException as exc:
+            except (docker.errors.DockerException, ValueError) as exc:  # ValueError: a DOCKER_HOST that is no URL
                 self._client = None
-                raise EngineError(f"cannot reach the Docker engine ({_short(exc)}); start it (sudo systemctl start docker, or dockerd &) or set DOCKER_HOST") from None
+                raise EngineError(unreachable(os.environ.get("DOCKER_HOST", ""), _socket_reason(exc))) from None
         return self._client
 
     # -- facts ---------------------------------------------------------------
@@ -153,11 +191,6 @@ class Engine:
         if not self.client.api.tag(image_id, repository, tag, force=True):
             raise EngineError(f"could not tag {image_id[:19]} as {repository}:{tag}")
 
-    def prune_dangling(self, label: str) -> int:
-        """Remove dangling (untagged, unused) images with ``label``; bytes freed."""
-        result = self.client.images.prune(filters={"dangling": True, "label": label})
-        return int(result.get("SpaceReclaimed") or 0)
-
     def untag(self, ref: str) -> None:
         """Remove one tag; the image stays while other tags or children use it."""
         try:
@@ -167,6 +200,19 @@ class Engine:
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # in use by a container: leave it
                 raise EngineError(f"removing {ref}: {_short(exc)}") from None
+
+    def remove_unused(self, image_id: str) -> bool:
+        """Remove an image (and its untagged parents) unless it is tagged, has children or
+        is in use; True when it went."""
+        try:
+            self.client.api.remove_image(image_id, force=False, noprune=False)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                return False
+            raise EngineError(f"removing {image_id[:19]}: {_short(exc)}") from None
+        return True
 
     def remove_image(self, ref: str, force: bool = True) -> None:
         try:
@@ -201,13 +247,15 @@ class Engine:
         """Push; return the manifest digest the registry answered with."""
         digest = ""
         stream = self.client.api.push(repository, tag=tag, auth_config=dict(auth) if auth else None, stream=True, decode=True)
-        for event in stream:
-            if "error" in event:
-                detail = event.get("errorDetail", {})
-                raise RegistryError(registry_hint(f"{repository}:{tag}", _status_of(event["error"], detail), event["error"], "push"))
-            digest = event.get("aux", {}).get("Digest", digest)
-            if event.get("status") and not event.get("progressDetail"):
-                on_line(f"{event.get('id', '')} {event['status']}".strip())
+        try:
+            for event in stream:
+                if "error" in event:
+                    raise push_error(f"{repository}:{tag}", str(event["error"]), event.get("errorDetail") or {})
+                digest = event.get("aux", {}).get("Digest", digest)
+                if event.get("status") and not event.get("progressDetail"):
+                    on_line(f"{event.get('id', '')} {event['status']}".strip())
+        finally:
+            stream.close()  # interrupted (Ctrl-C): the engine stops a push whose client went away
         if not digest:
             raise RegistryError(f"push of {repository}:{tag} ended without a digest from the registry")
         return str(digest)
@@ -241,8 +289,13 @@ class Engine:
                 step = STEP.match(line)
                 if step:
                     outcome.steps = int(step.group(2))
+                    _stage_boundary(line, outcome)
                 if "Using cache" in line:
                     outcome.cached_steps += 1
+                    outcome._cached = True
+                made = STEP_IMAGE.match(line)
+                if made:
+                    outcome._last = (made.group(1), outcome._cached)
                 on_line(line)
         elif "error" in event:
             outcome.error = str(event["error"]).strip()
@@ -252,13 +305,9 @@ class Engine:
 
     # -- containers ----------------------------------------------------------------
     def run(self, spec: RunSpec) -> RunResult:
-        """Create, copy files in, start, wait (with a timeout), collect logs, always remove."""
-        container = self.client.containers.create(
-            spec.image, spec.command, detach=True, environment=dict(spec.environment),
-            device_requests=device_requests(spec.gpus), shm_size=spec.shm_size, mem_limit=spec.mem_limit,
-            nano_cpus=spec.nano_cpus, network_disabled=spec.network_disabled, labels=dict(spec.labels),
-            user=spec.user or "",
-        )
+        """Create, copy files in, start, wait (with a timeout), collect logs, always remove.
+        ``spec.command`` is what runs: its first word replaces the image's ENTRYPOINT."""
+        container = self._create(spec)
         try:
             if spec.files:
                 container.put_archive("/", tar_files(spec.files, spec.files_dir))
@@ -266,6 +315,30 @@ class Engine:
             if spec.on_stderr is not None:
                 _follow(container, spec.on_stderr)
             return self._wait(container, spec.timeout_s)
+        finally:
+            _remove(container)
+
+    def _create(self, spec: RunSpec) -> Any:
+        """The container for ``spec``; the image's ENTRYPOINT never runs unless it is the command."""
+        if not spec.command:
+            raise EngineError(f"nothing to run in {spec.image[:19]}: empty command")
+        return self.client.containers.create(
+            spec.image, spec.command[1:], entrypoint=spec.command[:1], detach=True,
+            environment=dict(spec.environment), device_requests=device_requests(spec.gpus), shm_size=spec.shm_size,
+            mem_limit=spec.mem_limit, nano_cpus=spec.nano_cpus, labels=dict(spec.labels), user=spec.user or "",
+            log_config=LOG_CONFIG, pids_limit=spec.pids_limit,
+            **({"network_mode": spec.network_mode} if spec.network_mode else {"network_disabled": spec.network_disabled}),
+        )
+
+    @contextlib.contextmanager
+    def started(self, spec: RunSpec) -> Iterator["Running"]:
+        """A container left running (services probed with ``exec``); always removed."""
+        container = self._create(spec)
+        try:
+            if spec.files:
+                container.put_archive("/", tar_files(spec.files, spec.files_dir))
+            container.start()
+            yield Running(container)
         finally:
             _remove(container)
 
@@ -278,9 +351,9 @@ class Engine:
         except Exception:  # requests' ReadTimeout/ConnectionError: the container outlived its time
             timed_out, code = True, -1
             container.kill()
-        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        err = container.logs(stdout=False, stderr=True).decode(errors="replace")
-        return RunResult(code, out, err, timed_out, container.id)
+        out, total = _tail_logs(container, OUTPUT_LIMIT, stdout=True)
+        err, _ = _tail_logs(container, STDERR_LIMIT, stdout=False)
+        return RunResult(code, out, err, timed_out, container.id, total)
 
     def remove_containers(self, label: str, value: str) -> int:
         """Remove every container (running or not) with ``label=value``."""
@@ -294,6 +367,75 @@ class Engine:
         return [c.id for c in self.client.containers.list(all=True, filters={"label": flt})]
 
 
+class Running:
+    """A started container: is it still running, and run a command inside it."""
+
+    def __init__(self, container: Any) -> None:
+        self._container = container
+
+    def running(self) -> bool:
+        try:
+            self._container.reload()
+        except docker.errors.NotFound:
+            return False
+        return self._container.status in ("created", "running", "restarting")
+
+    def exit_code(self) -> int | None:
+        state = self._container.attrs.get("State") or {}
+        return None if self.running() else int(state.get("ExitCode", -1))
+
+    def logs(self, limit: int = STDERR_LIMIT) -> str:
+        out, _ = _tail_logs(self._container, limit, stdout=True, stderr=True)
+        return out
+
+    def exec(self, argv: list[str], timeout_s: float, user: str | None = None) -> tuple[int | None, str]:
+        """(exit code, stdout) of ``argv`` run inside; (None, why) when it could not run or
+        outlived ``timeout_s`` (the caller removes the container, which ends it)."""
+        result: list[tuple[int | None, str]] = []
+
+        def call() -> None:
+            api = self._container.client.api
+            try:
+                exec_id = api.exec_create(self._container.id, argv, user=user or "", stdout=True, stderr=True)["Id"]
+                keep = bytearray()
+                for chunk in api.exec_start(exec_id, stream=True):  # bounded: the image may print anything
+                    keep += chunk
+                    del keep[:-STDERR_LIMIT]
+                result.append((api.exec_inspect(exec_id).get("ExitCode"), bytes(keep).decode(errors="replace")))
+            except docker.errors.APIError as exc:
+                result.append((None, _short(exc)))
+
+        worker = threading.Thread(target=call, name="container-exec", daemon=True)
+        worker.start()
+        worker.join(timeout_s)
+        return result[0] if result else (None, f"no answer within {timeout_s:.0f} s")
+
+
+def _tail_logs(container: Any, limit: int, stdout: bool, stderr: bool | None = None) -> tuple[str, int]:
+    """The last ``limit`` bytes of a container's stdout (or stderr) and how many it wrote;
+    read as a stream so that a container printing gigabytes costs no memory."""
+    keep, total = bytearray(), 0
+    try:
+        chunks = container.logs(stdout=stdout, stderr=(not stdout) if stderr is None else stderr, stream=True, follow=False)
+        for chunk in chunks:
+            total += len(chunk)
+            keep += chunk
+            if len(keep) > 2 * limit:
+                del keep[:-limit]
+    except (docker.errors.APIError, OSError):
+        pass  # what was read so far is what there is
+    return bytes(keep[-limit:]).decode(errors="replace"), total
+
+
+def _stage_boundary(step_line: str, outcome: BuildOutcome) -> None:
+    """At each step: a FROM ends the stage before it (its last image, if this build made it,
+    is the stage's result); a FROM's own image is the base, never this build's."""
+    is_from = bool(FROM_STEP.match(step_line))
+    if is_from and outcome._last is not None and not outcome._last[1]:
+        outcome.stages.append(outcome._last[0])
+    outcome._cached = is_from
+
+
 def _follow(container: Any, sink: LineSink) -> None:
     """Stream the container's stderr lines to ``sink`` on a daemon thread."""
     def pump() -> None:
@@ -302,8 +444,10 @@ def _follow(container: Any, sink: LineSink) -> None:
             for chunk in container.logs(stream=True, follow=True, stdout=False, stderr=True):
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
+                if len(buf) > LINE_LIMIT:  # a line without end: show its start, drop the rest
+                    lines, buf = [*lines, buf[:LINE_LIMIT]], b""
                 for line in lines:
-                    sink(line.decode(errors="replace"))
+                    sink(line[:LINE_LIMIT].decode(errors="replace"))
         except Exception:  # noqa: BLE001 - the container went away: nothing more to show
             return
 
@@ -320,6 +464,24 @@ def _remove(container: Any) -> None:
             raise
 
 
+SOCKET_REASONS = re.compile(r"Connection refused|No such file or directory|Permission denied|Name or service not known"
+                            r"|Temporary failure in name resolution|timed out|Connection reset by peer|Network is unreachable")
+
+
+def _socket_reason(exc: BaseException) -> str:
+    found = SOCKET_REASONS.search(str(exc))
+    return found.group(0) if found else _short(exc)
+
+
+def unreachable(docker_host: str, why: str) -> str:
+    """Why the engine is not there and what to do, naming the DOCKER_HOST that was tried."""
+    if docker_host:
+        return (f"cannot reach the Docker engine at DOCKER_HOST={docker_host} ({why}); start the engine there, "
+                "fix DOCKER_HOST, or unset it to use the local engine (unix:///var/run/docker.sock)")
+    return (f"cannot reach the Docker engine at unix:///var/run/docker.sock ({why}); start it "
+            "(sudo systemctl start docker, or dockerd &) or set DOCKER_HOST")
+
+
 def _info(attrs: Mapping[str, Any]) -> ImageInfo:
     config = attrs.get("Config") or {}
     return ImageInfo(
@@ -330,7 +492,18 @@ def _info(attrs: Mapping[str, Any]) -> ImageInfo:
         created=str(attrs.get("Created", "")),
         repo_digests=tuple(attrs.get("RepoDigests") or ()),
         parent=str(attrs.get("Parent") or ""),
+        config=ImageConfig(
+            user=str(config.get("User") or ""), entrypoint=_strings(config.get("Entrypoint")),
+            cmd=_strings(config.get("Cmd")), env=_strings(config.get("Env")),
+            exposed_ports=tuple(sorted(str(p) for p in (config.get("ExposedPorts") or {})))),
     )
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """An inspect list (None, a list, or a lone string) as a tuple of strings."""
+    if value is None:
+        return ()
+    return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)
 
 
 def _short(exc: BaseException) -> str:
@@ -349,15 +522,23 @@ def _status_of(message: str, detail: Mapping[str, Any]) -> int:
     return 0
 
 
-def registry_hint(ref: str, status: int | None, message: str, action: str) -> str:
-    """A registry failure as one line with what to do about it."""
+def push_error(ref: str, message: str, detail: Mapping[str, Any]) -> RegistryHTTPError:
+    """What the engine said about a failed push, with the HTTP status it quotes (when
+    it quotes one) deciding whether retrying may help."""
+    status = _status_of(message, detail) or status_in(message) or None
+    transient = status in TRANSIENT_STATUS if status else bool(TRANSIENT_MESSAGE.search(message))
+    return RegistryHTTPError(registry_hint(ref, status, message, "push"), status, transient, said=message.strip())
+
+
+def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None) -> str:
+    """A registry failure as one line with what to do about it (``hint`` when the caller knows better)."""
     host = registry_host(ref)
     hints = {
         401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set {ENV_USER}/{ENV_PASSWORD} (a Harbor robot account)",
         403: f"the account may not {action} {ref}: give the Harbor robot account {action} permission on the project",
         404: f"{ref} or its project does not exist on {host}: create the Harbor project first",
     }
-    hint = hints.get(status or 0, f"check that {host} is reachable and healthy")
+    hint = hint or hints.get(status or 0, f"check that {host} is reachable and healthy")
     return f"{action} {ref} failed: {message.strip()} ({hint})"
 
 

@@ -20,6 +20,13 @@ class UserError(ImagesmithError):
     """Bad input or environment; the message says what and how to fix it."""
 
 
+class UsageError(UserError):
+    """A command line that cannot mean anything (exit 2, like click's usage errors);
+    raised before any work starts."""
+
+    exit_code = 2
+
+
 @dataclass(frozen=True)
 class Problem:
     """One validation finding, located in the input file."""

@@ -13,16 +13,21 @@ What lands in the registry for an image manifest ``sha256:D`` of ``repo``:
   push with ``OCI-Subject``), else through the referrers tag schema: the OCI
   index at tag ``sha256-D``, kept by read-modify-write;
 * a cosign-format signature over the digest at tag ``sha256-D.sig`` (one
-  simple-signing layer per signature, as cosign and containers/image write it).
+  simple-signing layer per signature, as cosign and containers/image write it);
+* the same DSSE envelopes again in cosign's attestation layout, tag
+  ``sha256-D.att`` (one layer per attestation, shared blobs), where
+  ``cosign verify-attestation`` and admission controllers built on cosign look.
 
 Pushing is idempotent: a re-run finds the same SBOM statement, an equivalent
 verification (same tier, mode, GPU model and count, verdict) and its
-signature already there, signed by the same key, and pushes nothing.
+signature already there, signed by the same key, and pushes nothing; the
+``.att`` manifest gains a layer only for an envelope it does not list yet.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,12 +44,16 @@ from imagesmith.registry import OCI_INDEX, OCI_MANIFEST, Manifest, PushedManifes
 SBOM_ARTIFACT = "application/vnd.imagesmith.sbom.v1+json"
 VERIFICATION_ARTIFACT = "application/vnd.imagesmith.verification.v1+json"
 KINDS = {attestation.SBOM_PREDICATE: "sbom", attestation.VERIFICATION_PREDICATE: "verification"}
+PREDICATES = {kind: uri for uri, kind in KINDS.items()}
 ARTIFACT_TYPES = {"sbom": SBOM_ARTIFACT, "verification": VERIFICATION_ARTIFACT}
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
 CREATED_ANNOTATION = "org.opencontainers.image.created"
 EMPTY_CONFIG = {"mediaType": "application/vnd.oci.empty.v1+json", "data": "e30="}
 EMPTY = b"{}"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+COSIGN_PREDICATE_ANNOTATION = "predicateType"  # cosign attest's layer annotation
+GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # how Go writes an unset time.Time
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class RegistryLike(Protocol):
@@ -67,6 +76,11 @@ def signature_tag(digest: str) -> str:
     return digest.replace(":", "-", 1) + ".sig"
 
 
+def attestation_tag(digest: str) -> str:
+    """cosign's attestation tag: ``sha256-<hex>.att`` (pkg/oci/remote/remote.go ``AttestationTag``)."""
+    return digest.replace(":", "-", 1) + ".att"
+
+
 # =====================================================================  documents (pure)
 
 
@@ -80,7 +94,7 @@ class Document:
 
     @property
     def predicate_type(self) -> str:
-        return attestation.SBOM_PREDICATE if self.kind == "sbom" else attestation.VERIFICATION_PREDICATE
+        return PREDICATES[self.kind]
 
     def same_as(self, st: Statement, payload: bytes) -> bool:
         if self.kind == "sbom":
@@ -145,6 +159,58 @@ def signature_manifest(layers: Sequence[Mapping[str, Any]]) -> tuple[bytes, byte
     return manifest, config
 
 
+def manifest_layers(raw: bytes) -> list[dict[str, Any]]:
+    """The layer descriptors of a manifest; none when it is not one."""
+    try:
+        layers = json.loads(raw).get("layers")
+    except (ValueError, AttributeError):
+        return []
+    return [dict(x) for x in layers if isinstance(x, dict)] if isinstance(layers, list) else []
+
+
+# cosign's `.att` layout, as cosign v3 (github.com/sigstore/cosign @ d6d86c22) writes it:
+# - cmd/cosign/cli/attest/attest.go: the layer is the DSSE envelope, mediaType types.DssePayloadType
+#   (pkg/types/payload.go: application/vnd.dsse.envelope.v1+json), annotation "predicateType": <uri>;
+# - pkg/oci/static/signature.go: Annotations() always adds dev.cosignproject.cosign/signature, "" for an
+#   attestation (NewAttestation); pkg/oci/internal/signature/layer.go refuses a layer without that key;
+# - pkg/oci/mutate/signatures.go AppendSignatures: go-containerregistry mutate.Append onto
+#   pkg/oci/empty's image (OCI manifest, OCI config media types), so the config gets one diff_id and one
+#   empty history entry per layer (go-containerregistry pkg/v1/mutate/image.go, field order pkg/v1/config.go,
+#   descriptors pkg/v1/manifest.go); a second `cosign attest` appends a layer (read-modify-write);
+# - pkg/cosign/verify.go verifyOCIAttestation + pkg/cosign/verifiers.go IntotoSubjectClaimVerifier: payloadType
+#   application/vnd.in-toto+json, DSSE signature over PAE by the key, a subject whose sha256 is the image's.
+# The bytes below are Go's encoding of those structs; tests/fixtures/cosign-att/ holds a `.att` cosign made.
+
+
+def _go_json(doc: Any) -> bytes:
+    """JSON as Go's encoding/json writes these documents: struct field order, no spaces, sorted map keys."""
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _go_descriptor(layer: Mapping[str, Any]) -> dict[str, Any]:
+    first = {k: layer[k] for k in ("mediaType", "size", "digest", "data", "urls") if k in layer}
+    annotations = layer.get("annotations")
+    rest = {k: v for k, v in layer.items() if k not in first and k != "annotations"}
+    return first | ({"annotations": dict(sorted(annotations.items()))} if isinstance(annotations, dict) else {}) | rest
+
+
+def cosign_attestation_layer(envelope_digest: str, size: int, predicate_type: str) -> dict[str, Any]:
+    """One ``.att`` layer: a DSSE envelope already in the repository (the referrer artifact's blob)."""
+    return {"mediaType": signing.DSSE_MEDIA_TYPE, "size": size, "digest": envelope_digest,
+            "annotations": {signing.SIGNATURE_ANNOTATION: "", COSIGN_PREDICATE_ANNOTATION: predicate_type}}
+
+
+def cosign_attestation_manifest(layers: Sequence[Mapping[str, Any]]) -> tuple[bytes, bytes]:
+    """The ``.att`` manifest and its config, byte for byte as cosign writes them for these layers."""
+    config = _go_json({"architecture": "", "created": GO_ZERO_TIME, "history": [{"created": GO_ZERO_TIME}] * len(layers),
+                       "os": "", "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
+                       "config": {}})
+    manifest = _go_json({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                         "config": {"mediaType": OCI_CONFIG, "size": len(config), "digest": sha256_digest(config)},
+                         "layers": [_go_descriptor(layer) for layer in layers]})
+    return manifest, config
+
+
 # =====================================================================  reading evidence
 
 
@@ -201,6 +267,8 @@ class Evidence:
     attestations: list[Attestation] = field(default_factory=list)
     signatures: list[ImageSignature] = field(default_factory=list)
     signature_manifest: str | None = None
+    cosign: list[Attestation] = field(default_factory=list)  # the layers of the `.att` manifest
+    cosign_manifest: str | None = None
     index_entries: list[dict[str, Any]] = field(default_factory=list, repr=False)
     problems: list[str] = field(default_factory=list)
 
@@ -208,6 +276,7 @@ class Evidence:
         """Every mismatch: a subject, a blob, a signature that does not verify with the given key."""
         out = list(self.problems)
         out += [f"{a.kind} {a.digest[:19]}: {p}" for a in self.attestations for p in a.problems]
+        out += [f"{a.kind} in the .att tag, layer {a.layer[:19]}: {p}" for a in self.cosign for p in a.problems]
         out += [f"signature {s.layer[:19]}: {p}" for s in self.signatures for p in s.problems]
         if self.keys and not any(s.signed_by for s in self.signatures):
             out.append(f"no signature of {self.name}@{self.digest} verifies with the given key")
@@ -226,6 +295,8 @@ class Evidence:
                 "attestations": [a.to_json() for a in self.attestations],
                 "signature": {"tag": signature_tag(self.digest), "manifest": self.signature_manifest,
                               "signatures": [s.to_json() for s in self.signatures]},
+                "cosign_attestations": {"tag": attestation_tag(self.digest), "manifest": self.cosign_manifest,
+                                        "attestations": [a.to_json() for a in self.cosign]},
                 "verification": [verification_summary(a) for a in self.of_kind("verification")],
                 "sbom": [sbom.counts(a.statement.predicate) for a in self.of_kind("sbom") if a.statement],
                 "problems": self.all_problems()}
@@ -257,6 +328,7 @@ class Reader:
         entries = self._discover(found)
         found.attestations = [self._attestation(e, found.digest) for e in entries]
         self._signatures(found)
+        self._cosign_attestations(found)
         return found
 
     def _discover(self, found: Evidence) -> list[dict[str, Any]]:
@@ -293,9 +365,17 @@ class Reader:
         layer = next((x for x in doc.get("layers") or [] if x.get("mediaType") == signing.DSSE_MEDIA_TYPE), None)
         if layer is None:
             return  # another tool's artifact: listed, not judged
+        self._open_envelope(a, layer, subject)
+
+    def _open_envelope(self, a: Attestation, layer: Mapping[str, Any], subject: str) -> None:
+        """Fetch a DSSE layer, check its signatures, payload type and statement against the image digest."""
         a.layer, a.layer_size = str(layer["digest"]), int(layer.get("size") or 0)
+        if not DIGEST.fullmatch(a.layer):
+            raise ValueError(f"its layer digest {a.layer[:80]!r} is not a sha256 digest")
         opened = signing.open_envelope(self.registry.blob(self.repo, a.layer), self.keys)
         a.signatures, a.signed_by, a.payload = opened.signatures, opened.signed_by, opened.payload
+        if opened.payload_type != attestation.PAYLOAD_TYPE:
+            a.problems.append(f"its payloadType is {opened.payload_type!r}, not {attestation.PAYLOAD_TYPE}")
         a.statement = attestation.parse_statement(opened.payload)
         a.predicate_type = a.statement.predicate_type
         a.kind = KINDS.get(a.predicate_type, "other")
@@ -314,9 +394,34 @@ class Reader:
         if sig is None:
             return
         found.signature_manifest = sig.digest
-        for layer in json.loads(sig.raw).get("layers") or []:
+        for layer in manifest_layers(sig.raw):
             if layer.get("mediaType") == signing.SIMPLE_SIGNING_MEDIA_TYPE:
                 found.signatures.append(self._signature(layer, found.digest))
+
+    def _cosign_attestations(self, found: Evidence) -> None:
+        att = self.registry.manifest(self.repo, attestation_tag(found.digest))
+        if att is None:
+            return
+        found.cosign_manifest = att.digest
+        found.cosign = [self._cosign_layer(x, found.digest) for x in manifest_layers(att.raw)
+                        if x.get("mediaType") == signing.DSSE_MEDIA_TYPE]
+
+    def _cosign_layer(self, layer: Mapping[str, Any], subject: str) -> Attestation:
+        """One ``.att`` layer, checked as cosign checks it, plus its annotations against its statement."""
+        size = layer.get("size")
+        a = Attestation(str(layer.get("digest", "")), signing.DSSE_MEDIA_TYPE, size if isinstance(size, int) else 0)
+        found = layer.get("annotations")
+        annotations: Mapping[str, Any] = found if isinstance(found, dict) else {}
+        if signing.SIGNATURE_ANNOTATION not in annotations:
+            a.problems.append(f"it has no {signing.SIGNATURE_ANNOTATION} annotation (cosign refuses such a layer)")
+        try:
+            self._open_envelope(a, layer, subject)
+        except (RegistryError, ValueError, StatementError, KeyError, TypeError) as exc:
+            a.problems.append(str(exc))
+        claimed = annotations.get(COSIGN_PREDICATE_ANNOTATION)
+        if claimed is not None and a.statement is not None and claimed != a.predicate_type:
+            a.problems.append(f"its predicateType annotation is {claimed}, its statement's {a.predicate_type}")
+        return a
 
     def _signature(self, layer: Mapping[str, Any], digest: str) -> ImageSignature:
         s = ImageSignature(str(layer.get("digest")), int(layer.get("size") or 0), "", "")
@@ -372,6 +477,7 @@ class Attacher:
         if new_entries:
             self._index(digest, new_entries, done)
         if self.key is not None:
+            self._cosign_attestations(digest, done)
             self._sign(digest, have, done)
         done.seconds = self.clock() - t0
         return done
@@ -421,6 +527,27 @@ class Attacher:
         done.artifacts.append({"kind": "referrers-index", "artifactType": OCI_INDEX, "digest": pushed.digest,
                                "size": len(index), "tag": tag, "status": "pushed", "signed": False})
 
+    # -- cosign's `.att` ----------------------------------------------------------------------
+    def _cosign_attestations(self, digest: str, done: Attached) -> None:
+        """Read-modify-write of ``sha256-<hex>.att``: a layer for each signed envelope it does not list yet
+        (the referrer artifacts' blobs, so nothing is uploaded twice); every other layer stays as it was."""
+        tag = attestation_tag(digest)
+        current = self.registry.manifest(self.repo, tag)
+        layers = manifest_layers(current.raw) if current else []
+        listed = {layer.get("digest") for layer in layers}
+        wanted = [a for a in done.artifacts if a["kind"] in ARTIFACT_TYPES and a["signed"] and a["layer"] not in listed]
+        new = [cosign_attestation_layer(a["layer"], a["layer_size"], PREDICATES[a["kind"]]) for a in wanted]
+        record = {"kind": "cosign-attestations", "artifactType": OCI_MANIFEST, "tag": tag, "signed": True}
+        if not new:
+            if current is not None:
+                done.artifacts.append(record | {"digest": current.digest, "layers": len(layers), "status": "unchanged"})
+            return
+        manifest, config = cosign_attestation_manifest(layers + new)
+        done.pushed_bytes += self._blob(config) + len(manifest)
+        pushed = self.registry.push_manifest(self.repo, tag, OCI_MANIFEST, manifest)
+        done.artifacts.append(record | {"digest": pushed.digest, "size": len(manifest), "layers": len(layers) + len(new),
+                                        "added": [layer["digest"] for layer in new], "status": "pushed"})
+
     # -- the image signature --------------------------------------------------------------
     def _sign(self, digest: str, have: Evidence, done: Attached) -> None:
         assert self.key is not None
@@ -431,7 +558,7 @@ class Attacher:
                                    "digest": have.signature_manifest, "tag": tag, "status": "unchanged", "signed": True})
             return
         current = self.registry.manifest(self.repo, tag)
-        layers = list(json.loads(current.raw).get("layers") or []) if current else []
+        layers = manifest_layers(current.raw) if current else []
         layers.append(descriptor(signing.SIMPLE_SIGNING_MEDIA_TYPE, payload,
                                  annotations={signing.SIGNATURE_ANNOTATION: signing.sign(self.key, payload)}))
         manifest, config = signature_manifest(layers)

@@ -10,14 +10,18 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from imagesmith import compat
+from packaging.requirements import InvalidRequirement, Requirement
+
+from imagesmith import compat, grammar
 from imagesmith.tags import DOCKER_TAG, TAG_FIELDS
 from imagesmith.errors import Problem, ValidationError
-from imagesmith.located import KeyPath, Lines, dotted, line_of, load_located
+from imagesmith.located import MAX_BYTES, KeyPath, Lines, TextProblem, dotted, line_of, load_located, printable, read_limited
+from imagesmith.paths import PathProblem, Roots, confined, read_text
 from imagesmith.versions import matches, version_key
 
 SCHEMA_VERSION = 1
@@ -26,8 +30,10 @@ BUILTIN_PARENTS = {"base": None, "cv": "base", "nlp": "base", "project": "cv"}
 BASE_FROM = ("os", "cuda-runtime", "cuda-devel")
 NETWORK_MODES = ("default", "host", "none")
 TIERS = ("quick", "standard", "soak")
-PIP_PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*===?\s*[^\s,;]+\s*(;.*)?$")
 KB_PINNED = ("torch", "torchvision", "torchaudio")
+REQUIREMENTS_LIMIT = 1 << 20  # bytes of a requirements file
+CA_LIMIT = 4 << 20  # bytes of a CA bundle
+TEMPLATE_LIMIT = 256 << 10  # bytes of a user template
 
 
 # --------------------------------------------------------------------------
@@ -70,10 +76,13 @@ class Layer:
     packages: tuple[str, ...] = ()
     apt: tuple[str, ...] = ()
     requirements: Path | None = None
+    requirements_data: bytes = b""  # the bytes validate checked; render copies these, never re-reads the path
+    requirements_pins: tuple[str, ...] = ()  # its pinned lines, name==version
     env: tuple[tuple[str, str], ...] = ()
     base_from: str = "os"
     toolchain: bool = True
     template: str = ""
+    template_path: Path | None = None  # a template of the user's (trusted code, rendered sandboxed)
     jupyter: Jupyter = Jupyter()
     sshd: Sshd = Sshd()
     when: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -104,6 +113,9 @@ class TagPolicy:
 class VerifyPolicy:
     tier: str = "quick"
     gpus: str = "all"
+    # None: true for CUDA cells (a CUDA image is verified on a GPU), false for CPU cells.
+    # false lets a CUDA image pass verification in CPU mode; floating tags still need a GPU.
+    require_gpu: bool | None = None
     shm_size: str = "8g"
     memory: str | None = None
     timeout_s: int = 900
@@ -126,6 +138,7 @@ class Sources:
     find_links: tuple[str, ...] = ()
     trusted_hosts: tuple[str, ...] = ()
     ca_bundle: Path | None = None
+    ca_bundle_data: bytes = b""
     http_proxy: str | None = None
     https_proxy: str | None = None
     no_proxy: str | None = None
@@ -157,6 +170,12 @@ class Matrix:
     verify: VerifyPolicy
     sources: Sources
     warnings: tuple[Problem, ...] = ()
+    lines: Mapping[KeyPath, int] = field(default_factory=dict, compare=False, repr=False)
+    roots: Roots | None = field(default=None, compare=False, repr=False)
+
+    def problem(self, path: KeyPath, message: str) -> Problem:
+        """A problem found after loading (at plan time), located at the line of ``path``."""
+        return Problem(message, self.file.name, line_of(self.lines, path), dotted(path))
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -167,10 +186,11 @@ class Matrix:
 
 
 class Ctx:
-    def __init__(self, file: Path, lines: Lines, kb: compat.KnowledgeBase) -> None:
+    def __init__(self, file: Path, lines: Lines, kb: compat.KnowledgeBase, roots: Roots | None = None) -> None:
         self.file, self.lines, self.kb = file, lines, kb
         self.problems: list[Problem] = []
         self.base_dir = file.parent
+        self.roots = roots or Roots.of(file)
         self.variants: set[str] = set()
 
     def _add(self, path: KeyPath, message: str, severity: str) -> None:
@@ -256,14 +276,33 @@ class Ctx:
             return default
         return value
 
-    def path_value(self, raw: Any, path: KeyPath, must_exist: bool = True) -> Path | None:
+    def checked(self, value: str, path: KeyPath, check: grammar.Check) -> str:
+        """``value`` checked against its grammar; an error (with the fix) if it fails."""
+        why = check(value)
+        if why:
+            self.error(path, why)
+        return value
+
+    def checked_strings(self, raw: Any, path: KeyPath, check: grammar.Check) -> tuple[str, ...]:
+        return tuple(self.checked(v, path + (i,), check) for i, v in enumerate(self.strings(raw, path)))
+
+    def local_file(self, raw: Any, path: KeyPath, limit: int) -> tuple[Path, bytes, str] | None:
+        """A file named in the matrix: inside the roots, regular, bounded, UTF-8."""
         text = self.string(raw, path)
         if text is None:
             return None
-        resolved = (self.base_dir / Path(text).expanduser()).resolve()
-        if must_exist and not resolved.exists():
-            self.error(path, f"{text}: no such file (looked at {resolved})")
-        return resolved
+        try:
+            found = confined(self.roots, text)
+            return (found, *read_text(found, text, limit))
+        except PathProblem as exc:
+            self.error(path, str(exc))
+            return None
+
+    def local_folder(self, text: str, path: KeyPath) -> None:
+        try:
+            confined(self.roots, text, kind="folder")
+        except PathProblem as exc:
+            self.error(path, str(exc))
 
 
 def _kind(raw: Any) -> str:
@@ -286,17 +325,30 @@ TOP_KEYS = ("version", "image", "matrix", "base_images", "layers", "tags", "veri
 def _image(ctx: Ctx, raw: Any) -> ImageSpec:
     p: KeyPath = ("image",)
     d = ctx.mapping(raw, p, ("repository", "registry", "user", "uid", "labels"))
-    repo = ctx.string(d.get("repository"), p + ("repository",), "imagesmith/pytorch") or ""
-    if not re.fullmatch(r"[a-z0-9]+([._/-][a-z0-9]+)*", repo):
-        ctx.error(p + ("repository",), f"{repo!r} is not a valid image repository (lowercase letters, digits, . _ - /)")
-    labels = ctx.open_mapping(d.get("labels"), p + ("labels",))
+    repo = ctx.checked(ctx.string(d.get("repository"), p + ("repository",), "imagesmith/pytorch") or "",
+                       p + ("repository",), grammar.repository)
+    registry = ctx.string(d.get("registry"), p + ("registry",))
+    if registry is not None:
+        ctx.checked(registry, p + ("registry",), grammar.registry_host)
+    if len(f"{registry}/{repo}" if registry else repo) > 255:
+        ctx.error(p + ("repository",), "registry/repository is over 255 characters, the limit of an image name; shorten it")
     return ImageSpec(
         repository=repo,
-        registry=ctx.string(d.get("registry"), p + ("registry",)),
-        user=ctx.string(d.get("user"), p + ("user",), "ml") or "ml",
+        registry=registry,
+        user=ctx.checked(ctx.string(d.get("user"), p + ("user",), "ml") or "ml", p + ("user",), grammar.user_name),
         uid=ctx.integer(d.get("uid"), p + ("uid",), 1000, 1, 65535),
-        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+        labels=_pairs(ctx, d.get("labels"), p + ("labels",), grammar.label_key),
     )
+
+
+def _pairs(ctx: Ctx, raw: Any, path: KeyPath, key_check: grammar.Check) -> tuple[tuple[str, str], ...]:
+    """A mapping of the user's own keys (env names, label keys) to free text, both checked."""
+    out = []
+    for key, value in ctx.open_mapping(raw, path).items():
+        ctx.checked(key, path + (key,), key_check)
+        text = ctx.string(value, path + (key,), "")
+        out.append((key, ctx.checked("" if text is None else text, path + (key,), grammar.text)))
+    return tuple(sorted(out))
 
 
 def _axis(ctx: Ctx, d: Mapping[str, Any], axis: str) -> list[tuple[str, KeyPath]]:
@@ -328,12 +380,12 @@ def _expand(ctx: Ctx, raw: Any) -> list[Cell]:
               for combo in itertools.product(*(axes[a] for a in AXES))]
     for entry, _ in _cell_entries(ctx, d.get("exclude"), "exclude"):
         combos = [c for c in combos if not all(c.get(k) == v for k, v in entry.items())]
-    cells = [_product_cell(c, cudnn) for c in combos]
+    cells = _Cells([_product_cell(c, cudnn) for c in combos])
     for entry, path in _cell_entries(ctx, d.get("include"), "include"):
-        cells = _include(ctx, cells, entry, path, cudnn)
-    if not cells:
+        _include(ctx, cells, entry, path, cudnn)
+    if not cells.cells:
         ctx.error(("matrix",), "the matrix has no cells; give each of torch, cuda, python, os at least one value, or list cells under include")
-    return cells
+    return cells.cells
 
 
 def _product_cell(combo: dict[str, Any], cudnn: str | None) -> Cell:
@@ -341,20 +393,43 @@ def _product_cell(combo: dict[str, Any], cudnn: str | None) -> Cell:
     return Cell(combo["torch"], combo["cuda"], combo["python"], combo["os"], cudnn=cudnn, origin=origin)
 
 
-def _include(ctx: Ctx, cells: list[Cell], entry: dict[str, str], path: KeyPath, cudnn: str | None) -> list[Cell]:
+class _Cells:
+    """Cells in order, indexed by their four axes (an include naming all four is a lookup, not a scan)."""
+
+    def __init__(self, cells: list[Cell]) -> None:
+        self.cells = cells
+        self.index: dict[tuple[str, ...], list[int]] = {}
+        for i, c in enumerate(cells):
+            self.index.setdefault(_axes(c), []).append(i)
+
+    def matching(self, given: Mapping[str, str]) -> list[int]:
+        if len(given) == len(AXES):
+            return self.index.get(tuple(given[a] for a in AXES), [])
+        return [i for i, c in enumerate(self.cells) if all(getattr(c, k) == v for k, v in given.items())]
+
+    def add(self, cell: Cell) -> None:
+        self.index.setdefault(_axes(cell), []).append(len(self.cells))
+        self.cells.append(cell)
+
+
+def _axes(cell: Cell) -> tuple[str, ...]:
+    return (cell.torch, cell.cuda, cell.python, cell.os)
+
+
+def _include(ctx: Ctx, cells: _Cells, entry: dict[str, str], path: KeyPath, cudnn: str | None) -> None:
     axes_given = {k: v for k, v in entry.items() if k in AXES}
     extra = {k: v for k, v in entry.items() if k not in AXES}
-    hits = [c for c in cells if all(getattr(c, k) == v for k, v in axes_given.items())]
-    if hits and extra:
-        return [_with(c, extra) if c in hits else c for c in cells]
+    hits = cells.matching(axes_given)
+    for i in hits if extra else ():
+        cells.cells[i] = _with(cells.cells[i], extra)
     if hits:
-        return cells
+        return
     missing = [a for a in AXES if a not in entry]
     if missing:
         ctx.error(path, f"this include matches no cell, so it adds one, but it lacks {', '.join(missing)}")
-        return cells
+        return
     origin = tuple(path + (a,) for a in AXES)
-    return cells + [Cell(entry["torch"], entry["cuda"], entry["python"], entry["os"], cudnn=entry.get("cudnn", cudnn), origin=origin)]
+    cells.add(Cell(entry["torch"], entry["cuda"], entry["python"], entry["os"], cudnn=entry.get("cudnn", cudnn), origin=origin))
 
 
 def _with(cell: Cell, extra: Mapping[str, str]) -> Cell:
@@ -442,21 +517,23 @@ def _layer(ctx: Ctx, name: str, raw: Any) -> Layer:
     parent = ctx.string(d.get("parent"), p + ("parent",), BUILTIN_PARENTS.get(name, "base"))
     packages = ctx.strings(d.get("packages"), p + ("packages",))
     for i, spec in enumerate(packages):
-        _check_pin(ctx, spec, p + ("packages", i))
-    req = ctx.path_value(d.get("requirements"), p + ("requirements",))
-    if req and req.is_file():
-        _check_requirements(ctx, req, p + ("requirements",))
-    env = ctx.open_mapping(d.get("env"), p + ("env",))
+        _check_package(ctx, spec, p + ("packages", i))
+    req = ctx.local_file(d.get("requirements"), p + ("requirements",), REQUIREMENTS_LIMIT)
+    pins = _check_requirements(ctx, req[0].name, req[2], p + ("requirements",)) if req else ()
+    template, template_path = _template(ctx, d.get("template"), p + ("template",))
     return Layer(
         name=name,
         parent=None if name == "base" else parent,
         packages=packages,
-        apt=ctx.strings(d.get("apt"), p + ("apt",)),
-        requirements=req,
-        env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+        apt=ctx.checked_strings(d.get("apt"), p + ("apt",), grammar.debian_package),
+        requirements=req[0] if req else None,
+        requirements_data=req[1] if req else b"",
+        requirements_pins=pins,
+        env=_pairs(ctx, d.get("env"), p + ("env",), grammar.env_name),
         base_from=ctx.choice(d.get("from"), p + ("from",), BASE_FROM, "os"),
         toolchain=ctx.boolean(d.get("toolchain"), p + ("toolchain",), name == "base"),
-        template=_template(ctx, d.get("template"), p + ("template",)),
+        template=template,
+        template_path=template_path,
         jupyter=_jupyter(ctx, d.get("services"), p + ("services",)),
         sshd=_sshd(ctx, d.get("services"), p + ("services",)),
         when=_layer_when(ctx, d.get("when"), p + ("when",)),
@@ -468,40 +545,114 @@ def _layer_when(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str
     return tuple((axis, ctx.strings(d[axis], path + (axis,))) for axis in AXES if axis in d)
 
 
-def _template(ctx: Ctx, raw: Any, path: KeyPath) -> str:
-    """A layer's own template: a file beside the matrix, or one of ours by name."""
+def _template(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, Path | None]:
+    """A layer's own template: one of ours by name, or a file of the user's in
+    the matrix's folder (or an allowed root): trusted code, rendered sandboxed."""
     from imagesmith.resources import templates_dir
 
     name = ctx.string(raw, path, "") or ""
-    if name and not (ctx.base_dir / name).is_file() and not (templates_dir() / name).is_file():
-        ctx.error(path, f"template {name} is neither beside {ctx.file.name} nor in {templates_dir()}")
-    return name
+    if not name or is_shipped_template(name, templates_dir()):
+        return name, None
+    found = ctx.local_file(name, path, TEMPLATE_LIMIT)
+    return name, found[0] if found else None
 
 
-def _check_pin(ctx: Ctx, spec: str, path: KeyPath) -> None:
-    name = re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower()
-    if name in KB_PINNED and spec.strip().lower() == name:
+def is_shipped_template(name: str, folder: Path) -> bool:
+    """``name`` is one of our templates (a plain relative name under templates/)."""
+    parts = Path(name).parts
+    try:
+        return bool(parts) and ".." not in parts and not Path(name).is_absolute() and (folder / name).is_file()
+    except (OSError, ValueError):  # a name too long to be one of ours
+        return False
+
+
+def _check_package(ctx: Ctx, spec: str, path: KeyPath) -> None:
+    why = grammar.pip_requirement(spec)
+    if why:
+        ctx.error(path, why)
+        return
+    name = spec.strip().lower()
+    if name in KB_PINNED:
         return  # resolved from the knowledge base for each cell
-    if not PIP_PINNED.match(spec):
+    if not grammar.is_pinned(spec):
+        name = re.split(r"[<>=!~\[; @]", spec.strip(), maxsplit=1)[0]
         ctx.warn(path, f"{spec!r} is not pinned; pin it ({name}==X.Y.Z) so that rebuilds install the same thing")
 
 
-def _check_requirements(ctx: Ctx, file: Path, path: KeyPath) -> None:
-    for n, line in enumerate(file.read_text().splitlines(), 1):
-        spec = line.split("#", 1)[0].strip()
-        if spec and not spec.startswith("-") and not PIP_PINNED.match(spec):
-            ctx.warn(path, f"{file.name}:{n}: {spec!r} is not pinned; pin it with == so that rebuilds install the same thing")
+# pip options a requirements file may hold; those that change where packages
+# come from, or name files the build context does not have, are refused.
+REQ_OPTIONS_OK = ("--hash", "--pre", "--prefer-binary", "--only-binary", "--no-binary", "--require-hashes", "--config-settings")
+REQ_OPTIONS_REFUSED = {
+    "-i": "package sources", "--index-url": "package sources", "--extra-index-url": "package sources",
+    "--no-index": "package sources", "-f": "package sources", "--find-links": "package sources",
+    "--trusted-host": "package sources", "-r": "other files", "--requirement": "other files",
+    "-c": "other files", "--constraint": "other files", "-e": "other files", "--editable": "other files",
+}
+
+
+def _requirement_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, logical line) with comments dropped and \\-continuations joined, as pip reads it."""
+    out: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for n, line in enumerate(text.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", line)
+        start = start or n
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        if (pending + line).strip():
+            out.append((start, (pending + line).strip()))
+        pending, start = "", 0
+    return out
+
+
+def _check_requirements(ctx: Ctx, name: str, text: str, path: KeyPath) -> tuple[str, ...]:
+    """Each line a requirement pip understands; warnings name the package, never quote the file."""
+    pins = []
+    for n, line in _requirement_lines(text):
+        words = line.split()
+        first = next((i for i, w in enumerate(words) if w.startswith("-")), len(words))
+        refused = [_option_problem(w.split("=", 1)[0]) for w in words[first:] if w.startswith("-")]
+        if any(refused):
+            ctx.error(path, f"{name}:{n}: {next(r for r in refused if r)}")
+        elif first:
+            pins += _check_requirement(ctx, name, n, " ".join(words[:first]), path)
+    return tuple(pins)
+
+
+def _option_problem(option: str) -> str | None:
+    if option in REQ_OPTIONS_REFUSED:
+        return (f"{option} is not allowed here: the file is copied alone into the build context, "
+                f"so {REQ_OPTIONS_REFUSED[option]} belong in the matrix (sources:, packages:, requirements:)")
+    return None if option in REQ_OPTIONS_OK else f"a pip option that is not supported here (only {', '.join(REQ_OPTIONS_OK)})"
+
+
+def _check_requirement(ctx: Ctx, name: str, n: int, spec: str, path: KeyPath) -> list[str]:
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement:
+        ctx.error(path, f"{name}:{n}: not a requirement pip understands (PEP 508); write name==version, one per line")
+        return []
+    if req.url:
+        ctx.warn(path, f"{name}:{n}: {req.name} is installed from a URL, outside sources:; pin it ({req.name}==X.Y.Z) and serve it from an index or wheel folder")
+        return []
+    if not grammar.is_pinned(spec):
+        ctx.warn(path, f"{name}:{n}: {req.name} is not pinned; pin it ({req.name}==X.Y.Z) so that rebuilds install the same thing")
+        return []
+    return [f"{req.name}{req.specifier}"]
 
 
 def _jupyter(ctx: Ctx, raw: Any, path: KeyPath) -> Jupyter:
     services = ctx.mapping(raw, path, ("jupyter", "sshd"))
     p = path + ("jupyter",)
     d = ctx.mapping(services.get("jupyter"), p, ("enabled", "bind", "port", "version"))
+    bind = ctx.string(d.get("bind"), p + ("bind",), "127.0.0.1") or "127.0.0.1"
+    version = ctx.string(d.get("version"), p + ("version",), Jupyter.version) or Jupyter.version
     return Jupyter(
         enabled=ctx.boolean(d.get("enabled"), p + ("enabled",), bool(d)),
-        bind=ctx.string(d.get("bind"), p + ("bind",), "127.0.0.1") or "127.0.0.1",
+        bind=ctx.checked(bind, p + ("bind",), grammar.listen_address),
         port=ctx.integer(d.get("port"), p + ("port",), 8888, 1, 65535),
-        version=ctx.string(d.get("version"), p + ("version",), Jupyter.version) or Jupyter.version,
+        version=ctx.checked(version, p + ("version",), grammar.python_version),
     )
 
 
@@ -573,16 +724,28 @@ def _check_template(ctx: Ctx, template: str, path: KeyPath) -> None:
 
 def _verify(ctx: Ctx, raw: Any) -> VerifyPolicy:
     p: KeyPath = ("verify",)
-    d = ctx.mapping(raw, p, ("tier", "gpus", "shm_size", "memory", "timeout", "thresholds"))
+    d = ctx.mapping(raw, p, ("tier", "gpus", "require_gpu", "shm_size", "memory", "timeout", "thresholds"))
     thresholds = ctx.open_mapping(d.get("thresholds"), p + ("thresholds",))
     return VerifyPolicy(
         tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick"),
-        gpus=ctx.string(d.get("gpus"), p + ("gpus",), "all") or "all",
+        gpus=_gpus(ctx, d.get("gpus"), p + ("gpus",)),
+        require_gpu=None if d.get("require_gpu") is None else ctx.boolean(d["require_gpu"], p + ("require_gpu",), True),
         shm_size=ctx.string(d.get("shm_size"), p + ("shm_size",), "8g") or "8g",
         memory=ctx.string(d.get("memory"), p + ("memory",)),
         timeout_s=ctx.integer(d.get("timeout"), p + ("timeout",), 900, 10, 86400),
         thresholds={k: _threshold(ctx, v, p + ("thresholds", k)) for k, v in thresholds.items()},
     )
+
+
+GPU_LIST = re.compile(r"^(all|none|(\d+|(GPU|MIG)-[A-Za-z0-9-]+)(,(\d+|(GPU|MIG)-[A-Za-z0-9-]+))*)$")
+
+
+def _gpus(ctx: Ctx, raw: Any, path: KeyPath) -> str:
+    value = (ctx.string(raw, path, "all") or "all").replace(" ", "")
+    if not GPU_LIST.match(value):
+        ctx.error(path, f"{value!r} is not all, none or a list of GPU indexes/UUIDs such as 0,1")
+        return "all"
+    return value
 
 
 def _threshold(ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, float]:
@@ -604,20 +767,57 @@ def _sources(ctx: Ctx, raw: Any) -> Sources:
     p: KeyPath = ("sources",)
     d = ctx.mapping(raw, p, SOURCE_KEYS)
     proxy = ctx.mapping(d.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
-    torch_index = ctx.string(d.get("torch_index_url"), p + ("torch_index_url",))
+    ca = _ca_bundle(ctx, d.get("ca_bundle"), p + ("ca_bundle",))
     return Sources(
-        torch_index_url=torch_index,
-        index_url=ctx.string(d.get("index_url"), p + ("index_url",)),
-        extra_index_urls=ctx.strings(d.get("extra_index_urls"), p + ("extra_index_urls",)),
-        find_links=ctx.strings(d.get("find_links"), p + ("find_links",)),
-        trusted_hosts=ctx.strings(d.get("trusted_hosts"), p + ("trusted_hosts",)),
-        ca_bundle=ctx.path_value(d.get("ca_bundle"), p + ("ca_bundle",)),
-        http_proxy=ctx.string(proxy.get("http"), p + ("proxy", "http")),
-        https_proxy=ctx.string(proxy.get("https"), p + ("proxy", "https")),
-        no_proxy=ctx.string(proxy.get("no_proxy"), p + ("proxy", "no_proxy")),
+        torch_index_url=_index(ctx, d.get("torch_index_url"), p + ("torch_index_url",)),
+        index_url=_index(ctx, d.get("index_url"), p + ("index_url",)),
+        extra_index_urls=_indexes(ctx, d.get("extra_index_urls"), p + ("extra_index_urls",)),
+        find_links=_indexes(ctx, d.get("find_links"), p + ("find_links",)),
+        trusted_hosts=ctx.checked_strings(d.get("trusted_hosts"), p + ("trusted_hosts",), grammar.host),
+        ca_bundle=ca[0] if ca else None,
+        ca_bundle_data=ca[1] if ca else b"",
+        http_proxy=_optional(ctx, proxy.get("http"), p + ("proxy", "http"), grammar.proxy_url),
+        https_proxy=_optional(ctx, proxy.get("https"), p + ("proxy", "https"), grammar.proxy_url),
+        no_proxy=_optional(ctx, proxy.get("no_proxy"), p + ("proxy", "no_proxy"), grammar.no_proxy),
         network=ctx.choice(d.get("network"), p + ("network",), NETWORK_MODES, "default"),
         credentials=_credentials(ctx, d.get("credentials"), p + ("credentials",)),
     )
+
+
+def _optional(ctx: Ctx, raw: Any, path: KeyPath, check: grammar.Check) -> str | None:
+    text = ctx.string(raw, path)
+    return None if text is None else ctx.checked(text, path, check)
+
+
+def _index(ctx: Ctx, raw: Any, path: KeyPath) -> str | None:
+    """An index or find-links URL; a local folder (/path or file:///path) stays inside the roots."""
+    text = ctx.string(raw, path)
+    if text is None:
+        return None
+    sample = text.replace("{variant}", "cpu") if path[-1] == "torch_index_url" else text
+    if sample.startswith("/") and not grammar.URL_CHARS.fullmatch(sample):
+        ctx.error(path, f"{printable(text)}: a folder path here may hold only letters, digits and - . _ ~ / "
+                  "(it goes into a space-separated list); rename the folder")
+    elif sample.startswith("/"):
+        ctx.local_folder(sample, path)
+    elif not ctx.checked(sample, path, grammar.url) or grammar.url(sample):
+        pass
+    elif sample.startswith("file://"):
+        ctx.local_folder(urllib.parse.unquote(urllib.parse.urlsplit(sample).path), path)
+    return text
+
+
+def _indexes(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, ...]:
+    values = ctx.strings(raw, path)
+    return tuple(_index(ctx, v, path + (i,)) or v for i, v in enumerate(values))
+
+
+def _ca_bundle(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[Path, bytes] | None:
+    found = ctx.local_file(raw, path, CA_LIMIT)
+    if found and "-----BEGIN CERTIFICATE-----" not in found[2]:
+        ctx.error(path, f"{raw} holds no PEM certificate (-----BEGIN CERTIFICATE-----); give the CA bundle of your proxy")
+        return None
+    return (found[0], found[1]) if found else None
 
 
 def _check_torch_index(ctx: Ctx, sources: Sources) -> None:
@@ -643,10 +843,28 @@ def _credentials(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[Credential, ...]:
             continue
         if "file" not in d and "password_env" not in d:
             ctx.error(path + (i,), "a credential needs password_env (an environment variable) or file (holding user:password)")
-        out.append(Credential(host, ctx.string(d.get("username_env"), path + (i, "username_env")),
-                              ctx.string(d.get("password_env"), path + (i, "password_env")),
-                              ctx.path_value(d.get("file"), path + (i, "file"), must_exist=False)))
+        out.append(Credential(ctx.checked(host, path + (i, "host"), grammar.host),
+                              _optional(ctx, d.get("username_env"), path + (i, "username_env"), grammar.env_name),
+                              _optional(ctx, d.get("password_env"), path + (i, "password_env"), grammar.env_name),
+                              _secret_file(ctx, d.get("file"), path + (i, "file"))))
     return tuple(out)
+
+
+def _secret_file(ctx: Ctx, raw: Any, path: KeyPath) -> Path | None:
+    """A credentials file (read at build time, so it may not exist yet), inside the roots:
+    otherwise a matrix could send any one-line host file to the host it names."""
+    text = ctx.string(raw, path)
+    if text is None:
+        return None
+    try:
+        resolved = ctx.roots.resolve(text)
+    except PathProblem as exc:
+        ctx.error(path, str(exc))
+        return None
+    if not ctx.roots.inside(resolved):
+        ctx.error(path, f"{text} resolves to {resolved}, outside {ctx.roots.base}; keep it in the matrix's folder, "
+                  f"or allow its folder on the command line: --allow-root {resolved.parent}")
+    return resolved
 
 
 def _base_images(ctx: Ctx, raw: Any) -> dict[str, str]:
@@ -654,9 +872,10 @@ def _base_images(ctx: Ctx, raw: Any) -> dict[str, str]:
     d = ctx.mapping(raw, p, ctx.kb.os.keys())
     out = {}
     for os_key, ref in d.items():
-        image = ctx.string(ref, p + (os_key,)) or ""
+        image = ctx.checked(ctx.string(ref, p + (os_key,)) or "", p + (os_key,), grammar.image_reference)
         out[os_key] = image
-        _check_base_ref(ctx, image, p + (os_key,))
+        if not grammar.image_reference(image):
+            _check_base_ref(ctx, image, p + (os_key,))
     return out
 
 
@@ -672,19 +891,22 @@ def _check_base_ref(ctx: Ctx, ref: str, path: KeyPath) -> None:
 # entry points
 
 
-def load(path: str | Path, kb: compat.KnowledgeBase | None = None) -> Matrix:
-    """Load and validate ``path``; raise ValidationError listing every error."""
+def load(path: str | Path, kb: compat.KnowledgeBase | None = None, allowed_roots: Sequence[Path] = ()) -> Matrix:
+    """Load and validate ``path``; raise ValidationError listing every error.
+    Paths it names must stay inside its folder or one of ``allowed_roots``."""
     file = Path(path)
     try:
-        text = file.read_text()
+        data = read_limited(file, MAX_BYTES)
+    except TextProblem as exc:
+        raise ValidationError(problems=[Problem(f"{file.name}: {exc.why}")]) from None
     except OSError as exc:
         raise ValidationError(problems=[Problem(f"cannot read {file}: {exc.strerror}")]) from None
-    return parse(text, file, kb or compat.load())
+    return parse(data, file, kb or compat.load(), allowed_roots)
 
 
-def parse(text: str, file: Path, kb: compat.KnowledgeBase) -> Matrix:
+def parse(text: str | bytes, file: Path, kb: compat.KnowledgeBase, allowed_roots: Sequence[Path] = ()) -> Matrix:
     raw, lines = load_located(text, file.name)
-    ctx = Ctx(file.resolve(), lines, kb)
+    ctx = Ctx(file.resolve(), lines, kb, Roots.of(file, allowed_roots))
     d = ctx.mapping(raw, (), TOP_KEYS)
     if d.get("version") is not None and str(d["version"]) != str(SCHEMA_VERSION):
         ctx.error(("version",), f"schema version {d['version']} is not supported; this imagesmith reads version {SCHEMA_VERSION}")
@@ -714,6 +936,8 @@ def _build(ctx: Ctx, d: Mapping[str, Any]) -> Matrix:
         verify=_verify(ctx, d.get("verify")),
         sources=sources,
         warnings=tuple(ctx.warnings()),
+        lines=ctx.lines,
+        roots=ctx.roots,
     )
 
 

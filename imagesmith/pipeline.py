@@ -18,46 +18,68 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from imagesmith import artifacts, build, verify
+from imagesmith import artifacts, build, policy, runstate, verify
 from imagesmith.artifacts import VERIFY_FILE
-from imagesmith.atomic import write_text
-from imagesmith.errors import UserError
+from imagesmith.errors import UsageError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.progress import Display
 
 RUN_REPORT = "run-report.json"
 
 
-def options_from(matrix: Matrix, **overrides: Any) -> verify.VerifyOptions:
-    """Verify options as the matrix's ``verify:`` section sets them."""
+def options_from(matrix: Matrix, allow_cpu_verification: bool = False, **overrides: Any) -> verify.VerifyOptions:
+    """Verify options as the matrix's ``verify:`` section sets them (``require_gpu``
+    unset: a GPU for CUDA images); ``allow_cpu_verification`` lets CUDA images be
+    verified in CPU mode where no GPU is visible (they are then not GPU-verified)."""
     v = matrix.verify
     base = dict(tier=v.tier, gpus=v.gpus, shm_size=v.shm_size, memory=v.memory,
-                timeout_s=float(v.timeout_s), thresholds=v.thresholds)
+                timeout_s=float(v.timeout_s), thresholds=v.thresholds, require_gpu=v.require_gpu,
+                allow_cpu=True if allow_cpu_verification else None)
     return verify.VerifyOptions(**(base | {k: val for k, val in overrides.items() if val is not None}))
 
 
 def verify_results(engine: Any, results: list[build.TargetResult], options: verify.VerifyOptions, out: Path,
-                   display: Display, auth: Mapping[str, str] | None = None) -> dict[str, verify.VerifyOutcome]:
-    """Verify every image that built; write OUT/<target>/verify.json."""
-    return {r.target: verify_one(engine, r, options, out / r.target, display, auth) for r in results if r.ok and r.image_id}
+                   display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
+                   folders: Mapping[str, Path] | None = None) -> dict[str, verify.VerifyOutcome]:
+    """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
+    folder of its build artifact) says ``running`` while its image is verified, then ``complete``
+    (or ``interrupted``)."""
+    outcomes: dict[str, verify.VerifyOutcome] = {}
+    for r in results:
+        if not r.ok or not r.image_id:
+            continue
+        outcomes[r.target] = verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth)
+        if run is not None:
+            run.verified(r.target, outcomes[r.target].report)
+    return outcomes
 
 
 def verify_one(engine: Any, r: build.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
                auth: Mapping[str, str] | None = None) -> verify.VerifyOutcome:
     """One built image: a staged one by its digest (pulled when this engine lacks it), else by image ID;
-    the report goes to FOLDER/verify.json."""
+    the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done)."""
     display.update(r.target, "verifying")
     staged = f"{r.staged['repository']}@{r.staged['digest']}" if r.staged else None
-    try:
-        outcome = verify.verify_image(engine, staged or r.image_id or "", options, pull=staged is not None,
-                                      progress=_progress(display, r.target), auth=auth)
-    except UserError as exc:
-        outcome = verify.VerifyOutcome(verify.failed_report("payload.start", str(exc), options.tier))
-    write_text(folder / VERIFY_FILE, json.dumps(outcome.report, indent=2, sort_keys=True) + "\n")
+    ref = staged or r.image_id or ""
+    with runstate.Tracked(folder / VERIFY_FILE, verify.running_report(ref, options.tier)) as tracked:
+        outcome = _verify_ref(engine, ref, staged is not None, options, display, r.target, auth)
+        tracked.complete(outcome.report)
     summary = outcome.report.get("summary", {})
     display.update(r.target, "passed" if outcome.ok else "failed",
-                   f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip")
+                   f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
+                   f"{policy.how_verified(outcome.report)}")
     return outcome
+
+
+def _verify_ref(engine: Any, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,
+                auth: Mapping[str, str] | None) -> verify.VerifyOutcome:
+    try:
+        return verify.verify_image(engine, ref, options, pull=pull, progress=_progress(display, target), auth=auth)
+    except UsageError:
+        raise
+    except UserError as exc:
+        report = verify.failed_report("payload.start", str(exc), options.tier) | {"state": runstate.COMPLETE}
+        return verify.VerifyOutcome(report)
 
 
 def _progress(display: Display, target: str) -> Callable[[str], None]:
@@ -72,6 +94,9 @@ def read_build(path: Path) -> dict[str, Any]:
         raise UserError(f"no readable build report at {path} ({exc}); run imagesmith build --out {path.parent} first") from None
     if data.get("schema") != build.REPORT_SCHEMA:
         raise UserError(f"{path}: schema {data.get('schema')!r} is not {build.REPORT_SCHEMA}; build again")
+    if not runstate.is_complete(data):
+        raise UserError(f"{path}: {runstate.not_complete(data, 'this build report')}; "
+                        f"run imagesmith build --out {path.parent} again")
     return data
 
 
@@ -95,7 +120,7 @@ def read_build_input(path: Path) -> BuildInput:
     """A build report (OUT/report.json: verify.json to OUT/<target>/) or one target's build
     artifact (OUT/<target>/build.json: verify.json beside it)."""
     if _schema(path) == artifacts.BUILD_SCHEMA:
-        return builds_input([artifacts.Found(artifacts.read_build(path), path.parent)])
+        return builds_input(complete([artifacts.Found(artifacts.read_build(path), path.parent)]))
     data = read_build(path)
     return BuildInput(data, {t["target"]: path.parent / t["target"] for t in data["targets"]})
 
@@ -107,6 +132,16 @@ def _schema(path: Path) -> Any:
         return None  # the reader that follows says what is wrong
 
 
+def complete(found: list[artifacts.Found]) -> list[artifacts.Found]:
+    """``found``, when every artifact's build job completed (a ``running`` or ``interrupted`` one is
+    never read as a build, as OUT/report.json is not)."""
+    for f in found:
+        if not f.record.complete:
+            raise UserError(f"{f.folder / artifacts.BUILD_FILE}: {runstate.not_complete({'state': f.record.state}, 'this build artifact')}; "
+                            f"run its build job (imagesmith build --out {f.folder.parent}) again")
+    return found
+
+
 def builds_input(found: list[artifacts.Found]) -> BuildInput:
     """Build artifacts as one build report (for verify, publish and the run report)."""
     targets = [artifacts.result_fields(f.record) | {"log": str(f.folder / "build.log"), "dockerfile": str(f.folder / "Dockerfile")}
@@ -114,7 +149,8 @@ def builds_input(found: list[artifacts.Found]) -> BuildInput:
     first = found[0].record if found else None
     data = {"schema": build.REPORT_SCHEMA, "matrix": first.release.matrix if first else "", "seconds": 0.0,
             "started_at": min((f.record.written_at for f in found), default=""), "base_images": {},
-            "ok": all(f.record.ok for f in found), "targets": targets}
+            "ok": all(f.record.ok for f in found), "targets": targets,
+            "state": runstate.COMPLETE if all(f.record.complete for f in found) else runstate.INTERRUPTED}
     return BuildInput(data, {f.record.target.id: f.folder for f in found})
 
 
@@ -130,22 +166,78 @@ def merge_inputs(inputs: list[BuildInput]) -> BuildInput:
 
 def read_outcomes(out: Path, targets: list[str], run_report: Path | None = None) -> dict[str, verify.VerifyOutcome]:
     """Verify outcomes from a run report, else from OUT/<target>/verify.json.
-    A target with neither is unverified (never tagged, never pushed)."""
+    A target with neither, or whose verification did not complete, is unverified
+    (never tagged, never pushed)."""
     if run_report is not None:
-        data = json.loads(run_report.read_text())
-        return {t: verify.VerifyOutcome(r) for t, r in (data.get("verify") or {}).items() if t in targets}
-    found = {t: out / t / "verify.json" for t in targets}
-    return {t: verify.VerifyOutcome(json.loads(p.read_text())) for t, p in found.items() if p.is_file()}
+        data = _read_json(run_report, "run report")
+        if not runstate.is_complete(data):
+            raise UserError(f"{run_report}: {runstate.not_complete(data, 'this run report')}; verify again "
+                            f"(imagesmith verify --build-report {out / 'report.json'} --json {run_report})")
+        found = {t: r for t, r in (data.get("verify") or {}).items() if t in targets and isinstance(r, dict)}
+    else:
+        paths = {t: out / t / "verify.json" for t in targets}
+        found = {t: _read_json(p, "verify report") for t, p in paths.items() if p.is_file()}
+    return {t: verify.VerifyOutcome(r) for t, r in found.items() if runstate.is_complete(r)}
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable {what} ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a {what} (a JSON object)")
+    return data
+
+
+class RunReport:
+    """OUT/run-report.json (build + verify + release in one versioned file), written
+    when the run starts (``running``), as each stage ends, and at the end
+    (``complete``); leaving the ``with`` block by an exception marks it ``interrupted``."""
+
+    def __init__(self, out: Path, build_data: Mapping[str, Any] | None = None) -> None:
+        self.path = out / RUN_REPORT
+        self.build_data = dict(build_data) if build_data is not None else None
+        self.verify: dict[str, Mapping[str, Any]] = {}
+        self.release: Mapping[str, Any] | None = None
+        self.tracked = runstate.Tracked(self.path, self._doc())
+
+    def _doc(self) -> dict[str, Any]:
+        from imagesmith import report
+
+        return report.run_report(self.build_data, self.verify, self.release)
+
+    def built(self, build_data: Mapping[str, Any]) -> None:
+        self.build_data = dict(build_data)
+        self.tracked.update(self._doc())
+
+    def verified(self, target: str, report: Mapping[str, Any]) -> None:
+        self.verify[target] = report
+        self.tracked.update(self._doc())
+
+    def released(self, release: Mapping[str, Any]) -> None:
+        self.release = release
+        self.tracked.update(self._doc())
+
+    def complete(self) -> Path:
+        self.tracked.complete(self._doc())
+        return self.path
+
+    def __enter__(self) -> "RunReport":
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:
+            self.tracked.stop(exc)
 
 
 def write_run_report(out: Path, build_data: Mapping[str, Any], outcomes: Mapping[str, verify.VerifyOutcome],
                      release: Mapping[str, Any] | None) -> Path:
-    from imagesmith import report
-
-    data = report.run_report(dict(build_data), {t: o.report for t, o in outcomes.items()}, release)
-    path = out / RUN_REPORT
-    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    return path
+    """The whole run report at once (complete)."""
+    run = RunReport(out, build_data)
+    run.verify = {t: o.report for t, o in outcomes.items()}
+    run.release = release
+    return run.complete()
 
 
 # -- publish from the build artifacts alone ------------------------------------------------------
@@ -156,7 +248,9 @@ def publish_artifacts(out: Path, display: Display, date: str | None = None, run_
     """Publish what OUT's build artifacts (``*/build.json``, gathered from any number of build jobs) and
     the ``verify.json`` beside each say passed: no matrix needed. Staged images are promoted
     registry to registry (no engine); the SBOM's inventory comes from the build job's measurement.
-    Writes OUT/release.json and OUT/run-report.json; returns the release report."""
+    An artifact whose build job did not complete stops the release; a verify report whose run did
+    not complete counts as not verified. Writes OUT/release.json and OUT/run-report.json (``running``
+    until the release ends, then ``complete`` or ``interrupted``); returns the release report."""
     from imagesmith import publish
     from imagesmith.plan import Plan
 
@@ -165,29 +259,34 @@ def publish_artifacts(out: Path, display: Display, date: str | None = None, run_
     if matrix is not None and (matrix.image.name, matrix.tags) != (spec.image.name, spec.tags):
         raise UserError(f"the build artifacts in {out} release {spec.image.name} ({spec.matrix}), not what {matrix.file.name} "
                         f"says ({matrix.image.name}); publish without --matrix, or build again from {matrix.file.name}")
-    ordered = sorted(found.values(), key=lambda f: f.record.target.depth)
+    ordered = complete(sorted(found.values(), key=lambda f: f.record.target.depth))
     plan = Plan(spec.matrix, spec.date, tuple(f.record.target for f in ordered))
     built = builds_input(ordered)
-    outcomes = read_outcomes(out, list(found), run_report) if run_report is not None else \
-        {f.record.target.id: _verify_report(f.verify_path) for f in ordered if f.verify_path.is_file()}
+    outcomes = read_outcomes(out, list(found), run_report) if run_report is not None else _verify_reports(ordered)
     if engine is None:
         from imagesmith.engine import Engine
 
         engine = Engine()  # connects only if an image was not staged (same-host publish)
-    rel = publish.release_to(engine, spec.image, spec.tags, plan, built.results, outcomes, date or spec.date, out, display,
-                             inventory=_inventories(ordered, engine), **release)
-    write_run_report(out, built.data, outcomes, rel.to_json())
+    with RunReport(out, built.data) as run:
+        run.verify = {t: o.report for t, o in outcomes.items()}
+        rel = publish.release_to(engine, spec.image, spec.tags, plan, built.results, outcomes, date or spec.date, out, display,
+                                 inventory=_inventories(ordered, engine), **release)
+        run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
+        run.complete()
     return rel
 
 
-def _verify_report(path: Path) -> verify.VerifyOutcome:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a readable verify report ({exc}); verify again") from None
-    if not isinstance(data, dict) or data.get("schema") != verify.REPORT_SCHEMA:
+def _verify_reports(found: list[artifacts.Found]) -> dict[str, verify.VerifyOutcome]:
+    """The verify.json beside each artifact; one whose run did not complete is left out (not verified)."""
+    reports = {f.record.target.id: _verify_report(f.verify_path) for f in found if f.verify_path.is_file()}
+    return {t: verify.VerifyOutcome(r) for t, r in reports.items() if runstate.is_complete(r)}
+
+
+def _verify_report(path: Path) -> dict[str, Any]:
+    data = _read_json(path, "verify report")
+    if data.get("schema") != verify.REPORT_SCHEMA:
         raise UserError(f"{path}: not a verify report ({verify.REPORT_SCHEMA}); verify again")
-    return verify.VerifyOutcome(data)
+    return data
 
 
 def _inventories(found: list[artifacts.Found], engine: Any) -> Callable[[str], Mapping[str, Any]]:

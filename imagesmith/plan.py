@@ -4,6 +4,7 @@ except ``write``/``read`` of plan.json, and no docker."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -87,10 +88,30 @@ class Plan:
     warnings: tuple[str, ...] = field(default=())
 
     def by_id(self) -> dict[str, Target]:
+        """Target id -> target (built once per plan: render asks for it per target)."""
+        return self._index
+
+    @functools.cached_property
+    def _index(self) -> dict[str, Target]:
         return {t.id: t for t in self.targets}
 
+    @functools.cached_property
+    def _children(self) -> dict[str, list[Target]]:
+        out: dict[str, list[Target]] = {}
+        for t in self.targets:
+            out.setdefault(t.parent or "", []).append(t)
+        return out
+
     def children(self, target_id: str) -> list[Target]:
-        return [t for t in self.targets if t.parent == target_id]
+        return list(self._children.get(target_id, ()))
+
+    def ancestors(self, t: Target) -> list[Target]:
+        """``t``'s parents, the base first."""
+        index, chain = self._index, []
+        while t.parent:
+            t = index[t.parent]
+            chain.append(t)
+        return chain[::-1]
 
     def picked(self, only: tuple[str, ...] = (), layers: tuple[str, ...] = ()) -> set[str]:
         """Targets matching ``only`` and ``layers`` (without ancestors). An ``only`` value that is
@@ -172,67 +193,79 @@ def pip_sources(matrix: Matrix, v: Versions, kb: compat.KnowledgeBase) -> PipSou
     return PipSources(torch_index, s.index_url, s.extra_index_urls, s.find_links, s.trusted_hosts)
 
 
-def layer_packages(layer: Layer, v: Versions) -> tuple[str, ...]:
+def layer_packages(matrix: Matrix, layer: Layer, v: Versions) -> tuple[str, ...]:
     """The layer's pip specs with torch, torchvision, torchaudio pinned from the KB."""
     pins = {"torch": v.torch, "torchvision": v.torchvision, "torchaudio": v.torchaudio}
     out = []
-    for spec in layer.packages:
+    for i, spec in enumerate(layer.packages):
         name = spec.strip().lower()
         if name in pins and pins[name] is None:
-            raise ValidationError(problems=[Problem(f"layers.{layer.name}.packages: torch {v.torch} has no matching {name} release")])
+            raise ValidationError(problems=[matrix.problem(("layers", layer.name, "packages", i),
+                                                           f"torch {v.torch} has no matching {name} release; drop {name} from this layer or limit it with when:")])
         out.append(f"{name}=={pins[name]}" if name in pins else spec.strip())
     if layer.jupyter.enabled:
         out.append(f"jupyterlab=={layer.jupyter.version}")
     return tuple(out)
 
 
-def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date: str) -> Iterator[Target]:
+def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date: str) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
+    """(Target fields but floating, tag facts) for each layer built for ``cell``."""
     v = resolve(cell, kb)
     cid = cell_id(v)
+    versions = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+    shared = dict(cell=cid, versions=v, base_image=base_image(matrix, v, kb), python_source=python_source(matrix, v, kb),
+                  pip=pip_sources(matrix, v, kb))
     depth: dict[str, int] = {}
     for layer in matrix.layers:
         if not layer.applies_to(cell) or (layer.parent and layer.parent not in depth):
             continue
         depth[layer.name] = 0 if layer.parent is None else depth[layer.parent] + 1
         tid = f"{cid}-{layer.name}"
-        facts = tags.facts(asdict(v), layer.name, cid, v.accel) | {"date": date}
-        yield Target(
-            id=tid, cell=cid, layer=layer.name,
-            parent=f"{cid}-{layer.parent}" if layer.parent else None,
-            versions=v, base_image=base_image(matrix, v, kb),
-            python_source=python_source(matrix, v, kb),
-            packages=layer_packages(layer, v), apt=layer.apt,
-            pip=pip_sources(matrix, v, kb),
+        facts = tags.facts(versions, layer.name, cid, v.accel) | {"date": date}
+        yield shared | dict(
+            id=tid, layer=layer.name, parent=f"{cid}-{layer.parent}" if layer.parent else None,
+            packages=layer_packages(matrix, layer, v), apt=layer.apt,
             image=f"{matrix.image.repository}:{tid}",
             tag=tags.render(matrix.tags.immutable, facts),
             template=layer.template or default_template(layer.name),
             depth=depth[layer.name],
-        )
+        ), facts
 
 
 def expand(matrix: Matrix, date: str, kb: compat.KnowledgeBase | None = None) -> Plan:
     """Every target of ``matrix``, parents before children, deterministic."""
     kb = kb or compat.load()
-    targets = [t for cell in sort_cells(matrix.cells) for t in _targets_for_cell(matrix, cell, kb, date)]
-    targets.sort(key=lambda t: t.depth)  # stable: parents first, cell order kept
-    _check_tags(matrix, targets)
-    floating = tags.plan_floating(matrix.tags, [(t.id, t.facts()) for t in targets])
-    final = tuple(_with_floating(t, floating.get(t.id, ())) for t in targets)
+    drafts = [d for cell in sort_cells(matrix.cells) for d in _targets_for_cell(matrix, cell, kb, date)]
+    drafts.sort(key=lambda d: d[0]["depth"])  # stable: parents first, cell order kept
+    _check_tags(matrix, [(d["id"], d["tag"]) for d, _ in drafts])
+    items = [(d["id"], facts) for d, facts in drafts]
+    _check_floating(matrix, items)
+    floating = tags.plan_floating(matrix.tags, items)
+    final = tuple(Target(**d, floating=floating.get(d["id"], ())) for d, _ in drafts)
     return Plan(str(matrix.file.name), date, final, tuple(str(w) for w in matrix.warnings))
 
 
-def _with_floating(t: Target, floating: tuple[str, ...]) -> Target:
-    return dataclasses.replace(t, floating=floating)
-
-
-def _check_tags(matrix: Matrix, targets: list[Target]) -> None:
+def _check_tags(matrix: Matrix, targets: list[tuple[str, str]]) -> None:
+    """Immutable tags (target id, tag): one per target, each a valid Docker tag once expanded."""
     seen: dict[str, str] = {}
     problems = []
-    for t in targets:
-        if t.tag in seen:
-            problems.append(Problem(f"tag {t.tag!r} is given to both {seen[t.tag]} and {t.id}; add fields such as {{cuda}}, {{python}}, {{os}}, {{layer}} to tags.immutable", matrix.file.name, 0, "tags.immutable"))
-        seen.setdefault(t.tag, t.id)
-        problems += [Problem(f"{t.id}: {p}", matrix.file.name, 0, "tags.immutable") for p in tags.tag_problems(t.tag)]
+    where: tuple[str, ...] = ("tags", "immutable")
+    for tid, tag in targets:
+        if tag in seen:
+            problems.append(matrix.problem(where, f"tag {tag!r} is given to both {seen[tag]} and {tid}; add fields such as {{cuda}}, {{python}}, {{os}}, {{layer}} to tags.immutable"))
+        seen.setdefault(tag, tid)
+        problems += [matrix.problem(where, f"{tid}: {p}") for p in tags.tag_problems(tag)]
+    if problems:
+        raise ValidationError(problems=problems[:10])
+
+
+def _check_floating(matrix: Matrix, items: list[tuple[str, dict[str, str]]]) -> None:
+    """Floating tags that several targets would claim, located at their entry in tags.floating."""
+    problems = [matrix.problem(("tags", "floating", i), p)
+                for i, ft in enumerate(matrix.tags.floating) for p in tags.ambiguities(ft, items)]
+    for i, ft in enumerate(matrix.tags.floating):
+        rendered = {tags.render(ft.template, f): ref for ref, f in items if tags.matches_when(ft.when, f)}
+        problems += [matrix.problem(("tags", "floating", i), f"{ref}: {p}") for tag, ref in rendered.items() for p in tags.tag_problems(tag)]
     if problems:
         raise ValidationError(problems=problems[:10])
 

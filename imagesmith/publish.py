@@ -29,19 +29,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from imagesmith import schemas, tags
+from imagesmith import policy, runstate, schemas, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.progress import Display, QuietDisplay
-from imagesmith.registry import Credentials, Manifest, redact
+from imagesmith.registry import TRANSIENT_MESSAGE, Credentials, Manifest, RegistryHTTPError, redact
 from imagesmith.versions import cuda_variant, major, minor
 
 RELEASE_SCHEMA = schemas.RELEASE
@@ -50,12 +49,7 @@ DONE = ("pushed", "unchanged")
 SWAP_ROUNDS = 5  # a floating tag rewritten this often under one release: stop, say so
 T = TypeVar("T")
 
-TRANSIENT = re.compile(
-    r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|timed? ?out|TLS handshake timeout"
-    r"|temporarily unavailable|too ?many ?requests|unexpected HTTP status: (?:429|5\d\d)|HTTP (?:429|5\d\d)\b"
-    r"|Service Unavailable|Bad Gateway|Gateway Time-?out|Internal Server Error|cannot reach the registry",
-    re.IGNORECASE,
-)
+TRANSIENT = TRANSIENT_MESSAGE  # how the docker engine words a push error retrying may help
 
 
 # -- seams ------------------------------------------------------------------------------------
@@ -64,6 +58,8 @@ TRANSIENT = re.compile(
 class EngineLike(Protocol):
     def tag(self, image_id: str, repository: str, tag: str) -> None: ...
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str: ...
+    def image(self, ref: str) -> Any: ...
+    def untag(self, ref: str) -> None: ...
 
 
 class RegistryLike(Protocol):
@@ -74,6 +70,7 @@ class RegistryLike(Protocol):
     def manifest_digest(self, repo: str, ref: str) -> str | None: ...
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: ...
     def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: ...
+    def check_upload(self, repo: str) -> None: ...
 
 
 class Verified(Protocol):
@@ -101,6 +98,7 @@ class Item:
     verified: bool
     verification: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    evidence: policy.Evidence | None = None  # how it was verified (GPU or CPU mode)
     source: str | None = None  # the staged image (host/repository@digest): promoted through the registry, no engine
 
 
@@ -126,7 +124,7 @@ def _item(result: Any, target: Any, outcome: Verified | None) -> Item:
     elif result.ok and outcome is not None and not same_digest:
         error = f"verification ran on {summary['digest']}, not the staged {source}"
     return Item(result.target, target.layer, target.cell, result.image_id, result.facts, bool(result.ok),
-                verified, summary, error, source)
+                verified, summary, error, policy.evidence(outcome.report) if outcome is not None else None, source)
 
 
 def verification_summary(outcome: Verified | None) -> dict[str, Any]:
@@ -134,10 +132,13 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
         return {"ok": False, "reason": "not verified"}
     rep = outcome.report
     failed = [c.get("id") for c in rep.get("checks") or [] if c.get("status") == "fail" and not c.get("optional")]
+    ev = policy.evidence(rep)
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
             "digest": (rep.get("image") or {}).get("digest"),
-            "failed_checks": failed, "notes": list(rep.get("notes") or [])}
+            "failed_checks": failed, "notes": list(rep.get("notes") or []),
+            "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
+            "gpu_short": ev.short()}
 
 
 # -- pure: fields, tags, retries -----------------------------------------------------------------
@@ -222,12 +223,24 @@ class TargetRelease:
     evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.evidence attached to the digest
     source: str | None = None  # the staged image it was promoted from
     promotion: dict[str, Any] = field(default_factory=dict)  # promote.Promotion: blobs mounted/copied, bytes, seconds
+    gpu_verified: bool | None = None  # None: a CPU-only image (vetted on a CPU)
+    note: str = ""  # the release policy's word on it, e.g. "not GPU-verified: ..."
+    may_float: bool = field(default=True, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
                 "verification": self.verification, "floating": self.floating, "error": self.error,
-                "evidence": self.evidence or None, "source": self.source, "promotion": self.promotion or None}
+                "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note,
+                "source": self.source, "promotion": self.promotion or None}
+
+    def verified_how(self) -> str:
+        """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'CPU image', 'failed'."""
+        if not self.verification.get("ok"):
+            return "failed" if self.verification else "-"
+        if self.gpu_verified is None:
+            return "passed (CPU image)"
+        return str(self.verification.get("gpu_short") or ("GPU-verified" if self.gpu_verified else policy.NOT_GPU_VERIFIED))
 
 
 @dataclass
@@ -278,7 +291,8 @@ class ReleaseReport:
     @staticmethod
     def _ref(reference: str, digest: str | None, kind: str, t: TargetRelease) -> dict[str, Any]:
         return {"reference": reference, "digest": digest, "kind": kind, "target": t.target,
-                "versions": t.versions, "verification": t.verification}
+                "versions": t.versions, "verification": t.verification, "gpu_verified": t.gpu_verified,
+                "note": t.note}
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": RELEASE_SCHEMA, "ok": self.ok, "registry": self.registry, "repository": self.repository,
@@ -297,9 +311,13 @@ def markdown(report: ReleaseReport) -> str:
              "| target | status | reference | digest | torch | cuda | python | verification |", "|---|---|---|---|---|---|---|---|"]
     for t in report.targets:
         v = t.versions
-        check = "passed" if t.verification.get("ok") else "failed" if t.verification else "-"
         lines.append(f"| {t.target} | {t.status} | `{t.reference or '-'}` | `{(t.digest or '-')[:19]}` | {v.get('torch', '-')} "
-                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {check} |")
+                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {_md_cell(t.verified_how())} |")
+    unvetted = [t for t in report.targets if t.status in DONE and t.gpu_verified is False]
+    if unvetted:
+        lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
+                  f"(verified without a GPU; tags end in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags): "
+                  + ", ".join(f"`{t.reference}`" for t in unvetted)]
     if report.floating:
         lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
         lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
@@ -333,6 +351,10 @@ def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:
             "|---|---|---|---|---|---|", *rows]
 
 
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 # -- the publisher --------------------------------------------------------------------------------
 
 
@@ -354,24 +376,46 @@ class Publisher:
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
                  before_push: Callable[[str], None] | None = None,
                  evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
-                 promote: Callable[[str, str, str], Any] | None = None) -> None:
+                 promote: Callable[[str, str, str], Any] | None = None,
+                 floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
         self.repo, self.name = image.repository, image.name
         self.display = display or QuietDisplay()
-        self.credentials, self.backoff, self.sleep = credentials, backoff, sleep
+        self.credentials, self.backoff, self.sleep, self.clock = credentials, backoff, sleep, clock
         self.before_push = before_push or (lambda ref: None)
         self.evidence, self.promote = evidence, promote
+        self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
+        self.allow_cpu = allow_cpu_verification
+        self._uploads_checked = False
         self.log: list[str] = []
 
     # -- public ---------------------------------------------------------------------
     def run(self, items: Sequence[Item]) -> ReleaseReport:
+        """Release ``items``; release.json says ``running`` from the start, ``complete`` at
+        the end, ``interrupted`` when a signal or an error ends the run early."""
         t0 = time.monotonic()
         report = ReleaseReport(self.registry.host, self.repo, self.date,
                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                [self._prepare(i) for i in items])
-        self._check_unique(report.targets)
+        tracked = runstate.Tracked(self.out / "release.json", report.to_json(), lambda doc: doc | {"ok": False})
+        try:
+            self._check_unique(report.targets)
+            self._release(report)
+        except BaseException as exc:
+            report.seconds = time.monotonic() - t0
+            for r in report.targets:
+                if r.status == "queued":
+                    r.status, r.error = "not-pushed", f"not pushed: the release was interrupted ({runstate.stopped_by(exc)})"
+            tracked.stop(exc, report.to_json())
+            raise
+        report.seconds = time.monotonic() - t0
+        self._write(report)
+        return report
+
+    def _release(self, report: ReleaseReport) -> None:
         try:
             remote = self._remote()
             self._release_all(report)
@@ -383,9 +427,6 @@ class Publisher:
             for r in report.targets:
                 if r.status == "queued":
                     self._fail(r, "not-pushed", "not pushed: the release stopped before it (see errors)")
-        report.seconds = time.monotonic() - t0
-        self._write(report)
-        return report
 
     # -- preparation ------------------------------------------------------------------
     def _prepare(self, item: Item) -> TargetRelease:
@@ -395,9 +436,12 @@ class Publisher:
             return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
         if not item.verified:
             return self._fail(r, "not-verified", "verification failed; not tagged, not pushed" + (f" ({item.error})" if item.error else ""))
+        grant = self._grant(item, r)
+        if not grant.release:
+            return self._fail(r, "not-gpu-verified", grant.note)
         try:
             r.fields = tag_fields(item.facts or {}, item.layer, item.cell, self.date)
-            r.tag = tags.render(self.policy.immutable, r.fields)
+            r.tag = tags.render(self.policy.immutable, r.fields) + grant.suffix
         except (ValueError, KeyError) as exc:
             return self._fail(r, "failed", f"no immutable tag from the measured versions: {exc}")
         problems = tags.tag_problems(r.tag)
@@ -405,6 +449,15 @@ class Publisher:
             return self._fail(r, "failed", "; ".join(problems) + " (tags.immutable in the matrix)")
         r.reference = f"{self.name}:{r.tag}"
         return r
+
+    def _grant(self, item: Item, r: TargetRelease) -> policy.Grant:
+        """The release policy for this target: a CUDA image needs GPU verification for floating tags."""
+        cuda_image = r.versions.get("cuda", "cpu") != "cpu"
+        ev = item.evidence or policy.Evidence(item.verified, "cpu", 0, "no verify report says how it ran", None, {})
+        grant = policy.grant(cuda_image, ev, self.allow_cpu)
+        r.gpu_verified = ev.gpu_verified if cuda_image else None
+        r.note, r.may_float = grant.note, grant.floating
+        return grant
 
     def _check_unique(self, releases: list[TargetRelease]) -> None:
         seen: dict[str, str] = {}
@@ -463,13 +516,21 @@ class Publisher:
         self.display.update(r.target, "pushed", f"{r.tag} {r.digest[:19]}")
 
     def _push(self, image_id: str, tag: str, target: str) -> str:
-        """Tag, push (with retries), then read the digest back and compare."""
+        """Tag, push (with retries), then read the digest back and compare. A push that
+        fails (or is interrupted) removes the engine-side tag it created."""
         ref = f"{self.name}:{tag}"
         self.display.update(target, "pushing", tag)
         self.before_push(ref)
+        self._check_uploads()
+        created = self.engine.image(ref) is None
         self._retry(f"tagging {image_id[:19]} as {ref}", lambda: self.engine.tag(image_id, self.name, tag))
         auth = self.credentials.auth_config() if self.credentials else None
-        digest = self._retry(f"push {ref}", lambda: self.engine.push(self.name, tag, auth, self._logger(ref)))
+        try:
+            digest = self._retry(f"push {ref}", lambda: self._push_once(tag, auth, ref))
+        except BaseException:
+            if created:
+                self._untag(ref)
+            raise
         self._check_digest(ref, tag, digest, image_id)
         return digest
 
@@ -486,6 +547,47 @@ class Publisher:
         self._check_digest(ref, r.tag, done.digest, r.image_id)
         return str(done.digest)
 
+    def _push_once(self, tag: str, auth: Mapping[str, str] | None, ref: str) -> str:
+        """One engine push; when the registry answered it with a server error, its own
+        error body (which the engine does not pass on) decides and is shown."""
+        try:
+            return self.engine.push(self.name, tag, auth, self._logger(ref))
+        except RegistryError as exc:
+            status = getattr(exc, "status", None)
+            if status is None or status < 500:  # refused (auth, missing), or no answer at all: nothing more to ask
+                raise
+            answer = self._registry_answer()
+            if answer is None:
+                raise
+            said = getattr(exc, "said", message_of(exc))
+            advice = answer.hint or f"check that {self.registry.host} is healthy"
+            raise RegistryHTTPError(f"push {ref} failed: {said}; the registry says: {answer.said} ({advice})",
+                                    answer.status, answer.transient, said=answer.said, hint=answer.hint) from None
+
+    def _check_uploads(self) -> None:
+        """Once per release, before the first push: does the registry take uploads? A full
+        or read-only registry answers at once, with its reason, instead of after the
+        engine's own minute of retrying every layer."""
+        if not self._uploads_checked:
+            self._retry(f"starting an upload to {self.name}", lambda: self.registry.check_upload(self.repo))
+            self._uploads_checked = True
+
+    def _registry_answer(self) -> RegistryHTTPError | None:
+        """The registry's own error for an upload to this repository; None when it accepts one."""
+        try:
+            self.registry.check_upload(self.repo)
+        except RegistryHTTPError as exc:
+            return exc
+        except (ImagesmithError, OSError):
+            return None
+        return None
+
+    def _untag(self, ref: str) -> None:
+        try:
+            self.engine.untag(ref)
+        except (ImagesmithError, OSError) as exc:
+            self.display.note(f"could not remove the engine-side tag {ref}: {exc}")
+
     def _check_digest(self, ref: str, tag: str, digest: str, image_id: str) -> None:
         back = self._retry(f"reading {ref} back", lambda: self.registry.manifest(self.repo, tag))
         if back is None or back.digest != digest or (back.config_digest and back.config_digest != image_id):
@@ -498,15 +600,41 @@ class Publisher:
 
     # -- floating tags -------------------------------------------------------------------
     def _floating(self, releases: list[TargetRelease], remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
-        done = {r.target: r for r in releases if r.status in DONE}
-        mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values()])
+        done = {r.target: r for r in releases if r.status in DONE and r.may_float}
+        held = self._held_back(done)
+        mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values() if r.target not in held])
         theirs = tags.assign(self.policy, self._remote_candidates(remote))
-        return [self._float(ftag, done[c.ref], theirs.get(ftag), remote.get(ftag)) for ftag, c in sorted(mine.items())]
+        moved = [self._float(ftag, done[c.ref], theirs.get(ftag), remote.get(ftag)) for ftag, c in sorted(mine.items())]
+        return moved + self._kept_by_gate(done, held, set(mine), remote)
+
+    # -- the fleet gate (imagesmith.fleet.gate): floating tags only for digests every required GPU class passed
+    def _held_back(self, done: Mapping[str, TargetRelease]) -> dict[str, str]:
+        gate = self.floating_gate
+        if gate is None:
+            return {}
+        reasons = {t: gate(r.digest) for t, r in done.items()}
+        return {t: why for t, why in reasons.items() if why}
+
+    def _kept_by_gate(self, done: Mapping[str, TargetRelease], held: Mapping[str, str], taken: set[str],
+                      remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
+        """The floating tags a held-back image would have taken and nobody else did: kept, with the reason."""
+        would = tags.assign(self.policy, [tags.Candidate(t, done[t].fields) for t in held])
+        out = []
+        for ftag, c in sorted(would.items()):
+            if ftag in taken:
+                continue
+            current = remote.get(ftag)
+            out.append(FloatingRelease(ftag, "kept", f"{self.name}:{ftag}", None, done[c.ref].fields["torch"],
+                                       current.digest if current else None, current.digest if current else None,
+                                       f"{c.ref} ({(done[c.ref].digest or '')[:19]}) {held[c.ref]}"))
+            self.display.note(f"{self.name}:{ftag}: kept ({held[c.ref]})")
+        return out
 
     def _remote_candidates(self, remote: Mapping[str, RemoteImage]) -> list[tags.Candidate]:
         """Images in the registry, immutable tags before floating ones (so a
         reason names ``2.9.1-...-20261115`` rather than ``latest``)."""
-        cands = [tags.Candidate(t, img.fields) for t, img in sorted(remote.items()) if img.fields]
+        cands = [tags.Candidate(t, img.fields, verified=not policy.marked_unverified(t))
+                 for t, img in sorted(remote.items()) if img.fields]
         floating = set(tags.assign(self.policy, cands))
         return sorted(cands, key=lambda c: c.ref in floating)
 
@@ -617,7 +745,7 @@ class Publisher:
     # -- retries, redaction, files ----------------------------------------------------------
     def _retry(self, what: str, action: Callable[[], T]) -> T:
         """``action`` with backoff on transient errors; a permanent or final one stops the release."""
-        delays = self.backoff.delays()
+        delays, t0 = self.backoff.delays(), self.clock()
         for attempt in range(len(delays) + 1):
             try:
                 return action()
@@ -630,7 +758,8 @@ class Publisher:
                 self.display.note(f"{what}: {last}; retry {attempt + 1} of {len(delays)} in {delays[attempt]:g}s")
                 self.sleep(delays[attempt])
         last = last.removeprefix(f"{what} failed: ")
-        raise ReleaseStopped(f"{what} failed {len(delays) + 1} times over {sum(delays):g}s; last error: {last}. "
+        raise ReleaseStopped(f"{what} failed {len(delays) + 1} times in {self.clock() - t0:.1f}s "
+                             f"({sum(delays):g}s of it waiting between tries); last error: {last}. "
                              f"The registry {self.registry.host} looks down or overloaded: check it, then run the release again "
                              f"(what was pushed stays; a re-run pushes only the rest)")
 
@@ -645,7 +774,7 @@ class Publisher:
 
     def _write(self, report: ReleaseReport) -> None:
         paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
-        write_text(paths["json"], json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+        write_text(paths["json"], json.dumps(report.to_json() | {"state": runstate.COMPLETE}, indent=2, sort_keys=True) + "\n")
         write_text(paths["markdown"], markdown(report))
         write_text(paths["log"], "\n".join(self.log) + ("\n" if self.log else ""))
         report.paths = {k: str(v) for k, v in paths.items()}
@@ -653,14 +782,16 @@ class Publisher:
 
 def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
             display: Display | None = None, credentials: Credentials | None = None, **seams: Any) -> ReleaseReport:
-    """Tag, push and record every verified item of ``items``; see :class:`Publisher`."""
+    """Tag, push and record every verified item of ``items``; see :class:`Publisher` (``seams``:
+    backoff, sleep, before_push, allow_cpu_verification)."""
     return Publisher(engine, registry, matrix.image, matrix.tags, date, out_dir, display, credentials, **seams).run(items)
 
 
 def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any], outcomes: Mapping[str, Verified],
             date: str, out_dir: Path, display: Display | None = None, credentials_file: Path | None = None,
             ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Any = None,
-            with_evidence: bool = True) -> ReleaseReport:
+            with_evidence: bool = True, floating_gate: Callable[[str | None], str | None] | None = None,
+            allow_cpu_verification: bool = False) -> ReleaseReport:
     """What the CLI calls: credentials resolved (env, file, docker config), a
     registry client for ``matrix.image.registry``, items from the build
     results and verify outcomes, then :func:`publish`; with ``with_evidence``
@@ -669,16 +800,20 @@ def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any
     if not matrix.image.registry:
         raise UserError(f"{matrix.file.name}: image.registry is not set; a release needs the registry to push to")
     return release_to(engine, matrix.image, matrix.tags, plan, results, outcomes, date, out_dir, display, credentials_file,
-                      ca_file, environ, signing_key, with_evidence)
+                      ca_file, environ, signing_key, with_evidence, floating_gate=floating_gate,
+                      allow_cpu_verification=allow_cpu_verification)
 
 
-def release_to(engine: EngineLike, image: ImageSpec, policy: TagPolicy, plan: Any, results: Iterable[Any],
+def release_to(engine: EngineLike, image: ImageSpec, tag_policy: TagPolicy, plan: Any, results: Iterable[Any],
                outcomes: Mapping[str, Verified], date: str, out_dir: Path, display: Display | None = None,
                credentials_file: Path | None = None, ca_file: Path | None = None, environ: Mapping[str, str] | None = None,
-               signing_key: Any = None, with_evidence: bool = True, inventory: Any = None) -> ReleaseReport:
+               signing_key: Any = None, with_evidence: bool = True, inventory: Any = None,
+               floating_gate: Callable[[str | None], str | None] | None = None,
+               allow_cpu_verification: bool = False) -> ReleaseReport:
     """:func:`release` for a release spec (registry, repository, tag policy) that need not come from a
     matrix (the build artifacts carry it). Staged items are promoted registry to registry
-    (:mod:`imagesmith.promote`); ``inventory`` (image ID -> inventory) replaces running the image for the SBOM."""
+    (:mod:`imagesmith.promote`) under the same release policy as pushed ones (GPU-verified CUDA images
+    only float; ``floating_gate`` holds back digests the fleet did not pass); ``inventory`` (image ID -> inventory) replaces running the image for the SBOM."""
     from imagesmith.promote import registry_promoter
     from imagesmith.registry import Registry, resolve_credentials
 
@@ -691,7 +826,8 @@ def release_to(engine: EngineLike, image: ImageSpec, policy: TagPolicy, plan: An
     reports = {t: o.report for t, o in outcomes.items()}
     step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, inventory) if with_evidence else None
     promote = registry_promoter(client, credentials_file, ca_file, environ)
-    return Publisher(engine, client, image, policy, date, out_dir, display, credentials, evidence=step, promote=promote).run(items)
+    return Publisher(engine, client, image, tag_policy, date, out_dir, display, credentials, evidence=step, promote=promote,
+                     floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification).run(items)
 
 
 def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],

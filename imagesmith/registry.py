@@ -185,10 +185,121 @@ def _from_auth_entry(entry: Mapping[str, Any], path: Path, host: str) -> Credent
 class RegistryHTTPError(RegistryError):
     """A registry answered with an error (or not at all); ``transient`` errors may be retried."""
 
-    def __init__(self, message: str, status: int | None = None, transient: bool = False) -> None:
+    def __init__(self, message: str, status: int | None = None, transient: bool = False, said: str = "",
+                 hint: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.transient = transient
+        self.said = said or message  # what the registry (or the engine) said, without our advice
+        self.hint = hint  # our advice, when there is some beyond "check the registry"
+
+
+# What retrying may help: a registry down, overloaded, rate limiting or restarting.
+TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+# A 500 whose error body names one of these (distribution's storage driver error) is not
+# transient: storage full, over quota, read-only.
+STORAGE_ERRNOS = {28: "no space left on device", 122: "disk quota exceeded", 30: "read-only file system"}
+STORAGE_WORDS = re.compile(r"no space left on device|disk quota exceeded|read-only file system|insufficient storage", re.I)
+# How the docker engine words what it could not push (its messages carry no error body).
+TRANSIENT_MESSAGE = re.compile(
+    r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|timed? ?out|TLS handshake timeout"
+    r"|temporarily unavailable|too ?many ?requests|unexpected HTTP status: (?:429|5\d\d)|HTTP (?:429|5\d\d)\b"
+    r"|Service Unavailable|Bad Gateway|Gateway Time-?out|Internal Server Error|cannot reach the registry",
+    re.IGNORECASE,
+)
+HTTP_STATUS = re.compile(r"(?:HTTP status:?|HTTP)\s+(\d{3})\b", re.I)
+
+
+@dataclass(frozen=True)
+class RegistryAnswer:
+    """A registry's own error answer: the HTTP status and its ``errors`` body
+    (code, message, detail), as distribution and Harbor send it."""
+
+    status: int
+    errors: tuple[Mapping[str, Any], ...] = ()
+    reason: str = ""
+
+    def text(self) -> str:
+        parts = [_error_text(e) for e in self.errors]
+        return "; ".join(p for p in parts if p) or self.reason
+
+    def storage(self) -> str | None:
+        """'no space left on device' (and kin) when the body says the registry's storage refused."""
+        for err in self.errors:
+            errno = _errno(err.get("detail"))
+            if errno in STORAGE_ERRNOS:
+                return STORAGE_ERRNOS[errno]
+        found = STORAGE_WORDS.search(self.text())
+        if found:
+            return found.group(0).lower()
+        return "insufficient storage" if self.status == 507 else None
+
+    @property
+    def transient(self) -> bool:
+        if self.storage() or any(e.get("code") == "UNSUPPORTED" for e in self.errors):
+            return False
+        return self.status in TRANSIENT_STATUS
+
+    def hint(self) -> str | None:
+        """What to do, when it is not 'wait and retry'."""
+        if self.storage():
+            return ("the registry's storage is full or refuses writes: free space (garbage-collect, raise the "
+                    "project quota) on the registry, then run the release again")
+        if self.status in (405, 501) or any(e.get("code") == "UNSUPPORTED" for e in self.errors):
+            return "the registry does not support this operation (a read-only mirror or proxy cache?): push to a writable registry"
+        return None
+
+
+def answer_of(resp: requests.Response) -> RegistryAnswer:
+    """The registry's error body, whatever shape it came in."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    errors = body.get("errors") if isinstance(body, dict) else None
+    kept = tuple(e for e in errors if isinstance(e, Mapping)) if isinstance(errors, list) else ()
+    reason = resp.reason or ""
+    if not kept and resp.text and not resp.text.lstrip().startswith("<"):
+        reason = " ".join(resp.text.split())[:300] or reason
+    return RegistryAnswer(resp.status_code, kept, reason)
+
+
+def _error_text(err: Mapping[str, Any]) -> str:
+    head = ": ".join(str(err.get(k) or "") for k in ("code", "message") if err.get(k))
+    detail = _detail_text(err.get("detail"))
+    return f"{head} ({detail})" if detail and head else head or detail
+
+
+def _detail_text(detail: Any) -> str:
+    """distribution's detail: text, or a storage driver error such as
+    {"DriverName": "filesystem", "Enclosed": {"Op": "write", "Path": "...", "Err": 28}}."""
+    if not detail:
+        return ""
+    if isinstance(detail, str):
+        return detail[:300]
+    errno = _errno(detail)
+    if isinstance(detail, Mapping) and errno is not None:
+        inner = detail.get("Enclosed") if isinstance(detail.get("Enclosed"), Mapping) else detail
+        where = " ".join(str(inner.get(k)) for k in ("Op", "Path") if inner.get(k))  # type: ignore[union-attr]
+        driver = f"{detail.get('DriverName')}: " if detail.get("DriverName") else ""
+        return f"{driver}{where}: {os.strerror(errno)} (errno {errno})".replace(" : ", ": ")[:300]
+    return json.dumps(detail, sort_keys=True)[:300]
+
+
+def _errno(detail: Any, depth: int = 0) -> int | None:
+    """The numeric ``Err`` (an errno) somewhere in a storage driver's error detail."""
+    if not isinstance(detail, Mapping) or depth > 4:
+        return None
+    err = detail.get("Err")
+    if isinstance(err, int) and not isinstance(err, bool):
+        return err
+    return next((e for e in (_errno(v, depth + 1) for v in detail.values()) if e is not None), None)
+
+
+def status_in(message: str) -> int | None:
+    """The HTTP status the docker engine quotes in a push error ('unexpected HTTP status: 500 ...')."""
+    found = HTTP_STATUS.search(message)
+    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -505,12 +616,26 @@ class Registry:
     def _error(self, resp: requests.Response, method: str, repo: str, push: bool) -> RegistryHTTPError:
         from imagesmith.engine import registry_hint  # one source of truth for registry hints
 
-        status = resp.status_code
-        message = redact(f"HTTP {status} {_registry_message(resp)}", self.credentials)
-        hint = registry_hint(f"{self.host}/{repo}", status, message, "push" if push or method == "PUT" else "pull")
+        status, answer = resp.status_code, answer_of(resp)
+        message = redact(f"HTTP {status} {answer.text()}".strip(), self.credentials)
+        hint = registry_hint(f"{self.host}/{repo}", status, message, "push" if push or method in ("PUT", "POST") else "pull",
+                             answer.hint())
         if status == 401:
             hint += f" [credentials used: {self.credentials.source if self.credentials else 'none'}]"
-        return RegistryHTTPError(hint, status, transient=status == 429 or status >= 500)
+        return RegistryHTTPError(hint, status, transient=answer.transient, said=message, hint=answer.hint() or "")
+
+    def check_upload(self, repo: str) -> None:
+        """Start a blob upload and cancel it: raises the registry's own error (its body:
+        code, message, detail such as 'no space left on device') when it refuses uploads.
+        The docker engine reports a failed push without that body; this asks for it."""
+        resp = self._request("POST", f"/v2/{repo}/blobs/uploads/", repo, push=True)
+        location = resp.headers.get("Location", "") if resp is not None else ""
+        if location:
+            path = re.sub(r"^https?://[^/]+", "", location)
+            try:
+                self._send("DELETE", path, f"repository:{repo}:pull,push", None, None)
+            except RegistryHTTPError:
+                pass  # an abandoned upload is collected by the registry
 
 
 def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
@@ -531,14 +656,6 @@ def _next_link(link: str) -> str | None:
         return None
     target = m.group(1)
     return re.sub(r"^https?://[^/]+", "", target)
-
-
-def _registry_message(resp: requests.Response) -> str:
-    try:
-        errors = resp.json().get("errors") or []
-        return "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors) or resp.reason or ""
-    except ValueError:
-        return resp.reason or ""
 
 
 def _short(exc: BaseException) -> str:

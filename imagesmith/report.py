@@ -21,6 +21,7 @@ today (``data.steps`` + ``data.bytes``, ``data.per_gpu_tflops`` /
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from imagesmith import __version__, charts, schemas
+from imagesmith import __version__, charts, policy, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 
@@ -99,10 +100,16 @@ class Verify:
     environment: Mapping[str, Any]
     checks: tuple[Check, ...]
     nvml: Nvml
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the report as read (for the release policy)
 
     @property
     def ok(self) -> bool:
         return not any(c.failed for c in self.checks)
+
+    @property
+    def not_gpu_verified(self) -> bool:
+        """A CUDA build of torch whose verification did not run (or pass) on a GPU."""
+        return bool(self.environment.get("cuda")) and not policy.evidence(self.raw).gpu_verified
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)
@@ -141,10 +148,16 @@ class Released:
     digest: str | None = None
     floating: tuple[str, ...] = ()
     error: str | None = None
+    note: str = ""  # the release policy's word, e.g. "not GPU-verified: ..."
 
     @property
     def ok(self) -> bool:
         return self.status in RELEASE_DONE
+
+    @property
+    def remark(self) -> str:
+        """The error, else the policy's note (one cell of the release tables)."""
+        return self.error or self.note
 
 
 @dataclass(frozen=True)
@@ -174,11 +187,12 @@ class Target:
             return "not verified" if self.verify_expected else (self.build.status if self.build else "unknown")
         if not self.verify.ok:
             return "failed"
-        return "warnings" if self.verify.count("warn") else "passed"
+        word = "warnings" if self.verify.count("warn") else "passed"
+        return f"{word}, {policy.NOT_GPU_VERIFIED}" if self.verify.not_gpu_verified else word
 
     @property
     def ok(self) -> bool:
-        return self.status in ("passed", "warnings", *BUILD_OK)
+        return self.status.split(",")[0] in ("passed", "warnings", *BUILD_OK)
 
 
 @dataclass(frozen=True)
@@ -189,10 +203,17 @@ class Run:
     matrix: str
     targets: tuple[Target, ...]
     release: Release | None = None
+    unfinished: tuple[str, ...] = ()  # parts of the run that did not complete ("build interrupted (SIGINT)")
+
+    @property
+    def complete(self) -> bool:
+        return not self.unfinished
 
     @property
     def ok(self) -> bool:
-        return bool(self.targets) and all(t.ok for t in self.targets) and (self.release is None or self.release.ok)
+        """Success: a run that completed, every target passed, the release (if any) ok."""
+        return (self.complete and bool(self.targets) and all(t.ok for t in self.targets)
+                and (self.release is None or self.release.ok))
 
     def failed_targets(self) -> list[Target]:
         return [t for t in self.targets if not t.ok]
@@ -269,13 +290,31 @@ def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[
     schema = doc.get("schema")
     tail = read_log or (lambda _log: [])
     if schema == BUILD_SCHEMA:
-        return _run_from_build(r, doc, tail, "build")
-    if schema == VERIFY_SCHEMA:
+        run = _run_from_build(r, doc, tail, "build")
+    elif schema == VERIFY_SCHEMA:
         verify = _verify(r, doc, "report")
-        return Run("verify", source, verify.started_at, "", (Target(_verify_target_id(doc, source), verify=verify),))
-    if schema == RUN_SCHEMA:
-        return _run(r, doc, tail)
-    raise r.fail("schema", f"{schema!r} is not one of {', '.join(SCHEMAS)}; is this an imagesmith report?")
+        run = Run("verify", source, verify.started_at, "", (Target(_verify_target_id(doc, source), verify=verify),))
+    elif schema == RUN_SCHEMA:
+        run = _run(r, doc, tail)
+    else:
+        raise r.fail("schema", f"{schema!r} is not one of {', '.join(SCHEMAS)}; is this an imagesmith report?")
+    return dataclasses.replace(run, unfinished=unfinished(doc))
+
+
+def unfinished(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """Each part of a report (it, and in a run report its build, verify and release
+    parts) whose run did not complete, with its state and why."""
+    parts: list[tuple[str, Any]] = [({BUILD_SCHEMA: "build", VERIFY_SCHEMA: "verification"}.get(str(doc.get("schema")), "run"), doc)]
+    if doc.get("schema") == RUN_SCHEMA:
+        verifies = doc["verify"] if isinstance(doc.get("verify"), Mapping) else {}
+        parts += [("build", doc.get("build")), ("release", doc.get("release"))]
+        parts += [(f"verify of {t}", v) for t, v in verifies.items()]
+    out = []
+    for name, part in parts:
+        if isinstance(part, Mapping) and not runstate.is_complete(part):
+            why = part.get("interrupted_by")
+            out.append(f"{name} {runstate.state_of(part)}" + (f" ({why})" if why else ""))
+    return tuple(out)
 
 
 def _run_from_build(r: _Reader, doc: Mapping[str, Any], tail: Callable[[str], list[str]], kind: str) -> Run:
@@ -321,7 +360,8 @@ def _release(r: _Reader, raw: Any) -> tuple[Release | None, dict[str, Released]]
         t = r.mapping(item, f"release.targets[{i}]")
         per_target[r.text(t, "target", f"release.targets[{i}]")] = Released(
             status=r.text(t, "status", f"release.targets[{i}]", "unknown"), reference=r.text(t, "reference", "release"),
-            digest=t.get("digest"), floating=tuple(str(f) for f in t.get("floating") or ()), error=t.get("error"))
+            digest=t.get("digest"), floating=tuple(str(f) for f in t.get("floating") or ()), error=t.get("error"),
+            note=str(t.get("note") or ""))
     errors = tuple(str(e) for e in r.items(doc.get("errors"), "release.errors"))
     ok = bool(doc.get("ok", not errors and all(x.ok for x in per_target.values())))
     release = Release(r.text(doc, "registry", "release"), r.text(doc, "repository", "release"), r.text(doc, "date", "release"),
@@ -352,7 +392,7 @@ def _verify(r: _Reader, raw: Any, where: str) -> Verify:
         tier=r.text(doc, "tier", where), started_at=r.text(doc, "started_at", where),
         duration_s=r.number(doc, "duration_s", where), image_ref=r.text(image, "ref", f"{where}.image"),
         environment=r.mapping(doc.get("environment") or {}, f"{where}.environment"), checks=checks,
-        nvml=_nvml(r, doc.get("nvml"), f"{where}.nvml"),
+        nvml=_nvml(r, doc.get("nvml"), f"{where}.nvml"), raw=doc,
     )
 
 
@@ -566,6 +606,8 @@ def _env_line(v: Verify) -> str:
 
 
 def _headline(run: Run) -> str:
+    if not run.complete:
+        return f"not a result: the run did not complete ({'; '.join(run.unfinished)})"
     n, bad = len(run.targets), len(run.failed_targets())
     if not n:
         return "no targets in this report"
@@ -649,9 +691,9 @@ def _md_release(run: Run) -> list[str]:
     if rel is None:
         return []
     rows = [[t.id, t.release.status, t.release.reference or "-", (t.release.digest or "-")[:19],
-             " ".join(t.release.floating) or "-", t.release.error or ""] for t in run.targets if t.release]
+             " ".join(t.release.floating) or "-", t.release.remark] for t in run.targets if t.release]
     head = f"{'✅' if rel.ok else '❌'} {rel.registry}/{rel.repository} {rel.date}".strip()
-    return ["### Release", "", _md(head), "", *_md_table(["target", "status", "reference", "digest", "floating", "error"], rows), "",
+    return ["### Release", "", _md(head), "", *_md_table(["target", "status", "reference", "digest", "floating", "error / note"], rows), "",
             *[f"- {_md(e)}" for e in rel.errors], ""]
 
 
@@ -679,6 +721,8 @@ def to_junit(run: Run) -> str:
     target, so it must not turn CI red).
     """
     root = ET.Element("testsuites", name=f"imagesmith {run.kind}")
+    if not run.complete:
+        root.append(_unfinished_suite(run))
     for t in run.targets:
         root.append(_suite(t, run.started_at))
     _sum_counts(root, root.findall("testsuite"))
@@ -688,6 +732,16 @@ def to_junit(run: Run) -> str:
 
 def _x(text: Any) -> str:
     return _clean(str(text))
+
+
+def _unfinished_suite(run: Run) -> ET.Element:
+    """A run that did not complete is a failure in CI, whatever its targets say."""
+    suite = ET.Element("testsuite", name="run")
+    case = _case("run", "state", None)
+    ET.SubElement(case, "failure", message=_x(_headline(run)), type="incomplete").text = _x("; ".join(run.unfinished))
+    suite.append(case)
+    _sum_counts(suite, [case])
+    return suite
 
 
 def _suite(t: Target, timestamp: str) -> ET.Element:
@@ -910,7 +964,7 @@ def to_html(run: Run) -> str:
 
 
 def _badge(status: str, css: str = "") -> str:
-    return f'<span class="badge s-{charts.esc(css or status.replace(" ", "-"))}">{html.escape(status)}</span>'
+    return f'<span class="badge s-{charts.esc(css or status.split(",")[0].replace(" ", "-"))}">{html.escape(status)}</span>'
 
 
 def _anchor(target_id: str) -> str:
@@ -1019,9 +1073,9 @@ def _html_release(run: Run) -> str:
     assert rel is not None
     rows = "".join(f"<tr><td><code>{html.escape(t.id)}</code></td><td>{_badge(t.release.status, 'pass' if t.release.ok else 'fail')}</td>"
                    + f"<td><code>{html.escape(t.release.reference or '-')}</code></td>" + _td((t.release.digest or "-")[:19])
-                   + _td(" ".join(t.release.floating) or "-") + _td(t.release.error or "", "detail") + "</tr>"
+                   + _td(" ".join(t.release.floating) or "-") + _td(t.release.remark, "detail") + "</tr>"
                    for t in run.targets if t.release)
-    head = "".join(f"<th>{h}</th>" for h in ("target", "status", "reference", "digest", "floating tags", "error"))
+    head = "".join(f"<th>{h}</th>" for h in ("target", "status", "reference", "digest", "floating tags", "error / note"))
     errors = "".join(f"<li>{html.escape(e)}</li>" for e in rel.errors)
     dump = html.escape(json.dumps(rel.raw, indent=2, sort_keys=True, default=str))
     where = " ".join(p for p in (f"{rel.registry}/{rel.repository}".strip("/"), rel.date) if p)

@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
-from imagesmith import artifacts, render
+from imagesmith import artifacts, render, runstate
 from imagesmith.artifacts import BuildRecord, Staged
 from imagesmith.errors import BuildError, UserError
 from imagesmith.matrix import Matrix
@@ -72,6 +72,8 @@ def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None
     staged this very target, from the Dockerfile this checkout renders (another imagesmith or matrix
     would build something else)."""
     rec = found.record
+    if not rec.complete:
+        return runstate.not_complete({"state": rec.state}, "its build job")
     if not rec.ok or rec.staged is None:
         return f"it was not staged ({rec.status})"
     if artifacts.build_identity(rec.target) != artifacts.build_identity(t):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -19,15 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from imagesmith import compat, schemas
-from imagesmith.errors import BuildError, UserError
-from imagesmith.resources import payload_dir
+from imagesmith import compat, runstate, schemas
+from imagesmith.errors import BuildError, UsageError, UserError
+from imagesmith.resources import payload_dir, payload_module
 
 REPORT_SCHEMA, CONFIG_SCHEMA = schemas.VERIFY_REPORT, schemas.VERIFY_CONFIG
 MARKER = "@@IMAGESMITH-REPORT@@ "
 IN_CONTAINER = "/opt/imagesmith/verify"
 LAYER_CHECKS = ("cv", "nlp")
 LABEL = "io.imagesmith."
+CORE = ("torch", "cuda", "cudnn", "nccl", "python", "os")
+# Over the image's own ENV: output unbuffered and in UTF-8 whatever the image sets.
+PAYLOAD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8", "NCCL_NVLS_ENABLE": "0"}
+# Checks the host runs itself, beside the payload's: id -> (tier, title).
+HOST_CHECKS = {"security.service": ("standard", "the image's own command, started, serves no Jupyter without a token")}
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,8 @@ class VerifyOptions:
     tier: str = "quick"
     gpus: str = "all"
     expect: Mapping[str, str] = field(default_factory=dict)
-    require_gpu: bool = False
+    require_gpu: bool | None = False  # None: as the matrix's default, a GPU for CUDA images (by their labels)
+    allow_cpu: bool | None = False  # --allow-cpu-verification; None: wherever a GPU is not required
     shm_size: str | None = "8g"
     memory: str | None = None
     cpus: float | None = None
@@ -45,6 +52,8 @@ class VerifyOptions:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     sample_gpus: bool = True
+    require_non_root: bool = False  # root fails for any image (imagesmith's own images always)
+    probe_s: float = 60.0  # security.service: how long the image's own command may take to start its services
 
 
 @dataclass
@@ -53,7 +62,19 @@ class VerifyOutcome:
 
     @property
     def ok(self) -> bool:
-        return bool(self.report.get("summary", {}).get("ok"))
+        """Every required check passed, in a run that completed."""
+        summary = self.report.get("summary")
+        return isinstance(summary, Mapping) and summary.get("ok") is True and runstate.is_complete(self.report)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one run asks of the payload; its report must answer exactly this."""
+
+    nonce: str
+    tier: str
+    checks: Mapping[str, bool]  # the payload's check ids -> optional, in run order
+    host_checks: tuple[str, ...] = ()  # HOST_CHECKS the host runs beside it
 
 
 class Sampler(Protocol):
@@ -65,79 +86,155 @@ class Sampler(Protocol):
 
 
 def parse_expect(text: str) -> dict[str, str]:
-    """``torch=2.9.1,cuda=12.8`` -> mapping; a bad item is a UserError."""
-    out: dict[str, str] = {}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise UserError(f"--expect {item!r}: write NAME=VERSION, e.g. torch=2.9.1,cuda=12.8")
-        out[key.strip()] = value.strip()
-    return out
+    """``torch=2.9.1,cuda=12.8,pip:einops=0.8`` -> mapping (the payload's grammar:
+    known names with did-you-mean, a version or ``cpu``); a bad item is a UsageError (exit 2)."""
+    try:
+        return dict(payload_module("parsers").parse_expect(text))
+    except ValueError as exc:
+        raise UsageError(f"--expect: {exc}") from None
 
 
 def expected_from(labels: Mapping[str, str], expect: Mapping[str, str]) -> dict[str, Any]:
-    """What the image declares (labels), overridden by ``--expect``."""
-    core = ("torch", "cuda", "cudnn", "nccl", "python", "os")
-    declared = {k: labels.get(LABEL + k) or None for k in core}
-    if declared.get("cuda") == "cpu":
-        declared["cuda"] = None
-    if declared.get("cudnn"):  # the wheel says 9.24.0.43; torch reports three parts (9.24.0)
-        declared["cudnn"] = ".".join(str(declared["cudnn"]).split(".")[:3])
+    """What the image declares (labels), overridden by ``--expect``; both mean the
+    same (cuda=cpu: a CPU-only torch; cuDNN compared on the three parts torch reports)."""
+    declared: dict[str, Any] = {k: labels.get(LABEL + k) or None for k in CORE}
     pins = [s.partition("==") for s in labels.get(LABEL + "packages", "").split()]
     packages = {name: version for name, _, version in pins if version}
     for key, value in expect.items():
-        if key in core:
+        if key in CORE:
             declared[key] = value
         else:
             packages[key] = value
+    if declared.get("cuda"):
+        declared["cuda"] = str(declared["cuda"]).lower()
+    if declared.get("cudnn"):  # the wheel says 9.24.0.43; torch reports three parts (9.24.0)
+        declared["cudnn"] = ".".join(str(declared["cudnn"]).split(".")[:3])
     return {k: v for k, v in declared.items() if v} | {"packages": packages}
 
 
-def driver_requirement(cuda: str | None, kb: compat.KnowledgeBase) -> dict[str, str]:
+def request_for(options: VerifyOptions, nonce: str | None = None) -> Request:
+    """The checks of ``options`` (the payload's registry, tier, --only, --skip) and a
+    fresh nonce; a UsageError (exit 2) when nothing is left to run."""
+    registry, parsers = payload_module("registry"), payload_module("parsers")
+    payload_module("checks")  # registers every check
+    specs = registry.select(options.tier, options.only, options.skip)
+    level = registry.TIER_ORDER[options.tier]
+    host = tuple(c for c, (tier, _) in HOST_CHECKS.items() if registry.TIER_ORDER[tier] <= level
+                 and (not options.only or parsers.matches_any(c, options.only)) and not parsers.matches_any(c, options.skip))
+    if not specs and not host:
+        raise UsageError(f"--only {','.join(options.only) or '-'} --skip {','.join(options.skip) or '-'} leave no "
+                         f"{options.tier}-tier check to run; verify/run.py --list names them")
+    return Request(nonce or secrets.token_hex(16), options.tier, {s.id: s.optional for s in specs}, host)
+
+
+def driver_requirement(cuda: str | None, kb: compat.KnowledgeBase) -> dict[str, Any]:
+    """Every CUDA release's runtime and driver (the payload maps the runtime it
+    measures to its release), and the declared CUDA minor's newest toolkit driver."""
     info = kb.cuda.get(cuda or "")
-    return {"toolkit_driver": info.toolkit_driver, "min_driver": info.min_driver} if info else {}
+    declared = {"toolkit_driver": info.toolkit_driver, "min_driver": info.min_driver} if info else {}
+    return declared | {"releases": kb.cuda_releases()}
 
 
-def payload_config(labels: Mapping[str, str], options: VerifyOptions, kb: compat.KnowledgeBase) -> dict[str, Any]:
+def gpu_policy(labels: Mapping[str, str], options: VerifyOptions) -> tuple[bool, bool]:
+    """(require_gpu, allow_cpu) for the payload. --allow-cpu-verification wins; the
+    matrix's default (require_gpu None) requires a GPU of a CUDA image (its io.imagesmith.cuda
+    label), and allows CPU mode wherever a GPU is not required."""
+    if options.allow_cpu:
+        return False, True
+    cuda_image = labels.get(LABEL + "cuda") not in (None, "", "cpu")
+    require = cuda_image if options.require_gpu is None else options.require_gpu
+    return require, (not require) if options.allow_cpu is None else False
+
+
+def payload_config(labels: Mapping[str, str], options: VerifyOptions, kb: compat.KnowledgeBase,
+                   request: Request | None = None, image: Any = None) -> dict[str, Any]:
+    """The payload's config: what to expect, which checks (``request``, with its nonce),
+    and the image's own configuration (``image``: engine.ImageConfig) for security.config."""
     expected = expected_from(labels, options.expect)
     lineage = (labels.get(LABEL + "lineage") or labels.get(LABEL + "layer") or "").split()
+    require_gpu, allow_cpu = gpu_policy(labels, options)
     config: dict[str, Any] = {
-        "schema": CONFIG_SCHEMA, "tier": options.tier, "require_gpu": options.require_gpu,
+        "schema": CONFIG_SCHEMA, "tier": options.tier, "require_gpu": require_gpu,
+        "gpus": options.gpus, "allow_cpu": allow_cpu,
         "expected": expected, "layers": [layer for layer in lineage if layer in LAYER_CHECKS],
         "thresholds": {k: dict(v) for k, v in options.thresholds.items()},
     }
     driver = driver_requirement(expected.get("cuda"), kb)
     if driver:
         config["driver"] = driver
-    if LABEL + "layer" in labels:  # images imagesmith built promise a non-root user
+    if options.require_non_root or labels.get(LABEL + "layer"):  # images imagesmith built promise a non-root user
         config["security"] = {"expect_non_root": True}
     if options.soak_minutes is not None:
         config["soak_minutes"] = options.soak_minutes
+    if request is not None:
+        config |= {"nonce": request.nonce, "checks": list(request.checks)}
+    if image is not None:
+        config["image"] = {"user": image.user, "entrypoint": list(image.entrypoint), "cmd": list(image.cmd),
+                           "env": image.env_map(), "exposed_ports": list(image.exposed_ports)}
     return config
 
 
 def payload_args(options: VerifyOptions, config_path: str) -> list[str]:
-    args = ["--config", config_path, "--emit-marker"]
-    if options.only:
-        args += ["--only", ",".join(options.only)]
-    if options.skip:
-        args += ["--skip", ",".join(options.skip)]
-    return args
+    """The payload's arguments (which checks run is in the config: the request)."""
+    return ["--config", config_path, "--emit-marker"]
 
 
 def parse_marker(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(MARKER):
-            return dict(json.loads(line[len(MARKER):]))
-    return None
+    """The one report line in ``stdout``, unjudged; None when there is none or it is unreadable."""
+    report, _ = payload_module("report").find_marker(stdout)
+    return report if isinstance(report, dict) else None
+
+
+def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, str | None]:
+    """(the report, None) when ``stdout`` holds exactly one report line that follows the
+    schema and answers ``request`` (its nonce, its tier, each check asked for once);
+    (None, why) when it holds a report that does not; (None, None) when it holds none.
+    Never raises: the output comes from the image."""
+    schema = payload_module("report")
+    try:
+        report, problem = schema.find_marker(stdout)
+        if problem or report is None:
+            return None, problem
+        problems = schema.validate_report(report) if not isinstance(report, dict) else (
+            schema.answers_request(report, request.nonce, dict(request.checks), request.tier)
+            + schema.validate_report(report))
+    except Exception as exc:  # noqa: BLE001 - anything in the output must end as a failed check, not exit 3
+        return None, f"the report could not be read ({type(exc).__name__})"
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        return None, "the report was rejected: " + "; ".join(problems[:3]) + more
+    return dict(report), None
+
+
+def check_entry(check_id: str, title: str, status: str, detail: str, value: Any = None, seconds: float = 0.0,
+                data: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A report entry the host writes (the payload's CHECK_KEYS)."""
+    entry = {"id": check_id, "title": title, "status": status, "value": value, "threshold": None, "unit": "",
+             "baseline": None, "percent_of_baseline": None, "detail": " ".join(detail.split())[:2000],
+             "optional": False, "duration_s": round(seconds, 2)}
+    return entry | ({"data": dict(data)} if data else {})
 
 
 def failed_report(check_id: str, detail: str, tier: str) -> dict[str, Any]:
     """A report for a payload that never reported: one failed check saying why."""
-    check = {"id": check_id, "title": "payload ran and reported", "status": "fail", "value": None,
-             "threshold": None, "unit": None, "detail": detail, "optional": False, "duration_s": 0.0}
+    check = check_entry(check_id, "payload ran and reported", "fail", detail)
     return {"schema": REPORT_SCHEMA, "tier": tier, "environment": {}, "checks": [check],
             "summary": {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "ok": False}}
+
+
+def with_checks(report: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``report`` with the host's own check entries added and the summary recounted."""
+    if not entries:
+        return report
+    checks = list(report.get("checks") or []) + entries
+    return report | {"checks": checks, "summary": payload_module("report").summarize(checks)}
+
+
+def running_report(ref: str | None, tier: str) -> dict[str, Any]:
+    """What a verify report says while its run goes on (and, interrupted, after)."""
+    return {"schema": REPORT_SCHEMA, "tier": tier, "started_at": _now(), "environment": {}, "checks": [],
+            "summary": {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "ok": False},
+            "image": {"ref": ref} if ref else None}
 
 
 def finish(report: dict[str, Any], image: Mapping[str, Any] | None, nvml: Mapping[str, Any] | None,
@@ -150,6 +247,7 @@ def finish(report: dict[str, Any], image: Mapping[str, Any] | None, nvml: Mappin
     out["wall_s"] = round(seconds, 2)
     out["image"] = dict(image) if image else None
     out["nvml"] = dict(nvml) if nvml else None
+    out["state"] = runstate.COMPLETE
     return out
 
 
@@ -196,27 +294,40 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
                  sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
                  progress: Callable[[str], None] | None = None,
                  auth: Mapping[str, str] | None = None) -> VerifyOutcome:
-    """Start ``ref`` with the payload inside; never leaves a container behind.
-    An image that is not local is pulled (with ``auth``) unless ``pull`` is off."""
-    from imagesmith.engine import RunSpec
+    """Start ``ref`` with the payload inside (the image's ENTRYPOINT never runs);
+    never leaves a container behind. An image that is not local is pulled (with
+    ``auth``) unless ``pull`` is off. The report counts only if it echoes this
+    run's nonce and answers every check asked for."""
+    from imagesmith import probe
 
     kb, started, t0 = kb or compat.load(), _now(), time.monotonic()
+    request = request_for(options)
     info = engine.image(ref) or (engine.pull(ref, auth) if pull else None)
     if info is None:
         raise UserError(f"image {ref} is not in the engine (and --no-pull was given)")
-    config = payload_config(info.labels, options, kb)
+    spec = payload_spec(info, options, kb, request, progress)
+    sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
+    report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options, request, info.config), sampler)
+    report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
+    image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
+    return VerifyOutcome(finish(report, image, nvml, started, time.monotonic() - t0))
+
+
+def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, request: Request,
+                 progress: Callable[[str], None] | None) -> Any:
+    """The payload's container: its files and config copied in, python3 run.py in place of the
+    image's ENTRYPOINT, the image's user, no network, a timeout."""
+    from imagesmith.engine import RunSpec
+
+    config = payload_config(info.labels, options, kb, request, info.config)
     files = payload_files() | {"config.json": json.dumps(config, indent=2).encode()}
     command = ["python3", f"{IN_CONTAINER}/run.py", *payload_args(options, f"{IN_CONTAINER}/config.json")]
-    spec = RunSpec(image=info.id, command=command, gpus=options.gpus, files=files, files_dir=IN_CONTAINER,
+    return RunSpec(image=info.id, command=command, gpus=options.gpus, files=files, files_dir=IN_CONTAINER,
                    shm_size=options.shm_size, mem_limit=options.memory,
                    nano_cpus=int(options.cpus * 1e9) if options.cpus else None,
                    network_disabled=True, timeout_s=options.timeout_s,
                    labels={"io.imagesmith.run": f"verify-{os.getpid()}"},
-                   environment={"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}, on_stderr=progress)
-    sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
-    report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options), sampler)
-    image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
-    return VerifyOutcome(finish(report, image, nvml, started, time.monotonic() - t0))
+                   environment=PAYLOAD_ENV, on_stderr=progress)
 
 
 def pinned(ref: str) -> dict[str, str]:
@@ -245,30 +356,40 @@ GPU_RUNTIME_FIX = ("the Docker engine has no NVIDIA container runtime: install n
                    "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker")
 
 
-def _container_report(engine: Any, spec: Any, options: VerifyOptions) -> dict[str, Any]:
+def _container_report(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
     try:
         result = engine.run(spec)
     except UserError:
         raise
     except Exception as exc:  # the engine refused to create or start it
-        if NO_GPU_RUNTIME in str(exc) and not options.require_gpu:
-            return _without_gpus(engine, spec, options)
+        if NO_GPU_RUNTIME in str(exc) and spec.gpus != "none":
+            return _without_gpus(engine, spec, options, request, image)
         return failed_report("payload.start", _why_no_start(str(exc)), options.tier)
     if result.timed_out:
         return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s (verify.timeout / --timeout)", options.tier)
-    report = parse_marker(result.stdout)
+    report, problem = judge_output(result.stdout, request)
     if report is None:
-        return failed_report("payload.report", _why_no_report(result.exit_code, result.stderr or result.stdout), options.tier)
-    report["payload_log"] = result.stderr[-20000:]
-    return report
+        why = problem or _why_no_report(result.exit_code, result.stderr or result.stdout, image)
+        return failed_report("payload.report", why + _truncated(result), options.tier)
+    return report | {"payload_log": result.stderr[-20000:], "payload_exit_code": result.exit_code}
 
 
-def _without_gpus(engine: Any, spec: Any, options: VerifyOptions) -> dict[str, Any]:
-    """No GPU runtime on this engine: verify in CPU mode and say so."""
+def _truncated(result: Any) -> str:
+    kept = len(result.stdout.encode())
+    if result.stdout_bytes <= kept:
+        return ""
+    return f" (the container printed {result.stdout_bytes / 2**20:.0f} MiB on stdout; the last {kept / 2**20:.0f} MiB were read)"
+
+
+def _without_gpus(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+    """No GPU runtime on this engine: run without GPUs and tell the payload why; it
+    judges that against what was asked (CPU mode only where that is allowed)."""
     from dataclasses import replace
 
-    report = _container_report(engine, replace(spec, gpus="none"), options)
-    report.setdefault("notes", []).append(f"ran in CPU mode: {GPU_RUNTIME_FIX}")
+    config = json.loads(spec.files["config.json"]) | {"gpu_unavailable": GPU_RUNTIME_FIX}
+    files = dict(spec.files) | {"config.json": json.dumps(config, indent=2).encode()}
+    report = _container_report(engine, replace(spec, gpus="none", files=files), options, request, image)
+    report.setdefault("notes", []).append(f"ran without GPUs: {GPU_RUNTIME_FIX}")
     return report
 
 
@@ -283,11 +404,16 @@ def _why_no_start(error: str) -> str:
     return f"the container did not start: {error}"
 
 
-def _why_no_report(code: int, output: str) -> str:
-    last = output.strip().splitlines()[-3:] if output.strip() else []
+def _why_no_report(code: int, output: str, image: Any = None) -> str:
+    """Why the payload's run left no report, naming the ENTRYPOINT verify replaced."""
+    last = [line[:300] for line in output.strip().splitlines()[-3:]] if output.strip() else []
     if "python3" in output and ("not found" in output or "No such file" in output):
         return NO_PYTHON
-    return f"the payload exited {code} without a report: " + " | ".join(last)
+    entrypoint = list(getattr(image, "entrypoint", ()) or ())
+    how = (f"verify ran python3 run.py in place of the image's ENTRYPOINT {json.dumps(entrypoint)[:200]}" if entrypoint
+           else "the image has no ENTRYPOINT; verify ran python3 run.py")
+    return (f"the payload exited {code} without a report ({how}; the image's python3 did not run the payload, "
+            f"or something in the image swallowed its output): " + (" | ".join(last) or "no output"))
 
 
 # -- on this host -------------------------------------------------------------------------------
@@ -297,21 +423,37 @@ def run_local(options: VerifyOptions, python: str | None = None, kb: compat.Know
               sampler_factory: Callable[[], Sampler] | None = None) -> VerifyOutcome:
     """The payload on this host's Python (a GPU host without Docker)."""
     kb, started, t0 = kb or compat.load(), _now(), time.monotonic()
-    config = payload_config({}, options, kb)
+    request = request_for(options)
+    config = payload_config({}, options, kb, request)
     with tempfile.TemporaryDirectory(prefix="imagesmith-verify-") as tmp:
         config_path = Path(tmp, "config.json")
         config_path.write_text(json.dumps(config))
         cmd = [python or sys.executable, str(payload_dir() / "run.py"), *payload_args(options, str(config_path))]
         sampler = _sampler(options, sampler_factory)
-        report, nvml = _run_with_sampler(lambda: _local_report(cmd, options), sampler)
-    return VerifyOutcome(finish(report, None, nvml, started, time.monotonic() - t0))
+        report, nvml = _run_with_sampler(lambda: _local_report(cmd, options, request), sampler)
+    skipped = [check_entry(c, HOST_CHECKS[c][1], "skip", "no image: verify --local runs this host's Python")
+               for c in request.host_checks]
+    return VerifyOutcome(finish(with_checks(report, skipped), None, nvml, started, time.monotonic() - t0))
 
 
-def _local_report(cmd: list[str], options: VerifyOptions) -> dict[str, Any]:
-    env = os.environ | {"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}
+def local_gpu_env(gpus: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """--local: --gpus none hides every GPU; a list selects those GPUs, unless
+    CUDA_VISIBLE_DEVICES already says which (then the payload counts what it sees)."""
+    if gpus == "none":
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    if gpus != "all" and "CUDA_VISIBLE_DEVICES" not in environ:
+        return {"CUDA_VISIBLE_DEVICES": gpus}
+    return {}
+
+
+def _local_report(cmd: list[str], options: VerifyOptions, request: Request) -> dict[str, Any]:
+    env = os.environ | PAYLOAD_ENV | local_gpu_env(options.gpus, os.environ)
     try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env, timeout=options.timeout_s)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, env=env, timeout=options.timeout_s)
     except subprocess.TimeoutExpired:
         return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s", options.tier)
-    report = parse_marker(proc.stdout)
-    return report if report is not None else failed_report("payload.report", _why_no_report(proc.returncode, proc.stdout), options.tier)
+    stdout = proc.stdout.decode(errors="replace")
+    report, problem = judge_output(stdout, request)
+    if report is None:
+        return failed_report("payload.report", problem or _why_no_report(proc.returncode, stdout), options.tier)
+    return report

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make this host ready for imagesmith's builds and tests, idempotently:
-# Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd)
-# and a running Docker engine. Safe to run again and again.
+# Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd,
+# Slurm's slurmctld/slurmd/client and munge) and a running Docker engine.
+# Safe to run again and again.
 set -euo pipefail
 
 need=()
@@ -11,6 +12,11 @@ command -v skopeo >/dev/null || need+=(skopeo)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v openssl >/dev/null || need+=(openssl)
+# a one-node Slurm cluster for the fleet tests (scripts/local-slurm.sh starts it in a private folder)
+command -v slurmctld >/dev/null || need+=(slurmctld)
+command -v slurmd >/dev/null || need+=(slurmd)
+command -v sbatch >/dev/null || need+=(slurm-client)
+command -v munged >/dev/null || need+=(munge)
 if [ ${#need[@]} -gt 0 ]; then
     echo "ensure-host: installing ${need[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# examples/local.yaml names the host's wheel folder and CA bundle: the roots
+# `make release` allows on the command line (--allow-root).
+LOCAL_ROOTS = (Path("/opt/wheels"), Path("/etc/ssl/certs"))
 
 
 @pytest.fixture()
@@ -19,6 +22,7 @@ def write_matrix(tmp_path: Path):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_text(content)
         path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path
 

@@ -64,13 +64,33 @@ class TorchRelease:
 
 
 @dataclass(frozen=True)
+class CudaUpdate:
+    """One toolkit release (``12.8.1`` = 12.8 Update 1): its CUDA runtime
+    component version and the Linux driver it ships with (release notes Table 3)."""
+
+    release: str
+    cudart: str
+    driver: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"release": self.release, "cudart": self.cudart, "driver": self.driver}
+
+
+@dataclass(frozen=True)
 class CudaInfo:
     version: str
     latest: str
-    toolkit_driver: str
     min_driver: str
+    updates: tuple[CudaUpdate, ...] = ()
     cudnn_tag: str | None = None
     image_os: tuple[str, ...] = ()
+    driver_of_latest: str | None = None  # a replacement file may give it without updates
+
+    @property
+    def toolkit_driver(self) -> str:
+        """The driver of the ``latest`` release (what doctor and ``compat`` show for the minor)."""
+        found = next((u.driver for u in self.updates if u.release == self.latest), None)
+        return found or self.driver_of_latest or (self.updates[-1].driver if self.updates else "")
 
 
 @dataclass(frozen=True)
@@ -118,6 +138,10 @@ class KnowledgeBase:
             return "compat"
         return "too-old"
 
+    def cuda_releases(self) -> list[dict[str, str]]:
+        """Every toolkit release with its cudart, driver and minor-compat minimum (for the payload)."""
+        return [u.to_json() | {"min_driver": info.min_driver} for info in self.cuda.values() for u in info.updates]
+
     def gpu_capability(self, name: str) -> str | None:
         return self.gpus.get(name)
 
@@ -147,11 +171,13 @@ def _release(version: str, raw: Mapping[str, Any]) -> TorchRelease:
 
 
 def _cuda(version: str, raw: Mapping[str, Any]) -> CudaInfo:
+    updates = tuple(CudaUpdate(str(u["release"]), str(u["cudart"]), str(u["driver"])) for u in raw.get("updates", ()))
     return CudaInfo(
         version=version,
         latest=str(raw.get("latest", version)),
-        toolkit_driver=str(raw["toolkit_driver"]),
         min_driver=str(raw["min_driver"]),
+        updates=updates,
+        driver_of_latest=raw.get("toolkit_driver"),
         cudnn_tag=raw.get("cudnn_tag"),
         image_os=tuple(raw.get("image_os", ())),
     )

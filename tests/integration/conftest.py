@@ -30,6 +30,7 @@ import pytest
 # The build tests' fixtures live in engine_fixtures.py; registered here.
 from tests.integration.engine_fixtures import (  # noqa: F401
     build_matrix, built_images, cuda_base, debian_base, engine, private_index)
+from tests.integration.slurm_fixtures import fleet_images, slurm_cluster, slurm_env  # noqa: F401
 
 CERTS_D = Path("/etc/docker/certs.d")
 USER, PASSWORD = "robot$ml+ci", "it-s3cret:pw"

@@ -26,10 +26,11 @@ import pytest
 from imagesmith import bootstrap
 from imagesmith.engine import Engine
 from imagesmith.errors import EngineError
+from tests.conftest import LOCAL_ROOTS
 from tests.loopback import serve
 
 RUN = uuid.uuid4().hex[:8]
-TEST_LABEL = "io.imagesmith.test-run"
+TEST_LABEL = "com.example.imagesmith.test-run"  # io.imagesmith.* is imagesmith's own
 LOCAL_SOURCES = """\
 sources:
   torch_index_url: https://pypi.org/simple
@@ -61,7 +62,8 @@ def debian_base(engine: Engine) -> Iterator[str]:
 
 
 def _dangling(engine: Engine) -> set[str]:
-    return {i.id for i in engine.client.images.list(filters={"dangling": True})}
+    # IDs only: other runs on this engine may remove an image between a list and an inspect
+    return set(engine.client.api.images(filters={"dangling": True}, quiet=True))
 
 
 @dataclass
@@ -85,8 +87,8 @@ class MatrixFactory:
 
     def cleanup(self) -> None:
         for info in self.engine.images_with_label(TEST_LABEL, RUN):
-            for tag in info.tags:
-                if tag.startswith(self.repository) or tag.startswith("imagesmith-cache:"):
+            for tag in info.tags:  # its own tags, cache entries and their owner tags (imagesmith-cache/<owner>:<target>)
+                if tag.startswith(self.repository) or tag.startswith("imagesmith-cache"):
                     self.engine.remove_image(tag, force=False)
 
 
@@ -191,7 +193,7 @@ def _build_base(engine: Engine, debian_base: str, folder: Path, **cell: str) -> 
     from imagesmith import build, matrix, plan
 
     factory = MatrixFactory(engine, debian_base, folder)
-    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", **cell))
+    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", **cell), allowed_roots=LOCAL_ROOTS)
     report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
     assert report.ok, [r.error for r in report.results]
     return report.results[0].image_id or "", factory

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.policy import Evidence
 from imagesmith.publish import Backoff, Item, Publisher
 from imagesmith.registry import Credentials, Registry, RegistryHTTPError
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
@@ -36,11 +39,17 @@ def labels(torch: str, layer: str) -> dict[str, str]:
             "io.imagesmith.cell": f"{torch}-cu128-py3.11-ubuntu22.04"}
 
 
-def item(make: Callable[[dict[str, str]], str], torch: str, layer: str = "base", verified: bool = True) -> Item:
+ON_GPU = Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 12})
+ON_CPU = Evidence(True, "cpu", 0, "CPU mode: no GPU visible (the Docker engine has no NVIDIA container runtime)", "skip",
+                  {"skip": 12})
+
+
+def item(make: Callable[[dict[str, str]], str], torch: str, layer: str = "base", verified: bool = True,
+         how: Evidence = ON_GPU) -> Item:
     image_id = make(labels(torch, layer))
     measured = {"torch": f"{torch}+cu128", "cuda": "12.8", "cudnn": "9.10.2", "nccl": "2.27.5", "python": "3.11.9", "os": "ubuntu22.04"}
     return Item(f"{torch}-{layer}", layer, f"{torch}-cu128-py3.11-ubuntu22.04", image_id, measured, True, verified,
-                {"ok": verified, "tier": "quick", "summary": {"ok": verified}})
+                {"ok": verified, "tier": "quick", "summary": {"ok": verified}}, evidence=replace(how, ok=verified))
 
 
 def release(engine: Any, server: RegistryServer, out: Path, items: list[Item], date: str = "20261130",
@@ -106,7 +115,8 @@ def test_a_registry_stopped_midway_fails_after_retries_and_the_next_run_complete
     sleeps: list[float] = []
     broken = release(registry_engine, registry_server, tmp_path / "r1", items, before_push=stop_before_second_push, sleep=sleeps.append)
     assert [t["status"] for t in broken["targets"]] == ["pushed", "failed"] and sleeps == [0.05, 0.1]
-    assert broken["errors"][0].startswith(f"push {registry_server.host}/{REPO}:{tag('2.9.1', 'cv')} failed 3 times over 0.15s; last error: ")
+    assert re.match(rf"push {re.escape(registry_server.host)}/{REPO}:{tag('2.9.1', 'cv')} failed 3 times in \d+\.\ds "
+                    r"\(0\.15s of it waiting between tries\); last error: ", broken["errors"][0]), broken["errors"][0]
     assert "connection refused" in broken["errors"][0] and broken["floating"] == []
     assert [p["reference"] for p in broken["pushed"]] == [f"{registry_server.host}/{REPO}:{tag('2.9.1', 'base')}"]
 
@@ -125,6 +135,24 @@ def test_an_image_that_failed_verification_is_neither_tagged_nor_pushed(
     assert data["ok"] is False and [t["status"] for t in data["targets"]] == ["pushed", "not-verified"]
     assert registry_server.list_tags(REPO) == sorted([tag("2.9.1", "base"), "latest", "v2.9", "v2.9-base"])
     assert not [t for t in registry_engine.image(bad.image_id).tags if t.startswith(registry_server.host)]
+
+
+@HTTP_ONLY
+def test_a_cuda_image_verified_without_a_gpu_lands_marked_and_without_floating_tags(
+        registry_engine: Any, registry_server: RegistryServer, tiny_image: Callable[[dict[str, str]], str], tmp_path: Path) -> None:
+    cpu_verified = item(tiny_image, "2.9.1", "base", how=ON_CPU)
+    refused = release(registry_engine, registry_server, tmp_path / "a", [cpu_verified])
+    assert refused["ok"] is False and [t["status"] for t in refused["targets"]] == ["not-gpu-verified"]
+    assert registry_server.list_tags(REPO) == []
+
+    allowed = release(registry_engine, registry_server, tmp_path / "b", [cpu_verified], allow_cpu_verification=True)
+    assert allowed["ok"] and allowed["floating"] == [] and allowed["targets"][0]["gpu_verified"] is False
+    assert registry_server.list_tags(REPO) == [tag("2.9.1", "base") + "-not-gpu-verified"]
+    assert "not GPU-verified" in (tmp_path / "b" / "release.md").read_text()
+
+    gpu_verified = release(registry_engine, registry_server, tmp_path / "c", [item(tiny_image, "2.9.0")])
+    assert {f["tag"]: f["action"] for f in gpu_verified["floating"]} == {"latest": "created", "v2.9": "created",
+                                                                         "v2.9-base": "created"}
 
 
 @HTTP_ONLY
@@ -170,8 +198,8 @@ def test_a_registry_killed_during_a_layer_upload_fails_clearly_and_the_next_run_
     class KillingEngine:
         """The real engine; the registry is killed 0.3 s after the layer upload begins."""
 
-        def tag(self, image_id: str, repository: str, tag: str) -> None:
-            registry_engine.tag(image_id, repository, tag)
+        def __getattr__(self, name: str) -> Any:
+            return getattr(registry_engine, name)
 
         def push(self, repository: str, tag: str, auth: Any, on_line: Callable[[str], None]) -> str:
             def watch(line: str) -> None:

@@ -31,6 +31,7 @@ from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.promote import Promoter, registry_promoter
 from imagesmith.publish import Item, Publisher
 from imagesmith.registry import Credentials, Registry
+from tests.conftest import LOCAL_ROOTS
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory
 
@@ -51,6 +52,7 @@ LAYERS = "layers:\n  base: {toolchain: false}\n  tools: {parent: base, packages:
 def imagesmith(*args: str, docker_host: str | None, cwd: Path) -> subprocess.CompletedProcess[str]:
     """One CI job: the imagesmith CLI in its own process, against one engine (or none)."""
     env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"NO_COLOR": "1", "SOURCE_DATE_EPOCH": "1796083200"}
+    env["IMAGESMITH_ALLOW_ROOT"] = os.pathsep.join(map(str, LOCAL_ROOTS))  # LOCAL_SOURCES' wheels and CA (a CI variable)
     if docker_host:
         env["DOCKER_HOST"] = docker_host
     return subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, cwd=cwd, env=env,

@@ -17,10 +17,10 @@ import pytest
 from imagesmith import artifacts, build, matrix, pipeline, plan, render, staging
 from imagesmith.artifacts import BuildRecord, Release, Staged
 from imagesmith.errors import UserError
-from tests.conftest import ROOT
+from tests.conftest import LOCAL_ROOTS, ROOT
 
 DATE = "20261130"
-LOCAL = matrix.load(ROOT / "examples" / "local.yaml")
+LOCAL = matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=LOCAL_ROOTS)
 PLAN = plan.expand(LOCAL, DATE)
 RELEASE = Release.of(LOCAL, DATE)
 DIGEST = "sha256:" + "d" * 64
@@ -260,6 +260,8 @@ def parent_artifact(out: Path, dockerfile: bytes | None = None, **kw: Any) -> No
     ({"dockerfile": b"FROM scratch\n"}, False, "is not what this checkout renders"),
     ({"staged": None}, False, "it was not staged (built)"),
     ({"status": "failed"}, False, "it was not staged (failed)"),
+    ({"state": "running"}, False, "its build job is from a run that has not finished (state: running"),
+    ({"state": "interrupted"}, False, "its build job is from a run that did not complete (state: interrupted)"),
 ])
 def test_a_parent_is_taken_from_its_jobs_artifact_only_if_it_is_that_very_target(
         tmp_path: Path, change: dict[str, Any], adopted: bool, note: str) -> None:
@@ -271,6 +273,30 @@ def test_a_parent_is_taken_from_its_jobs_artifact_only_if_it_is_that_very_target
     assert stage.adopts(f"{CELL}-cv") is adopted
     assert [t.layer for t in p.targets] == (["cv", "project"] if adopted else ["base", "cv", "project"])
     assert (notes.lines == []) if adopted else (len(notes.lines) == 1 and note in notes.lines[0])
+
+
+@pytest.mark.parametrize("state", ["running", "interrupted"])
+def test_an_artifact_whose_build_job_did_not_complete_is_never_read_as_a_build(tmp_path: Path, state: str) -> None:
+    path = tmp_path / PLAN.targets[0].id / "build.json"
+    artifacts.write_build(path, record(0, state=state))
+    assert json.loads(path.read_text())["state"] == state and artifacts.read_build(path).state == state
+    with pytest.raises(UserError, match=f"build.json: this build artifact is from a run that (has not finished|did not "
+                                        f"complete) \\(state: {state}.*; run its build job"):
+        pipeline.read_build_input(path)
+    with pytest.raises(UserError, match=f"state: {state}"):
+        pipeline.publish_artifacts(tmp_path, Notes(), engine=object())  # type: ignore[arg-type]
+    assert not (tmp_path / "release.json").exists() and not (tmp_path / "run-report.json").exists()
+
+
+def test_a_verify_report_whose_run_did_not_complete_counts_as_not_verified(tmp_path: Path) -> None:
+    from imagesmith import verify
+
+    for i, state in ((0, "complete"), (3, "running"), (6, "interrupted")):
+        artifacts.write_build(tmp_path / PLAN.targets[i].id / "build.json", record(i))
+        report = verify.running_report(DIGEST, "quick") | {"state": state, "summary": {"ok": True}}
+        (tmp_path / PLAN.targets[i].id / "verify.json").write_text(json.dumps(report))
+    found = sorted(artifacts.find_builds(tmp_path).values(), key=lambda f: f.record.target.id)
+    assert sorted(pipeline._verify_reports(found)) == [PLAN.targets[0].id]
 
 
 def test_a_full_build_drops_the_artifacts_of_targets_no_longer_planned(tmp_path: Path) -> None:

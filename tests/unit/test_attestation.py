@@ -83,7 +83,9 @@ def test_statements_pass_the_in_toto_attestation_validator_and_read_back() -> No
 
 @pytest.mark.parametrize("doc, message", [
     (b"{", "not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
-    (b'{"_type": "https://in-toto.io/Statement/v0.1"}', "_type is not https://in-toto.io/Statement/v1"),
+    (b'{"_type": "https://in-toto.io/Statement/v0.2"}',
+     "_type is not https://in-toto.io/Statement/v1 or https://in-toto.io/Statement/v0.1"),
+    (b'{"_type": "https://in-toto.io/Statement/v0.1", "subject": []}', "subject: expected exactly one"),
     (b'{"_type": "https://in-toto.io/Statement/v1", "subject": []}', "subject: expected exactly one"),
     (b'{"_type": "https://in-toto.io/Statement/v1", "subject": [{"digest": {"sha512": "00"}}]}', "subject[0].digest: no sha256"),
     (b'{"_type": "https://in-toto.io/Statement/v1", "subject": [{"digest": {"sha256": "00"}}], "predicateType": "x"}',

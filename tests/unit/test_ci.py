@@ -22,16 +22,17 @@ from click.testing import CliRunner
 from imagesmith import ci, matrix, plan
 from imagesmith.cli import cli
 from imagesmith.errors import UserError
-from tests.conftest import ROOT
+from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.unit.test_ci_examples import imagesmith_calls, problems
 
 STAGE = "harbor.example.com/ml/staging"
 DATE = "20261130"
+ALLOW = [arg for root in LOCAL_ROOTS for arg in ("--allow-root", str(root))]  # examples/local.yaml's wheels and CA
 MATRICES = {"local": ROOT / "examples" / "local.yaml", "production": ROOT / "matrix.yaml"}
 
 
 def plan_of(name: str) -> plan.Plan:
-    return plan.expand(matrix.load(MATRICES[name]), DATE)
+    return plan.expand(matrix.load(MATRICES[name], allowed_roots=LOCAL_ROOTS), DATE)
 
 
 def check_jsonschema(schema: str, docs: dict[str, Any], folder: Path) -> subprocess.CompletedProcess[str]:
@@ -47,13 +48,13 @@ def check_jsonschema(schema: str, docs: dict[str, Any], folder: Path) -> subproc
 
 def gitlab_cli(name: str, *extra: str) -> str:
     result = CliRunner().invoke(cli, ["plan", "-m", str(MATRICES[name]), "--format", "gitlab-ci", "--stage", STAGE,
-                                      "--date", DATE, *extra])
+                                      "--date", DATE, *ALLOW, *extra])
     assert result.exit_code == 0, result.output
     return result.output
 
 
 def github_cli(name: str) -> dict[str, Any]:
-    result = CliRunner().invoke(cli, ["plan", "-m", str(MATRICES[name]), "--format", "github-matrix", "--date", DATE])
+    result = CliRunner().invoke(cli, ["plan", "-m", str(MATRICES[name]), "--format", "github-matrix", "--date", DATE, *ALLOW])
     assert result.exit_code == 0, result.output
     assert result.output.count("\n") == 1  # one line: it goes into $GITHUB_OUTPUT as matrix=<json>
     return dict(json.loads(result.output))
@@ -135,7 +136,7 @@ def test_every_imagesmith_line_of_the_child_pipeline_parses() -> None:
     (["--stage", "harbor.example.com/ML/Staging"], "is not a repository path"),
 ])
 def test_gitlab_needs_a_staging_repository_that_is_not_the_release_one(args: list[str], message: str) -> None:
-    result = CliRunner().invoke(cli, ["plan", "-m", str(MATRICES["local"]), "--format", "gitlab-ci", *args])
+    result = CliRunner().invoke(cli, ["plan", "-m", str(MATRICES["local"]), "--format", "gitlab-ci", *ALLOW, *args])
     assert result.exit_code == 1 and isinstance(result.exception, UserError)
     assert message in str(result.exception)
 
@@ -189,3 +190,9 @@ def test_github_refuses_a_matrix_github_cannot_run() -> None:
     many = plan.Plan(p.matrix, p.date, tuple(base.__class__(**{**base.__dict__, "id": f"t{i}"}) for i in range(257)))
     with pytest.raises(UserError, match="257 targets in the GitHub matrix depth0: GitHub runs at most 256 jobs per matrix"):
         ci.github_matrix(many)
+
+
+def test_plan_allow_roots_reach_every_job_of_the_child_pipeline() -> None:
+    doc = yaml.safe_load(gitlab_cli("local"))
+    assert doc["variables"]["IMAGESMITH_ALLOW_ROOT"] == ":".join(map(str, LOCAL_ROOTS))
+    assert "IMAGESMITH_ALLOW_ROOT" not in ci.gitlab_pipeline(plan_of("local"), ci.Options("m.yaml", STAGE))["variables"]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from imagesmith.cli import cli
+from tests.conftest import LOCAL_ROOTS
 
 ROOT = Path(__file__).resolve().parents[2]
 GITLAB = ROOT / "examples" / "ci" / "gitlab-ci.yml"
@@ -188,7 +189,8 @@ def child_pipeline_calls() -> list[list[str]]:
     from click.testing import CliRunner
 
     result = CliRunner().invoke(cli, ["plan", "-m", str(ROOT / "examples" / "local.yaml"), "--format", "gitlab-ci",
-                                      "--stage", "harbor.example.com/ml/staging"])
+                                      "--stage", "harbor.example.com/ml/staging",
+                                      *[arg for root in LOCAL_ROOTS for arg in ("--allow-root", str(root))]])
     assert result.exit_code == 0, result.output
     return [args for script in gitlab_scripts(yaml.safe_load(result.output)) for args in imagesmith_calls(script)]
 

@@ -93,3 +93,23 @@ def test_os_pythons() -> None:
     assert {k: o.python for k, o in KB.os.items()} == {
         "ubuntu20.04": "3.8", "ubuntu22.04": "3.10", "ubuntu24.04": "3.12",
         "debian11": "3.9", "debian12": "3.11", "debian13": "3.13"}
+
+
+def test_every_cuda_minor_lists_its_releases_with_runtime_and_driver() -> None:
+    from imagesmith.versions import version_key
+
+    for minor, info in compat.load().cuda.items():
+        releases = [u.release for u in info.updates]
+        assert info.latest in releases, minor
+        assert releases == sorted(releases, key=version_key), minor
+        for u in info.updates:
+            assert u.release.startswith(minor + ".") and u.cudart.startswith(minor + "."), (minor, u)
+        drivers = [version_key(u.driver) for u in info.updates]
+        assert drivers == sorted(drivers), f"CUDA {minor}: a later update never needs an older driver"
+        assert info.toolkit_driver == info.updates[-1].driver
+
+
+def test_cuda_releases_for_the_payload_carry_the_minor_compat_minimum() -> None:
+    rows = {r["release"]: r for r in compat.load().cuda_releases()}
+    assert rows["12.8.1"] == {"release": "12.8.1", "cudart": "12.8.90", "driver": "570.124.06", "min_driver": "525.60.13"}
+    assert rows["13.0.2"] == {"release": "13.0.2", "cudart": "13.0.96", "driver": "580.95.05", "min_driver": "580.65.06"}

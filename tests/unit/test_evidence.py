@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,11 +47,12 @@ def test_the_signature_manifest_is_what_containers_image_writes() -> None:
     assert doc["layers"] == [layer] and "subject" not in doc
 
 
-@pytest.mark.parametrize("digest, referrers, signature", [
-    ("sha256:" + "ab" * 32, "sha256-" + "ab" * 32, "sha256-" + "ab" * 32 + ".sig"),
+@pytest.mark.parametrize("digest, referrers, signature, attestations", [
+    ("sha256:" + "ab" * 32, "sha256-" + "ab" * 32, "sha256-" + "ab" * 32 + ".sig", "sha256-" + "ab" * 32 + ".att"),
 ])
-def test_tags(digest: str, referrers: str, signature: str) -> None:
-    assert (evidence.referrers_tag(digest), evidence.signature_tag(digest)) == (referrers, signature)
+def test_tags(digest: str, referrers: str, signature: str, attestations: str) -> None:
+    assert (evidence.referrers_tag(digest), evidence.signature_tag(digest), evidence.attestation_tag(digest)) \
+        == (referrers, signature, attestations)
 
 
 def predicate(**changes: Any) -> dict[str, Any]:
@@ -111,3 +113,49 @@ def test_a_reference_without_a_registry_is_refused() -> None:
         evidence.locate("pytorch/pytorch:latest")
     assert str(err.value) == ("pytorch/pytorch:latest: evidence is read from a registry named in the reference (Docker Hub is "
                               "not supported); name it, e.g. harbor.example.com/ml/pytorch-cuda:v2.9 or 127.0.0.1:5000/imagesmith/local:latest")
+
+
+COSIGN_ATT = Path(__file__).parent.parent / "fixtures" / "cosign-att"
+
+
+def test_the_att_manifest_is_byte_for_byte_what_cosign_writes() -> None:
+    """cosign's own `.att` (tests/fixtures/cosign-att): the same layer gives the same manifest bytes, and the
+    config imagesmith writes is the one cosign's manifest names (digest and size)."""
+    served = COSIGN_ATT.joinpath("att-manifest.json").read_bytes()
+    assert sha(served) == "sha256:c470d9819fe76d512fa0d79d3a5b289c0d2fb83739530159bd449284b5dc386c"
+    manifest, config = evidence.cosign_attestation_manifest(json.loads(served)["layers"])
+    assert manifest == served
+    assert json.loads(served)["config"] == {"mediaType": "application/vnd.oci.image.config.v1+json", "size": len(config),
+                                            "digest": sha(config)}
+
+
+def test_an_att_manifest_imagesmith_writes_has_cosigns_shape() -> None:
+    """What cosign's reader needs (pkg/oci/internal/signature/layer.go, pkg/cosign/verify.go): DSSE layers with the
+    signature annotation present and empty, predicateType naming the statement's predicate; one diff_id and one
+    history entry per layer in the config; layers kept in order on append."""
+    sbom = evidence.cosign_attestation_layer(sha(b"sbom"), 4, "https://cyclonedx.org/bom")
+    check = evidence.cosign_attestation_layer(sha(b"check"), 5, "https://imagesmith.dev/attestations/verification/v1")
+    manifest, config = evidence.cosign_attestation_manifest([sbom, check])
+    doc = json.loads(manifest)
+    assert list(doc) == ["schemaVersion", "mediaType", "config", "layers"] and "subject" not in doc
+    assert (doc["schemaVersion"], doc["mediaType"]) == (2, "application/vnd.oci.image.manifest.v1+json")
+    assert doc["config"] == {"mediaType": "application/vnd.oci.image.config.v1+json", "size": len(config), "digest": sha(config)}
+    assert doc["layers"] == [
+        {"mediaType": "application/vnd.dsse.envelope.v1+json", "size": 4, "digest": sha(b"sbom"),
+         "annotations": {"dev.cosignproject.cosign/signature": "", "predicateType": "https://cyclonedx.org/bom"}},
+        {"mediaType": "application/vnd.dsse.envelope.v1+json", "size": 5, "digest": sha(b"check"),
+         "annotations": {"dev.cosignproject.cosign/signature": "",
+                         "predicateType": "https://imagesmith.dev/attestations/verification/v1"}}]
+    assert json.loads(config) == {"architecture": "", "created": "0001-01-01T00:00:00Z",
+                                  "history": [{"created": "0001-01-01T00:00:00Z"}] * 2, "os": "",
+                                  "rootfs": {"type": "layers", "diff_ids": [sha(b"sbom"), sha(b"check")]}, "config": {}}
+
+
+@pytest.mark.parametrize("raw, layers", [
+    (b'{"layers": [{"digest": "sha256:1"}, "x"]}', [{"digest": "sha256:1"}]),
+    (b'{"layers": {}}', []),
+    (b"[]", []),
+    (b"not json", []),
+])
+def test_manifest_layers_of_anything(raw: bytes, layers: list[dict[str, Any]]) -> None:
+    assert evidence.manifest_layers(raw) == layers

@@ -79,6 +79,12 @@ BAD = [
     pytest.param(BASE + "verify:\n  tier: fast\n",
                  "matrix.yaml:8 verify.tier: 'fast' is not one of quick, standard, soak",
                  id="bad-tier"),
+    pytest.param(BASE + "verify:\n  gpus: 0;1\n",
+                 "matrix.yaml:8 verify.gpus: '0;1' is not all, none or a list of GPU indexes/UUIDs such as 0,1",
+                 id="bad-gpus"),
+    pytest.param(BASE + "verify:\n  require_gpu: sometimes\n",
+                 "matrix.yaml:8 verify.require_gpu: expected true or false, got 'sometimes'",
+                 id="bad-require-gpu"),
     pytest.param(BASE + "verify:\n  timeout: soon\n",
                  "matrix.yaml:8 verify.timeout: expected a whole number, got 'soon'",
                  id="bad-number"),
@@ -95,7 +101,7 @@ BAD = [
                  "matrix.yaml:7 matrix2: unknown key; did you mean 'matrix'?",
                  id="did-you-mean-matrix"),
     pytest.param("matrix: [1, 2\n",
-                 "matrix.yaml:2:1: invalid YAML: expected ',' or ']', but got '<stream end>'",
+                 "matrix.yaml:2:1: invalid YAML: did not find expected ',' or ']'",
                  id="malformed-yaml"),
     pytest.param("version: 2\n" + BASE.split("\n", 1)[1],
                  "matrix.yaml:1 version: schema version 2 is not supported; this imagesmith reads version 1",
@@ -171,7 +177,7 @@ WARN = [
                  "matrix.yaml:9 layers.cv.packages[0]: warning: 'opencv-python-headless' is not pinned; pin it (opencv-python-headless==X.Y.Z) so that rebuilds install the same thing",
                  id="unpinned-package"),
     pytest.param("layers:\n  base: {}\n  project: {parent: base, requirements: req.txt}\n",
-                 "matrix.yaml:9 layers.project.requirements: warning: req.txt:2: 'numpy>=1.0' is not pinned; pin it with == so that rebuilds install the same thing",
+                 "matrix.yaml:9 layers.project.requirements: warning: req.txt:2: numpy is not pinned; pin it (numpy==X.Y.Z) so that rebuilds install the same thing",
                  id="unpinned-requirement"),
 ]
 
@@ -189,9 +195,9 @@ def test_torch_and_torchvision_unpinned_are_resolved_not_warned(write_matrix) ->
 
 @pytest.mark.parametrize("name", ["matrix.yaml", "examples/local.yaml"])
 def test_shipped_matrices_are_valid_and_quiet(name: str) -> None:
-    from tests.conftest import ROOT
+    from tests.conftest import LOCAL_ROOTS, ROOT
 
-    m = matrix.load(ROOT / name)
+    m = matrix.load(ROOT / name, allowed_roots=LOCAL_ROOTS)
     assert m.cells and m.warnings == ()
 
 
@@ -203,3 +209,66 @@ def test_layers_are_ordered_parents_first(write_matrix) -> None:
 def test_layer_cycle_is_an_error(write_matrix) -> None:
     path = write_matrix(BASE + "layers:\n  base: {}\n  a: {parent: b}\n  b: {parent: a}\n")
     assert "layers form a cycle: a, b" in messages(path)[0]
+
+
+# -- values that reach files, and paths ----------------------------------------------------
+
+LAYERS = "layers:\n  base: {}\n  project: {parent: base, requirements: r.txt}\n"
+ENTRY = [
+    pytest.param(BASE + 'image:\n  user: "ml\\nRUN id"\n',
+                 "matrix.yaml:8 image.user: holds control character U+000A; remove it (escapes such as \\n or \\t are not allowed in values)", id="control"),
+    pytest.param(BASE + "image:\n  user: root\n", "matrix.yaml:8 image.user: the images' default user must not be root; write a name such as ml", id="user-root"),
+    pytest.param(BASE + "layers:\n  base: {apt: ['curl; curl x | sh']}\n",
+                 "matrix.yaml:8 layers.base.apt[0]: 'curl; curl x | sh' is not a Debian package name; write lowercase letters, digits, + - . (at least two characters), optionally =VERSION, e.g. curl or curl=7.88.1-10+deb12u8", id="apt"),
+    pytest.param(BASE + "layers:\n  base: {env: {'A B': x}}\n",
+                 "matrix.yaml:8 layers.base.env['A B']: 'A B' is not an environment variable name; write letters, digits and _, not starting with a digit (e.g. HF_HOME)", id="env-key"),
+    pytest.param(BASE + "layers:\n  base: {packages: ['x @ https://evil/x.whl']}\n",
+                 "matrix.yaml:8 layers.base.packages[0]: 'x @ https://evil/x.whl' installs from a URL; put wheel folders or indexes under sources: and write x==VERSION here", id="package-url"),
+    pytest.param(BASE + "base_images:\n  ubuntu22.04: 'ubuntu:24.04 AS evil'\n",
+                 "matrix.yaml:8 base_images.ubuntu22.04: 'ubuntu:24.04 AS evil' is not an image reference (invalid reference format); write e.g. ubuntu:24.04 or registry.example.com/base/ubuntu@sha256:...", id="base-image"),
+    pytest.param(BASE + LAYERS.replace("r.txt", "/etc/passwd"),
+                 "matrix.yaml:9 layers.project.requirements: /etc/passwd resolves to /etc/passwd, outside {tmp}; keep it in the matrix's folder, or allow its folder on the command line: --allow-root /etc", id="requirements-outside"),
+    pytest.param(BASE + LAYERS.replace("r.txt", "link.txt"),
+                 "matrix.yaml:9 layers.project.requirements: link.txt resolves to /etc/passwd, outside {tmp}; keep it in the matrix's folder, or allow its folder on the command line: --allow-root /etc", id="requirements-symlink"),
+    pytest.param(BASE + LAYERS.replace("r.txt", "sub"), "matrix.yaml:9 layers.project.requirements: sub is not a regular file", id="requirements-folder"),
+    pytest.param(BASE + LAYERS.replace("r.txt", "opts.txt"),
+                 "matrix.yaml:9 layers.project.requirements: opts.txt:1: --index-url is not allowed here: the file is copied alone into the build context, so package sources belong in the matrix (sources:, packages:, requirements:)", id="requirements-index"),
+    pytest.param(BASE + LAYERS.replace("r.txt", "passwd.txt"),
+                 "matrix.yaml:9 layers.project.requirements: passwd.txt:1: not a requirement pip understands (PEP 508); write name==version, one per line", id="requirements-garbage"),
+    pytest.param(BASE + "sources:\n  find_links: [/]\n",
+                 "matrix.yaml:8 sources.find_links[0]: / resolves to /, outside {tmp}; keep it in the matrix's folder, or allow its folder on the command line: --allow-root /", id="find-links-root"),
+    pytest.param(BASE + "sources:\n  ca_bundle: r.txt\n",
+                 "matrix.yaml:8 sources.ca_bundle: r.txt holds no PEM certificate (-----BEGIN CERTIFICATE-----); give the CA bundle of your proxy", id="ca-not-pem"),
+    pytest.param(BASE + "layers:\n  base: {template: ../x.j2}\n",
+                 "matrix.yaml:8 layers.base.template: ../x.j2 resolves to {parent}/x.j2, outside {tmp}; keep it in the matrix's folder, or allow its folder on the command line: --allow-root {parent}", id="template-outside"),
+    pytest.param(BASE + "sources:\n  credentials: [{host: pypi.example.com, file: /root/.git-credentials}]\n",
+                 "matrix.yaml:8 sources.credentials[0].file: /root/.git-credentials resolves to /root/.git-credentials, outside {tmp}; keep it in the matrix's folder, or allow its folder on the command line: --allow-root /root", id="credentials-file"),
+]
+
+
+@pytest.mark.parametrize("text, expected", ENTRY)
+def test_values_are_checked_against_what_they_become(write_matrix, tmp_path: Path, text: str, expected: str) -> None:
+    (tmp_path / "m" / "sub").mkdir(parents=True)
+    (tmp_path / "m" / "link.txt").symlink_to("/etc/passwd")
+    (tmp_path / "x.j2").write_text("FROM scratch\n")
+    path = write_matrix(text, name="m/matrix.yaml", **{"m/r.txt": "rich==15.0.0\n", "m/opts.txt": "--index-url https://evil/simple\n",
+                                                       "m/passwd.txt": "root:x:0:0:root:/root:/bin/bash\n"})
+    root = path.parent.resolve()
+    assert messages(path)[0] == expected.replace("{tmp}", str(root)).replace("{parent}", str(root.parent))
+
+
+def test_an_allowed_root_admits_a_path_outside_the_matrix_folder(write_matrix, tmp_path: Path) -> None:
+    outside = tmp_path / "shared"
+    (outside / "req").mkdir(parents=True)
+    (outside / "req" / "r.txt").write_text("rich==15.0.0\n")
+    path = write_matrix(BASE + LAYERS.replace("r.txt", "../shared/req/r.txt"), name="m/matrix.yaml")
+    assert "outside" in messages(path)[0]
+    m = matrix.load(path, allowed_roots=[outside])
+    assert m.layer("project").requirements_data == b"rich==15.0.0\n" and m.layer("project").requirements_pins == ("rich==15.0.0",)
+
+
+def test_requirement_warnings_name_the_package_and_never_quote_the_file(write_matrix) -> None:
+    path = write_matrix(BASE + LAYERS, **{"r.txt": "rich==15.0.0\nSECRET-TOKEN>=1  # x\n"})
+    warnings = [str(w) for w in matrix.load(path).warnings]
+    assert warnings == ["matrix.yaml:9 layers.project.requirements: warning: r.txt:2: SECRET-TOKEN is not pinned; pin it (SECRET-TOKEN==X.Y.Z) so that rebuilds install the same thing"]
+    assert "# x" not in warnings[0] and ">=1" not in warnings[0]

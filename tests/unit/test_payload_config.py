@@ -45,10 +45,14 @@ def test_every_key_is_optional(data) -> None:
     ([], "config key '': expected an object, got []"),
     ({"tier": "fast"}, "config key 'tier': expected one of quick, standard, soak, got 'fast'"),
     ({"schema": "v2"}, "config key 'schema': expected 'imagesmith.verify-config/1', got 'v2'"),
-    ({"tiers": "quick"}, "config key 'tiers': unknown key; known: tier, require_gpu, expect_gpus, soak_minutes, "
+    ({"tiers": "quick"}, "config key 'tiers': unknown key; known: tier, require_gpu, expect_gpus, gpus, allow_cpu, gpu_unavailable, soak_minutes, "
      "leak_inject_mib, burn_seconds, contention_processes, collective_timeout_s, schema, expected, driver, "
-     "layers, security, thresholds"),
+     "layers, security, thresholds, nonce, checks, image"),
     ({"require_gpu": "yes"}, "config key 'require_gpu': expected true or false, got 'yes'"),
+    ({"gpus": "0;1"}, "config key 'gpus': expected all, none, auto or a list such as 0,1, got '0;1'"),
+    ({"gpus": "0,,1"}, "config key 'gpus': expected all, none, auto or a list such as 0,1, got '0,,1'"),
+    ({"gpus": 0}, "config key 'gpus': expected a string, got 0 (quote version numbers: \"3.10\", not 3.10)"),
+    ({"allow_cpu": 1}, "config key 'allow_cpu': expected true or false, got 1"),
     ({"expect_gpus": 1.5}, "config key 'expect_gpus': expected an integer, got 1.5"),
     ({"expect_gpus": True}, "config key 'expect_gpus': expected an integer, got True"),
     ({"soak_minutes": -1}, "config key 'soak_minutes': must be >= 0, got -1.0"),
@@ -58,7 +62,16 @@ def test_every_key_is_optional(data) -> None:
      "config key 'expected.torchvision': unknown key; known: torch, cuda, cudnn, nccl, python, os, packages"),
     ({"expected": {"packages": {"numpy": 2}}},
      "config key 'expected.packages.numpy': expected a string, got 2 (quote version numbers: \"3.10\", not 3.10)"),
-    ({"driver": {"toolkit": "580"}}, "config key 'driver.toolkit': unknown key; known: toolkit_driver, min_driver"),
+    ({"driver": {"toolkit": "580"}}, "config key 'driver.toolkit': unknown key; known: toolkit_driver, min_driver, "
+                                      "releases"),
+    ({"driver": {"releases": {"release": "12.8.1"}}}, "config key 'driver.releases': expected a list, got "
+                                                      "{'release': '12.8.1'}"),
+    ({"driver": {"releases": [{"release": "12.8.1", "cudart": 12.8, "driver": "570.124.06"}]}},
+     "config key 'driver.releases[0].cudart': expected a string, got 12.8 (quote version numbers: \"3.10\", not 3.10)"),
+    ({"driver": {"releases": [{"release": "12.8.1", "cudart": "12.8.90"}]}},
+     "config key 'driver.releases[0].driver': missing; a release needs release, cudart, driver"),
+    ({"driver": {"releases": [{"release": "12.8.1", "cudart": "12.8.90", "driver": "1", "when": "x"}]}},
+     "config key 'driver.releases[0].when': unknown key; known: release, cudart, driver, min_driver"),
     ({"layers": "cv"}, "config key 'layers': expected a list of names, got 'cv'"),
     ({"layers": ["cv", 1]}, "config key 'layers[1]': expected a string, got 1 (quote version numbers: \"3.10\", "
      "not 3.10)"),

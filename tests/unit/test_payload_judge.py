@@ -71,6 +71,74 @@ def test_judge_driver(actual: str, toolkit: str, minimum, status: str, detail: s
     assert judge.judge_driver(actual, toolkit, minimum) == (status, detail)
 
 
+# ------------------------------------------------------ driver by measured CUDA runtime
+def kb_releases() -> list:
+    """The knowledge base's release table, as the host hands it to the payload."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+    from imagesmith import compat
+
+    return [judge.CudaRelease(**r) for r in compat.load().cuda_releases()]
+
+
+@pytest.mark.parametrize("release, label", [("12.8.1", "CUDA 12.8 Update 1"), ("12.8.0", "CUDA 12.8 GA"),
+                                            ("13.0.3", "CUDA 13.0 Update 3"), ("11.8.0", "CUDA 11.8 GA")])
+def test_release_label(release: str, label: str) -> None:
+    assert judge.CudaRelease(release, "x", "y").label == label
+
+
+# measured cudart (the nvidia-cuda-runtime wheel's version) -> release it ships with, exact?
+@pytest.mark.parametrize("cudart, release, exact", [
+    ("12.8.90", "12.8.1", True),  # 12.8 Update 1 (also in 12.8.2: the earliest release wins)
+    ("12.8.57", "12.8.0", True),
+    ("12.9.79", "12.9.1", True),  # 12.9.2 ships it unchanged
+    ("12.6.77", "12.6.3", True),
+    ("12.4.127", "12.4.1", True),
+    ("13.0.96", "13.0.2", True),  # torch 2.14.1's runtime (13.0.3 ships it unchanged)
+    ("13.0.48", "13.0.0", True),
+    ("13.2.86", "13.2.2", True),
+    ("11.8.89", "11.8.0", True),
+    ("12.8.93", "12.8.1", False),  # newer than any listed 12.8 runtime: the newest release below it
+    ("12.8.10", "12.8.0", False),  # older than any listed: the minor's first release
+    ("12.7.1", None, False),  # a minor the knowledge base lacks
+])
+def test_runtime_release(cudart: str, release, exact: bool) -> None:
+    found, is_exact = judge.runtime_release(cudart, kb_releases())
+    assert (found.release if found else None, is_exact) == (release, exact)
+
+
+# host driver x measured runtime -> status and message: an update's own driver passes
+@pytest.mark.parametrize("driver, cudart, status, detail", [
+    ("570.124.06", "12.8.90", "pass", "CUDA runtime 12.8.90 (w) is CUDA 12.8 Update 1: driver 570.124.06 >= "
+                                      "570.124.06 (the toolkit's driver)"),
+    ("570.86.10", "12.8.57", "pass", "CUDA runtime 12.8.57 (w) is CUDA 12.8 GA: driver 570.86.10 >= 570.26 "
+                                     "(the toolkit's driver)"),
+    ("570.86.10", "12.8.90", "warn", "CUDA runtime 12.8.90 (w) is CUDA 12.8 Update 1: driver 570.86.10 < "
+                                     "570.124.06 but >= 525.60.13: runs under CUDA minor-version compatibility "
+                                     "(no PTX JIT of newer code); upgrade the host driver to >= 570.124.06"),
+    ("580.65.06", "13.0.48", "pass", "CUDA runtime 13.0.48 (w) is CUDA 13.0 GA: driver 580.65.06 >= 580.65.06 "
+                                     "(the toolkit's driver)"),
+    ("580.95.05", "13.0.96", "pass", "CUDA runtime 13.0.96 (w) is CUDA 13.0 Update 2: driver 580.95.05 >= "
+                                     "580.95.05 (the toolkit's driver)"),
+    ("575.51.03", "12.9.37", "pass", "CUDA runtime 12.9.37 (w) is CUDA 12.9 GA: driver 575.51.03 >= 575.51.03 "
+                                     "(the toolkit's driver)"),
+    ("550.54.14", "12.4.99", "pass", "CUDA runtime 12.4.99 (w) is CUDA 12.4 GA: driver 550.54.14 >= 550.54.14 "
+                                     "(the toolkit's driver)"),
+    ("595.45.04", "13.2.51", "pass", "CUDA runtime 13.2.51 (w) is CUDA 13.2 GA: driver 595.45.04 >= 595.45.04 "
+                                     "(the toolkit's driver)"),
+    ("570.124.06", "13.0.96", "fail", "CUDA runtime 13.0.96 (w) is CUDA 13.0 Update 2: driver 570.124.06 is older "
+                                      "than 580.65.06: CUDA calls will fail with 'driver too old'; upgrade the host "
+                                      "driver to >= 580.95.05"),
+    ("570.124.06", "12.8.93", "pass", "CUDA runtime 12.8.93 (w) is not in the knowledge base; judged as 12.8.90 of "
+                                      "CUDA 12.8 Update 1: driver 570.124.06 >= 570.124.06 (the toolkit's driver)"),
+])
+def test_driver_judged_by_the_measured_runtime(driver: str, cudart: str, status: str, detail: str) -> None:
+    assert judge.judge_driver_for_runtime(driver, cudart, "w", kb_releases()) == (status, detail)
+
+
+def test_driver_for_an_unknown_minor_is_not_judged_here() -> None:
+    assert judge.judge_driver_for_runtime("580.95.05", "12.7.1", "w", kb_releases()) is None
+
+
 @pytest.mark.parametrize("driver_cuda, torch_cuda, status", [
     ("13.0", "13.0", "pass"), ("13.1", "12.8", "pass"), ("12.4", "12.8", "warn"), ("12.8", "13.0", "fail"),
 ])

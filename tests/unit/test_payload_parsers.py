@@ -35,41 +35,41 @@ def test_proc_driver_version(text: str, version) -> None:
 
 
 @pytest.mark.parametrize("text, parsed", [
-    ("__version__ = '2.13.0+cpu'\ndebug = False\ncuda: Optional[str] = None\n",
-     {"version": "2.13.0+cpu", "cuda": None}),
-    ("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\ngit_version = 'abc'\n",
-     {"version": "2.11.0+cu130", "cuda": "13.0"}),
-    ('__version__ = "1.13.1"\ncuda = "11.7"\n', {"version": "1.13.1", "cuda": "11.7"}),
-])
-def test_torch_version_py(text: str, parsed: dict) -> None:
-    assert parsers.parse_torch_version_py(text) == parsed
-
-
-PROC_NET_TCP = """\
-  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 00000000:22B8 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 1 1
-   1: 0100007F:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1
-   2: 0100007F:9C40 0100007F:22B8 01 00000000:00000000 00:00000000 00000000  1000        0 3 1
-"""
-
-
-def test_listening_ports_from_proc_net_tcp() -> None:
-    assert parsers.parse_listening_ports(PROC_NET_TCP) == [("0.0.0.0", 8888), ("127.0.0.1", 22)]
-
-
-@pytest.mark.parametrize("text, parsed", [
     ("torch=2.9.1,cuda=12.8", {"torch": "2.9.1", "cuda": "12.8"}),
     (" torch = 2.9.1 , torchvision=0.24 ,", {"torch": "2.9.1", "torchvision": "0.24"}),
     ("", {}),
+    ("cuda=cpu", {"cuda": "cpu"}),
+    ("cuda=CPU,Torch=2.13.0+cpu", {"cuda": "cpu", "torch": "2.13.0+cpu"}),
+    ("cudnn=9.10.2.21,nccl=2.27.5,python=3.11,os=ubuntu24.04", {"cudnn": "9.10.2.21", "nccl": "2.27.5",
+                                                                "python": "3.11", "os": "ubuntu24.04"}),
+    ("pip:Einops_X=0.8.1,torch=2.10.0rc1", {"einops-x": "0.8.1", "torch": "2.10.0rc1"}),
 ])
 def test_parse_expect(text: str, parsed: dict) -> None:
     assert parsers.parse_expect(text) == parsed
 
 
+KNOWN = ("known: torch, cuda, cudnn, nccl, python, os, torchvision, torchaudio, triton, numpy, transformers, "
+         "tokenizers, opencv-python-headless, opencv-python, or pip:NAME for any other Python distribution")
+VERSION = "a version such as 2.9.1 (a prefix such as 2.9 matches 2.9.x)"
+
+
 @pytest.mark.parametrize("text, message", [
-    ("torch", "--expect item 'torch': expected NAME=VERSION"),
-    ("torch=", "--expect item 'torch=': expected NAME=VERSION"),
-    ("=2.9", "--expect item '=2.9': expected NAME=VERSION"),
+    ("torch", "item 'torch': expected NAME=VERSION, e.g. torch=2.9.1"),
+    ("torch=", "item 'torch=': expected NAME=VERSION, e.g. torch=2.9.1"),
+    ("=2.9", "item '=2.9': expected NAME=VERSION, e.g. torch=2.9.1"),
+    ("torch==2.9.1", "item 'torch==2.9.1': write one '=': torch=2.9.1"),
+    ("torch=2.13.0;cuda=12.8", f"item 'torch=2.13.0;cuda=12.8': '2.13.0;cuda=12.8' is not {VERSION}; "
+                               "separate items with commas: torch=2.9.1,cuda=12.8"),
+    ("torch=2.9.1 cuda=12.8", f"item 'torch=2.9.1 cuda=12.8': '2.9.1 cuda=12.8' is not {VERSION}; "
+                              "separate items with commas: torch=2.9.1,cuda=12.8"),
+    ("torhc=2.9.1", f"item 'torhc=2.9.1': unknown name 'torhc'; did you mean 'torch'? {KNOWN}"),
+    ("einops=0.8", f"item 'einops=0.8': unknown name 'einops'; {KNOWN}"),
+    ("cuda=12", "item 'cuda=12': '12' is not a CUDA version such as 12.8, or cpu for a CPU-only build"),
+    ("cuda=cu128", "item 'cuda=cu128': 'cu128' is not a CUDA version such as 12.8, or cpu for a CPU-only build"),
+    ("torch=latest", f"item 'torch=latest': 'latest' is not {VERSION}"),
+    ("os=Debian 12", "item 'os=Debian 12': 'Debian 12' is not an OS tag such as debian12 or ubuntu24.04"),
+    ("pip:=1", "item 'pip:=1': '' is not a Python distribution name"),
+    ("torch=2.9,torch=2.10", "item 'torch=2.10': torch is expected twice; give it once"),
 ])
 def test_parse_expect_errors(text: str, message: str) -> None:
     with pytest.raises(ValueError) as err:

@@ -144,7 +144,7 @@ def test_the_registry_is_well_formed() -> None:
 @pytest.mark.parametrize("tier, only, skip, ids", [
     ("quick", ("gemm",), (), []),
     ("standard", ("gemm",), ("gemm.fp32",), ["gemm.bf16", "gemm.fp16", "gemm.tf32"]),
-    ("standard", ("leak", "versions.python"), (), ["versions.python", "leak.device", "leak.host"]),
+    ("standard", ("leak", "versions.python"), (), ["versions.python", "leak.probe", "leak.device", "leak.host"]),
     ("soak", ("burn.gemm",), (), ["burn.gemm"]),
 ])
 def test_select(tier: str, only: tuple, skip: tuple, ids: list) -> None:

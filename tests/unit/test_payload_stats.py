@@ -44,42 +44,109 @@ def test_linear_fit_refuses_degenerate_input(xs: list, ys: list, message: str) -
 
 
 # ------------------------------------------------------------------ the leak detector
-def series(per_step: float, seed: int, steps: int = 200, noise: float = 2 * MIB,
-           base: float = 900 * MIB) -> tuple:
-    """Bytes in use sampled every 2 steps: base + leak*step + allocator jitter."""
+from imagesmith_payload.stats import DEVICE_LIMITS, HOST_LIMITS  # noqa: E402
+
+
+def series(per_step: float, seed: int, steps: int = 1200, every: int = 2, noise: float = 0.0,
+           base: float = 900 * MIB, start: int = 20) -> tuple:
+    """Bytes in use sampled every `every` steps: base + leak*step + uniform jitter."""
     rng = random.Random(seed)
-    xs = list(range(20, 20 + steps, 2))
+    xs = list(range(start, start + steps, every))
     return xs, [base + per_step * x + rng.uniform(-noise, noise) for x in xs]
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_five_clean_noisy_series_raise_no_alarm(seed: int) -> None:
-    xs, ys = series(0.0, seed)
-    assert not stats.leak_verdict(xs, ys).leaking
+@pytest.mark.parametrize("t_p, df, t", [(0.999, 10, 4.144), (0.999, 20, 3.552), (0.999, 100, 3.174),
+                                        (0.975, 10, 2.228), (0.95, 30, 1.697)])
+def test_t_quantile_matches_the_table(t_p: float, df: int, t: float) -> None:
+    assert stats.t_quantile(t_p, df) == pytest.approx(t, rel=0.005)
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_an_injected_leak_of_one_mib_per_step_is_caught(seed: int) -> None:
-    xs, ys = series(1.0 * MIB, seed)
-    verdict = stats.leak_verdict(xs, ys)
-    assert verdict.leaking and verdict.slope == pytest.approx(MIB, rel=0.05)
+def test_slope_fit_standard_error() -> None:
+    fit = stats.slope_fit([0, 1, 2, 3, 4], [0.0, 1.2, 1.9, 3.1, 4.0])
+    assert (fit.slope, fit.intercept) == (pytest.approx(0.99), pytest.approx(0.06))
+    assert fit.stderr == pytest.approx((0.051 / 3 / 10) ** 0.5)  # sqrt(SSE/(n-2)/Sxx)
+    low, high = fit.bounds(0.975)  # t(0.975, 3 df) = 3.182
+    assert (low, high) == (pytest.approx(0.99 - 3.182 * fit.stderr, rel=0.01),
+                           pytest.approx(0.99 + 3.182 * fit.stderr, rel=0.01))
 
 
-def test_a_leak_is_caught_from_the_first_dozen_samples() -> None:
-    xs, ys = series(1.0 * MIB, 0, steps=24)  # 12 samples over 22 steps: ~22 MiB grown
-    assert stats.leak_verdict(xs, ys).leaking
+def test_block_slopes_split_the_samples_in_order() -> None:
+    xs = list(range(12))
+    ys = [0.0, 0.0, 0.0, 0.0, 4.0, 5.0, 6.0, 7.0, 16.0, 18.0, 20.0, 22.0]
+    assert stats.block_slopes(xs, ys, 3) == [pytest.approx(0.0), pytest.approx(1.0), pytest.approx(2.0)]
+    assert stats.block_slopes(xs[:5], ys[:5], 3) == []  # fewer than 2 points per block
 
 
-def test_one_allocator_step_is_not_a_leak() -> None:
-    xs = list(range(20, 420, 2))
-    ys = [800 * MIB + (8 * MIB if x > 200 else 0) for x in xs]  # the cache grew once by a block
-    assert not stats.leak_verdict(xs, ys).leaking
+# per step (MiB), jitter (MiB), limits, leaking: what the detector must say about a
+# steady series of 600 samples over 1200 steps (the standard tier on a GPU)
+@pytest.mark.parametrize("per_step, noise, limits, leaking", [
+    (0.0, 0.0, DEVICE_LIMITS, False),  # torch.cuda.memory_allocated of a clean loop: constant
+    (0.05, 0.0, DEVICE_LIMITS, True),  # the target: a steady 0.05 MiB/step leak
+    (0.09, 0.0, DEVICE_LIMITS, True),  # every nn.Module output kept alive (~0.09 MiB/step)
+    (0.03, 0.0, DEVICE_LIMITS, True),
+    (0.01, 0.0, DEVICE_LIMITS, False),  # below the floor (12 MiB over 1200 steps)
+    (0.0, 2.0, HOST_LIMITS, False),  # RSS jitter of +-2 MiB
+    (0.05, 2.0, HOST_LIMITS, True),  # the same leak seen through that jitter
+    (0.001, 0.5, HOST_LIMITS, False),  # Python objects of a clean loop: a few pages
+    (-0.05, 0.0, HOST_LIMITS, False),  # shrinking is not a leak
+])
+def test_steady_series(per_step: float, noise: float, limits, leaking: bool) -> None:
+    for seed in range(3):
+        xs, ys = series(per_step * MIB, seed, noise=noise * MIB)
+        verdict = stats.leak_verdict(xs, ys, limits)
+        assert verdict.leaking is leaking, verdict.describe()
 
 
-@pytest.mark.parametrize("per_step, leaking", [(0.01 * MIB, False), (0.1 * MIB, False), (0.25 * MIB, True)])
-def test_leak_slope_limit(per_step: float, leaking: bool) -> None:
-    xs, ys = series(per_step, 1, noise=0.0)
-    assert stats.leak_verdict(xs, ys).leaking is leaking
+@pytest.mark.parametrize("seed", range(10))
+def test_ten_noisy_clean_series_raise_no_alarm(seed: int) -> None:
+    xs, ys = series(0.0, seed, noise=4 * MIB)
+    assert not stats.leak_verdict(xs, ys, HOST_LIMITS).leaking
+
+
+def plateau(heights: dict, steps: int = 1200) -> tuple:
+    """A flat series that rises by heights[s] MiB at step s (the allocator caching a block)."""
+    xs = list(range(20, 20 + steps, 2))
+    return xs, [800 * MIB + sum(h * MIB for s, h in heights.items() if x >= s) for x in xs]
+
+
+@pytest.mark.parametrize("heights, limits", [
+    ({600: 8}, HOST_LIMITS),  # one malloc arena
+    ({600: 64}, HOST_LIMITS),  # one large block: steep fitted slope, but a step
+    ({400: 32, 900: 32}, HOST_LIMITS),  # two blocks
+    ({100: 20}, DEVICE_LIMITS),  # a lazily created buffer after the warm-up
+    ({1100: 2}, DEVICE_LIMITS),
+])
+def test_allocator_plateaus_are_not_leaks(heights: dict, limits) -> None:
+    xs, ys = plateau(heights)
+    verdict = stats.leak_verdict(xs, ys, limits)
+    assert not verdict.leaking, verdict.describe()
+
+
+@pytest.mark.parametrize("chunk_mib, every_steps", [(1, 20), (4, 80), (8, 160)])
+def test_a_leak_that_grows_in_chunks_is_still_a_leak(chunk_mib: int, every_steps: int) -> None:
+    xs = list(range(20, 1220, 2))  # 0.05 MiB/step on average, in arena-sized chunks
+    ys = [800 * MIB + chunk_mib * MIB * (x // every_steps) for x in xs]
+    assert stats.leak_verdict(xs, ys, HOST_LIMITS).leaking
+
+
+def test_a_steady_leak_on_top_of_a_plateau_is_a_leak() -> None:
+    xs, ys = plateau({600: 64})
+    ys = [y + 0.05 * MIB * x for x, y in zip(xs, ys)]
+    assert stats.leak_verdict(xs, ys, HOST_LIMITS).leaking
+
+
+@pytest.mark.parametrize("limits", [DEVICE_LIMITS, HOST_LIMITS])
+def test_one_mib_per_step_is_certain_from_the_first_dozen_samples(limits) -> None:
+    xs, ys = series(1.0 * MIB, 0, steps=24, noise=0.25 * MIB)  # 12 samples over 22 steps
+    assert stats.leak_verdict(xs, ys, limits).leaking
+
+
+def test_a_short_window_needs_a_steeper_slope() -> None:
+    """The allocator's granularity is spread over the window: 0.05 MiB/step over 24
+    steps (1.2 MiB) is within one cached block, over 1200 steps it is not."""
+    short, long = series(0.05 * MIB, 0, steps=24), series(0.05 * MIB, 0)
+    assert not stats.leak_verdict(*short).leaking and stats.leak_verdict(*long).leaking
+    assert stats.leak_margin(DEVICE_LIMITS, 22) == pytest.approx(0.02 * MIB + 2 * MIB / 22)
 
 
 def test_too_few_samples_never_alarm() -> None:
@@ -89,8 +156,11 @@ def test_too_few_samples_never_alarm() -> None:
 
 
 def test_leak_verdict_describe() -> None:
-    verdict = stats.LeakVerdict(True, 1.0 * MIB, 30.0 * MIB, 40)
-    assert verdict.describe() == "+1.000 MiB/step, +30.0 MiB fitted over 40 samples"
+    verdict = stats.LeakVerdict(True, 1.0 * MIB, 0.9 * MIB, 1.1 * MIB, 0.1 * MIB, 1.0 * MIB, 30.0 * MIB,
+                                40, 78.0)
+    assert verdict.describe() == ("+1.000 MiB/step (99.9% bounds +0.900..+1.100; a leak needs the lower bound "
+                                  "above 0.100 and growth in most of the run: median block +1.000), +30.0 MiB "
+                                  "over 78 steps, 40 samples")
 
 
 @pytest.mark.parametrize("values, spread", [([100.0], 0.0), ([100.0, 90.0], 10.0), ([50.0, 100.0, 75.0], 50.0)])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from imagesmith import matrix, plan, render
-from tests.conftest import ROOT
+from tests.conftest import LOCAL_ROOTS, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
 DATE = "20261130"
@@ -24,7 +24,7 @@ UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
 def load(name: str) -> tuple[matrix.Matrix, plan.Plan]:
-    m = matrix.load(ROOT / name)
+    m = matrix.load(ROOT / name, allowed_roots=LOCAL_ROOTS)
     return m, plan.expand(m, DATE)
 
 
@@ -165,3 +165,60 @@ def test_hadolint_finds_no_error(name: str, tmp_path: Path) -> None:
     errors = [f for f in findings if f["level"] == "error"]
     assert proc.returncode == 0 and errors == [], errors[:5]
     assert len(paths) == len(p.targets)
+
+
+PLAN_ERRORS = [
+    pytest.param("tags:\n  immutable: '{torch}'\n",
+                 "matrix.yaml:2 tags.immutable: tag '2.9.1' is given to both 2.9.1-cu128-py3.12-ubuntu24.04-base and 2.9.1-cu128-py3.12-ubuntu24.04-cv; add fields such as {cuda}, {python}, {os}, {layer} to tags.immutable",
+                 id="collision"),
+    pytest.param("tags:\n  immutable: '" + "{cell}-" * 5 + "{layer}'\n",
+                 "matrix.yaml:2 tags.immutable: 2.9.1-cu128-py3.12-ubuntu24.04-base: tag '" + "2.9.1-cu128-py3.12-ubuntu24.04-" * 5 + "base' is 159 characters; Docker allows 128",
+                 id="too-long"),
+    pytest.param("tags:\n  floating:\n    - 'v{torch}-{layer}'\n    - 'v{torch_minor}'\n",
+                 "matrix.yaml:4 tags.floating[1]: floating tag 'v2.9' would point at 2 images of torch 2.9.1 (2.9.1-cu128-py3.12-ubuntu24.04-base, 2.9.1-cu128-py3.12-ubuntu24.04-cv); add fields to the tag or narrow it with when: (e.g. when: {cuda: ..., python: ..., os: ...})",
+                 id="floating-ambiguous"),
+]
+
+
+@pytest.mark.parametrize("tags, expected", PLAN_ERRORS)
+def test_plan_time_errors_name_the_line_of_the_key(write_matrix, tags: str, expected: str) -> None:
+    from imagesmith.errors import ValidationError
+
+    text = "matrix: {torch: ['2.9'], cuda: ['12.8'], python: ['3.12'], os: [ubuntu24.04]}\nlayers:\n  base: {}\n  cv: {}\n"
+    path = write_matrix(tags + text)
+    with pytest.raises(ValidationError) as info:
+        plan.expand(matrix.load(path), DATE)
+    assert str(info.value.problems[0]) == expected
+
+
+def test_check_sees_a_lost_execute_bit_and_an_extra_file_and_render_repairs_both(tmp_path: Path) -> None:
+    m, p = load("examples/local.yaml")
+    contexts = render.render_all(p, m)
+    out = tmp_path / "build"
+    render.write(contexts, out)
+    script = next(out.glob("*-project")) / "services" / "imagesmith-services"
+    script.chmod(0o644)
+    extra = out / contexts[0].target.id / "planted.sh"
+    extra.write_text("curl x | sh\n")
+    (out / contexts[0].target.id / "build.log").write_text("build outputs are not drift\n")
+    assert render.check(contexts, out) == [
+        f"{extra}: not rendered by imagesmith (an extra file in the build context)",
+        f"{script}: mode 644, rendered as 755",
+    ]
+    render.write(contexts, out)
+    assert render.check(contexts, out) == [] and not extra.exists() and (out / contexts[0].target.id / "build.log").exists()
+
+
+def test_validate_lists_the_templates_of_the_matrix_folder_it_runs(write_matrix, capsys: pytest.CaptureFixture[str]) -> None:
+    from imagesmith import cli
+
+    path = write_matrix("matrix: {torch: ['2.9'], cuda: ['12.8'], python: ['3.12'], os: [ubuntu24.04]}\n"
+                        "layers:\n  base: {}\n  mine: {parent: base, template: t/mine.j2}\n",
+                        **{"t/mine.j2": '{% extends "layer.Dockerfile.j2" %}{% block cmd %}{% include "t/part.j2" %}{% endblock %}',
+                           "t/part.j2": 'CMD ["python3"]\n'})
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["matrix", "validate", str(path)])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    assert out.splitlines()[1] == (f"runs template {path.parent / 't' / 'mine.j2'} (with t/part.j2) for layer mine: "
+                                   "code from the matrix's folder, rendered in Jinja's sandbox")

@@ -8,18 +8,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 import pytest
 
-from imagesmith import matrix, publish, registry
+from imagesmith import matrix, policy, publish, registry
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.registry import Credentials, Manifest
-from tests.conftest import ROOT
+from tests.conftest import LOCAL_ROOTS, ROOT
 
 DATE = "20261130"
 IMAGE = ImageSpec(repository="ml/pytorch", registry="reg.test:5000")
@@ -47,6 +47,8 @@ class FakeRegistry:
     writes: list[str] = field(default_factory=list)
     fail: list[Exception] = field(default_factory=list)  # raised by the next calls, in order
     serve_other_digest: bool = False
+    upload_fail: list[Exception | None] = field(default_factory=list)  # what the next upload checks answer
+    upload_checks: int = 0
 
     def _maybe_fail(self) -> None:
         if self.fail:
@@ -77,6 +79,13 @@ class FakeRegistry:
     def digest_of(self, tag: str) -> str | None:
         return self.repo_tags[tag].digest if tag in self.repo_tags else None
 
+    def check_upload(self, repo: str) -> None:
+        self.upload_checks += 1
+        if self.upload_fail:
+            error = self.upload_fail.pop(0)
+            if error is not None:
+                raise error
+
 
 @dataclass
 class FakeEngine:
@@ -91,6 +100,12 @@ class FakeEngine:
 
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.local_tags[f"{repository}:{tag}"] = image_id
+
+    def image(self, ref: str) -> Any:
+        return SimpleNamespace(id=self.local_tags[ref]) if ref in self.local_tags else None
+
+    def untag(self, ref: str) -> None:
+        self.local_tags.pop(ref, None)
 
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str:
         self.auths.append(auth)
@@ -117,10 +132,16 @@ def image_labels(torch: str, layer: str = "base", cuda: str = "12.8") -> dict[st
             "io.imagesmith.cell": f"{torch}-cell", "org.opencontainers.image.created": "2026-11-01T00:00:00+00:00"}
 
 
-def item(torch: str, layer: str = "base", verified: bool = True, built: bool = True, image_id: str | None = None) -> publish.Item:
+ON_GPU = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 12, "skip": 3})
+ON_CPU = policy.Evidence(True, "cpu", 0, "CPU mode: no GPU visible (the Docker engine has no NVIDIA runtime)", "skip",
+                         {"skip": 15})
+
+
+def item(torch: str, layer: str = "base", verified: bool = True, built: bool = True, image_id: str | None = None,
+         cuda: str | None = "12.8", how: policy.Evidence = ON_GPU) -> publish.Item:
     image_id = image_id or "sha256:" + hashlib.sha256(f"{torch}-{layer}".encode()).hexdigest()
-    return publish.Item(f"{torch}-{layer}", layer, f"{torch}-cell", image_id, facts(torch), built, verified,
-                        {"ok": verified, "tier": "quick"}, None if built else "build failed")
+    return publish.Item(f"{torch}-{layer}", layer, f"{torch}-cell", image_id, facts(torch, cuda=cuda), built, verified,
+                        {"ok": verified, "tier": "quick"}, None if built else "build failed", replace(how, ok=verified))
 
 
 @dataclass
@@ -135,8 +156,11 @@ class World:
             if it.image_id:
                 torch = str((it.facts or {}).get("torch", "")).split("+", 1)[0]
                 self.engine.labels[it.image_id] = image_labels(torch, it.layer) if torch else {}
+        def sleep(seconds: float) -> None:  # time passes only while the publisher waits
+            self.sleeps.append(seconds)
+
         pub = publish.Publisher(self.engine, self.reg, IMAGE, policy, DATE, self.out, credentials=CREDS,
-                                sleep=self.sleeps.append, **kw)
+                                sleep=sleep, clock=lambda: sum(self.sleeps) + 0.25 * len(self.engine.auths), **kw)
         report = pub.run(items)
         data = json.loads((self.out / "release.json").read_text())
         assert data["ok"] == report.ok
@@ -393,8 +417,8 @@ def test_a_registry_that_stays_down_fails_clearly_after_n_tries(world: World) ->
     data = world.release([item("2.9.1"), item("2.9.2")], backoff=publish.Backoff(tries=3))
     assert world.sleeps == [1.0, 2.0] and len(world.engine.auths) == 3
     assert data["errors"] == [
-        "push reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130 failed 3 times over 3s; "
-        "last error: push failed: connect: connection refused. The registry reg.test:5000 looks down or overloaded: "
+        "push reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130 failed 3 times in 3.8s "
+        "(3s of it waiting between tries); last error: push failed: connect: connection refused. The registry reg.test:5000 looks down or overloaded: "
         "check it, then run the release again (what was pushed stays; a re-run pushes only the rest)"]
     assert [t["status"] for t in data["targets"]] == ["failed", "not-pushed"] and data["pushed"] == []
 
@@ -425,6 +449,57 @@ def test_credentials_never_reach_the_release_files(world: World) -> None:
         assert SECRET not in text and base64.b64encode(f"robot$ml+ci:{SECRET}".encode()).decode() not in text
     assert "denied for robot$ml+ci:****" in (world.out / "release.json").read_text()
     assert SECRET not in repr(CREDS)
+
+
+# -- the release policy: GPU-verified or not -------------------------------------------------------------
+
+
+def test_a_cuda_image_verified_without_a_gpu_is_not_tagged_without_the_flag(world: World) -> None:
+    data = world.release([item("2.9.1", how=ON_CPU)])
+    (t,) = data["targets"]
+    assert (t["status"], t["gpu_verified"], data["ok"], world.reg.repo_tags) == ("not-gpu-verified", False, False, {})
+    assert t["error"] == t["note"] == (
+        "not GPU-verified: CPU mode: no GPU visible (the Docker engine has no NVIDIA runtime); not tagged: verify it "
+        "on a GPU host, or pass --allow-cpu-verification to push its immutable tag marked -not-gpu-verified (no "
+        "floating tags)")
+
+
+def test_with_the_flag_it_gets_its_immutable_tag_marked_and_no_floating_tag(world: World) -> None:
+    data = world.release([item("2.9.1", how=ON_CPU)], allow_cpu_verification=True)
+    (t,) = data["targets"]
+    assert sorted(world.reg.repo_tags) == ["2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130-not-gpu-verified"]
+    assert (t["status"], t["gpu_verified"], t["floating"], data["floating"], data["ok"]) == ("pushed", False, [], [], True)
+    assert t["note"].startswith("not GPU-verified: CPU mode: no GPU visible") and t["note"].endswith(
+        "immutable tag only, marked -not-gpu-verified, no floating tags (--allow-cpu-verification)")
+    assert (data["pushed"][0]["gpu_verified"], data["pushed"][0]["note"]) == (False, t["note"])
+    md = (world.out / "release.md").read_text()
+    assert "**1 CUDA image not GPU-verified** (verified without a GPU; tags end in `-not-gpu-verified`, no floating " \
+           "tags)" in md
+
+
+def test_gpu_verified_and_cpu_images_take_floating_tags_unverified_ones_do_not(world: World) -> None:
+    items = [item("2.9.1"), item("2.9.1", layer="cv", how=ON_CPU), item("2.8.0", layer="nlp", cuda=None, how=ON_CPU)]
+    data = world.release(items, allow_cpu_verification=True)
+    assert {t["target"]: (t["gpu_verified"], t["floating"]) for t in data["targets"]} == {
+        "2.9.1-base": (True, ["latest", "v2.9-base"]), "2.9.1-cv": (False, []), "2.8.0-nlp": (None, ["v2.8-nlp"])}
+
+
+def test_a_gpu_check_that_failed_leaves_the_image_not_gpu_verified(world: World) -> None:
+    half = replace(ON_GPU, gpu_checks={"pass": 10, "fail": 1})
+    data = world.release([item("2.9.1", how=half)], allow_cpu_verification=True)
+    (t,) = data["targets"]
+    assert (t["gpu_verified"], t["floating"]) == (False, [])
+    assert t["note"].startswith("not GPU-verified: 1 GPU check failed; immutable tag only")
+
+
+def test_an_unverified_tag_in_the_registry_never_holds_a_floating_tag_back(world: World) -> None:
+    """A newer torch pushed with -not-gpu-verified is not a rival: v2.9-base still moves to the GPU-verified 2.9.1."""
+    world.seed("2.9.1")
+    newer = "sha256:" + hashlib.sha256(b"cpu-only-2.9.2").hexdigest()
+    world.reg.labels[newer] = image_labels("2.9.2")
+    world.reg.repo_tags["2.9.2-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261101-not-gpu-verified"] = manifest_for(newer)
+    data = world.release([item("2.9.1", image_id="sha256:" + "9" * 64)])
+    assert {f["tag"]: f["action"] for f in data["floating"]} == {"latest": "created", "v2.9-base": "created"}
 
 
 # -- items from the build and verify stages ------------------------------------------------------------
@@ -473,6 +548,58 @@ def test_a_staged_item_is_promoted_never_pushed_with_the_engine(world: World) ->
     assert "## Promoted from staging" in (world.out / "release.md").read_text()
 
 
+def promoter(world: World, calls: list[tuple[str, str, str]]) -> Callable[[str, str, str], Any]:
+    """Registry-side promotion as the registry double sees it: the staged manifest under the release tag."""
+    def promote(source: str, repo: str, tag: str) -> Any:
+        calls.append((source, repo, tag))
+        image_id = next(i for i, labels in world.engine.labels.items() if source.endswith(manifest_for(i).digest))
+        m = manifest_for(image_id)
+        world.reg.repo_tags[tag] = m
+        world.reg.labels[image_id] = world.engine.labels[image_id]
+        return SimpleNamespace(digest=m.digest, to_json=lambda: {"mounted": 2, "copied": 0, "present": 0, "bytes_moved": 0, "seconds": 0.1})
+    return promote
+
+
+def staged_item(torch: str, how: policy.Evidence = ON_GPU) -> publish.Item:
+    it = item(torch, how=how)
+    return publish.Item(**{**it.__dict__, "source": "h.test/ml/staging@" + manifest_for(it.image_id or "").digest})
+
+
+def test_a_staged_cuda_image_verified_without_a_gpu_is_not_promoted_without_the_flag(world: World) -> None:
+    calls: list[tuple[str, str, str]] = []
+    data = world.release([staged_item("2.9.1", ON_CPU)], promote=promoter(world, calls))
+    (t,) = data["targets"]
+    assert (t["status"], t["gpu_verified"], calls, world.reg.repo_tags, data["ok"]) == ("not-gpu-verified", False, [], {}, False)
+
+
+def test_a_staged_cuda_image_verified_without_a_gpu_is_promoted_marked_and_never_floats(world: World) -> None:
+    calls: list[tuple[str, str, str]] = []
+    data = world.release([staged_item("2.9.1", ON_CPU), staged_item("2.9.0")], promote=promoter(world, calls),
+                         allow_cpu_verification=True)
+    cpu, gpu = data["targets"]
+    assert [c[2] for c in calls] == ["2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130-not-gpu-verified",
+                                     "2.9.0-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130"]
+    assert (cpu["status"], cpu["gpu_verified"], cpu["floating"], cpu["source"]) == ("pushed", False, [], calls[0][0])
+    assert world.engine.pushes == []  # promoted, never pushed with the engine
+    assert {f["tag"]: f["target"] for f in data["floating"]} == {"latest": gpu["target"], "v2.9-base": gpu["target"]}
+
+
+def test_the_fleet_gate_holds_back_a_promoted_digest_like_a_pushed_one(world: World) -> None:
+    calls: list[tuple[str, str, str]] = []
+    it = staged_item("2.9.1")
+    staged_digest = it.source.rsplit("@", 1)[1] if it.source else ""
+    seen: list[str | None] = []
+
+    def gate(digest: str | None) -> str | None:
+        seen.append(digest)
+        return "held back by the fleet: class h200 has no fleet result"
+
+    data = world.release([it], promote=promoter(world, calls), floating_gate=gate)
+    assert seen == [staged_digest] and data["targets"][0]["digest"] == staged_digest
+    assert {f["action"] for f in data["floating"]} == {"kept"} and data["targets"][0]["floating"] == []
+    assert all("held back by the fleet" in f["reason"] for f in data["floating"])
+
+
 def test_a_build_report_from_another_matrix_is_refused() -> None:
     plan = SimpleNamespace(by_id=lambda: {"a": SimpleNamespace(layer="base", cell="c")})
     with pytest.raises(UserError) as err:
@@ -481,9 +608,10 @@ def test_a_build_report_from_another_matrix_is_refused() -> None:
 
 
 def test_publish_takes_image_and_tag_policy_from_the_matrix(world: World) -> None:
-    m = matrix.load(ROOT / "examples" / "local.yaml")
+    m = matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=LOCAL_ROOTS)
     world.reg.host = "127.0.0.1:5000"
-    it = publish.Item("t", "base", "c", "sha256:" + "3" * 64, facts("2.14.1+cu130", cuda="13.0", os="debian12"), True, True)
+    it = publish.Item("t", "base", "c", "sha256:" + "3" * 64, facts("2.14.1+cu130", cuda="13.0", os="debian12"), True, True,
+                      evidence=ON_GPU)
     report = publish.publish(world.engine, world.reg, m, [it], DATE, world.out, sleep=world.sleeps.append)
     assert [p["reference"] for p in report.pushed()] == [
         "127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130",
@@ -655,3 +783,52 @@ def test_a_failed_evidence_step_fails_the_release_but_keeps_what_was_pushed(worl
     assert data["errors"] == ["2.9.1-base: evidence not attached: attaching evidence to reg.test:5000/ml/pytorch:"
                               "2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130: push 127.0.0.1:5000/ml/pytorch failed: "
                               "HTTP 403 DENIED (give the robot push permission)"]
+
+
+# -- a registry's own answer, tags that do not outlive a failed push, interrupted runs -------------------
+
+
+def storage_full() -> registry.RegistryHTTPError:
+    said = "HTTP 500 UNKNOWN: unknown error (filesystem: write /data/x: No space left on device (errno 28))"
+    return registry.RegistryHTTPError(f"push reg.test:5000/ml/pytorch failed: {said} (...)", 500, False, said=said,
+                                      hint="the registry's storage is full or refuses writes: free space")
+
+
+def test_a_full_registry_stops_the_release_at_once_with_its_answer(world: World) -> None:
+    world.reg.upload_fail = [storage_full()]  # the upload check before the first push
+    data = world.release([item("2.9.1")])
+    assert world.sleeps == [] and world.engine.pushes == [] and world.engine.auths == []
+    assert data["errors"] == ["starting an upload to reg.test:5000/ml/pytorch: push reg.test:5000/ml/pytorch failed: HTTP 500 "
+                              "UNKNOWN: unknown error (filesystem: write /data/x: No space left on device (errno 28)) (...)"]
+    assert world.engine.local_tags == {}  # nothing tagged for a push that never started
+
+
+def test_a_push_the_registry_refuses_shows_its_answer_and_is_not_retried(world: World) -> None:
+    from imagesmith.engine import push_error
+
+    world.engine.fail = [push_error("reg.test:5000/ml/pytorch:t", "received unexpected HTTP status: 500 Internal Server Error", {})]
+    world.reg.upload_fail = [None, storage_full()]  # fine before the push; full when asked why it failed
+    data = world.release([item("2.9.1")])
+    ref = "reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130"
+    assert world.sleeps == [] and len(world.engine.auths) == 1 and world.reg.upload_checks == 2
+    assert data["errors"] == [f"push {ref} failed: received unexpected HTTP status: 500 Internal Server Error; the registry "
+                              "says: HTTP 500 UNKNOWN: unknown error (filesystem: write /data/x: No space left on device (errno 28)) "
+                              "(the registry's storage is full or refuses writes: free space)"]
+    assert ref not in world.engine.local_tags  # the release tag went with the failed push
+
+
+def test_a_transient_server_error_the_registry_no_longer_shows_is_retried(world: World) -> None:
+    from imagesmith.engine import push_error
+
+    world.engine.fail = [push_error("r:t", "received unexpected HTTP status: 503 Service Unavailable", {})]
+    data = world.release([item("2.9.1")])
+    assert data["ok"] and world.sleeps == [1.0] and len(world.engine.pushes) == 1
+
+
+def test_an_interrupted_release_says_so_and_keeps_no_tag(world: World) -> None:
+    world.engine.fail = [KeyboardInterrupt()]  # type: ignore[list-item]
+    with pytest.raises(KeyboardInterrupt):
+        world.release([item("2.9.1"), item("2.9.2")])
+    data = json.loads((world.out / "release.json").read_text())
+    assert (data["state"], data["interrupted_by"], data["ok"]) == ("interrupted", "SIGINT", False)
+    assert [t["status"] for t in data["targets"]] == ["not-pushed", "not-pushed"] and world.engine.local_tags == {}

@@ -437,3 +437,22 @@ def test_a_real_two_h200_standard_run_renders() -> None:
     cases = [c for suite in xml for c in suite]
     assert len(cases) == len(target.verify.checks) == 51  # type: ignore[union-attr]
     assert sum(outcome(c) == "skipped" for c in cases) == 7 and not any(outcome(c) == "failure" for c in cases)
+
+
+def test_a_cuda_image_verified_in_cpu_mode_reads_not_gpu_verified(tmp_path: Path) -> None:
+    doc = json.loads((FIXTURES / "run-report.json").read_text())
+    target = "2.14.1-cu130-py3.11-debian12-base"
+    doc["verify"][target]["environment"]["gpus"] = []
+    doc["verify"][target]["mode"] = {"mode": "cpu", "gpus": 0, "requested": "all", "status": "skip",
+                                     "reason": "CPU mode: no GPU visible (x); CPU verification allowed "
+                                               "(--allow-cpu-verification / verify.require_gpu: false): not GPU-verified",
+                                     "gpu_checks": {"skip": 9}}
+    rel = next(t for t in doc["release"]["targets"] if t["target"] == target)
+    rel["note"] = "not GPU-verified: CPU mode; immutable tag only"
+    run = report.parse(doc, "run-report.json")
+    t = next(t for t in run.targets if t.id == target)
+    assert (t.status, t.ok) == ("passed, not GPU-verified", True)
+    md = report.to_markdown(run)
+    assert f"| ✅ {target} | passed, not GPU-verified |" in md
+    assert "not GPU-verified: CPU mode; immutable tag only" in md
+    assert 'class="badge s-passed"' in report.to_html(run)

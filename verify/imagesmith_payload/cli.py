@@ -6,13 +6,17 @@ import argparse
 import datetime
 import os
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import checks  # noqa: F401  (registers every check)
-from .config import Config, ConfigError, load_config_file, with_expectations, with_overrides
+from .config import (Config, ConfigError, load_config_file, parse_config, with_expectations,
+                     with_overrides)
 from .context import Context
+from .checks.devices import run_mode
 from .environment import collect
+from .gpumode import Mode
 from .parsers import parse_expect
 from .registry import REGISTRY, select
 from .report import build_report, emit_marker, write_report
@@ -28,6 +32,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", choices=("quick", "standard", "soak"))
     p.add_argument("--require-gpu", action="store_true", default=None,
                    help="fail (not skip) when no GPU is visible")
+    p.add_argument("--gpus", help="what was asked for: all, none (CPU mode) or a list such as 0,1; "
+                                  "fewer visible GPUs than asked fails gpu.devices (default: auto, "
+                                  "whatever is visible)")
+    p.add_argument("--allow-cpu", action="store_true", default=None,
+                   help="with --gpus all and no GPU visible: CPU mode instead of a failure")
     p.add_argument("--expect", help="NAME=VERSION,... e.g. torch=2.9.1,cuda=12.8,torchvision=0.24")
     p.add_argument("--out", help="write the report JSON here")
     p.add_argument("--emit-marker", action="store_true",
@@ -43,17 +52,33 @@ def _ids(text: Optional[str]) -> Optional[tuple]:
     return None if text is None else tuple(s.strip() for s in text.split(",") if s.strip())
 
 
+def _gpus_flag(text: Optional[str]) -> Optional[str]:
+    return None if text is None else parse_config({"gpus": text}).gpus
+
+
 def make_config(args: argparse.Namespace) -> Config:
     config = load_config_file(args.config)
-    config = with_overrides(config, tier=args.tier, require_gpu=args.require_gpu,
+    gpus = _gpus_flag(args.gpus)
+    config = with_overrides(config, tier=args.tier, require_gpu=args.require_gpu, gpus=gpus,
+                            allow_cpu=args.allow_cpu,
                             soak_minutes=args.soak_minutes, only=_ids(args.only),
                             skip=_ids(args.skip))
     if args.expect:
         try:
             config = with_expectations(config, parse_expect(args.expect))
         except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise ConfigError(f"--expect {exc}") from exc
     return config
+
+
+def chosen(config: Config) -> List[Any]:
+    """The host's exact list (config.checks) or the tier's checks with --only/--skip."""
+    if config.checks is None:
+        return select(config.tier, config.only, config.skip)
+    unknown = [c for c in config.checks if c not in REGISTRY]
+    if unknown:
+        raise ConfigError(f"config key 'checks': unknown check {unknown[0]!r} (verify/run.py --list names them)")
+    return [REGISTRY[c] for c in config.checks]
 
 
 def list_checks() -> int:
@@ -69,11 +94,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return list_checks()
     try:
         config = make_config(args)
-        specs = select(config.tier, config.only, config.skip)
+        specs = chosen(config)
     except ConfigError as exc:
         print(f"verify/run.py: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if not specs:
+    if not specs and config.checks is None:  # the host may ask for none (it runs its own checks)
         print("verify/run.py: error: --only/--skip leave no check to run", file=sys.stderr)
         return EXIT_USAGE
     return Session(config, args.out, args.emit_marker).run(specs)
@@ -84,6 +109,7 @@ class Session:
 
     def __init__(self, config: Config, out: Optional[str], marker: bool) -> None:
         self.config, self.out, self.marker = config, out, marker
+        self._finished = threading.Lock()  # the watchdog and the main thread: one report only
         self.ctx = Context(config)
         self.started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
@@ -100,8 +126,13 @@ class Session:
         return self._finish(entries)
 
     def _finish(self, entries: List[Dict[str, Any]]) -> int:
+        self._finished.acquire()  # held for good: if the watchdog has it, it reports and exits
+        return self._report(entries)
+
+    def _report(self, entries: List[Dict[str, Any]]) -> int:
         report = build_report(self.config.tier, self.started, time.monotonic() - self.t0,
-                              self.environment, entries)
+                              self.environment, entries, self.config.nonce)
+        report["mode"] = mode_summary(run_mode(self.ctx), entries)
         if self.out:
             write_report(self.out, report)
         if self.marker:
@@ -113,15 +144,29 @@ class Session:
         return EXIT_OK if s["ok"] else EXIT_FAILED
 
     def _hung(self, entries: List[Dict[str, Any]]) -> None:
-        """Called by the watchdog thread: report what we have, then stop hard."""
+        """Called by the watchdog thread: report what we have, then stop hard
+        (unless the main thread is reporting already)."""
+        if not self._finished.acquire(blocking=False):
+            return
         try:
-            self._finish(entries)
+            self._report(entries)
         finally:
             os._exit(EXIT_FAILED)
 
     def _header(self, n: int) -> None:
         env = self.environment
         gpus = ", ".join(f"{g['name']} ({g['capability']})" for g in env.get("gpus") or []) or "none"
+        print(f"imagesmith payload: {run_mode(self.ctx).reason}", file=sys.stderr, flush=True)
         print(f"imagesmith payload: tier {self.config.tier}, {n} checks; python {env['python']}, "
               f"torch {env['torch']}, cuda {env['cuda']}, driver {env['driver']}; GPUs: {gpus}",
               file=sys.stderr, flush=True)
+
+
+def mode_summary(mode: Mode, entries: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The run's mode and how its GPU checks (needs gpu / multi_gpu) ended."""
+    counts = {status: 0 for status in ("pass", "warn", "fail", "skip")}
+    for entry in entries:
+        spec = REGISTRY.get(entry["id"])
+        if spec is not None and spec.needs in ("gpu", "multi_gpu"):
+            counts[entry["status"]] += 1
+    return dict(mode.to_json(), gpu_checks=counts)

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from .judge import CudaRelease
 
 SCHEMA = "imagesmith.verify-config/1"
 TIERS = ("quick", "standard", "soak")
 CORE_VERSIONS = ("torch", "cuda", "cudnn", "nccl", "python", "os")
 THRESHOLD_KEYS = ("baseline", "fail_fraction", "warn_fraction")
+RELEASE_KEYS = ("release", "cudart", "driver")
 
 
 class ConfigError(ValueError):
@@ -33,13 +37,28 @@ class Expected:
 
 
 @dataclass(frozen=True)
+class ImageConfig:
+    """What the image runs when started normally (docker inspect .Config)."""
+
+    user: str = ""
+    entrypoint: Tuple[str, ...] = ()
+    cmd: Tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    exposed_ports: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     tier: str = "quick"
     require_gpu: bool = False
     expect_gpus: Optional[int] = None
+    gpus: str = "auto"  # what was asked: all | none | 0,1 (imagesmith always says); auto: whatever is visible
+    allow_cpu: bool = False  # gpus all with none visible: CPU mode instead of a failure
+    gpu_unavailable: Optional[str] = None  # the host's reason it could not attach GPUs
     expected: Expected = field(default_factory=Expected)
     toolkit_driver: Optional[str] = None
     min_driver: Optional[str] = None
+    cuda_releases: Tuple[CudaRelease, ...] = ()
     layers: Tuple[str, ...] = ()
     expect_non_root: Optional[bool] = None
     thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -50,6 +69,9 @@ class Config:
     collective_timeout_s: float = 180.0
     only: Tuple[str, ...] = ()
     skip: Tuple[str, ...] = ()
+    nonce: Optional[str] = None  # the host's run identity: the report must echo it
+    checks: Optional[Tuple[str, ...]] = None  # exactly these checks (the host's request), in this order
+    image: Optional[ImageConfig] = None  # the image's configuration as the engine reports it
 
 
 # ----------------------------------------------------------------- validators
@@ -79,6 +101,15 @@ def _tier(path: str, value: Any) -> str:
     return str(value)
 
 
+def _gpus(path: str, value: Any) -> str:
+    """all | none | auto | a comma-separated list of GPU indexes or UUIDs."""
+    text = _str(path, value).strip()
+    items = [g.strip() for g in text.split(",")]
+    if text in ("all", "none", "auto") or (text and all(re.fullmatch(r"\d+|(GPU|MIG)-[A-Za-z0-9-]+", g) for g in items)):
+        return text if text in ("all", "none", "auto") else ",".join(items)
+    raise ConfigError(f"config key {path!r}: expected all, none, auto or a list such as 0,1, got {value!r}")
+
+
 def _positive(inner: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
     def check(path: str, value: Any) -> Any:
         value = inner(path, value)
@@ -106,13 +137,16 @@ _TOP: Dict[str, Callable[[str, Any], Any]] = {
     "tier": _tier,
     "require_gpu": _bool,
     "expect_gpus": _optional(_positive(_int)),
+    "gpus": _gpus,
+    "allow_cpu": _bool,
+    "gpu_unavailable": _optional(_str),
     "soak_minutes": _positive(_num),
     "leak_inject_mib": _positive(_num),
     "burn_seconds": _positive(_num),
     "contention_processes": _positive(_int),
     "collective_timeout_s": _positive(_num),
 }
-_SECTIONS = ("schema", "expected", "driver", "layers", "security", "thresholds")
+_SECTIONS = ("schema", "expected", "driver", "layers", "security", "thresholds", "nonce", "checks", "image")
 
 
 def parse_config(data: Any) -> Config:
@@ -128,6 +162,9 @@ def parse_config(data: Any) -> Config:
     values["layers"] = _layers(data.get("layers") or [])
     values["expect_non_root"] = _security(data.get("security") or {})
     values["thresholds"] = _thresholds(data.get("thresholds") or {})
+    values["nonce"] = _optional(_str)("nonce", data.get("nonce"))
+    values["checks"] = None if data.get("checks") is None else _names("checks", data["checks"])
+    values["image"] = None if data.get("image") is None else _image(data["image"])
     return Config(**values)
 
 
@@ -140,16 +177,51 @@ def _expected(data: Any) -> Expected:
     return Expected(packages=pkgs, **core)
 
 
-def _driver(data: Any) -> Dict[str, Optional[str]]:
+def _driver(data: Any) -> Dict[str, Any]:
     data = _object("driver", data)
-    _unknown("driver", data, ("toolkit_driver", "min_driver"))
-    return {k: _optional(_str)(f"driver.{k}", data.get(k)) for k in ("toolkit_driver", "min_driver")}
+    _unknown("driver", data, ("toolkit_driver", "min_driver", "releases"))
+    out: Dict[str, Any] = {k: _optional(_str)(f"driver.{k}", data.get(k))
+                           for k in ("toolkit_driver", "min_driver")}
+    releases = data.get("releases") or []
+    if not isinstance(releases, list):
+        raise ConfigError(f"config key 'driver.releases': expected a list, got {releases!r}")
+    out["cuda_releases"] = tuple(_release(f"driver.releases[{i}]", r) for i, r in enumerate(releases))
+    return out
+
+
+def _release(path: str, data: Any) -> CudaRelease:
+    data = _object(path, data)
+    _unknown(path, data, RELEASE_KEYS + ("min_driver",))
+    missing = [k for k in RELEASE_KEYS if k not in data]
+    if missing:
+        raise ConfigError(f"config key '{path}.{missing[0]}': missing; a release needs {', '.join(RELEASE_KEYS)}")
+    values = {k: _str(f"{path}.{k}", data.get(k)) for k in RELEASE_KEYS}
+    return CudaRelease(min_driver=_optional(_str)(f"{path}.min_driver", data.get("min_driver")), **values)
+
+
+def _names(path: str, data: Any) -> Tuple[str, ...]:
+    if not isinstance(data, list):
+        raise ConfigError(f"config key {path!r}: expected a list of names, got {data!r}")
+    return tuple(_str(f"{path}[{i}]", v) for i, v in enumerate(data))
 
 
 def _layers(data: Any) -> Tuple[str, ...]:
-    if not isinstance(data, list):
-        raise ConfigError(f"config key 'layers': expected a list of names, got {data!r}")
-    return tuple(_str(f"layers[{i}]", v) for i, v in enumerate(data))
+    return _names("layers", data)
+
+
+_IMAGE_KEYS = ("user", "entrypoint", "cmd", "env", "exposed_ports")
+
+
+def _image(data: Any) -> ImageConfig:
+    data = _object("image", data)
+    _unknown("image", data, _IMAGE_KEYS)
+    env = _object("image.env", data.get("env") or {})
+    return ImageConfig(
+        user=_optional(_str)("image.user", data.get("user")) or "",
+        entrypoint=_names("image.entrypoint", data.get("entrypoint") or []),
+        cmd=_names("image.cmd", data.get("cmd") or []),
+        env={str(k): _str(f"image.env.{k}", v) for k, v in env.items()},
+        exposed_ports=_names("image.exposed_ports", data.get("exposed_ports") or []))
 
 
 def _security(data: Any) -> Optional[bool]:

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any, Dict, List, Optional
 
 from .baselines import Baselines, load_baselines, threshold_for
 from .config import Config
 from .judge import Threshold
+
+
+def import_warnings(caught: List[warnings.WarningMessage]) -> List[str]:
+    """One line per distinct warning (category: first line of the message)."""
+    lines = [f"{w.category.__name__}: {str(w.message).strip().splitlines()[0] if str(w.message).strip() else ''}"
+             for w in caught]
+    return list(dict.fromkeys(line[:300] for line in lines))
 
 
 class TorchUnavailable(RuntimeError):
@@ -21,16 +29,20 @@ class Context:
         self.cache: Dict[str, Any] = {}
         self._torch: Any = None
         self.torch_error: Optional[str] = None
+        self.torch_warnings: List[str] = []  # what `import torch` warned about (e.g. no NumPy)
         self._gpu_count: Optional[int] = None
 
     # ----------------------------------------------------------------- torch
     def try_torch(self) -> bool:
         """Import torch once; remember why not."""
         if self._torch is None and self.torch_error is None:
-            try:
-                self._torch = importlib.import_module("torch")
-            except Exception as exc:  # ImportError, OSError from a missing .so, ...
-                self.torch_error = f"{type(exc).__name__}: {exc}"
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    self._torch = importlib.import_module("torch")
+                except Exception as exc:  # ImportError, OSError from a missing .so, ...
+                    self.torch_error = f"{type(exc).__name__}: {exc}"
+            self.torch_warnings = import_warnings(caught)
         return self._torch is not None
 
     @property
@@ -47,7 +59,7 @@ class Context:
         return self._gpu_count
 
     def _count_gpus(self) -> int:
-        if not self.try_torch():
+        if self.config.gpus == "none" or not self.try_torch():  # --gpus none: CPU mode as asked
             return 0
         try:
             return int(self.torch.cuda.device_count()) if self.torch.cuda.is_available() else 0

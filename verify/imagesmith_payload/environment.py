@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .context import Context
 from .judge import cudnn_version_string, nccl_version_string
+from .libs import cuda_runtime_version
 from .nvml import driver_version
 from .parsers import os_tag, parse_os_release
 
@@ -80,7 +81,9 @@ def collect(ctx: Context) -> Dict[str, Any]:
         "os": _guard(os_name),
         "torch": ctx.torch.__version__ if torch_ok else None,
         "torch_error": None if torch_ok else ctx.torch_error,
+        "torch_warnings": list(ctx.torch_warnings),
         "cuda": _guard(lambda: ctx.torch.version.cuda) if torch_ok else None,
+        "cuda_runtime": _guard(lambda: (cuda_runtime_version() or (None,))[0]),
         "cudnn": _guard(lambda: torch_cudnn(ctx)),
         "nccl": _guard(lambda: torch_nccl(ctx)),
         "driver": _guard(driver_version),

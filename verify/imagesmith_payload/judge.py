@@ -111,6 +111,52 @@ def judge_driver(actual: str, toolkit_driver: str, min_driver: Optional[str]) ->
                   f"'driver too old'; upgrade the host driver to >= {toolkit_driver}")
 
 
+@dataclass(frozen=True)
+class CudaRelease:
+    """A CUDA toolkit release with its runtime (cudart) version and driver (from the host)."""
+
+    release: str  # "12.8.1"
+    cudart: str  # "12.8.90"
+    driver: str  # "570.124.06"
+    min_driver: Optional[str] = None
+
+    @property
+    def label(self) -> str:
+        """'12.8.1' -> 'CUDA 12.8 Update 1', '12.8.0' -> 'CUDA 12.8 GA'."""
+        parts = version_tuple(self.release) + (0, 0, 0)
+        return f"CUDA {parts[0]}.{parts[1]} " + (f"Update {parts[2]}" if parts[2] else "GA")
+
+
+def runtime_release(cudart: str, releases: Sequence[CudaRelease]) -> Tuple[Optional[CudaRelease], bool]:
+    """The toolkit release a measured CUDA runtime version belongs to, and whether
+    the match is exact.  Exact: the earliest release shipping that cudart (later
+    updates may ship it unchanged, and need no newer driver).  Otherwise, within
+    the same CUDA minor, the first release of the newest older cudart (a runtime
+    the knowledge base does not list needs at least that release's driver)."""
+    have = version_tuple(cudart)
+    by_release = sorted(releases, key=lambda r: version_tuple(r.release))
+    exact = [r for r in by_release if version_tuple(r.cudart) == have]
+    if exact:
+        return exact[0], True
+    minor = [r for r in by_release if version_tuple(r.cudart)[:2] == have[:2]]
+    older = [r for r in minor if version_tuple(r.cudart) <= have]
+    if not older:
+        return (minor[0] if minor else None), False
+    newest = max(version_tuple(r.cudart) for r in older)
+    return next(r for r in older if version_tuple(r.cudart) == newest), False
+
+
+def judge_driver_for_runtime(actual: str, cudart: str, source: str,
+                             releases: Sequence[CudaRelease]) -> Optional[Tuple[str, str]]:
+    """The driver against the release of the image's CUDA runtime; None when unknown."""
+    found, exact = runtime_release(cudart, releases)
+    if found is None:
+        return None
+    status, detail = judge_driver(actual, found.driver, found.min_driver)
+    how = "is" if exact else f"is not in the knowledge base; judged as {found.cudart} of"
+    return status, f"CUDA runtime {cudart} ({source}) {how} {found.label}: {detail}"
+
+
 def judge_driver_cuda(driver_cuda: str, toolkit_cuda: str) -> Tuple[str, str]:
     """Without a knowledge base: the driver's CUDA version against torch's."""
     have, need = version_tuple(driver_cuda)[:2], version_tuple(toolkit_cuda)[:2]

@@ -7,16 +7,20 @@ system (LD_LIBRARY_PATH, /usr/local/cuda, the ldconfig cache).
 
 from __future__ import annotations
 
+import base64
+import concurrent.futures
 import ctypes
 import glob
+import hashlib
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .judge import cuda_version_string, cudnn_version_string, nccl_version_string
 from .parsers import parse_torch_version_py
@@ -201,3 +205,129 @@ def _load_cudnn_siblings(path: str) -> Tuple[int, Tuple[str, ...]]:
         except OSError as exc:
             errors.append(f"{os.path.basename(sibling)}: {exc}")
     return loaded, tuple(errors)
+
+
+# ---------------------------------------------------------- CUDA runtime
+RUNTIME_WHEELS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
+                  "nvidia-cuda-runtime-cu11")
+
+
+def cuda_runtime_version(build: Optional[TorchBuild] = None) -> Optional[Tuple[str, str]]:
+    """(version, where it was read) of the CUDA runtime this image carries: the
+    nvidia-cuda-runtime wheel's version (= the cudart component version), else the
+    full version in the real file name of libcudart (libcudart.so.12.8.90)."""
+    from importlib import metadata
+    for name in RUNTIME_WHEELS:
+        try:
+            return metadata.version(name), f"{name} wheel"
+        except metadata.PackageNotFoundError:
+            continue
+    build = build or torch_build()
+    major = (build.cuda or "").split(".")[0] or None
+    path = find_library(LIBRARIES["cudart"].patterns(major), search_dirs(build.path)) if build.cuda else None
+    real = os.path.basename(os.path.realpath(path)) if path else ""
+    found = re.search(r"\.so\.(\d+\.\d+\.\d+)$", real)
+    return (found.group(1), real) if found else None
+
+
+
+# ---------------------------------------------------------------- integrity
+# Every shared library of the nvidia-* wheels (CUDA runtime, cuBLAS, cuDNN, NCCL,
+# ...) must be on disk, match the sha256 its wheel's RECORD lists, and load.
+# A partly removed or corrupted cuDNN is caught without a GPU: torch still
+# imports and cudnn.version() still answers when only libcudnn_cnn* is gone.
+SHARED_LIBRARY = re.compile(r"\.so(\.\d+)*$")
+NEEDS_DRIVER = ("libcuda.so", "libnvidia-ml.so")  # not in an image: the runtime injects them
+
+
+@dataclass(frozen=True)
+class RecordedLibrary:
+    dist: str  # "nvidia-cudnn-cu13 9.24.0.43"
+    path: str  # absolute
+    hash: Optional[str]  # "sha256=<urlsafe base64>" from RECORD
+
+
+def cuda_distributions() -> List[Any]:
+    """Installed distributions named nvidia-* (the CUDA wheels torch depends on)."""
+    from importlib import metadata
+    found = {}
+    for dist in metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "")).lower()
+        if name.startswith("nvidia-") and name not in found:
+            found[name] = dist
+    return [found[n] for n in sorted(found)]
+
+
+def recorded_libraries(dist: Any) -> List[RecordedLibrary]:
+    label = f"{dist.metadata['Name']} {dist.version}"
+    return [RecordedLibrary(label, str(dist.locate_file(f)), f.hash and f"{f.hash.mode}={f.hash.value}")
+            for f in dist.files or () if SHARED_LIBRARY.search(f.name)]
+
+
+def hash_problem(lib: RecordedLibrary) -> Optional[str]:
+    """Why `lib` is not the file its wheel installed (None when it is)."""
+    if not os.path.isfile(lib.path):
+        return "missing"
+    if not lib.hash:
+        return None
+    mode, _, expected = lib.hash.partition("=")
+    digest = hashlib.new(mode)
+    with open(lib.path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    return None if actual == expected else f"{mode} differs from the wheel's RECORD"
+
+
+def hash_problems(libs: Sequence[RecordedLibrary]) -> Dict[str, str]:
+    """path -> problem for every library that is missing or altered (threads: hashlib
+    releases the GIL on large reads)."""
+    workers = max(1, min(8, os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        results = pool.map(hash_problem, libs)
+    return {lib.path: p for lib, p in zip(libs, results) if p}
+
+
+LOADER = """
+import ctypes, json, sys
+paths, errors = json.load(sys.stdin), {}
+for _ in range(4):  # later passes: a library whose dependency loaded in an earlier one
+    errors = {}
+    for p in paths:
+        try:
+            ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            errors[p] = str(exc)
+    if not errors or len(errors) == len(paths):
+        break
+    paths = [p for p in paths if p in errors]
+print(json.dumps(errors))
+"""
+
+
+def load_problems(paths: Sequence[str], timeout: float = 240.0) -> Dict[str, str]:
+    """path -> loader error, from a child process (a library that crashes while
+    loading must not take the payload with it, nor stay mapped in it)."""
+    if not paths:
+        return {}
+    proc = subprocess.run([sys.executable, "-c", LOADER], input=json.dumps(list(paths)),
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        tail = " ".join((proc.stderr or "").strip().splitlines()[-2:])
+        return {p: f"the loader process died (exit {proc.returncode}): {tail}" for p in paths}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def needs_driver(error: str) -> bool:
+    return any(name in error for name in NEEDS_DRIVER)
+
+
+MISSING_DEPENDENCY = re.compile(r"([^\s:/]+\.so[.\d]*): cannot open shared object file")
+
+
+def outside_dependency(error: str, wheel_names: Sequence[str]) -> Optional[str]:
+    """The library a load failed on when no nvidia-* wheel ships it (an optional
+    plugin's MPI, UCX, libfabric or RDMA library), else None."""
+    found = MISSING_DEPENDENCY.search(error)
+    dep = found.group(1) if found else None
+    return dep if dep and dep not in wheel_names and not needs_driver(dep) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
 import shlex
@@ -106,15 +107,63 @@ def _hex_address(addr_hex: str) -> str:
     return "::" if set(addr_hex) == {"0"} else addr_hex
 
 
+# --------------------------------------------------------------------- --expect
+# Names --expect knows, with what their VERSION must look like; any other
+# Python distribution is written pip:NAME=VERSION.
+EXPECT_CORE = ("torch", "cuda", "cudnn", "nccl", "python", "os")
+EXPECT_PACKAGES = ("torchvision", "torchaudio", "triton", "numpy", "transformers", "tokenizers",
+                   "opencv-python-headless", "opencv-python")
+EXPECT_NAMES = EXPECT_CORE + EXPECT_PACKAGES
+_VERSION = re.compile(r"^v?\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?$", re.I)
+_CUDA = re.compile(r"^(cpu|\d+\.\d+(\.\d+)?)$", re.I)
+_OS = re.compile(r"^[a-z][a-z0-9._-]*$")
+_DIST = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$", re.I)
+_EXPECT_SHAPES = {"cuda": (_CUDA, "a CUDA version such as 12.8, or cpu for a CPU-only build"),
+                  "os": (_OS, "an OS tag such as debian12 or ubuntu24.04")}
+_VERSION_SHAPE = (_VERSION, "a version such as 2.9.1 (a prefix such as 2.9 matches 2.9.x)")
+
+
 def parse_expect(text: str) -> Dict[str, str]:
-    """'torch=2.9.1,cuda=12.8,torchvision=0.24' -> {'torch': '2.9.1', ...}."""
-    out = {}
+    """'torch=2.9.1,cuda=12.8,pip:einops=0.8' -> {'torch': '2.9.1', 'cuda': '12.8', 'einops': '0.8'}.
+
+    Comma-separated NAME=VERSION items; NAME is one of EXPECT_NAMES or pip:DIST;
+    cuda=cpu expects a CPU-only torch (as the io.imagesmith.cuda=cpu label does).
+    A ValueError names the item and what to write instead."""
+    out: Dict[str, str] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise ValueError(f"--expect item {item!r}: expected NAME=VERSION")
-        out[key.strip()] = value.strip()
+        name, value = _expect_item(item)
+        if name in out:
+            raise ValueError(f"item {item!r}: {name} is expected twice; give it once")
+        out[name] = value
     return out
+
+
+def _expect_item(item: str) -> Tuple[str, str]:
+    key, sep, value = (part.strip() for part in item.partition("="))
+    if not sep or not key or not value:
+        raise ValueError(f"item {item!r}: expected NAME=VERSION, e.g. torch=2.9.1")
+    if value.startswith("="):
+        raise ValueError(f"item {item!r}: write one '=': {key}={value.lstrip('=').strip()}")
+    name = _expect_name(item, key)
+    pattern, shape = _EXPECT_SHAPES.get(name, _VERSION_SHAPE)
+    if not pattern.match(value):
+        hint = "; separate items with commas: torch=2.9.1,cuda=12.8" if re.search(r"[;=&|]", value) else ""
+        raise ValueError(f"item {item!r}: {value!r} is not {shape}{hint}")
+    return name, value.lower() if name == "cuda" else value
+
+
+def _expect_name(item: str, key: str) -> str:
+    if key.lower().startswith("pip:"):
+        dist = key[4:].strip()
+        if not _DIST.match(dist):
+            raise ValueError(f"item {item!r}: {dist!r} is not a Python distribution name")
+        return dist.lower().replace("_", "-")
+    if key.lower() in EXPECT_NAMES:
+        return key.lower()
+    close = difflib.get_close_matches(key.lower(), EXPECT_NAMES, n=1)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(f"item {item!r}: unknown name {key!r}; {guess}known: {', '.join(EXPECT_NAMES)}, "
+                     f"or pip:NAME for any other Python distribution")
 
 
 # ------------------------------------------------------------------------ sshd
@@ -194,16 +243,10 @@ def judge_sshd(settings: Dict[str, str]) -> Tuple[str, List[str]]:
 
 
 # --------------------------------------------------------------------- jupyter
-_EMPTY_TOKEN = re.compile(
-    r"^\s*c\.(?:ServerApp|NotebookApp|IdentityProvider)\.token\s*=\s*(['\"])\1", re.M)
-_PASSWORD = re.compile(
-    r"^\s*c\.(?:ServerApp|NotebookApp|PasswordIdentityProvider)\.(?:hashed_)?password\s*=\s*"
-    r"(['\"])[^'\"]+\1", re.M)
-
-
 def jupyter_config_disables_auth(text: str) -> bool:
     """A jupyter_*_config.py that sets an empty token and no password."""
-    return bool(_EMPTY_TOKEN.search(text)) and not _PASSWORD.search(text)
+    from .services import config_disables_auth
+    return config_disables_auth("jupyter_config.py", text)
 
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence, TextIO
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from .judge import FAIL, STATUSES
 
@@ -15,7 +15,7 @@ SCHEMA = "imagesmith.verify-report/1"
 MARKER = "@@IMAGESMITH-REPORT@@ "
 CHECK_KEYS = ("id", "title", "status", "value", "threshold", "unit", "baseline",
               "percent_of_baseline", "detail", "optional", "duration_s")
-TOP_KEYS = ("schema", "tier", "started_at", "duration_s", "environment", "checks", "summary")
+TOP_KEYS = ("schema", "nonce", "tier", "started_at", "duration_s", "environment", "checks", "summary")
 
 Report = Dict[str, Any]
 
@@ -30,9 +30,9 @@ def summarize(checks: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def build_report(tier: str, started_at: str, duration_s: float, environment: Dict[str, Any],
-                 checks: List[Dict[str, Any]]) -> Report:
+                 checks: List[Dict[str, Any]], nonce: Optional[str] = None) -> Report:
     return sanitize({
-        "schema": SCHEMA, "tier": tier, "started_at": started_at,
+        "schema": SCHEMA, "nonce": nonce, "tier": tier, "started_at": started_at,
         "duration_s": round(duration_s, 2), "environment": environment,
         "checks": checks, "summary": summarize(checks),
     })
@@ -57,13 +57,51 @@ def validate_report(report: Any) -> List[str]:
         return ["report: expected an object"]
     problems = [f"report: missing key {k!r}" for k in TOP_KEYS if k not in report]
     if report.get("schema") != SCHEMA:
-        problems.append(f"report.schema: expected {SCHEMA!r}, got {report.get('schema')!r}")
-    for i, entry in enumerate(report.get("checks") or []):
+        problems.append(f"report.schema: expected {SCHEMA!r}, got {_short(report.get('schema'))}")
+    if not isinstance(report.get("nonce"), (str, type(None))):
+        problems.append(f"report.nonce: expected text, got {_short(report.get('nonce'))}")
+    if not isinstance(report.get("checks"), list):
+        return problems + [f"report.checks: expected a list, got {_short(report.get('checks'))}"]
+    for i, entry in enumerate(report["checks"]):
         problems += _check_problems(i, entry)
-    if isinstance(report.get("checks"), list) and report.get("summary") != summarize(
-            [c for c in report["checks"] if isinstance(c, dict) and c.get("status") in STATUSES]):
+    valid = [c for c in report["checks"] if isinstance(c, dict) and _is_status(c.get("status"))]
+    if report.get("summary") != summarize(valid):
         problems.append("report.summary: does not match the checks")
     return problems
+
+
+def answers_request(report: Report, nonce: Optional[str], requested: Dict[str, bool], tier: str) -> List[str]:
+    """Problems with a (schema-valid) report as the answer to one request: the
+    run's nonce echoed, the tier asked for, each requested check (id -> optional)
+    exactly once, no other check, optional flags as the registry declares them."""
+    problems = []
+    if report.get("nonce") != nonce:
+        seen = "missing" if report.get("nonce") is None else f"{_short(report.get('nonce'))}, not this run's"
+        problems.append(f"report.nonce: {seen}: this report was not written by this run's payload")
+    if report.get("tier") != tier:
+        problems.append(f"report.tier: expected {tier!r}, got {_short(report.get('tier'))}")
+    ids = [c.get("id") for c in report.get("checks") or [] if isinstance(c, dict)]
+    seen = {i for i in ids if isinstance(i, str)}
+    missing = [i for i in requested if i not in seen]
+    extra = sorted(str(i) for i in seen - set(requested))
+    twice = sorted({str(i) for i in ids if ids.count(i) > 1})
+    for what, names in (("missing", missing), ("not requested", extra), ("reported twice", twice)):
+        if names:
+            problems.append(f"report.checks: {what}: {', '.join(names[:5])}" + (" ..." if len(names) > 5 else ""))
+    flags = [c["id"] for c in report.get("checks") or [] if isinstance(c, dict) and c.get("id") in requested
+             and c.get("optional") is not requested[c["id"]]]
+    if flags:
+        problems.append(f"report.checks: optional flag differs from the registry: {', '.join(sorted(flags)[:5])}")
+    return problems
+
+
+def _is_status(value: Any) -> bool:
+    return isinstance(value, str) and value in STATUSES
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_problems(i: int, entry: Any) -> List[str]:
@@ -71,11 +109,15 @@ def _check_problems(i: int, entry: Any) -> List[str]:
     if not isinstance(entry, dict):
         return [f"{where}: expected an object"]
     problems = [f"{where}: missing key {k!r}" for k in CHECK_KEYS if k not in entry]
-    if entry.get("status") not in STATUSES:
+    if not isinstance(entry.get("id"), str) or not entry.get("id"):
+        problems.append(f"{where}.id: expected a check id, got {_short(entry.get('id'))}")
+    if not _is_status(entry.get("status")):
         problems.append(f"{where}.status: expected one of {', '.join(STATUSES)}, "
-                        f"got {entry.get('status')!r}")
+                        f"got {_short(entry.get('status'))}")
     if not isinstance(entry.get("detail", ""), str) or "\n" in entry.get("detail", ""):
         problems.append(f"{where}.detail: expected one line of text")
+    if not isinstance(entry.get("optional", False), bool):
+        problems.append(f"{where}.optional: expected true or false, got {_short(entry.get('optional'))}")
     return problems
 
 
@@ -112,3 +154,19 @@ def parse_marker(text: str) -> Report:
         if line.startswith(MARKER):
             return json.loads(line[len(MARKER):])
     raise ValueError("no report marker line in the output")
+
+
+def find_marker(text: str) -> Tuple[Any, Optional[str]]:
+    """(the report, None) from output holding exactly one marker line; (None, None)
+    without one; (None, why) when there are several or the line is not JSON.
+    Never raises: the output comes from an image and may be anything."""
+    lines = [line.rstrip("\r") for line in text.split("\n") if line.startswith(MARKER)]
+    if not lines:
+        return None, None
+    if len(lines) > 1:
+        return None, (f"{len(lines)} report lines in the output (the payload prints one): something in the "
+                      "image prints its own")
+    try:
+        return json.loads(lines[0][len(MARKER):]), None
+    except (ValueError, RecursionError) as exc:
+        return None, f"the report line is not JSON ({str(exc)[:120]}; {len(lines[0])} characters)"

@@ -66,7 +66,9 @@ def run_checks(specs: Sequence[CheckSpec], ctx: Context, progress: Progress,
     for i, spec in enumerate(specs, 1):
         t0 = time.monotonic()
         timeout = spec.timeout_for(ctx)
-        dog = threading.Timer(timeout, lambda s=spec, t=timeout: on_hang(done + [_hung(s, t)]))
+        rest = specs[i:]
+        dog = threading.Timer(timeout, lambda s=spec, t=timeout, r=rest: on_hang(
+            done + [_hung(s, t)] + [_not_run(x, s) for x in r]))
         dog.daemon = True
         dog.start()
         try:
@@ -81,6 +83,11 @@ def run_checks(specs: Sequence[CheckSpec], ctx: Context, progress: Progress,
 def _hung(spec: CheckSpec, timeout: float) -> Dict[str, Any]:
     return finish(spec, failed(f"did not finish within {timeout:.0f} s (hung); "
                                "the payload stopped here"), timeout)
+
+
+def _not_run(spec: CheckSpec, hung: CheckSpec) -> Dict[str, Any]:
+    """A check the payload never reached because `hung` stopped it: listed, failed."""
+    return finish(spec, failed(f"not run: the payload stopped at {hung.id} (hung)"), 0.0)
 
 
 # ------------------------------------------------------------------------ soak

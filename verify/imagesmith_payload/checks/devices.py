@@ -8,9 +8,11 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from ..context import Context
 from ..environment import gpus
-from ..judge import arch_support, judge_at_most, worst
+from ..gpumode import Mode, decide
+from ..judge import PASS, arch_support, judge_at_most, worst
+from ..libs import torch_build
 from ..registry import check
-from ..results import Result, bounded, failed, outcome, passed, skipped, warned
+from ..results import Result, bounded, failed, outcome, passed, warned
 from ._common import fresh_seed, gpu_label, precision, randn, rel_err
 
 KERNEL_TOLERANCE = 1e-5
@@ -18,9 +20,13 @@ KERNEL_TOLERANCE = 1e-5
 
 def no_gpu_reason(ctx: Context) -> str:
     """The most likely reason torch sees no GPU, as a hint to the user."""
+    if not ctx.try_torch():
+        return ctx.config.gpu_unavailable or f"torch is not importable ({ctx.torch_error})"
     torch = ctx.torch
     if not torch.version.cuda:
         return f"torch {torch.__version__} is a CPU-only build"
+    if ctx.config.gpu_unavailable:  # the host could not attach GPUs (no NVIDIA runtime)
+        return ctx.config.gpu_unavailable
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1", "none", "void"):
         return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
@@ -33,17 +39,24 @@ def no_gpu_reason(ctx: Context) -> str:
     return "torch.cuda.is_available() is False"
 
 
-@check("gpu.devices", "GPUs visible: count, name, capability, memory", unit="GPUs",
+def run_mode(ctx: Context) -> Mode:
+    """GPU or CPU mode for this run, judged against what was asked (once per run)."""
+    if "mode" not in ctx.cache:
+        cfg = ctx.config
+        visible = ctx.gpu_count
+        cuda_build = bool(torch_build().cuda)
+        why = "" if visible else no_gpu_reason(ctx)
+        ctx.cache["mode"] = decide(cfg.gpus, visible, cuda_build, cfg.require_gpu, cfg.allow_cpu, why)
+    mode: Mode = ctx.cache["mode"]
+    return mode
+
+
+@check("gpu.devices", "GPUs visible as asked: count, name, capability, memory", unit="GPUs",
        needs="nothing")
 def devices(ctx: Context) -> Result:
-    require = ctx.config.require_gpu
-    if not ctx.try_torch():
-        text = f"torch is not importable: {ctx.torch_error}"
-        return failed(text, 0) if require else skipped(text, 0)
-    if ctx.gpu_count == 0:
-        reason = no_gpu_reason(ctx)
-        return failed(f"no GPU visible but a GPU is required: {reason}", 0) if require \
-            else skipped(f"no GPU visible (CPU mode): {reason}", 0)
+    mode = run_mode(ctx)
+    if mode.status != PASS or not mode.gpus:
+        return outcome(mode.status, mode.reason, mode.gpus)
     return _judge_devices(gpus(ctx), ctx.config.expect_gpus)
 
 

@@ -1,32 +1,50 @@
 """Memory leaks: a fixed-shape training loop must not grow memory.
 
-Bytes in use are sampled every few steps after a warm-up and a line is fitted
-(stats.leak_verdict).  On a GPU the device series is torch.cuda.memory_allocated;
-on a CPU it is the bytes of live tensors found by the garbage collector.  Host
-RSS is sampled in the same loop.  config leak_inject_mib plants a leak of that
-many MiB per step (to prove the detector works); the loop stops as soon as a
-leak is certain.
+Bytes in use are sampled every few steps after a warm-up and judged by
+stats.leak_verdict (a fitted slope with its confidence bounds, against a margin
+the allocator cannot explain).  On a GPU the device series is
+torch.cuda.memory_allocated; on a CPU it is the bytes of live tensors found by
+the garbage collector.  Host RSS is sampled in the same loop.
+
+The loop runs a fixed number of STEPS, never a number of seconds: on a loaded
+host it takes longer and judges the same evidence.  It stops early only when a
+leak is already certain.  The standard tier runs a long loop (leak.device,
+leak.host: catches ~0.05 MiB/step); the quick tier a short probe (leak.probe:
+catches ~1 MiB/step in a fraction of a second on a GPU).  Config
+leak_inject_mib plants a leak of that many MiB per step (to prove the detector).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
-from typing import Any, Callable, Dict, List
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..context import Context
 from ..registry import check
 from ..results import Result, outcome
-from ..stats import LEAK_MIN_SAMPLES, LEAK_SLOPE_LIMIT, MIB, leak_verdict
+from ..stats import (DEVICE_LIMITS, HOST_LIMITS, LEAK_MIN_SAMPLES, MIB, LeakLimits, LeakVerdict,
+                     leak_verdict)
 
 WARMUP_STEPS = 20
-MAX_STEPS = 400
-MAX_SECONDS = 8.0
-# Sample every k steps; scanning the collector for CPU tensors is slow, RSS is cheap.
-DEVICE_EVERY = {"cuda": 2, "cpu": 10}
-HOST_EVERY = 2
+CHECK_EVERY_SAMPLES = 4  # re-judge a series every k new samples (early stop)
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long a leak loop runs, in steps, and how often each meter is read."""
+
+    steps: int  # after the warm-up, at most
+    device_every: Dict[str, int]  # by device type; scanning the collector for CPU tensors is slow
+    host_every: int  # RSS is cheap
+
+
+STANDARD = Plan(steps=1200, device_every={"cuda": 2, "cpu": 15}, host_every=2)
+QUICK = Plan(steps=160, device_every={"cuda": 1, "cpu": 10}, host_every=1)
 
 
 def rss_bytes() -> int:
@@ -66,10 +84,10 @@ def make_step(torch: Any, device: Any) -> Callable[[], None]:
 
 
 class Series:
-    """Samples of one meter every `every` steps."""
+    """Samples of one meter every `every` steps, judged with `limits`."""
 
-    def __init__(self, meter: Callable[[], int], every: int) -> None:
-        self.meter, self.every = meter, every
+    def __init__(self, meter: Callable[[], int], every: int, limits: LeakLimits) -> None:
+        self.meter, self.every, self.limits = meter, every, limits
         self.steps: List[int] = []
         self.used: List[int] = []
 
@@ -79,34 +97,55 @@ class Series:
             return False
         self.steps.append(step)
         self.used.append(self.meter())
-        return len(self.steps) % 4 == 0 and leak_verdict(self.steps, self.used).leaking
+        return len(self.steps) % CHECK_EVERY_SAMPLES == 0 and self.verdict().leaking
+
+    def verdict(self) -> LeakVerdict:
+        return leak_verdict(self.steps, self.used, self.limits)
 
     def judgeable(self) -> bool:
         return len(self.steps) >= LEAK_MIN_SAMPLES
 
 
-def leak_loop(torch: Any, device: Any, inject_mib: float,
-              max_seconds: float = MAX_SECONDS) -> Dict[str, Any]:
-    """Run the loop; return both series and when (if) a leak was certain."""
+@contextlib.contextmanager
+def one_thread(torch: Any, device: Any) -> Iterator[None]:
+    """CPU mode: one intra-op thread (a tiny model gains nothing from more, and on a
+    loaded host OpenMP threads that wait for each other make every step 30x slower)."""
+    saved = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def leak_loop(torch: Any, device: Any, inject_mib: float, plan: Plan = STANDARD) -> Dict[str, Any]:
+    """Run the loop for plan.steps steps (or until a leak is certain); return both series."""
+    with one_thread(torch, device):
+        return _loop(torch, device, inject_mib, plan)
+
+
+def _loop(torch: Any, device: Any, inject_mib: float, plan: Plan) -> Dict[str, Any]:
     step = make_step(torch, device)
-    dev = Series(device_meter(torch, device), DEVICE_EVERY[device.type])
-    host = Series(rss_bytes, HOST_EVERY)
+    dev = Series(device_meter(torch, device), plan.device_every[device.type], DEVICE_LIMITS)
+    host = Series(rss_bytes, plan.host_every, HOST_LIMITS)
     leaked: List[Any] = []
-    t0, caught = time.monotonic(), None
-    for i in range(WARMUP_STEPS + MAX_STEPS):
+    t0, caught, done = time.monotonic(), None, 0
+    for i in range(WARMUP_STEPS + plan.steps):
         step()
         if inject_mib:
             leaked.append(torch.full((int(inject_mib * MIB) // 4,), float(i), device=device))
-        elapsed = time.monotonic() - t0
-        leaking = i >= WARMUP_STEPS and (dev.sample(i) | host.sample(i))
-        if leaking and (dev.judgeable() or elapsed > max_seconds / 2):
-            caught = elapsed
-            break
-        if elapsed > max_seconds:
+        if i < WARMUP_STEPS:
+            continue
+        done = i - WARMUP_STEPS + 1
+        leaking = dev.sample(i)
+        leaking = host.sample(i) or leaking
+        if leaking and dev.judgeable() and host.judgeable():
+            caught = {"steps": done, "seconds": round(time.monotonic() - t0, 3)}
             break
     del leaked
-    return {"device": dev, "host": host, "seconds": time.monotonic() - t0,
-            "caught_after_s": caught, "device_type": device.type}
+    return {"device": dev, "host": host, "seconds": time.monotonic() - t0, "steps": done,
+            "caught": caught, "device_type": device.type}
 
 
 def run_once(ctx: Context) -> Dict[str, Any]:
@@ -118,19 +157,44 @@ def run_once(ctx: Context) -> Dict[str, Any]:
     return run
 
 
+def series_data(run: Dict[str, Any], series: Series, verdict: LeakVerdict) -> Dict[str, Any]:
+    caught: Optional[Dict[str, Any]] = run["caught"]
+    return {"steps": series.steps, "bytes": series.used, "slope_bytes_per_step": verdict.slope,
+            "intercept": verdict.intercept, "low_bytes_per_step": verdict.low,
+            "high_bytes_per_step": verdict.high, "margin_bytes_per_step": verdict.margin,
+            "sustained_bytes_per_step": verdict.sustained, "samples": verdict.samples,
+            "loop_steps": run["steps"], "loop_seconds": round(run["seconds"], 2),
+            "caught_after_steps": caught and caught["steps"],
+            "caught_after_s": caught and caught["seconds"]}
+
+
 def judge_series(run: Dict[str, Any], key: str, what: str) -> Result:
-    series = run[key]
-    verdict = leak_verdict(series.steps, series.used)
-    data = {"steps": series.steps, "bytes": series.used, "loop_seconds": round(run["seconds"], 2),
-            "caught_after_s": run["caught_after_s"], "samples": verdict.samples}
-    if verdict.samples < LEAK_MIN_SAMPLES:
-        return outcome("warn", f"only {verdict.samples} samples of {what} in "
-                       f"{run['seconds']:.1f} s (machine busy?): cannot judge", None,
-                       LEAK_SLOPE_LIMIT / MIB, data=data)
-    status = "fail" if verdict.leaking else "pass"
+    series: Series = run[key]
+    verdict = series.verdict()
+    data = series_data(run, series, verdict)
+    if verdict.samples < LEAK_MIN_SAMPLES:  # only if a plan samples too rarely: a bug
+        return outcome("fail", f"only {verdict.samples} samples of {what} in {run['steps']} steps: "
+                       "cannot judge", None, None, data=data)
     head = "leak: " if verdict.leaking else "no leak: "
-    return outcome(status, f"{head}{what} {verdict.describe()}", round(verdict.slope / MIB, 4),
-                   LEAK_SLOPE_LIMIT / MIB, data=data)
+    return outcome("fail" if verdict.leaking else "pass", f"{head}{what} {verdict.describe()}",
+                   round(verdict.slope / MIB, 4), round(verdict.margin / MIB, 4), data=data)
+
+
+def device_what(run: Dict[str, Any]) -> str:
+    return "torch.cuda.memory_allocated" if run["device_type"] == "cuda" else "live CPU tensor bytes"
+
+
+@check("leak.probe", "short training loop: allocated memory and host RSS stay flat",
+       unit="MiB/step")
+def probe(ctx: Context) -> Result:
+    run = leak_loop(ctx.torch, ctx.device, ctx.config.leak_inject_mib, QUICK)
+    ctx.release_memory()
+    results = [judge_series(run, "device", device_what(run)), judge_series(run, "host", "host RSS")]
+    bad = [r for r in results if r["status"] != "pass"]
+    worst = bad[0] if bad else max(results, key=lambda r: r["value"] or 0.0)
+    detail = f"{run['steps']} steps: " + "; ".join(r["detail"] for r in (bad or results))
+    data = dict(results[0].get("data") or {}, host=results[1].get("data"))
+    return outcome(worst["status"], detail, worst["value"], worst["threshold"], data=data)
 
 
 @check("leak.device", "fixed-shape training loop: allocated memory stays flat",
@@ -138,8 +202,7 @@ def judge_series(run: Dict[str, Any], key: str, what: str) -> Result:
 def device_leak(ctx: Context) -> Result:
     run = run_once(ctx)
     ctx.cache["leak_run"] = run
-    what = "torch.cuda.memory_allocated" if run["device_type"] == "cuda" else "live CPU tensor bytes"
-    return judge_series(run, "device", what)
+    return judge_series(run, "device", device_what(run))
 
 
 @check("leak.host", "fixed-shape training loop: host RSS stays flat", tier="standard",

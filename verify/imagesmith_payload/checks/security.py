@@ -7,22 +7,21 @@ import os
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 from ..context import Context
 from ..environment import user
-from ..parsers import (jupyter_config_disables_auth, judge_sshd, parse_listening_ports,
-                       parse_sshd_t, sshd_effective)
+from ..parsers import judge_sshd, parse_sshd_t, sshd_effective
+from ..probe import MAX_PROBES, listening_sockets, open_jupyter
 from ..registry import check
 from ..results import Result, failed, outcome, passed, skipped, warned
+from ..services import (Source, command_argv, config_disables_auth, file_source, judge, referenced_paths,
+                        scan, sources_of, verdict)
 
 SSHD_CONFIG = "/etc/ssh/sshd_config"
-JUPYTER_CONFIG_GLOBS = ("~/.jupyter/jupyter_*_config.py", "/etc/jupyter/jupyter_*_config.py",
-                        "/usr/local/etc/jupyter/jupyter_*_config.py",
-                        os.path.join(sys.prefix, "etc", "jupyter", "jupyter_*_config.py"))
-MAX_PROBES = 10
+JUPYTER_CONFIG_GLOBS = tuple(f"{folder}/jupyter_*_config.{ext}" for ext in ("py", "json") for folder in (
+    "~/.jupyter", "/etc/jupyter", "/usr/local/etc/jupyter", os.path.join(sys.prefix, "etc", "jupyter")))
+MAX_FILES, MAX_BYTES, MAX_DEPTH = 24, 256 * 1024, 3  # scripts and config files security.config reads
 
 
 @check("security.user", "runs as a non-root user", needs="nothing")
@@ -40,39 +39,14 @@ def non_root(ctx: Context) -> Result:
 
 
 # --------------------------------------------------------------------- jupyter
-def listening_sockets() -> List[Tuple[str, int]]:
-    found: List[Tuple[str, int]] = []
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(path, encoding="ascii") as fh:
-                found += parse_listening_ports(fh.read())
-        except OSError:
-            continue
-    return sorted(set(found), key=lambda a: a[1])
-
-
-def open_jupyter(port: int) -> Optional[str]:
-    """URL if an authenticated Jupyter endpoint answers 200 without a token."""
-    url = f"http://127.0.0.1:{port}/api/kernels"
-    try:
-        with urllib.request.urlopen(url, timeout=1.0) as resp:
-            body = resp.read(2048).decode("utf-8", "replace").strip()
-            return url if resp.status == 200 and body.startswith("[") else None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
-
-
 def open_configs() -> List[str]:
     paths = {p for pattern in JUPYTER_CONFIG_GLOBS for p in glob.glob(os.path.expanduser(pattern))}
     return sorted(p for p in paths if _disables_auth(p))
 
 
 def _disables_auth(path: str) -> bool:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return jupyter_config_disables_auth(fh.read())
-    except OSError:
-        return False
+    text = _read(path)
+    return text is not None and config_disables_auth(path, text)
 
 
 @check("security.jupyter", "no Jupyter server reachable without a token", needs="nothing")
@@ -124,3 +98,53 @@ def sshd(ctx: Context) -> Result:
     if problems:
         return outcome(status, f"{'; '.join(problems)} (from {source})", len(problems), data=data)
     return passed(f"PasswordAuthentication no, PermitRootLogin no (from {source})", 0, data=data)
+
+
+# ------------------------------------------------------- the image's own command
+@check("security.config", "the image's own command starts no service without auth", needs="nothing")
+def image_config(ctx: Context) -> Result:
+    """ENTRYPOINT + CMD, ENV and the scripts and config files they name (read here,
+    inside the image) judged for Jupyter without a token, sshd with passwords or root."""
+    image = ctx.config.image
+    if image is None:
+        return skipped("no image configuration given (verify --local runs no image)")
+    argv = command_argv(image.entrypoint, image.cmd)
+    sources = sources_of(argv, image.env)
+    read = read_named_files(sources, argv)
+    findings = judge(scan(sources + read, image.env), image.env)
+    data = {"user": image.user or "(none: root)", "command": [a[:200] for a in argv[:40]],
+            "exposed_ports": list(image.exposed_ports), "env": sorted(image.env), "files_read": [s.where for s in read]}
+    if findings:
+        return outcome(verdict(findings), "; ".join(m for _, m in findings), len(findings), data=data)
+    shown = " ".join(argv)[:120] or "none"
+    ports = ", ".join(image.exposed_ports) or "none"
+    return passed(f"command {shown!r}, exposed ports {ports}, {len(read)} scripts/configs read: "
+                  "nothing starts a service without auth", 0, data=data)
+
+
+def read_named_files(sources: List[Source], argv: List[str]) -> List[Source]:
+    """Text files the command names (its program found on PATH, absolute paths in
+    arguments and in the scripts read), followed MAX_DEPTH deep."""
+    first = shutil.which(argv[0]) if argv and not argv[0].startswith("/") else None
+    todo = ([first] if first else []) + referenced_paths(sources)
+    seen: Set[str] = set()
+    out: List[Source] = []
+    for _ in range(MAX_DEPTH):
+        batch = [p for p in dict.fromkeys(todo) if p not in seen][:MAX_FILES - len(out)]
+        seen.update(batch)
+        found = [file_source(p, t) for p, t in ((p, _text_file(p)) for p in batch) if t is not None]
+        out += found
+        todo = referenced_paths(found)
+    return out
+
+
+def _text_file(path: str) -> Optional[str]:
+    """A small text file's content; None for binaries, folders, devices, big or unreadable files."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_BYTES:
+            return None
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES)
+    except OSError:
+        return None
+    return None if b"\0" in data[:8192] else data.decode("utf-8", "replace")

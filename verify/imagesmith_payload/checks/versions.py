@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import platform
-from typing import Optional
+from typing import List, Optional
 
 from ..context import Context
 from ..environment import os_name, package_version, torch_cudnn, torch_nccl
-from ..judge import version_matches
+from ..judge import PASS, WARN, version_matches
 from ..libs import load, torch_build
 from ..registry import check
 from ..results import Result, failed, passed, skipped
+
+CPU = "cpu"  # expected.cuda for a CPU-only build (the io.imagesmith.cuda=cpu label, --expect cuda=cpu)
 
 
 def compare(name: str, expected: Optional[str], actual: Optional[str], missing: str = "") -> Result:
@@ -32,13 +34,30 @@ def torch_version(ctx: Context) -> Result:
         return failed(f"torch is not importable ({where}): {ctx.torch_error}")
     actual = ctx.torch.__version__
     if ctx.config.expected.torch is None:
-        return passed(f"torch {actual} imports; no version expected", actual)
-    return compare("torch", ctx.config.expected.torch, actual)
+        result = passed(f"torch {actual} imports; no version expected", actual)
+    else:
+        result = compare("torch", ctx.config.expected.torch, actual)
+    return with_import_warnings(result, ctx.torch_warnings)
+
+
+def with_import_warnings(result: Result, caught: List[str]) -> Result:
+    """`import torch` warned (e.g. 'Failed to initialize NumPy'): a pass becomes a warn."""
+    if not caught:
+        return result
+    out = dict(result, detail=f"{result['detail']}; import torch warned: {' | '.join(caught)}",
+               data={"import_warnings": caught})
+    if out["status"] == PASS:
+        out["status"] = WARN
+    return out
 
 
 @check("versions.cuda", "torch.version.cuda as declared")
 def cuda_version(ctx: Context) -> Result:
     actual = ctx.torch.version.cuda
+    if ctx.config.expected.cuda == CPU:
+        if actual:
+            return failed(f"torch {ctx.torch.__version__} is built for CUDA {actual}, image declares a CPU-only build", actual)
+        return passed(f"torch {ctx.torch.__version__} is a CPU-only build, as declared (cuda=cpu)", CPU)
     return compare("CUDA (torch.version.cuda)", ctx.config.expected.cuda, actual,
                    missing=f"but torch {ctx.torch.__version__} is a CPU-only build")
 

@@ -25,7 +25,10 @@ from typing import Any, Iterator
 import pytest
 import requests
 
-from imagesmith import signing, verify
+from google.protobuf import json_format
+from in_toto_attestation.v1 import statement_pb2
+
+from imagesmith import evidence, signing, verify
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.publish import Backoff, Item, Publisher, evidence_step
 from imagesmith.registry import Credentials, Registry
@@ -62,7 +65,7 @@ class Release:
         self.facts = verify.run_facts(engine, image_id)
         self.runs = 0
 
-    def run(self) -> dict[str, Any]:
+    def run(self, report: dict[str, Any] | None = None) -> dict[str, Any]:
         self.runs += 1
         out = self.folder / f"run{self.runs}"
         reg = Registry(self.server.host, CREDS)
@@ -71,7 +74,7 @@ class Release:
                     {"ok": True, "tier": "quick"})
         key = signing.load_signing_key(self.key, {})
         step = evidence_step(self.engine, reg, REPO, {"cpu-base": BASE},
-                             {"cpu-base": self.report}, key, out)
+                             {"cpu-base": report or self.report}, key, out)
         Publisher(self.engine, reg, ImageSpec(REPO, self.server.host), POLICY, "20261130", out, credentials=CREDS,
                   backoff=Backoff(tries=2, first=0.05), evidence=step).run([item])
         return dict(json.loads((out / "release.json").read_text()))
@@ -88,9 +91,9 @@ class Release:
         assert resp.status_code == 200 and "sha256:" + hashlib.sha256(resp.content).hexdigest() == digest
         return resp.content
 
-    def put(self, kind: str, ref: str, data: bytes, media_type: str = "") -> None:
+    def put(self, kind: str, ref: str, data: bytes, media_type: str = "", repo: str = REPO) -> None:
         """What anyone with push rights can do, with plain HTTP."""
-        base, auth = f"http://{self.server.host}/v2/{REPO}", (USER, PASSWORD)
+        base, auth = f"http://{self.server.host}/v2/{repo}", (USER, PASSWORD)
         if kind == "blob":
             loc = requests.post(f"{base}/blobs/uploads/", auth=auth, timeout=30).headers["Location"]
             resp = requests.put(f"{loc}&digest={ref}", data=data, auth=auth, timeout=30)
@@ -98,10 +101,11 @@ class Release:
             resp = requests.put(f"{base}/manifests/{ref}", data=data, auth=auth, timeout=30, headers={"Content-Type": media_type})
         assert resp.status_code == 201, resp.text
 
-    def evidence_cli(self, ref: str, *extra: str) -> tuple[int, str]:
+    def evidence_cli(self, ref: str, *extra: str, repo: str = REPO) -> tuple[int, str]:
         creds = self.folder / "credentials"
         creds.write_text(f"{USER}:{PASSWORD}\n")
-        return run_cli(["evidence", f"{self.server.host}/{REPO}:{ref}", "--credentials", str(creds), *extra])
+        sep = "@" if ref.startswith("sha256:") else ":"
+        return run_cli(["evidence", f"{self.server.host}/{repo}{sep}{ref}", "--credentials", str(creds), *extra])
 
 
 def run_cli(args: list[str]) -> tuple[int, str]:
@@ -174,7 +178,8 @@ def test_evidence_is_pushed_and_found_again_with_skopeo(release: Release, engine
 
     attached = {a["kind"]: a for a in target["evidence"]["artifacts"]}
     assert {k: a["status"] for k, a in attached.items()} == {"sbom": "pushed", "verification": "pushed",
-                                                             "referrers-index": "pushed", "signature": "pushed"}
+                                                             "referrers-index": "pushed", "cosign-attestations": "pushed",
+                                                             "signature": "pushed"}
     statements = {}
     for artifact_type, entry in by_type.items():
         manifest = release.raw(entry["digest"])
@@ -229,6 +234,36 @@ def test_skopeo_reads_the_signature_and_openssl_verifies_every_signature(release
     assert openssl_verifies(release.pub, payload, stored["annotations"]["dev.cosignproject.cosign/signature"], tmp_path)
 
 
+def test_the_att_tag_holds_what_cosign_verify_attestation_checks(release: Release, tmp_path: Path) -> None:
+    """Read back with skopeo and checked as cosign checks it (pkg/cosign/verify.go verifyOCIAttestation,
+    pkg/cosign/verifiers.go IntotoSubjectClaimVerifier), with tools that are not imagesmith: each layer a DSSE
+    envelope of payloadType application/vnd.in-toto+json whose signature openssl verifies over PAE, whose
+    statement protobuf's strict JSON parser reads as an in-toto Statement (cosign uses protojson) about the
+    sha256 of the image manifest; the annotations cosign's reader needs."""
+    digest = release.first["targets"][0]["digest"]  # type: ignore[attr-defined]
+    att = release.raw(digest.replace(":", "-") + ".att")
+    assert (att["mediaType"], att["config"]["mediaType"]) == ("application/vnd.oci.image.manifest.v1+json",
+                                                              "application/vnd.oci.image.config.v1+json")
+    config = json.loads(release.blob(att["config"]["digest"]))
+    assert config["rootfs"]["diff_ids"] == [layer["digest"] for layer in att["layers"]] and len(config["history"]) == 2
+    referrers = {release.raw(m["digest"])["layers"][0]["digest"] for m in release.raw(digest.replace(":", "-"))["manifests"]}
+    assert {layer["digest"] for layer in att["layers"]} == referrers  # the same envelopes, stored once
+
+    predicates = []
+    for layer in att["layers"]:
+        assert layer["mediaType"] == DSSE and set(layer["annotations"]) == {"dev.cosignproject.cosign/signature", "predicateType"}
+        assert layer["annotations"]["dev.cosignproject.cosign/signature"] == ""
+        envelope = release.blob(layer["digest"])
+        env = json.loads(envelope)
+        assert env["payloadType"] == "application/vnd.in-toto+json" and len(env["signatures"]) == 1
+        assert openssl_verifies(release.pub, pae(envelope), env["signatures"][0]["sig"], tmp_path)
+        parsed = json_format.Parse(base64.b64decode(env["payload"]).decode(), statement_pb2.Statement())
+        assert parsed.type == "https://in-toto.io/Statement/v1" and parsed.predicate_type == layer["annotations"]["predicateType"]
+        assert [(s.name, dict(s.digest)) for s in parsed.subject] == [(f"{release.server.host}/{REPO}", {"sha256": digest[7:]})]
+        predicates.append(parsed.predicate_type)
+    assert sorted(predicates) == ["https://cyclonedx.org/bom", "https://imagesmith.dev/attestations/verification/v1"]
+
+
 def skopeo_copy_with_signatures(release: Release, tag: str, folder: Path) -> subprocess.CompletedProcess[str]:
     """containers/image reads the .sig attachment as its own sigstore signature and writes it to dir:
     (Debian's skopeo cannot verify it: its sigstore verification is patched out, see the README)."""
@@ -247,16 +282,24 @@ def test_the_evidence_command_checks_everything_and_a_rerun_pushes_nothing(relea
     assert all(a["signed_by"] for a in found["attestations"]) and found["signature"]["signatures"][0]["signed_by"]
     assert found["sbom"][0]["python"] >= 1 and found["sbom"][0]["deb"] > 80
 
+    cosign = found["cosign_attestations"]
+    assert sorted(a["kind"] for a in cosign["attestations"]) == ["sbom", "verification"]
+    assert all(a["signed_by"] and not a["problems"] for a in cosign["attestations"]), cosign
+    assert {a["layer"]["digest"] for a in cosign["attestations"]} == {a["layer"]["digest"] for a in found["attestations"]}
+
     tags_before = release.server.list_tags(REPO)
     index_before = release.raw(found["digest"].replace(":", "-"))
+    att_before = release.raw(found["digest"].replace(":", "-") + ".att")
     again = release.run()
     statuses = [a["status"] for a in again["targets"][0]["evidence"]["artifacts"]]
-    assert again["ok"] and again["pushed"] == [] and statuses == ["unchanged"] * 3, again["targets"][0]["evidence"]
+    assert again["ok"] and again["pushed"] == [] and statuses == ["unchanged"] * 4, again["targets"][0]["evidence"]
     assert again["targets"][0]["evidence"]["pushed_bytes"] == 0
     assert release.server.list_tags(REPO) == tags_before and release.raw(found["digest"].replace(":", "-")) == index_before
+    assert release.raw(found["digest"].replace(":", "-") + ".att") == att_before
 
     code, text = release.evidence_cli("latest", "--key", str(release.pub))
     assert code == 0 and "verification: PASSED quick tier on CPU mode (no GPU)" in text and "sbom: CycloneDX 1.6" in text
+    assert "verification (.att)" in text and "sbom (.att)" in text
 
 
 def test_a_floating_tag_shows_the_same_evidence(release: Release) -> None:
@@ -302,6 +345,42 @@ def test_a_changed_attestation_is_detected(release: Release) -> None:
         release.put("manifest", digest.replace(":", "-"), json.dumps(index).encode(), index["mediaType"])
 
 
+def put_att(release: Release, digest: str, layers: list[dict[str, Any]]) -> None:
+    manifest, config = evidence.cosign_attestation_manifest(layers)
+    release.put("blob", "sha256:" + hashlib.sha256(config).hexdigest(), config)
+    release.put("manifest", digest.replace(":", "-") + ".att", manifest, "application/vnd.oci.image.manifest.v1+json")
+
+
+@pytest.mark.parametrize("change, message", [
+    ("payload", "its signature does not verify with the given key"),
+    ("annotation", "its predicateType annotation is https://cyclonedx.org/bom, its statement's "
+                   "https://imagesmith.dev/attestations/verification/v1"),
+    ("no-annotation", "it has no dev.cosignproject.cosign/signature annotation (cosign refuses such a layer)"),
+])
+def test_a_changed_att_layer_is_detected(release: Release, change: str, message: str) -> None:
+    """One byte of the verification statement in the .att layer, or its annotations, changed by someone with push rights."""
+    digest = release.first["targets"][0]["digest"]  # type: ignore[attr-defined]
+    layers = release.raw(digest.replace(":", "-") + ".att")["layers"]
+    at = next(i for i, x in enumerate(layers) if x["annotations"]["predicateType"].endswith("verification/v1"))
+    forged = json.loads(json.dumps(layers))
+    if change == "payload":
+        envelope = json.loads(release.blob(layers[at]["digest"]))
+        envelope["payload"] = base64.b64encode(base64.b64decode(envelope["payload"]).replace(b'"mode":"cpu"', b'"mode":"gpu"', 1)).decode()
+        blob = json.dumps(envelope).encode()
+        release.put("blob", "sha256:" + hashlib.sha256(blob).hexdigest(), blob)
+        forged[at].update(digest="sha256:" + hashlib.sha256(blob).hexdigest(), size=len(blob))
+    elif change == "annotation":
+        forged[at]["annotations"]["predicateType"] = "https://cyclonedx.org/bom"
+    else:
+        del forged[at]["annotations"]["dev.cosignproject.cosign/signature"]
+    put_att(release, digest, forged)
+    try:
+        code, out = release.evidence_cli("latest", "--key", str(release.pub))
+        assert code == 1 and f"verification in the .att tag, layer {forged[at]['digest'][:19]}: {message}" in out, out
+    finally:
+        put_att(release, digest, layers)
+
+
 def test_a_blob_changed_in_the_registry_storage_is_detected(release: Release) -> None:
     digest = release.first["targets"][0]["digest"]  # type: ignore[attr-defined]
     entry = next(m for m in release.raw(digest.replace(":", "-"))["manifests"] if m["artifactType"].endswith("sbom.v1+json"))
@@ -336,3 +415,71 @@ def test_doctor_release_probes_push_rights_on_the_real_registry(release: Release
         == doctor.ReleaseFacts()
     refused = doctor.probe_release(release.server.host, REPO, {"IMAGESMITH_REGISTRY_USER": USER, "IMAGESMITH_REGISTRY_PASSWORD": "wrong"})
     assert refused.push_error and refused.push_error.startswith(f"push {release.server.host}/{REPO} failed: HTTP 401")
+
+
+def test_imagesmith_accepts_an_att_that_cosign_made(release: Release) -> None:
+    """cosign v3.1.1's own `.att` (tests/fixtures/cosign-att: envelope, manifest and key verbatim; the config
+    and the subject image rebuilt, each checked against the digest cosign's manifest or statement names),
+    pushed into the real registry and read by `imagesmith evidence`; then one changed byte in its envelope."""
+    repo, fixture = "golden/attestation-sidecar-key", Path(__file__).parent.parent / "fixtures" / "cosign-att"
+    subject_layer, empty = b"ocx-golden-subject", b"{}"
+    image = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+             "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(empty), "size": 2},
+             "layers": [{"mediaType": "application/octet-stream", "digest": sha(subject_layer), "size": len(subject_layer)}]}
+    raw_image = json.dumps(image).encode()
+    digest = sha(raw_image)
+    assert digest == "sha256:47f8439476b73b7e7bb389322dd6d5c6eef89efc61c86bfef8bade66774b36fe"
+    att, envelope = fixture.joinpath("att-manifest.json").read_bytes(), fixture.joinpath("envelope.json").read_bytes()
+    _, config = evidence.cosign_attestation_manifest(json.loads(att)["layers"])
+    for blob in (empty, subject_layer, envelope, config):
+        release.put("blob", sha(blob), blob, repo=repo)
+    release.put("manifest", "v1", raw_image, image["mediaType"], repo=repo)
+    release.put("manifest", digest.replace(":", "-") + ".att", att, "application/vnd.oci.image.manifest.v1+json", repo=repo)
+
+    code, out = release.evidence_cli("v1", "--key", str(fixture / "cosign.pub"), "--json", repo=repo)
+    found = json.JSONDecoder().raw_decode(out[out.index("{"):])[0]
+    assert found["digest"] == digest and found["cosign_attestations"]["manifest"] == sha(att), out
+    [layer] = found["cosign_attestations"]["attestations"]
+    assert (layer["kind"], layer["predicateType"], layer["problems"], len(layer["signed_by"])) == \
+        ("sbom", "https://cyclonedx.org/bom", [], 1), out
+    assert code == 1 and found["problems"] == [f"no signature of {release.server.host}/{repo}@{digest} verifies with the given key"]
+
+    env = json.loads(envelope)
+    env["payload"] = base64.b64encode(base64.b64decode(env["payload"]).replace(b"zlib", b"zlob")).decode()
+    forged = json.dumps(env).encode()
+    release.put("blob", sha(forged), forged, repo=repo)
+    layers = json.loads(att)["layers"]
+    layers[0].update(digest=sha(forged), size=len(forged))
+    manifest, config = evidence.cosign_attestation_manifest(layers)
+    release.put("blob", sha(config), config, repo=repo)
+    release.put("manifest", digest.replace(":", "-") + ".att", manifest, "application/vnd.oci.image.manifest.v1+json", repo=repo)
+    code, out = release.evidence_cli("v1", "--key", str(fixture / "cosign.pub"), repo=repo)
+    assert code == 1 and f"sbom in the .att tag, layer {sha(forged)[:19]}: its signature does not verify with the given key" in out, out
+
+
+def test_a_verification_of_another_tier_appends_a_layer_to_the_att(release: Release) -> None:
+    """Last: it adds evidence. A new tier is a new verification: one more referrer and one more `.att` layer
+    (read-modify-write: the two layers before it stay first, unchanged); running it again adds nothing."""
+    digest = release.first["targets"][0]["digest"]  # type: ignore[attr-defined]
+    before = release.raw(digest.replace(":", "-") + ".att")["layers"]
+    standard = dict(release.report) | {"tier": "standard"}
+    done = release.run(standard)
+    statuses = {a["kind"]: a["status"] for a in done["targets"][0]["evidence"]["artifacts"]}
+    assert statuses == {"sbom": "unchanged", "verification": "pushed", "referrers-index": "pushed",
+                        "cosign-attestations": "pushed", "signature": "unchanged"}, statuses
+    after = release.raw(digest.replace(":", "-") + ".att")["layers"]
+    assert after[:2] == before and len(after) == 3
+    assert after[2]["annotations"] == {"dev.cosignproject.cosign/signature": "",
+                                       "predicateType": "https://imagesmith.dev/attestations/verification/v1"}
+    tiers = {json.loads(base64.b64decode(json.loads(release.blob(x["digest"]))["payload"]))["predicate"].get("tier")
+             for x in after}
+    assert tiers == {None, "quick", "standard"}  # the SBOM has no tier
+    again = release.run(standard)
+    assert [a["status"] for a in again["targets"][0]["evidence"]["artifacts"]] == ["unchanged"] * 4
+    assert release.raw(digest.replace(":", "-") + ".att")["layers"] == after
+    code, out = release.evidence_cli("latest", "--key", str(release.pub), "--json")
+    assert code == 0 and len(json.loads(out[out.index("{"):])["cosign_attestations"]["attestations"]) == 3, out
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()

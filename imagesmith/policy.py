@@ -1,0 +1,120 @@
+"""The release policy: which tags an image earns from how it was verified (pure).
+
+"Vetted" means verified where it will run. A CUDA image is GPU-verified only
+when its verification ran with at least one GPU and every GPU check passed;
+only then may floating tags (``latest``, ``v2.14-base``...) point at it. A CUDA
+image verified without a GPU (CPU mode: no GPU on the host, an engine without
+the NVIDIA runtime, ``--gpus none``) gets at most its immutable tag, marked
+``-not-gpu-verified`` so that the registry's tag listing says it, and only when
+the user passes ``--allow-cpu-verification``. A CPU-only image is vetted on a
+CPU and is released as it always was.
+
+The verify report says how it ran: the payload's ``mode`` block (mode, GPUs,
+reason, GPUs as asked, how the GPU checks ended); reports written before it
+existed are read from their environment (GPUs seen) and the ``gpu.devices`` check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+NOT_GPU_VERIFIED = "not GPU-verified"
+CPU_VERIFIED_SUFFIX = "-not-gpu-verified"
+ALLOW_FLAG = "--allow-cpu-verification"
+GOOD = ("pass", "warn")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a verify report says about GPUs."""
+
+    ok: bool  # every required check passed
+    mode: str  # gpu | cpu
+    gpus: int
+    reason: str
+    devices: str | None  # GPUs as asked? (the mode's status = gpu.devices')
+    gpu_checks: Mapping[str, int]  # status -> count of checks that need a GPU
+
+    @property
+    def gpu_verified(self) -> bool:
+        ran = self.gpu_checks.get("pass", 0) + self.gpu_checks.get("warn", 0) if self.gpu_checks else 1
+        return (self.ok and self.mode == "gpu" and self.gpus >= 1 and self.devices in GOOD
+                and not self.gpu_checks.get("fail", 0) and ran >= 1)
+
+    def describe(self) -> str:
+        """One line: 'GPU-verified on 2 GPUs' or 'not GPU-verified: <why>'."""
+        if self.gpu_verified:
+            return f"GPU-verified on {self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+        return f"{NOT_GPU_VERIFIED}: {self._why()}"
+
+    def short(self) -> str:
+        """For table cells: 'GPU-verified on 1 GPU', 'not GPU-verified (CPU mode)', ..."""
+        if self.gpu_verified:
+            return self.describe()
+        failed = self.gpu_checks.get("fail", 0)
+        return f"{NOT_GPU_VERIFIED} ({self._why() if self.mode == 'gpu' and failed else self.mode.upper() + ' mode'})"
+
+    def _why(self) -> str:
+        failed = self.gpu_checks.get("fail", 0)
+        if self.mode == "gpu" and failed:
+            return f"{failed} GPU check{'s' if failed != 1 else ''} failed"
+        reason = self.reason.removesuffix(f": {NOT_GPU_VERIFIED}")
+        return reason or f"ran in {self.mode.upper()} mode"
+
+
+def _mapping(raw: Any) -> Mapping[str, Any]:
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def evidence(report: Mapping[str, Any]) -> Evidence:
+    mode, env = _mapping(report.get("mode")), _mapping(report.get("environment"))
+    seen = len(env.get("gpus") or ())
+    checks = {c.get("id"): c for c in report.get("checks") or () if isinstance(c, Mapping)}
+    counts = _mapping(mode.get("gpu_checks"))
+    return Evidence(
+        ok=bool((report.get("summary") or {}).get("ok")),
+        mode=str(mode.get("mode") or ("gpu" if seen else "cpu")),
+        gpus=int(mode.get("gpus", seen) or 0),
+        reason=str(mode.get("reason") or ""),
+        devices=mode.get("status") or (checks.get("gpu.devices") or {}).get("status") or ("pass" if seen else None),
+        gpu_checks={str(k): int(v) for k, v in counts.items() if isinstance(v, int)},
+    )
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a verified target may get in the registry."""
+
+    release: bool  # tag and push at all
+    floating: bool  # may floating tags point at it
+    suffix: str  # appended to the immutable tag
+    note: str  # plain words for release.json / release.md / tables ("" when nothing to say)
+
+
+def grant(cuda_image: bool, ev: Evidence, allow_cpu: bool) -> Grant:
+    """The policy table: image kind x how it was verified x --allow-cpu-verification."""
+    if not ev.ok:
+        return Grant(False, False, "", "verification failed")
+    if not cuda_image or ev.gpu_verified:
+        return Grant(True, True, "", "")
+    what = ev.describe()
+    if allow_cpu:
+        return Grant(True, False, CPU_VERIFIED_SUFFIX,
+                     f"{what}; immutable tag only, marked {CPU_VERIFIED_SUFFIX}, no floating tags ({ALLOW_FLAG})")
+    return Grant(False, False, "", f"{what}; not tagged: verify it on a GPU host, or pass {ALLOW_FLAG} to push "
+                                   f"its immutable tag marked {CPU_VERIFIED_SUFFIX} (no floating tags)")
+
+
+def how_verified(report: Mapping[str, Any]) -> str:
+    """A table cell: 'GPU x2', 'CPU' (a CPU-only torch) or 'CPU: not GPU-verified' (a CUDA build)."""
+    ev = evidence(report)
+    cuda = _mapping(report.get("environment")).get("cuda")
+    if ev.mode == "gpu":
+        return f"GPU x{ev.gpus}" + ("" if ev.gpu_verified or not ev.ok or not cuda else f": {NOT_GPU_VERIFIED}")
+    return f"CPU: {NOT_GPU_VERIFIED}" if cuda else "CPU"
+
+
+def marked_unverified(tag: str) -> bool:
+    """A tag in the registry that was pushed for a CUDA image verified without a GPU."""
+    return tag.endswith(CPU_VERIFIED_SUFFIX)

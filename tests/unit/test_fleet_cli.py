@@ -1,0 +1,66 @@
+"""imagesmith fleet validate / render / verify as a user runs them: messages and exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+REF = "harbor.example.com/ml/pytorch@sha256:" + "ab" * 32
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_validate_ok_and_errors(tmp_path: Path) -> None:
+    ok = run("fleet", "validate", "examples/fleet-local.yaml")
+    assert ok.returncode == 0 and ok.stdout == "OK: 2 classes (slurm: cpu-a, cpu-b); floating tags require cpu-a, cpu-b\n"
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("classes:\n  a:\n    gpus: 0\n    slurm: {partition: 'x;y'}\n")
+    done = run("fleet", "validate", str(bad))
+    assert done.returncode == 1
+    assert done.stderr == "error: fleet.yaml:4 classes.a.slurm.partition: 'x;y' is not a Slurm partition name; write letters, digits, '.', '_' or '-' (at most 64)\n"
+
+
+def test_render_prints_the_sbatch_line_the_script_and_the_job(tmp_path: Path) -> None:
+    done = run("fleet", "render", "--fleet", "examples/fleet.yaml", REF, "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    parts = done.stdout.split("# --- ")
+    assert parts[1].startswith(f"h200 x {REF}\nsbatch --parsable --job-name=imagesmith-h200-abababababab --partition=gpu-h200")
+    assert "exec srun '--container-image=harbor.example.com#ml/pytorch@sha256:" in parts[2]
+    job = yaml.safe_load(parts[3].split("\n", 1)[1])
+    assert job["kind"] == "Job" and job["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-L40S"}
+    assert not list(tmp_path.iterdir())  # render writes nothing
+
+
+def test_verify_refuses_a_tag_and_says_what_to_write() -> None:
+    done = run("fleet", "verify", "--fleet", "examples/fleet-local.yaml", "harbor.example.com/ml/pytorch:v2.9")
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: 'harbor.example.com/ml/pytorch:v2.9' is not an image pinned by digest; write REGISTRY/REPOSITORY@sha256:")
+
+
+def test_verify_without_images_says_how_to_give_them() -> None:
+    done = run("fleet", "verify", "--fleet", "examples/fleet-local.yaml")
+    assert (done.returncode, done.stderr) == (
+        1, "error: nothing to verify: give REGISTRY/REPO@sha256:... references, or --release build/release.json\n")
+
+
+def test_verify_takes_every_released_digest(tmp_path: Path) -> None:
+    release = tmp_path / "release.json"
+    release.write_text('{"registry": "harbor.example.com", "repository": "ml/pytorch", "targets": ['
+                       f'{{"status": "pushed", "digest": "sha256:{"ab" * 32}"}}, {{"status": "not-verified", "digest": null}}]}}')
+    done = run("fleet", "render", "--fleet", "examples/fleet-local.yaml", REF, "--out", str(tmp_path / "o"))
+    assert done.stdout.count("# --- ") == 2
+    from imagesmith.fleet.commands import _release_refs
+
+    assert [str(r) for r in _release_refs(release)] == [REF]
+
+
+def test_publish_and_build_take_the_fleet_gate() -> None:
+    for command in ("publish", "build"):
+        text = run(command, "--help").stdout
+        assert "--fleet FILE" in text and "--fleet-report FILE" in text

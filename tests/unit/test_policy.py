@@ -1,0 +1,101 @@
+"""The release policy (imagesmith/policy.py): image kind x how it was verified x flag -> what it may get."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from imagesmith import policy
+from tests.conftest import ROOT
+
+GPU = policy.Evidence(True, "gpu", 2, "GPU mode: 2 GPUs (--gpus all)", "pass", {"pass": 20, "skip": 1})
+CPU_NO_RUNTIME = policy.Evidence(True, "cpu", 0, "CPU mode: no GPU visible (the Docker engine has no NVIDIA container "
+                                 "runtime)", "skip", {"skip": 20})
+CPU_ASKED = policy.Evidence(True, "cpu", 0, "CPU mode, as asked (--gpus none): GPU checks skipped", "skip", {"skip": 20})
+GPU_CHECK_FAILED = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 19, "fail": 1})
+NOTHING_RAN = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus 0)", "pass", {"skip": 20})
+FAILED = policy.Evidence(False, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 19, "fail": 1})
+ALLOWED = "; immutable tag only, marked -not-gpu-verified, no floating tags (--allow-cpu-verification)"
+REFUSED = ("; not tagged: verify it on a GPU host, or pass --allow-cpu-verification to push its immutable tag marked "
+           "-not-gpu-verified (no floating tags)")
+
+
+# CUDA image?, evidence, --allow-cpu-verification -> release?, floating?, suffix, note
+@pytest.mark.parametrize("cuda, ev, allow, release, floating, suffix, note", [
+    (True, GPU, False, True, True, "", ""),
+    (True, GPU, True, True, True, "", ""),
+    (True, CPU_NO_RUNTIME, False, False, False, "", f"not GPU-verified: {CPU_NO_RUNTIME.reason}{REFUSED}"),
+    (True, CPU_NO_RUNTIME, True, True, False, "-not-gpu-verified", f"not GPU-verified: {CPU_NO_RUNTIME.reason}{ALLOWED}"),
+    (True, CPU_ASKED, True, True, False, "-not-gpu-verified", f"not GPU-verified: {CPU_ASKED.reason}{ALLOWED}"),
+    (True, GPU_CHECK_FAILED, True, True, False, "-not-gpu-verified", f"not GPU-verified: 1 GPU check failed{ALLOWED}"),
+    (True, NOTHING_RAN, False, False, False, "", f"not GPU-verified: {NOTHING_RAN.reason}{REFUSED}"),
+    (True, FAILED, True, False, False, "", "verification failed"),
+    (False, CPU_ASKED, False, True, True, "", ""),  # a CPU-only image is vetted on a CPU
+    (False, GPU, False, True, True, "", ""),
+    (False, FAILED, True, False, False, "", "verification failed"),
+])
+def test_release_policy(cuda: bool, ev: policy.Evidence, allow: bool, release: bool, floating: bool, suffix: str,
+                        note: str) -> None:
+    assert policy.grant(cuda, ev, allow) == policy.Grant(release, floating, suffix, note)
+
+
+def report(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"summary": {"ok": True}, "environment": {"gpus": []}, "checks": []}
+    return base | kw
+
+
+@pytest.mark.parametrize("rep, mode, gpus, verified", [
+    (report(mode={"mode": "gpu", "gpus": 1, "reason": "GPU mode: 1 GPU (--gpus all)", "gpu_checks": {"pass": 9}},
+            checks=[{"id": "gpu.devices", "status": "pass"}]), "gpu", 1, True),
+    (report(mode={"mode": "cpu", "gpus": 0, "reason": "CPU mode, as asked (--gpus none)", "gpu_checks": {"skip": 9}},
+            checks=[{"id": "gpu.devices", "status": "skip"}]), "cpu", 0, False),
+    (report(mode={"mode": "gpu", "gpus": 1, "gpu_checks": {"pass": 9}}, summary={"ok": False},
+            checks=[{"id": "gpu.devices", "status": "pass"}]), "gpu", 1, False),
+    (report(mode={"mode": "gpu", "gpus": 2, "gpu_checks": {"pass": 9}},
+            checks=[{"id": "gpu.devices", "status": "fail"}]), "gpu", 2, False),  # --gpus 0,1,2 with 2 visible
+    # reports written before the mode block: GPUs in the environment and gpu.devices decide
+    (report(environment={"gpus": [{"index": 0}, {"index": 1}]}, checks=[{"id": "gpu.devices", "status": "pass"}]),
+     "gpu", 2, True),
+    (report(checks=[{"id": "gpu.devices", "status": "skip"}]), "cpu", 0, False),
+    ({}, "cpu", 0, False),  # a payload that never reported
+])
+def test_evidence_from_a_verify_report(rep: dict[str, Any], mode: str, gpus: int, verified: bool) -> None:
+    ev = policy.evidence(rep)
+    assert (ev.mode, ev.gpus, ev.gpu_verified) == (mode, gpus, verified)
+
+
+def test_the_2x_h200_standard_report_is_gpu_verified() -> None:
+    rep = json.loads((ROOT / "tests" / "fixtures" / "reports" / "h200x2-standard.json").read_text())
+    assert policy.evidence(rep).describe() == "GPU-verified on 2 GPUs"
+
+
+@pytest.mark.parametrize("tag, marked", [("2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130-not-gpu-verified", True),
+                                         ("2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130", False),
+                                         ("latest", False)])
+def test_marked_unverified(tag: str, marked: bool) -> None:
+    assert policy.marked_unverified(tag) is marked
+
+
+@pytest.mark.parametrize("rep, cell", [
+    (report(mode={"mode": "gpu", "gpus": 2, "gpu_checks": {"pass": 9}}, environment={"cuda": "13.0"},
+            checks=[{"id": "gpu.devices", "status": "pass"}]), "GPU x2"),
+    (report(mode={"mode": "gpu", "gpus": 1, "gpu_checks": {"pass": 8, "fail": 1}}, environment={"cuda": "13.0"}),
+     "GPU x1: not GPU-verified"),
+    (report(mode={"mode": "cpu", "gpus": 0}, environment={"cuda": "13.0"}), "CPU: not GPU-verified"),
+    (report(mode={"mode": "cpu", "gpus": 0}, environment={"cuda": None}), "CPU"),
+])
+def test_how_verified(rep: dict[str, Any], cell: str) -> None:
+    assert policy.how_verified(rep) == cell
+
+
+@pytest.mark.parametrize("ev, describe, short", [
+    (GPU, "GPU-verified on 2 GPUs", "GPU-verified on 2 GPUs"),
+    (CPU_ASKED, f"not GPU-verified: {CPU_ASKED.reason}", "not GPU-verified (CPU mode)"),
+    (GPU_CHECK_FAILED, "not GPU-verified: 1 GPU check failed", "not GPU-verified (1 GPU check failed)"),
+    (policy.Evidence(True, "cpu", 0, "CPU mode: no GPU visible (x); CPU verification allowed: not GPU-verified", "skip", {}),
+     "not GPU-verified: CPU mode: no GPU visible (x); CPU verification allowed", "not GPU-verified (CPU mode)"),
+])
+def test_describe_and_short(ev: policy.Evidence, describe: str, short: str) -> None:
+    assert (ev.describe(), ev.short()) == (describe, short)
