@@ -4,7 +4,10 @@ Parents first, independent targets in parallel (``jobs``), each child FROM its
 parent's image *ID*. A target whose rendered context (+ build arguments +
 parent ID) hashes to an image that already exists is taken from cache. A
 failed target skips its descendants; the rest go on. After each build the
-image is measured from inside and compared with the plan.
+image is measured from inside and compared with the plan. With a stage
+(``build --stage``, :mod:`imagesmith.staging`) each image is also pushed to a
+staging repository by digest, and ancestors built by other jobs come from there.
+Every target not taken from another job gets its artifact, OUT/<target>/build.json.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
-from imagesmith import cudabuild, cudalayer, render, runstate, schemas
+from imagesmith import artifacts, cudabuild, cudalayer, render, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.engine import BuildOutcome, Engine
 from imagesmith.errors import BuildError, UserError
@@ -62,6 +65,7 @@ class TargetResult:
     dockerfile: str = ""
     facts: dict[str, Any] | None = None
     mismatches: list[str] = field(default_factory=list)
+    staged: dict[str, Any] | None = None  # artifacts.Staged: where the image waits in the staging repository
 
     @property
     def ok(self) -> bool:
@@ -167,10 +171,20 @@ class Redactor:
 # -- the builder ------------------------------------------------------------------------------
 
 
+class StageLike(Protocol):
+    """A staging repository (:class:`imagesmith.staging.Stage`)."""
+
+    def adopts(self, target_id: str) -> bool: ...
+    def adopt(self, t: Target, result: TargetResult) -> None: ...
+    def find(self, t: Target, result: TargetResult) -> bool: ...
+    def push(self, t: Target, result: TargetResult) -> None: ...
+
+
 class Builder:
     def __init__(self, plan: Plan, matrix: Matrix, engine: Engine, out: Path, jobs: int = 2,
-                 display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True) -> None:
-        self.prune = prune
+                 display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True,
+                 stage: StageLike | None = None) -> None:
+        self.prune, self.stage = prune, stage
         self.plan, self.matrix, self.engine, self.out = plan, matrix, engine, out
         self.jobs = max(1, jobs)
         self.display = display or QuietDisplay()
@@ -198,6 +212,7 @@ class Builder:
         started, t0 = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), time.monotonic()
         tracked = runstate.Tracked(self.out / "report.json", self._report(started, t0).to_json(), not_ok)
         try:
+            self._artifacts(runstate.RUNNING)
             self._prepare()
             try:
                 self._schedule(lambda: tracked.update(self._report(started, t0).to_json()))
@@ -211,7 +226,9 @@ class Builder:
                 self._prune()
         except BaseException as exc:  # Ctrl-C, SIGTERM, an error: the report says so, with each target's state
             tracked.stop(exc, self._report(started, t0).to_json())
+            self._artifacts(runstate.INTERRUPTED, quiet=True)
             raise
+        self._artifacts(runstate.COMPLETE)
         tracked.complete(report.to_json())
         return report
 
@@ -219,6 +236,21 @@ class Builder:
         return BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
                            [self.results[t.id] for t in self.plan.targets], self.cuda.report() if self.cuda else [],
                            self.base_bytes)
+
+    def _artifacts(self, state: str, quiet: bool = False) -> None:
+        """OUT/<target>/build.json of every target this job builds, in the run's state (``running`` from
+        the start, so a stale artifact of an earlier run is never taken for this one's)."""
+        release = artifacts.Release.of(self.matrix, self.plan.date)
+        records = [artifacts.record_of(self.results[t.id], t, release, state) for t in self.plan.targets if not self._adopted(t)]
+        try:
+            artifacts.write_builds(self.out, records)
+        except OSError:
+            if not quiet:
+                raise  # interrupted: the artifacts stay "running", which no reader takes for success either
+
+    def _adopted(self, t: Target) -> bool:
+        """Taken from another job's staged artifact (that job's record stays as it is)."""
+        return self.stage is not None and self.stage.adopts(t.id)
 
     # -- disk -----------------------------------------------------------------------
     def _prune(self) -> None:
@@ -267,7 +299,7 @@ class Builder:
         for t in self.plan.targets:
             self.results[t.id].dockerfile = str(self.out / t.id / "Dockerfile")
             self.results[t.id].log = str(self.out / t.id / "build.log")
-        bases = {t.base_image: t.versions.os for t in self.plan.targets if not t.parent}
+        bases = {t.base_image: t.versions.os for t in self.plan.targets if not t.parent and not self._adopted(t)}
         self.base_ids = {ref: self._base_id(ref, os_key) for ref, os_key in sorted(bases.items())}
         server = SourceServer(self.matrix.sources, self.environ)
         if server.needed:
@@ -422,6 +454,9 @@ class Builder:
         return self._parent_id(t)
 
     def _build_one(self, t: Target, result: TargetResult) -> None:
+        if self.stage is not None and self._adopted(t):
+            self.stage.adopt(t, result)
+            return
         ctx = self.contexts[t.id]
         result.context_hash = context_hash(ctx.files, self.logical_args(t), self._parent_key(t))
         cache_tag = result.context_hash.split(":", 1)[1]
@@ -429,7 +464,7 @@ class Builder:
         if cached:
             result.image_id, result.status = cached.id, "cached"
             self.engine.tag(cached.id, *t.image.split(":", 1))
-        else:
+        elif not (self.stage is not None and self.stage.find(t, result)):
             if t.cuda_set is not None and self.cuda is not None:  # while its CUDA image is made
                 self._docker_build(t, result, self.base_ids[t.base_image], stage="builder")
                 if result.status == "failed":
@@ -443,6 +478,8 @@ class Builder:
         if result.ok and result.image_id:
             self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
             self._own(t.id, result.image_id)
+            if self.stage is not None:
+                self.stage.push(t, result)
 
     def _docker_build(self, t: Target, result: TargetResult, parent_id: str, stage: str | None = None) -> None:
         """Build ``t``; with ``stage``, only up to that stage, tagged (so that no prune takes it)

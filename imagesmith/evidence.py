@@ -609,12 +609,19 @@ class ReleaseEvidence:
         return self.attacher.attach(subject.digest, docs).to_json() | {"inventory_seconds": round(measured, 2)}
 
     def _inventory(self, subject: Subject) -> Mapping[str, Any]:
-        path = self.out / subject.target / "inventory.json"
-        cached = json.loads(path.read_text()) if path.is_file() else {}
-        if cached.get("image_id") != subject.image_id:
-            cached = {"image_id": subject.image_id, "inventory": dict(self.inventory(subject.image_id))}
-            write_text(path, json.dumps(cached, indent=1, sort_keys=True) + "\n")
-        return dict(cached["inventory"])
+        return cached_inventory(self.out / subject.target / INVENTORY_FILE, subject.image_id, self.inventory)
+
+
+INVENTORY_FILE = "inventory.json"
+
+
+def cached_inventory(path: Path, image_id: str, measure: InventoryRunner) -> dict[str, Any]:
+    """The image's inventory from ``path`` when it was measured for this image ID, else measured now and kept there."""
+    cached = json.loads(path.read_text()) if path.is_file() else {}
+    if cached.get("image_id") != image_id:
+        cached = {"image_id": image_id, "inventory": dict(measure(image_id))}
+        write_text(path, json.dumps(cached, indent=1, sort_keys=True) + "\n")
+    return dict(cached["inventory"])
 
 
 # =====================================================================  for the CLI

@@ -1,20 +1,25 @@
 """The whole pipeline over the stages' artifacts on disk:
 
-    OUT/report.json (build) -> OUT/<target>/verify.json -> OUT/release.json
-                            -> OUT/run-report.json (all three, one versioned file)
+    OUT/report.json (build, all targets of one job)
+    OUT/<target>/build.json (build, one target: artifacts.BuildRecord, with its staged digest)
+        -> OUT/<target>/verify.json -> OUT/release.json
+        -> OUT/run-report.json (all three, one versioned file)
 
 Each step reads what the previous one wrote, so CI can split them over jobs
-(`imagesmith build`, `imagesmith verify --build-report`, `imagesmith publish`).
+and machines (`imagesmith build --stage`, `imagesmith verify --build-report`,
+`imagesmith publish`): per-target files from many jobs gathered into one
+folder are the whole build.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from imagesmith import build, policy, runstate, verify
-from imagesmith.atomic import write_text
+from imagesmith import artifacts, build, policy, runstate, verify
+from imagesmith.artifacts import VERIFY_FILE
 from imagesmith.errors import UsageError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.progress import Display
@@ -34,30 +39,42 @@ def options_from(matrix: Matrix, allow_cpu_verification: bool = False, **overrid
 
 
 def verify_results(engine: Any, results: list[build.TargetResult], options: verify.VerifyOptions, out: Path,
-                   display: Display, run: "RunReport | None" = None) -> dict[str, verify.VerifyOutcome]:
-    """Verify every image that built (by image ID); OUT/<target>/verify.json says
-    ``running`` while its image is verified, then ``complete`` (or ``interrupted``)."""
+                   display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
+                   folders: Mapping[str, Path] | None = None) -> dict[str, verify.VerifyOutcome]:
+    """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
+    folder of its build artifact) says ``running`` while its image is verified, then ``complete``
+    (or ``interrupted``)."""
     outcomes: dict[str, verify.VerifyOutcome] = {}
     for r in results:
         if not r.ok or not r.image_id:
             continue
-        display.update(r.target, "verifying")
-        with runstate.Tracked(out / r.target / "verify.json", verify.running_report(r.image_id, options.tier)) as tracked:
-            outcome = _verify_one(engine, r, options, display)
-            tracked.complete(outcome.report)
-        summary = outcome.report.get("summary", {})
-        display.update(r.target, "passed" if outcome.ok else "failed",
-                       f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
-                       f"{policy.how_verified(outcome.report)}")
-        outcomes[r.target] = outcome
+        outcomes[r.target] = verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth)
         if run is not None:
-            run.verified(r.target, outcome.report)
+            run.verified(r.target, outcomes[r.target].report)
     return outcomes
 
 
-def _verify_one(engine: Any, r: build.TargetResult, options: verify.VerifyOptions, display: Display) -> verify.VerifyOutcome:
+def verify_one(engine: Any, r: build.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
+               auth: Mapping[str, str] | None = None) -> verify.VerifyOutcome:
+    """One built image: a staged one by its digest (pulled when this engine lacks it), else by image ID;
+    the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done)."""
+    display.update(r.target, "verifying")
+    staged = f"{r.staged['repository']}@{r.staged['digest']}" if r.staged else None
+    ref = staged or r.image_id or ""
+    with runstate.Tracked(folder / VERIFY_FILE, verify.running_report(ref, options.tier)) as tracked:
+        outcome = _verify_ref(engine, ref, staged is not None, options, display, r.target, auth)
+        tracked.complete(outcome.report)
+    summary = outcome.report.get("summary", {})
+    display.update(r.target, "passed" if outcome.ok else "failed",
+                   f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
+                   f"{policy.how_verified(outcome.report)}")
+    return outcome
+
+
+def _verify_ref(engine: Any, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,
+                auth: Mapping[str, str] | None) -> verify.VerifyOutcome:
     try:
-        return verify.verify_image(engine, r.image_id or "", options, pull=False, progress=_progress(display, r.target))
+        return verify.verify_image(engine, ref, options, pull=pull, progress=_progress(display, target), auth=auth)
     except UsageError:
         raise
     except UserError as exc:
@@ -85,6 +102,66 @@ def read_build(path: Path) -> dict[str, Any]:
 
 def build_results(data: Mapping[str, Any]) -> list[build.TargetResult]:
     return [build.TargetResult(**t) for t in data["targets"]]
+
+
+@dataclass(frozen=True)
+class BuildInput:
+    """What one build job left: its results, and the folder each target's verify.json goes to."""
+
+    data: dict[str, Any]  # as a build report (imagesmith.build-report/1)
+    folders: Mapping[str, Path]
+
+    @property
+    def results(self) -> list[build.TargetResult]:
+        return build_results(self.data)
+
+
+def read_build_input(path: Path) -> BuildInput:
+    """A build report (OUT/report.json: verify.json to OUT/<target>/) or one target's build
+    artifact (OUT/<target>/build.json: verify.json beside it)."""
+    if _schema(path) == artifacts.BUILD_SCHEMA:
+        return builds_input(complete([artifacts.Found(artifacts.read_build(path), path.parent)]))
+    data = read_build(path)
+    return BuildInput(data, {t["target"]: path.parent / t["target"] for t in data["targets"]})
+
+
+def _schema(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text()).get("schema")
+    except (OSError, ValueError, AttributeError):
+        return None  # the reader that follows says what is wrong
+
+
+def complete(found: list[artifacts.Found]) -> list[artifacts.Found]:
+    """``found``, when every artifact's build job completed (a ``running`` or ``interrupted`` one is
+    never read as a build, as OUT/report.json is not)."""
+    for f in found:
+        if not f.record.complete:
+            raise UserError(f"{f.folder / artifacts.BUILD_FILE}: {runstate.not_complete({'state': f.record.state}, 'this build artifact')}; "
+                            f"run its build job (imagesmith build --out {f.folder.parent}) again")
+    return found
+
+
+def builds_input(found: list[artifacts.Found]) -> BuildInput:
+    """Build artifacts as one build report (for verify, publish and the run report)."""
+    targets = [artifacts.result_fields(f.record) | {"log": str(f.folder / "build.log"), "dockerfile": str(f.folder / "Dockerfile")}
+               for f in found]
+    first = found[0].record if found else None
+    data = {"schema": build.REPORT_SCHEMA, "matrix": first.release.matrix if first else "", "seconds": 0.0,
+            "started_at": min((f.record.written_at for f in found), default=""), "base_images": {},
+            "ok": all(f.record.ok for f in found), "targets": targets,
+            "state": runstate.COMPLETE if all(f.record.complete for f in found) else runstate.INTERRUPTED}
+    return BuildInput(data, {f.record.target.id: f.folder for f in found})
+
+
+def merge_inputs(inputs: list[BuildInput]) -> BuildInput:
+    """Several jobs' builds as one (a target built by two jobs: the later input wins)."""
+    targets: dict[str, Any] = {}
+    for i in inputs:
+        targets.update({t["target"]: t for t in i.data["targets"]})
+    data = dict(inputs[0].data) | {"targets": list(targets.values()), "ok": all(t["status"] in ("built", "cached") for t in targets.values()),
+                                   "seconds": round(sum(float(i.data.get("seconds") or 0) for i in inputs), 2)}
+    return BuildInput(data, {k: v for i in inputs for k, v in i.folders.items()})
 
 
 def read_outcomes(out: Path, targets: list[str], run_report: Path | None = None) -> dict[str, verify.VerifyOutcome]:
@@ -161,3 +238,68 @@ def write_run_report(out: Path, build_data: Mapping[str, Any], outcomes: Mapping
     run.verify = {t: o.report for t, o in outcomes.items()}
     run.release = release
     return run.complete()
+
+
+# -- publish from the build artifacts alone ------------------------------------------------------
+
+
+def publish_artifacts(out: Path, display: Display, date: str | None = None, run_report: Path | None = None,
+                      matrix: Matrix | None = None, engine: Any = None, **release: Any) -> Any:
+    """Publish what OUT's build artifacts (``*/build.json``, gathered from any number of build jobs) and
+    the ``verify.json`` beside each say passed: no matrix needed. Staged images are promoted
+    registry to registry (no engine); the SBOM's inventory comes from the build job's measurement.
+    An artifact whose build job did not complete stops the release; a verify report whose run did
+    not complete counts as not verified. Writes OUT/release.json and OUT/run-report.json (``running``
+    until the release ends, then ``complete`` or ``interrupted``); returns the release report."""
+    from imagesmith import publish
+    from imagesmith.plan import Plan
+
+    found = artifacts.find_builds(out)
+    spec = artifacts.one_release(found)
+    if matrix is not None and (matrix.image.name, matrix.tags) != (spec.image.name, spec.tags):
+        raise UserError(f"the build artifacts in {out} release {spec.image.name} ({spec.matrix}), not what {matrix.file.name} "
+                        f"says ({matrix.image.name}); publish without --matrix, or build again from {matrix.file.name}")
+    ordered = complete(sorted(found.values(), key=lambda f: f.record.target.depth))
+    plan = Plan(spec.matrix, spec.date, tuple(f.record.target for f in ordered))
+    built = builds_input(ordered)
+    outcomes = read_outcomes(out, list(found), run_report) if run_report is not None else _verify_reports(ordered)
+    if engine is None:
+        from imagesmith.engine import Engine
+
+        engine = Engine()  # connects only if an image was not staged (same-host publish)
+    with RunReport(out, built.data) as run:
+        run.verify = {t: o.report for t, o in outcomes.items()}
+        rel = publish.release_to(engine, spec.image, spec.tags, plan, built.results, outcomes, date or spec.date, out, display,
+                                 inventory=_inventories(ordered, engine), **release)
+        run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
+        run.complete()
+    return rel
+
+
+def _verify_reports(found: list[artifacts.Found]) -> dict[str, verify.VerifyOutcome]:
+    """The verify.json beside each artifact; one whose run did not complete is left out (not verified)."""
+    reports = {f.record.target.id: _verify_report(f.verify_path) for f in found if f.verify_path.is_file()}
+    return {t: verify.VerifyOutcome(r) for t, r in reports.items() if runstate.is_complete(r)}
+
+
+def _verify_report(path: Path) -> dict[str, Any]:
+    data = _read_json(path, "verify report")
+    if data.get("schema") != verify.REPORT_SCHEMA:
+        raise UserError(f"{path}: not a verify report ({verify.REPORT_SCHEMA}); verify again")
+    return data
+
+
+def _inventories(found: list[artifacts.Found], engine: Any) -> Callable[[str], Mapping[str, Any]]:
+    """Image ID -> its inventory as the build job measured it (inventory.json beside build.json),
+    else measured now in the engine (an image that was not staged)."""
+    from imagesmith.evidence import INVENTORY_FILE
+
+    folders = {f.record.image_id: f.folder for f in found if f.record.image_id}
+
+    def inventory(image_id: str) -> Mapping[str, Any]:
+        path = folders[image_id] / INVENTORY_FILE if image_id in folders else None
+        data = json.loads(path.read_text()) if path is not None and path.is_file() else {}
+        if data.get("image_id") == image_id:
+            return dict(data["inventory"])
+        return verify.run_facts(engine, image_id, args=["--inventory"])
+    return inventory

@@ -135,10 +135,18 @@ class Plan:
             chain.append(t)
         return chain[::-1]
 
+    def picked(self, only: tuple[str, ...] = (), layers: tuple[str, ...] = ()) -> set[str]:
+        """Targets matching ``only`` and ``layers`` (without ancestors). An ``only`` value that is
+        a target's whole id picks that target alone; otherwise it matches id substrings."""
+        ids = {t.id for t in self.targets}
+        exact = {o for o in only if o in ids}
+        return {t.id for t in self.targets
+                if (not only or t.id in exact or any(o in t.id for o in only if o not in exact))
+                and (not layers or t.layer in layers)}
+
     def select(self, only: tuple[str, ...] = (), layers: tuple[str, ...] = ()) -> "Plan":
-        """Targets matching ``only`` (id substrings) and ``layers``, with their ancestors."""
-        picked = {t.id for t in self.targets
-                  if (not only or any(o in t.id for o in only)) and (not layers or t.layer in layers)}
+        """Targets matching ``only`` and ``layers`` (see :meth:`picked`), with their ancestors."""
+        picked = self.picked(only, layers)
         wanted = set()
         index = self.by_id()
         for tid in picked:
@@ -334,6 +342,11 @@ def from_json(data: Mapping[str, Any]) -> Plan:
         raise ValidationError(problems=[Problem(f"plan schema {data.get('schema')!r} is not {PLAN_SCHEMA}; re-run imagesmith plan")])
     targets = tuple(_target(t) for t in data["targets"])
     return Plan(data["matrix"], data["date"], targets, tuple(data.get("warnings", ())))
+
+
+def target_from_json(d: Mapping[str, Any]) -> Target:
+    """One target as ``to_json`` wrote it (KeyError/TypeError when it is not one)."""
+    return _target(d)
 
 
 def _target(d: Mapping[str, Any]) -> Target:

@@ -46,6 +46,7 @@ from imagesmith.versions import cuda_variant, major, minor
 RELEASE_SCHEMA = schemas.RELEASE
 LABEL = "io.imagesmith."
 DONE = ("pushed", "unchanged")
+SWAP_ROUNDS = 5  # a floating tag rewritten this often under one release: stop, say so
 T = TypeVar("T")
 
 TRANSIENT = TRANSIENT_MESSAGE  # how the docker engine words a push error retrying may help
@@ -99,6 +100,7 @@ class Item:
     verification: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
     evidence: policy.Evidence | None = None  # how it was verified (GPU or CPU mode)
+    source: str | None = None  # the staged image (host/repository@digest): promoted through the registry, no engine
 
 
 def items_from(results: Iterable[Any], plan: Any, outcomes: Mapping[str, Verified]) -> list[Item]:
@@ -112,13 +114,18 @@ def items_from(results: Iterable[Any], plan: Any, outcomes: Mapping[str, Verifie
 
 def _item(result: Any, target: Any, outcome: Verified | None) -> Item:
     summary = verification_summary(outcome)
+    staged = getattr(result, "staged", None)
+    source = f"{staged['repository']}@{staged['digest']}" if staged else None
     same_image = summary.get("image_id") in (None, result.image_id)
-    verified = bool(result.ok and outcome is not None and outcome.ok and same_image)
+    same_digest = not staged or summary.get("digest") in (None, staged["digest"])
+    verified = bool(result.ok and outcome is not None and outcome.ok and same_image and same_digest)
     error = result.error if not result.ok else None
     if result.ok and outcome is not None and not same_image:
         error = f"verification ran on image {summary['image_id']}, not the built {result.image_id}"
+    elif result.ok and outcome is not None and not same_digest:
+        error = f"verification ran on {summary['digest']}, not the staged {source}"
     return Item(result.target, target.layer, target.cell, result.image_id, result.facts, bool(result.ok),
-                verified, summary, error, policy.evidence(outcome.report) if outcome is not None else None)
+                verified, summary, error, policy.evidence(outcome.report) if outcome is not None else None, source)
 
 
 def verification_summary(outcome: Verified | None) -> dict[str, Any]:
@@ -129,6 +136,7 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
     ev = policy.evidence(rep)
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
+            "digest": (rep.get("image") or {}).get("digest"),
             "failed_checks": failed, "notes": list(rep.get("notes") or []),
             "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
             "gpu_short": ev.short()}
@@ -255,6 +263,8 @@ class TargetRelease:
     fields: dict[str, str] = field(default_factory=dict, repr=False)
     traffic: Traffic = field(default_factory=Traffic)
     evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.evidence attached to the digest
+    source: str | None = None  # the staged image it was promoted from
+    promotion: dict[str, Any] = field(default_factory=dict)  # promote.Promotion: blobs mounted/copied, bytes, seconds
     gpu_verified: bool | None = None  # None: a CPU-only image (vetted on a CPU)
     note: str = ""  # the release policy's word on it, e.g. "not GPU-verified: ..."
     may_float: bool = field(default=True, repr=False)
@@ -264,7 +274,7 @@ class TargetRelease:
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
                 "verification": self.verification, "floating": self.floating, "error": self.error,
                 "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note,
-                "traffic": dict(self.traffic.__dict__)}
+                "traffic": dict(self.traffic.__dict__), "source": self.source, "promotion": self.promotion or None}
 
     def verified_how(self) -> str:
         """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'CPU image', 'failed'."""
@@ -365,6 +375,7 @@ def markdown(report: ReleaseReport) -> str:
         lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
         lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
                   for f in report.floating]
+    lines += promotion_markdown(report.targets)
     lines += evidence_markdown(report.targets)
     problems = report.errors + [f"{t.target}: {t.error}" for t in report.targets if t.error]
     if problems:
@@ -374,6 +385,16 @@ def markdown(report: ReleaseReport) -> str:
 
 def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB"
+
+
+def promotion_markdown(targets: Sequence[TargetRelease]) -> list[str]:
+    """Per promoted target: from where, what moved (registry to registry, no engine)."""
+    rows = [f"| {t.target} | `{t.source}` | {p['mounted']} / {p['copied']} / {p['present']} | {p['bytes_moved']} | {p['seconds']} |"
+            for t in targets if (p := t.promotion)]
+    if not rows:
+        return []
+    return ["", "## Promoted from staging", "", "| target | staged image | blobs mounted / copied / present | bytes moved | seconds |",
+            "|---|---|---|---|---|", *rows]
 
 
 def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:
@@ -412,6 +433,7 @@ class Publisher:
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
                  before_push: Callable[[str], None] | None = None,
                  evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
+                 promote: Callable[[str, str, str], Any] | None = None,
                  floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if not image.registry:
@@ -421,7 +443,7 @@ class Publisher:
         self.display = display or QuietDisplay()
         self.credentials, self.backoff, self.sleep, self.clock = credentials, backoff, sleep, clock
         self.before_push = before_push or (lambda ref: None)
-        self.evidence = evidence
+        self.evidence, self.promote = evidence, promote
         self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
         self.allow_cpu = allow_cpu_verification
         self._uploads_checked = False
@@ -456,6 +478,7 @@ class Publisher:
             self._release_all(report)
             report.floating = self._floating(report.targets, remote)
             self._attach_evidence(report)
+            self._settle(report)
         except ReleaseStopped as exc:
             report.errors.append(self._clean(str(exc)))
             for r in report.targets:
@@ -465,7 +488,7 @@ class Publisher:
     # -- preparation ------------------------------------------------------------------
     def _prepare(self, item: Item) -> TargetRelease:
         r = TargetRelease(item.target, item.image_id, "queued", verification=dict(item.verification),
-                          versions=measured_versions(item.facts or {}))
+                          versions=measured_versions(item.facts or {}), source=item.source)
         if not item.built or not item.image_id:
             return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
         if not item.verified:
@@ -545,7 +568,10 @@ class Publisher:
                                     f"{r.image_id}); immutable tags are never overwritten: release with another --date, "
                                     f"or delete that tag in the registry if it is wrong")
             return
-        r.digest, r.traffic = self._push(r.image_id, r.tag, r.target)
+        if r.source:
+            r.digest = self._promote(r)
+        else:
+            r.digest, r.traffic = self._push(r.image_id, r.tag, r.target)
         r.status = "pushed"
         self.display.update(r.target, "pushed", f"{r.tag} {r.digest[:19]}")
 
@@ -574,6 +600,19 @@ class Publisher:
         back = self._check_digest(ref, tag, digest, image_id)
         config = self._retry(f"reading the config of {ref}", lambda: self.registry.config(self.repo, image_id))
         return digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)
+
+    def _promote(self, r: TargetRelease) -> str:
+        """Registry to registry, no engine (:mod:`imagesmith.promote`); the release digest is the staged one."""
+        assert r.source and r.image_id
+        ref, promote, source = f"{self.name}:{r.tag}", self.promote, r.source
+        if promote is None:
+            raise ReleaseStopped(f"{r.target} is staged ({r.source}) but this release cannot promote (no registry client for it)")
+        self.display.update(r.target, "pushing", f"promoting {source.rsplit('@', 1)[1][:19]} to {r.tag}")
+        self.before_push(ref)
+        done = self._retry(f"promote {source} to {ref}", lambda: promote(source, self.repo, r.tag))
+        r.promotion = done.to_json()
+        self._check_digest(ref, r.tag, done.digest, r.image_id)
+        return str(done.digest)
 
     def _push_once(self, tag: str, auth: Mapping[str, str] | None, ref: str, on_line: Callable[[str], None]) -> str:
         """One engine push; when the registry answered it with a server error, its own
@@ -678,7 +717,7 @@ class Publisher:
             f.action, f.reason = "unchanged", "already points at this image"
         else:
             f.action = self._retag(f, r)
-        if f.action != "failed":
+        if f.action not in ("failed", "kept"):
             r.floating.append(ftag)
         self.display.note(f"{f.reference}: {f.action}{' (' + f.reason + ')' if f.reason else ''}")
         return f
@@ -690,12 +729,70 @@ class Publisher:
             if source is None or source.digest != r.digest:
                 raise ReleaseStopped(f"{r.reference} no longer has digest {r.digest}; run the release again")
             self.before_push(f.reference)
-            self._retry(f"tagging {f.reference}", lambda: self.registry.put_manifest(self.repo, f.tag, source))
-            self._check_digest(f.reference, f.tag, source.digest, r.image_id or "")
+            swapped = self._swap(f, r, source)
         except RegistryError as exc:
             f.reason = self._clean(str(exc))
             return "failed"
-        return "created" if f.previous is None else "moved"
+        return swapped or ("created" if f.previous is None else "moved")
+
+    def _swap(self, f: FloatingRelease, r: TargetRelease, source: Manifest) -> str | None:
+        """Compare-and-swap on the registry (which has no conditional PUT): the floating tag is read
+        again right before the PUT, and when another release moved it since this one looked, semver
+        decides again (a newer torch there: kept); after the PUT it is read back, and a write that raced
+        in between is judged the same way. None: written; "kept" or "unchanged": not written."""
+        wrote = False
+        for _ in range(SWAP_ROUNDS):
+            now = self._retry(f"reading {f.reference}", lambda: self.registry.manifest(self.repo, f.tag))
+            if now is not None and now.digest == source.digest:
+                return None if wrote else "unchanged"
+            if now is not None and now.digest != f.previous and self._newer_there(f, r, now):
+                return "kept"
+            f.previous = now.digest if now else None
+            self._retry(f"tagging {f.reference}", lambda: self.registry.put_manifest(self.repo, f.tag, source))
+            wrote = True
+            back = self._retry(f"reading {f.reference} back", lambda: self.registry.manifest(self.repo, f.tag))
+            if back is not None and back.digest == source.digest:
+                return None
+        raise ReleaseStopped(f"{f.reference} changed {SWAP_ROUNDS} times while this release wrote it: other releases are "
+                             f"moving it at the same time; run one release at a time (a CI resource group) and run this again")
+
+    def _newer_there(self, f: FloatingRelease, r: TargetRelease, now: Manifest) -> bool:
+        """Another release moved ``f`` meanwhile: is what it holds now newer than ``r``? (Then ``f`` is kept.)"""
+        fields = self._holder(f, now)
+        if fields is None or tags.to_semver(fields["torch"]) <= tags.to_semver(r.fields["torch"]):
+            return False
+        f.action, f.target, f.torch, f.digest, f.previous = "kept", None, fields["torch"], now.digest, now.digest
+        f.reason = (f"another release moved it to newer torch {fields['torch']} ({now.digest[:19]}) while this one ran; "
+                    f"a floating tag never moves back")
+        return True
+
+    def _holder(self, f: FloatingRelease, now: Manifest) -> dict[str, str] | None:
+        """Tag fields of the image a floating tag holds now (its config labels)."""
+        if not now.config_digest:
+            return None
+        config = now.config_digest
+        return label_fields(self._retry(f"reading the config of {f.reference}", lambda: self.registry.labels_of_config(self.repo, config)))
+
+    def _settle(self, report: ReleaseReport) -> None:
+        """A last look at every floating tag this release wrote (after the evidence, seconds later): a
+        concurrent release that moved one to an *older* torch in the instant between its own check and
+        its write is undone here; a newer one stays (the tag is then reported kept)."""
+        targets = {t.target: t for t in report.targets}
+        for f in [f for f in report.floating if f.action in ("moved", "created", "unchanged") and f.target]:
+            r = targets[f.target or ""]
+            self._settle_one(f, r)
+            if f.action in ("kept", "failed"):
+                r.floating = [t for t in r.floating if t != f.tag]
+
+    def _settle_one(self, f: FloatingRelease, r: TargetRelease) -> None:
+        now = self._retry(f"reading {f.reference}", lambda: self.registry.manifest(self.repo, f.tag))
+        if now is None or now.digest == f.digest or self._newer_there(f, r, now):
+            return
+        held = self._holder(f, now)
+        if held is not None and tags.to_semver(held["torch"]) == tags.to_semver(r.fields["torch"]):
+            return  # the same torch, rebuilt by another release: either is right, no tug of war
+        self.display.note(f"{f.reference}: moved back to {now.digest[:19]} by another release; moving it forward again")
+        f.previous, f.action = now.digest, self._retag(f, r)
 
     # -- evidence ------------------------------------------------------------------------
     def _attach_evidence(self, report: ReleaseReport) -> None:
@@ -768,27 +865,45 @@ def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any
     results and verify outcomes, then :func:`publish`; with ``with_evidence``
     each released digest gets its SBOM, attestation and (with ``signing_key``)
     signatures (:mod:`imagesmith.evidence`)."""
+    if not matrix.image.registry:
+        raise UserError(f"{matrix.file.name}: image.registry is not set; a release needs the registry to push to")
+    return release_to(engine, matrix.image, matrix.tags, plan, results, outcomes, date, out_dir, display, credentials_file,
+                      ca_file, environ, signing_key, with_evidence, floating_gate=floating_gate,
+                      allow_cpu_verification=allow_cpu_verification)
+
+
+def release_to(engine: EngineLike, image: ImageSpec, tag_policy: TagPolicy, plan: Any, results: Iterable[Any],
+               outcomes: Mapping[str, Verified], date: str, out_dir: Path, display: Display | None = None,
+               credentials_file: Path | None = None, ca_file: Path | None = None, environ: Mapping[str, str] | None = None,
+               signing_key: Any = None, with_evidence: bool = True, inventory: Any = None,
+               floating_gate: Callable[[str | None], str | None] | None = None,
+               allow_cpu_verification: bool = False) -> ReleaseReport:
+    """:func:`release` for a release spec (registry, repository, tag policy) that need not come from a
+    matrix (the build artifacts carry it). Staged items are promoted registry to registry
+    (:mod:`imagesmith.promote`) under the same release policy as pushed ones (GPU-verified CUDA images
+    only float; ``floating_gate`` holds back digests the fleet did not pass); ``inventory`` (image ID -> inventory) replaces running the image for the SBOM."""
+    from imagesmith.promote import registry_promoter
     from imagesmith.registry import Registry, resolve_credentials
 
-    host = matrix.image.registry
-    if not host:
-        raise UserError(f"{matrix.file.name}: image.registry is not set; a release needs the registry to push to")
-    credentials = resolve_credentials(host, environ, credentials_file)
-    client = Registry(host, credentials, ca_file=ca_file)
+    if not image.registry:
+        raise UserError("the release has no registry (image.registry in the matrix); a release needs the registry to push to")
+    credentials = resolve_credentials(image.registry, environ, credentials_file)
+    client = Registry(image.registry, credentials, ca_file=ca_file)
     items = items_from(results, plan, outcomes)
     bases = {t.id: t.base_image for t in plan.targets}
     reports = {t: o.report for t, o in outcomes.items()}
-    step = evidence_step(engine, client, matrix.image.repository, bases, reports, signing_key, out_dir) if with_evidence else None
-    return publish(engine, client, matrix, items, date, out_dir, display, credentials, evidence=step,
-                   floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification)
+    step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, inventory) if with_evidence else None
+    promote = registry_promoter(client, credentials_file, ca_file, environ)
+    return Publisher(engine, client, image, tag_policy, date, out_dir, display, credentials, evidence=step, promote=promote,
+                     floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification).run(items)
 
 
 def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
-                  key: Any, out_dir: Path) -> Callable[[TargetRelease], dict[str, Any]]:
+                  key: Any, out_dir: Path, inventory: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
     """The evidence stage for one released target: its digest, image, base image and verify report."""
     from imagesmith import evidence, verify
 
-    step = evidence.ReleaseEvidence(client, repo, key, partial(verify.run_facts, engine, args=["--inventory"]), out_dir)
+    step = evidence.ReleaseEvidence(client, repo, key, inventory or partial(verify.run_facts, engine, args=["--inventory"]), out_dir)
 
     def attach(r: TargetRelease) -> dict[str, Any]:
         assert r.digest and r.image_id

@@ -1,9 +1,12 @@
 """A tiny client for the Registry HTTP API v2 (CNCF distribution, Harbor).
 
 Only what a release needs: list tags, read a manifest (its digest and config
-digest), read an image's labels from its config blob, and put a manifest
-under another tag. Authentication answers the registry's challenge: Bearer
-tokens (Harbor, distribution with token auth) or Basic (htpasswd).
+digest), read an image's labels from its config blob, put a manifest under
+another tag, push small blobs and artifact manifests (evidence), and move
+blobs between repositories without an engine (cross-repository mounts, else a
+chunked copy: promotion, :mod:`imagesmith.promote`). Authentication answers
+the registry's challenge: Bearer tokens (Harbor, distribution with token
+auth) or Basic (htpasswd).
 
 Where credentials come from is decided here too (:func:`resolve_credentials`):
 the environment, then a credentials file, then the docker config. A
@@ -25,6 +28,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from urllib.parse import urlencode
 
 import requests
 
@@ -448,15 +452,22 @@ class Registry:
         digest = sha256_digest(data)
         if self.has_blob(repo, digest):
             return digest, False
-        start = self._request("POST", f"/v2/{repo}/blobs/uploads/", repo, push=True)
-        assert start is not None
-        location = re.sub(r"^https?://[^/]+", "", start.headers.get("Location", ""))
-        if not location:
-            raise RegistryHTTPError(f"{self.host}/{repo}: the registry started an upload but named no Location")
-        sep = "&" if "?" in location else "?"
-        self._request("PUT", f"{location}{sep}digest={digest}", repo, push=True,
+        location = self.start_upload(repo)
+        self._request("PUT", with_query(location, digest=digest), repo, push=True,
                       headers={"Content-Type": "application/octet-stream"}, data=data)
         return digest, True
+
+    def start_upload(self, repo: str) -> str:
+        """Open a blob upload session; its Location (a path on this registry)."""
+        start = self._request("POST", f"/v2/{repo}/blobs/uploads/", repo, push=True)
+        assert start is not None
+        return self._location(start, repo)
+
+    def _location(self, resp: requests.Response, repo: str) -> str:
+        location = re.sub(r"^https?://[^/]+", "", resp.headers.get("Location", ""))
+        if not location:
+            raise RegistryHTTPError(f"{self.host}/{repo}: the registry started an upload but named no Location")
+        return location
 
     def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest:
         """PUT a manifest (by digest or tag); the digest and the ``OCI-Subject`` header the
@@ -469,11 +480,10 @@ class Registry:
     def check_push(self, repo: str) -> None:
         """May these credentials push to ``repo``? Start a blob upload and cancel it (nothing stays);
         a refusal raises with the registry's hint."""
-        start = self._request("POST", f"/v2/{repo}/blobs/uploads/", repo, push=True)
-        assert start is not None
-        location = re.sub(r"^https?://[^/]+", "", start.headers.get("Location", ""))
-        if location:
-            self._request("DELETE", location, repo, push=True, missing_ok=True)
+        self.cancel_upload(repo, self.start_upload(repo))
+
+    def cancel_upload(self, repo: str, location: str) -> None:
+        self._request("DELETE", location, repo, push=True, missing_ok=True)
 
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
         """The referrers API (OCI distribution 1.1): descriptors of the manifests whose
@@ -488,13 +498,43 @@ class Registry:
             return None
         return [dict(m) for m in (resp.json() or {}).get("manifests") or [] if isinstance(m, dict)]
 
+    # -- promotion: blobs from one repository to another, no engine ------------------------
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> str | None:
+        """Cross-repository blob mount on this registry (``POST ?mount=&from=``): None when
+        mounted (201), else the Location of the upload the registry opened instead (202)."""
+        scope = f"repository:{repo}:pull,push repository:{from_repo}:pull"
+        resp = self._request("POST", with_query(f"/v2/{repo}/blobs/uploads/", mount=digest, **{"from": from_repo}),
+                             repo, push=True, scope=scope)
+        assert resp is not None
+        return None if resp.status_code == 201 else self._location(resp, repo)
+
+    def blob_range(self, repo: str, digest: str, start: int, end: int) -> bytes:
+        """Bytes ``start..end`` (inclusive) of a blob (HTTP Range; a registry that ignores Range
+        sends the whole blob, which is then cut)."""
+        resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo, headers={"Range": f"bytes={start}-{end}"})
+        assert resp is not None
+        return resp.content if resp.status_code == 206 else resp.content[start:end + 1]
+
+    def append_upload(self, repo: str, location: str, data: bytes, offset: int) -> str:
+        """PATCH one chunk into an upload session at ``offset``; the session's next Location."""
+        headers = {"Content-Type": "application/octet-stream", "Content-Range": f"{offset}-{offset + len(data) - 1}"}
+        resp = self._request("PATCH", location, repo, push=True, headers=headers, data=data)
+        assert resp is not None
+        return self._location(resp, repo)
+
+    def finish_upload(self, repo: str, location: str, digest: str) -> None:
+        """Close an upload session: the registry checks the bytes against ``digest``."""
+        self._request("PUT", with_query(location, digest=digest), repo, push=True,
+                      headers={"Content-Type": "application/octet-stream", "Content-Length": "0"})
+
     # -- HTTP ------------------------------------------------------------------------
     def url(self, path: str) -> str:
         return f"{self._base()}{path}"
 
     def _request(self, method: str, path: str, repo: str, missing_ok: bool = False, push: bool = False,
-                 headers: Mapping[str, str] | None = None, data: bytes | None = None) -> requests.Response | None:
-        scope = f"repository:{repo}:{'pull,push' if push else 'pull'}"
+                 headers: Mapping[str, str] | None = None, data: bytes | None = None,
+                 scope: str | None = None) -> requests.Response | None:
+        scope = scope or f"repository:{repo}:{'pull,push' if push else 'pull'}"
         resp = self._send(method, path, scope, headers, data)
         if resp.status_code == 401:
             self._answer_challenge(resp, scope, repo)
@@ -561,7 +601,8 @@ class Registry:
     def _token(self, params: Mapping[str, str], scope: str, repo: str) -> str:
         if "realm" not in params:
             raise RegistryHTTPError(f"the registry {self.host} asked for a Bearer token but named no realm")
-        query = {"service": params.get("service", ""), "scope": scope}
+        scopes = scope.split()  # several (a mount: push here, pull there): one scope parameter each
+        query = {"service": params.get("service", ""), "scope": scopes[0] if len(scopes) == 1 else scopes}
         auth = (self.credentials.username, self.credentials.password) if self.credentials else None
         try:
             resp = self.session.get(params["realm"], params=query, auth=auth, timeout=self.timeout, verify=self.verify)
@@ -602,6 +643,11 @@ def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     scheme, _, rest = header.strip().partition(" ")
     params = {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', rest)}
     return scheme.lower(), params
+
+
+def with_query(path: str, **params: str) -> str:
+    """``path`` (which may already carry a query, as upload Locations do) with ``params`` added."""
+    return f"{path}{'&' if '?' in path else '?'}{urlencode(params)}"
 
 
 def _next_link(link: str) -> str | None:

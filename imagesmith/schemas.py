@@ -6,6 +6,7 @@ its own process, with the standard library only; it spells the same strings.
 
 PLAN = "imagesmith.plan/1"
 BUILD_REPORT = "imagesmith.build-report/1"
+BUILD_ARTIFACT = "imagesmith.build/1"  # one target after a build job: OUT/<target>/build.json
 VERIFY_CONFIG = "imagesmith.verify-config/1"
 VERIFY_REPORT = "imagesmith.verify-report/1"
 RELEASE = "imagesmith.release/1"

@@ -310,7 +310,7 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
     sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
     report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options, request, info.config), sampler)
     report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
-    image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)}
+    image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
     return VerifyOutcome(finish(report, image, nvml, started, time.monotonic() - t0))
 
 
@@ -329,6 +329,12 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
                    network_disabled=True, timeout_s=options.timeout_s,
                    labels={"io.imagesmith.run": f"verify-{os.getpid()}"},
                    environment=PAYLOAD_ENV, on_stderr=progress)
+
+
+def pinned(ref: str) -> dict[str, str]:
+    """``host/repo@sha256:…``: the digest verified, recorded as such (the engine resolved exactly that manifest)."""
+    name, sep, digest = ref.partition("@")
+    return {"digest": digest, "repository": name} if sep and digest.startswith("sha256:") else {}
 
 
 def _remote_engine() -> bool:

@@ -5,8 +5,10 @@
 temporary folder; ``tls=True`` serves HTTPS with a CA this fixture makes
 with openssl, installed for the docker engine (and skopeo) at
 ``/etc/docker/certs.d/127.0.0.1:PORT/ca.crt``. ``tiny_image`` makes small
-labelled images with ``docker import``. Every fixture stops what it started
-and removes what it created, whatever the test did.
+labelled images with ``docker import``; ``plain_registry`` is one more
+registry (plain HTTP) and ``second_engine`` a second ``dockerd`` (another CI
+runner, for the staging tests). Every fixture stops what it started and
+removes what it created, whatever the test did.
 """
 
 from __future__ import annotations
@@ -165,6 +167,35 @@ def registry_server(request: pytest.FixtureRequest, registry_engine: Any, tmp_pa
         shutil.rmtree(trust, ignore_errors=True)
         if created_certs_d and CERTS_D.is_dir() and not any(CERTS_D.iterdir()):
             CERTS_D.rmdir()
+
+
+@pytest.fixture()
+def second_engine(registry_engine: Any) -> Iterator[Any]:
+    """Another Docker engine on this machine (its own dockerd, data root, exec root, socket and
+    bridge; see tests/integration/second_engine.py), always stopped and removed afterwards."""
+    from tests.integration.second_engine import SecondEngine
+
+    missing = _missing_tools("dockerd", "ip")
+    if missing:
+        pytest.fail(f"the two-engine tests need {', '.join(missing)} (bash scripts/ensure-host.sh installs docker.io)")
+    other = SecondEngine()
+    try:
+        yield other.start()
+    finally:
+        other.stop()
+
+
+@pytest.fixture()
+def plain_registry(registry_engine: Any, tmp_path: Path) -> Iterator[RegistryServer]:
+    """One registry over plain HTTP on 127.0.0.1 (which every engine may use without TLS)."""
+    server = RegistryServer(tmp_path / "registry", tls=False)
+    server.root.mkdir()
+    server.configure()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture()

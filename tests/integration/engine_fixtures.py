@@ -74,13 +74,15 @@ class MatrixFactory:
     repository: str = field(default_factory=lambda: f"imagesmith-test/m{uuid.uuid4().hex[:8]}")
 
     def __call__(self, layers: str, extra: str = LOCAL_SOURCES, files: dict[str, str] | None = None,
-                 torch: str = "2.13", cuda: str = "cpu", include: str = "", bases: dict[str, str] | None = None) -> Path:
+                 torch: str = "2.13", cuda: str = "cpu", include: str = "", bases: dict[str, str] | None = None,
+                 registry: str | None = None) -> Path:
         for name, text in (files or {}).items():
             (self.folder / name).write_text(text)
         path = self.folder / "matrix.yaml"
         base_images = "".join(f"  {os_key}: {ref}\n" for os_key, ref in {"debian12": self.base, **(bases or {})}.items())
         path.write_text(
             f"image:\n  repository: {self.repository}\n  labels: {{{TEST_LABEL}: '{RUN}'}}\n"
+            + (f"  registry: {registry}\n" if registry else "") +
             f"matrix:\n  torch: ['{torch}']\n  cuda: ['{cuda}']\n  python: ['3.11']\n  os: [debian12]\n{include}"
             f"base_images:\n{base_images}" + layers + extra)
         return path

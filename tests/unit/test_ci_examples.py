@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from imagesmith.cli import cli
+from tests.conftest import LOCAL_ROOTS
 
 ROOT = Path(__file__).resolve().parents[2]
 GITLAB = ROOT / "examples" / "ci" / "gitlab-ci.yml"
@@ -183,35 +184,64 @@ def test_every_imagesmith_line_names_real_commands_and_options(path: Path) -> No
     assert not bad, "\n".join(bad)
 
 
+def child_pipeline_calls() -> list[list[str]]:
+    """The imagesmith lines of the child pipeline the GitLab example generates (for examples/local.yaml)."""
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, ["plan", "-m", str(ROOT / "examples" / "local.yaml"), "--format", "gitlab-ci",
+                                      "--stage", "harbor.example.com/ml/staging",
+                                      *[arg for root in LOCAL_ROOTS for arg in ("--allow-root", str(root))]])
+    assert result.exit_code == 0, result.output
+    return [args for script in gitlab_scripts(yaml.safe_load(result.output)) for args in imagesmith_calls(script)]
+
+
 @pytest.mark.parametrize("path", [GITLAB, GITHUB], ids=["gitlab", "github"])
 def test_workflow_runs_the_whole_pipeline(path: Path) -> None:
-    used = {" ".join(args[:1]) for args in calls(path)}
-    assert {"matrix", "doctor", "build", "verify", "report", "publish"} <= used
-    formats = {args[args.index("--format") + 1] for args in calls(path) if args[:1] == ["report"]}
+    found = calls(path) + (child_pipeline_calls() if path == GITLAB else [])
+    used = {" ".join(args[:1]) for args in found}
+    assert {"matrix", "plan", "build", "verify", "report", "publish"} <= used
+    formats = {args[args.index("--format") + 1] for args in found if args[:1] == ["report"]}
     assert formats >= {"md", "junit", "html"}
+    builds = [args for args in found if args[:1] == ["build"]]
+    assert builds and all("--stage" in args and "--only" in args for args in builds)  # per target, through staging
+    assert all("--matrix" not in args for args in found if args[:1] == ["publish"])  # from the artifacts alone
 
 
-def test_gitlab_stages_artifacts_and_gate() -> None:
+@pytest.mark.parametrize("path", [GITLAB, GITHUB], ids=["gitlab", "github"])
+def test_no_same_host_restriction(path: Path) -> None:
+    text = path.read_text()
+    assert "SAME host" not in text and "same host" not in text.lower()
+
+
+def test_gitlab_plans_a_child_pipeline_and_runs_it() -> None:
     doc = yaml.safe_load(GITLAB.read_text())
-    assert doc["stages"] == ["validate", "build", "verify", "release"]
-    assert doc["default"]["tags"] == GPU_RUNNER
-    assert "build/report.json" in doc["build"]["artifacts"]["paths"]
-    assert doc["build"]["artifacts"]["reports"]["junit"] == "build/junit-build.xml"
-    verify = doc["verify"]["artifacts"]
-    assert verify["reports"]["junit"] == "build/junit.xml" and "build/report.html" in verify["paths"]
-    assert verify["when"] == "always"  # failures keep their reports
-    assert doc["release"]["needs"] == ["verify"] and doc["release"]["stage"] == "release"
+    assert doc["stages"] == ["plan", "images"]
+    plan_calls = [args for script in _flatten(doc["plan"]["script"]) for args in imagesmith_calls(script)]
+    fmt = [args for args in plan_calls if args[:1] == ["plan"] and "--format" in args]
+    assert fmt and fmt[0][fmt[0].index("--format") + 1] == "gitlab-ci" and "--stage" in fmt[0]
+    assert "images.yml" in doc["plan"]["artifacts"]["paths"]
+    trigger = doc["images"]["trigger"]
+    assert trigger["include"] == [{"artifact": "images.yml", "job": "plan"}] and trigger["strategy"] == "depend"
 
 
-def test_github_runner_summary_artifacts_and_gate() -> None:
+def test_github_builds_by_depth_verifies_on_gpus_publishes_without_an_engine() -> None:
     doc = yaml.safe_load(GITHUB.read_text())
     jobs = doc["jobs"]
-    assert all(job["runs-on"] == GPU_RUNNER for job in jobs.values())
+    builds = [name for name in jobs if name.startswith("build-")]
+    assert builds == ["build-0", "build-1", "build-2", "build-3"]
+    assert jobs["build-0"]["needs"] == "plan"
+    assert all(jobs[f"build-{d}"]["needs"] == ["plan", f"build-{d - 1}"] for d in (1, 2, 3))
+    assert all(jobs[b]["runs-on"] == ["self-hosted", "linux", "docker"] for b in builds)
+    assert jobs["verify"]["runs-on"] == GPU_RUNNER and jobs["verify"]["needs"] == ["plan", *builds]
+    assert jobs["publish"]["needs"] == ["plan", "verify"] and jobs["publish"]["runs-on"] == ["self-hosted", "linux"]
     runs = [step.get("run", "") for job in jobs.values() for step in job["steps"]]
     assert any("--format md >> \"$GITHUB_STEP_SUMMARY\"" in run for run in runs)
-    uploads = [step for job in jobs.values() for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact@")]
-    assert any("build/report.html" in step["with"]["path"] for step in uploads)
-    assert jobs["release"]["needs"] == "verify" and jobs["verify"]["needs"] == "build"
+    uploads = [step["with"]["name"] for job in jobs.values() for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact@")]
+    assert "build-${{ matrix.target }}" in uploads and "verified-${{ matrix.target }}" in uploads
+    downloads = [step["with"] for step in jobs["publish"]["steps"] if step.get("uses", "").startswith("actions/download-artifact@")]
+    assert downloads == [{"pattern": "verified-*", "path": "build"}]
+    for job in jobs.values():  # matrix values reach the shell through env, never pasted into a script
+        assert not any("${{ matrix." in step.get("run", "") for step in job["steps"])
 
 
 def find(path: tuple[str, ...]) -> click.Command | None:
@@ -227,7 +257,7 @@ CHECKER = [
     ("imagesmith build --matrix m.yaml --jobs 2", []),
     ("imagesmith build --nope", ["imagesmith build: no option --nope"]),
     ("imagesmith bild --matrix m.yaml", [f"imagesmith bild: no such command (has: {', '.join(sorted(cli.commands))})"]),
-    ("imagesmith plan --format yaml", ["imagesmith plan: --format 'yaml' is not one of table, json"]),
+    ("imagesmith plan --format yaml", ["imagesmith plan: --format 'yaml' is not one of table, json, gitlab-ci, github-matrix"]),
     ("imagesmith plan --format=json --out=x.json", []),
     ("imagesmith plan --format \"$FMT\"", []),
     ("imagesmith matrix validate", ["imagesmith matrix validate: missing argument FILE"]),

@@ -269,6 +269,74 @@ def test_a_rebuild_of_the_same_torch_takes_the_floating_tag(world: World) -> Non
     assert {f["tag"]: (f["action"], f["previous"]) for f in data["floating"]} == {"v2.9-base": ("moved", old), "latest": ("moved", old)}
 
 
+# -- two releases at once: compare-and-swap on the floating tags -------------------------------------------
+
+
+def served_torch(world: World, tag: str) -> str:
+    return world.reg.labels[world.reg.repo_tags[tag].config_digest or ""]["io.imagesmith.torch"]
+
+
+def test_a_floating_tag_another_release_moved_forward_meanwhile_is_kept(world: World) -> None:
+    """This release looked (no v2.9-base, no latest), then another release of a newer torch ran to the
+    end before this one wrote: re-read right before the PUT, semver again, kept."""
+    rival: list[dict[str, Any]] = []
+
+    def other_release(ref: str) -> None:
+        if ref.endswith(":latest") and not rival:
+            rival.append(world.release([item("2.9.1")]))
+
+    data = world.release([item("2.9.0")], before_push=other_release)
+    assert {f["tag"]: f["action"] for f in rival[0]["floating"]} == {"latest": "created", "v2.9-base": "created"}
+    got = {f["tag"]: f for f in data["floating"]}
+    assert {t: f["action"] for t, f in got.items()} == {"latest": "kept", "v2.9-base": "kept"}
+    assert got["latest"]["reason"].startswith("another release moved it to newer torch 2.9.1 (sha256:")
+    assert served_torch(world, "latest") == served_torch(world, "v2.9-base") == "2.9.1"
+    assert data["targets"][0]["floating"] == [] and data["ok"]
+
+
+def test_a_floating_tag_another_release_moved_to_an_older_torch_meanwhile_is_moved_on(world: World) -> None:
+    older: list[str] = []
+
+    def other_release(ref: str) -> None:  # an older release that looked before this one pushed writes its tags now
+        if ref.endswith(":latest") and not older:
+            older.append(world.seed("2.9.0", "latest", "v2.9-base"))
+
+    data = world.release([item("2.9.1")], before_push=other_release)
+    assert {f["tag"]: (f["action"], f["previous"]) for f in data["floating"]} == {
+        "latest": ("moved", older[0]), "v2.9-base": ("moved", older[0])}
+    assert served_torch(world, "latest") == served_torch(world, "v2.9-base") == "2.9.1"
+
+
+def test_a_newer_write_racing_right_after_the_put_is_seen_on_read_back(world: World) -> None:
+    put = world.reg.put_manifest
+
+    def racing_put(repo: str, tag: str, manifest: Manifest) -> str:
+        digest = put(repo, tag, manifest)
+        if tag == "latest":  # another release (newer torch) pushes, and its PUT lands right after this one's
+            newer = world.seed("2.10.0")
+            world.reg.repo_tags[tag] = next(m for m in world.reg.repo_tags.values() if m.digest == newer)
+        return digest
+
+    world.reg.put_manifest = racing_put  # type: ignore[method-assign]
+    data = world.release([item("2.9.1")])
+    got = {f["tag"]: f["action"] for f in data["floating"]}
+    assert got["latest"] == "kept" and served_torch(world, "latest") == "2.10.0"
+    assert got["v2.9-base"] == "created" and served_torch(world, "v2.9-base") == "2.9.1"
+
+
+def test_an_older_write_landing_after_every_check_is_undone_when_the_release_settles(world: World) -> None:
+    old_digest = world.seed("2.9.0")
+    old = next(m for m in world.reg.repo_tags.values() if m.digest == old_digest)
+
+    def late_older_write(r: publish.TargetRelease) -> dict[str, Any]:
+        world.reg.repo_tags["latest"] = old  # a slow older release's PUT, after this one read its tag back
+        return {"artifacts": []}
+
+    data = world.release([item("2.9.1")], evidence=late_older_write)
+    assert served_torch(world, "latest") == "2.9.1"
+    assert {f["tag"]: (f["action"], f["previous"]) for f in data["floating"]}["latest"] == ("moved", old_digest)
+
+
 # -- re-runs, conflicts, digests ---------------------------------------------------------------------
 
 
@@ -448,6 +516,91 @@ def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
     items = publish.items_from(results, plan, {"a": outcome(True, "sha256:a"), "b": outcome(True, "sha256:OTHER")})
     assert [(i.target, i.verified, i.error) for i in items] == [
         ("a", True, None), ("b", False, "verification ran on image sha256:OTHER, not the built sha256:b"), ("c", False, "boom")]
+
+
+def test_a_staged_item_counts_as_verified_only_for_the_digest_that_was_verified() -> None:
+    plan = SimpleNamespace(by_id=lambda: {t: SimpleNamespace(layer="base", cell="c") for t in ("a", "b", "c")})
+    staged = lambda d: {"repository": "h.test/ml/staging", "digest": d}  # noqa: E731
+    results = [SimpleNamespace(target=t, ok=True, image_id="sha256:i", facts=facts("2.9.1"), error=None, staged=staged(f"sha256:{t}"))
+               for t in ("a", "b", "c")]
+    outcome = lambda d: SimpleNamespace(ok=True, report={"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}})  # noqa: E731
+    items = publish.items_from(results, plan, {"a": outcome("sha256:a"), "b": outcome("sha256:OTHER"), "c": outcome(None)})
+    assert [(i.target, i.verified, i.source, i.error) for i in items] == [
+        ("a", True, "h.test/ml/staging@sha256:a", None),
+        ("b", False, "h.test/ml/staging@sha256:b", "verification ran on sha256:OTHER, not the staged h.test/ml/staging@sha256:b"),
+        ("c", True, "h.test/ml/staging@sha256:c", None)]  # verified by image ID on the build host: the same image
+
+
+def test_a_staged_item_is_promoted_never_pushed_with_the_engine(world: World) -> None:
+    calls: list[tuple[str, str, str]] = []
+
+    def promote(source: str, repo: str, tag: str) -> Any:
+        calls.append((source, repo, tag))
+        m = manifest_for(image_id)
+        world.reg.repo_tags[tag] = m
+        world.reg.labels[image_id] = image_labels("2.9.1")
+        return SimpleNamespace(digest=m.digest, to_json=lambda: {"mounted": 3, "copied": 0, "present": 0, "bytes_moved": 900, "seconds": 0.1})
+
+    it = item("2.9.1")
+    image_id = it.image_id or ""
+    staged = publish.Item(**{**it.__dict__, "source": "h.test/ml/staging@" + manifest_for(image_id).digest})
+    data = world.release([staged], promote=promote)
+    assert world.engine.pushes == [] and world.engine.local_tags == {}
+    assert calls == [(staged.source, "ml/pytorch", "2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130")]
+    assert data["targets"][0]["status"] == "pushed" and data["targets"][0]["promotion"]["mounted"] == 3
+    assert "## Promoted from staging" in (world.out / "release.md").read_text()
+
+
+def promoter(world: World, calls: list[tuple[str, str, str]]) -> Callable[[str, str, str], Any]:
+    """Registry-side promotion as the registry double sees it: the staged manifest under the release tag."""
+    def promote(source: str, repo: str, tag: str) -> Any:
+        calls.append((source, repo, tag))
+        image_id = next(i for i, labels in world.engine.labels.items() if source.endswith(manifest_for(i).digest))
+        m = manifest_for(image_id)
+        world.reg.repo_tags[tag] = m
+        world.reg.labels[image_id] = world.engine.labels[image_id]
+        return SimpleNamespace(digest=m.digest, to_json=lambda: {"mounted": 2, "copied": 0, "present": 0, "bytes_moved": 0, "seconds": 0.1})
+    return promote
+
+
+def staged_item(torch: str, how: policy.Evidence = ON_GPU) -> publish.Item:
+    it = item(torch, how=how)
+    return publish.Item(**{**it.__dict__, "source": "h.test/ml/staging@" + manifest_for(it.image_id or "").digest})
+
+
+def test_a_staged_cuda_image_verified_without_a_gpu_is_not_promoted_without_the_flag(world: World) -> None:
+    calls: list[tuple[str, str, str]] = []
+    data = world.release([staged_item("2.9.1", ON_CPU)], promote=promoter(world, calls))
+    (t,) = data["targets"]
+    assert (t["status"], t["gpu_verified"], calls, world.reg.repo_tags, data["ok"]) == ("not-gpu-verified", False, [], {}, False)
+
+
+def test_a_staged_cuda_image_verified_without_a_gpu_is_promoted_marked_and_never_floats(world: World) -> None:
+    calls: list[tuple[str, str, str]] = []
+    data = world.release([staged_item("2.9.1", ON_CPU), staged_item("2.9.0")], promote=promoter(world, calls),
+                         allow_cpu_verification=True)
+    cpu, gpu = data["targets"]
+    assert [c[2] for c in calls] == ["2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130-not-gpu-verified",
+                                     "2.9.0-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130"]
+    assert (cpu["status"], cpu["gpu_verified"], cpu["floating"], cpu["source"]) == ("pushed", False, [], calls[0][0])
+    assert world.engine.pushes == []  # promoted, never pushed with the engine
+    assert {f["tag"]: f["target"] for f in data["floating"]} == {"latest": gpu["target"], "v2.9-base": gpu["target"]}
+
+
+def test_the_fleet_gate_holds_back_a_promoted_digest_like_a_pushed_one(world: World) -> None:
+    calls: list[tuple[str, str, str]] = []
+    it = staged_item("2.9.1")
+    staged_digest = it.source.rsplit("@", 1)[1] if it.source else ""
+    seen: list[str | None] = []
+
+    def gate(digest: str | None) -> str | None:
+        seen.append(digest)
+        return "held back by the fleet: class h200 has no fleet result"
+
+    data = world.release([it], promote=promoter(world, calls), floating_gate=gate)
+    assert seen == [staged_digest] and data["targets"][0]["digest"] == staged_digest
+    assert {f["action"] for f in data["floating"]} == {"kept"} and data["targets"][0]["floating"] == []
+    assert all("held back by the fleet" in f["reason"] for f in data["floating"])
 
 
 def test_a_build_report_from_another_matrix_is_refused() -> None:
