@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -725,7 +724,8 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
     """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
-    from imagesmith.fleet import render as fleet_render, report as fleet_report
+    from imagesmith.fleet import render as fleet_render
+    from imagesmith.fleet import report as fleet_report
 
     if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
         fleet = fleet_report.load(report_file)

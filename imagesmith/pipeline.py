@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from imagesmith import build, policy, runstate, verify
-from imagesmith.atomic import write_text
 from imagesmith.errors import UsageError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.progress import Display

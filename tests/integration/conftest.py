@@ -26,8 +26,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 # The build tests' fixtures live in engine_fixtures.py; registered here.
-from tests.integration.engine_fixtures import (  # noqa: F401
-    build_matrix, built_images, cuda_base, debian_base, engine, private_index)
+from tests.integration.engine_fixtures import build_matrix, built_images, cuda_base, debian_base, engine, private_index  # noqa: F401
 from tests.integration.slurm_fixtures import fleet_images, slurm_cluster, slurm_env  # noqa: F401
 
 CERTS_D = Path("/etc/docker/certs.d")

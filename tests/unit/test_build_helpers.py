@@ -28,7 +28,7 @@ CUDA = "2.14.1-cu130-py3.11-debian12-base"
 
 
 def test_context_hash_is_stable_and_names_its_algorithm() -> None:
-    assert HASH == build.context_hash(dict(reversed(list(FILES.items()))), dict(reversed(list(ARGS.items()))), PARENT)
+    assert build.context_hash(dict(reversed(list(FILES.items()))), dict(reversed(list(ARGS.items()))), PARENT) == HASH
     assert HASH.startswith("sha256:") and len(HASH) == len("sha256:") + 64
 
 

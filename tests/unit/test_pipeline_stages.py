@@ -65,7 +65,7 @@ RESULTS = [build.TargetResult("a", "built", image_id="sha256:a"), build.TargetRe
 def test_verify_results_verifies_what_built_and_writes_each_report(tmp_path: Path) -> None:
     engine, display = EngineDouble(tmp_path), Recorder()
     with pipeline.RunReport(tmp_path) as run:
-        outcomes = pipeline.verify_results(engine, RESULTS, OPTIONS, tmp_path, display, run)  # type: ignore[arg-type]
+        outcomes = pipeline.verify_results(engine, RESULTS, OPTIONS, tmp_path, display, run)
         run.complete()
     assert list(outcomes) == ["a"] and outcomes["a"].ok and engine.seen == ["running"]
     written = json.loads((tmp_path / "a" / "verify.json").read_text())
@@ -82,7 +82,7 @@ def test_verify_results_verifies_what_built_and_writes_each_report(tmp_path: Pat
     (RuntimeError("500 Server Error"), "the container did not start: 500 Server Error"),
 ])
 def test_an_image_that_cannot_be_verified_is_a_failed_report_not_a_stop(tmp_path: Path, error: Exception, detail: str) -> None:
-    outcomes = pipeline.verify_results(EngineDouble(tmp_path, error), RESULTS[:1], OPTIONS, tmp_path, Recorder())  # type: ignore[arg-type]
+    outcomes = pipeline.verify_results(EngineDouble(tmp_path, error), RESULTS[:1], OPTIONS, tmp_path, Recorder())
     report = outcomes["a"].report
     assert not outcomes["a"].ok and report["state"] == "complete"
     assert [(c["id"], c["detail"]) for c in report["checks"]] == [("payload.start", detail)]
@@ -91,7 +91,7 @@ def test_an_image_that_cannot_be_verified_is_a_failed_report_not_a_stop(tmp_path
 def test_a_usage_error_stops_the_run(tmp_path: Path) -> None:
     options = verify.VerifyOptions(tier="quick", sample_gpus=False, only=("no.such.check",))
     with pytest.raises(UsageError):
-        pipeline.verify_results(EngineDouble(tmp_path), RESULTS[:1], options, tmp_path, Recorder())  # type: ignore[arg-type]
+        pipeline.verify_results(EngineDouble(tmp_path), RESULTS[:1], options, tmp_path, Recorder())
     assert json.loads((tmp_path / "a" / "verify.json").read_text())["state"] == "interrupted"
 
 

@@ -43,7 +43,7 @@ def upstream() -> Iterator[str]:
             if self.headers.get("Authorization") != expected:
                 self.send_error(401)
                 return
-            origin = f"http://127.0.0.1:{self.server.server_address[1]}"
+            origin = f"http://{self.headers.get('Host')}"
             body = f'<a href="/files/{self.path.strip("/")}.whl">abs</a> <a href="{origin}/x">full</a>'.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html")

@@ -13,6 +13,7 @@ import pytest
 
 from imagesmith import compat, verify
 from imagesmith.engine import ImageConfig, ImageInfo, RunResult, RunSpec
+from imagesmith.errors import UserError
 from imagesmith.resources import payload_module
 
 LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
@@ -116,7 +117,7 @@ def test_no_gpu_runtime_runs_again_without_gpus_and_tells_the_payload() -> None:
 
 
 def test_an_image_not_in_the_engine_with_no_pull_is_a_user_error() -> None:
-    with pytest.raises(verify.UserError, match=r"^image other:1 is not in the engine \(and --no-pull was given\)$"):
+    with pytest.raises(UserError, match=r"^image other:1 is not in the engine \(and --no-pull was given\)$"):
         verify.verify_image(EngineDouble(lambda s: RunResult(0, "", "")), "other:1", OPTIONS, compat.load(), pull=False)
 
 
