@@ -1,6 +1,6 @@
 # imagesmith: the two jobs a new user runs, and their parts.
 #   make release   build, verify, tag and push examples/local.yaml to a local registry
-#   make test      the test suite (unit + integration against a real engine and registry)
+#   make test      lint + the test suite (unit with a coverage floor, then integration against a real engine and registry)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -55,14 +55,25 @@ evidence: install          ## read back what is attached to every digest of $(OU
 	@$(BIN)/python -c 'import json; [print(t["reference"].rsplit(":", 1)[0] + "@" + t["digest"]) for t in json.load(open("$(OUT)/release.json"))["targets"] if t["digest"]]' \
 	  | while read -r ref; do $(BIN)/imagesmith evidence "$$ref" --key $(basename $(SIGNING_KEY)).pub --credentials $(REGISTRY_CREDENTIALS) || exit 1; done
 
-test: host install         ## the whole suite; .ci/run runs exactly this
-	@$(BIN)/python -m pytest -q -ra; code=$$?; \
-	  if [ $$code -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$code
+# The unit tier: pure tests (tests/unit holds no integration/registry/slurm/gpu test), measured:
+# coverage of the imagesmith package under the floor in pyproject.toml ([tool.coverage]) fails it.
+UNIT := -m "not integration and not registry and not slurm and not gpu" tests/unit
+COVERAGE := --cov=imagesmith --cov-report=term:skip-covered
+# pytest's exit code 5 (no tests collected) fails with a message: a suite that runs nothing proves nothing.
+define pytest
+	@$(BIN)/python -m pytest $(1); code=$$?; \
+	  if [ $$code -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; exit $$code
+endef
 
-unit: install              ## pure tests only: no engine, no registry
-	$(BIN)/python -m pytest -q -m "not integration and not registry" tests/unit
+test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, the unit tier with its coverage floor, the rest
+	$(call pytest,-q -ra $(COVERAGE) $(UNIT))
+	$(call pytest,-q -ra tests --ignore=tests/unit)
 
-lint: install
+unit: install              ## pure tests only (no engine, no registry), with the coverage floor
+	$(call pytest,-q $(COVERAGE) $(UNIT))
+
+lint: install              ## ruff (rules in pyproject.toml) and mypy --strict over the package and the tests
+	$(BIN)/ruff check imagesmith tests verify bench
 	$(BIN)/python -m mypy
 
 bench: base install        ## build benchmark against a naive Dockerfile; the shared CUDA layer against today's layout (tables)

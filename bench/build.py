@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from imagesmith import bootstrap, build, matrix, plan  # noqa: E402
+from imagesmith import bootstrap, build, matrix, plan
 
 LOCAL_ROOTS = ("/opt/wheels", "/etc/ssl/certs")  # the folders examples/local.yaml names (make release allows them too)
 from imagesmith.engine import Engine  # noqa: E402

@@ -42,7 +42,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import docker
 import yaml
@@ -51,11 +51,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import build as buildbench  # noqa: E402  (bench/build.py: the naive image)
+
 from imagesmith import bootstrap, build, compat, footprint, matrix, plan, publish  # noqa: E402
 from imagesmith.engine import Engine  # noqa: E402
 from imagesmith.registry import Credentials, Registry  # noqa: E402
-
-import build as buildbench  # noqa: E402  (bench/build.py: the naive image)
 
 LAYOUTS = ("shared", "today")  # shared first: any cache in the proxy helps today's layout, not ours
 DATE = "20261130"
@@ -156,7 +156,7 @@ def push_all(engine: Engine, reg: LocalRegistry, repo: str, images: list[tuple[s
         assert manifest is not None
         diff_ids = config["rootfs"]["diff_ids"]
         traffic = publish.traffic(manifest.raw, diff_ids, lines)
-        layers = [{"diff_id": d, "digest": l["digest"], "size": l["size"]} for d, l in zip(diff_ids, json.loads(manifest.raw)["layers"])]
+        layers = [{"diff_id": d, "digest": layer["digest"], "size": layer["size"]} for d, layer in zip(diff_ids, json.loads(manifest.raw)["layers"])]
         out[target] = dict(traffic.__dict__) | {"layers": layers}
         engine.untag(f"{name}:{target}")
     return time.monotonic() - t0, out
@@ -209,7 +209,7 @@ class SecondEngine:
         """Pull and count: the layers downloaded (with their registry sizes) and those already here."""
         manifest = reg.client.manifest(repo, tag)
         assert manifest is not None
-        sizes = {l["digest"].split(":", 1)[1][:12]: int(l["size"]) for l in json.loads(manifest.raw)["layers"]}
+        sizes = {layer["digest"].split(":", 1)[1][:12]: int(layer["size"]) for layer in json.loads(manifest.raw)["layers"]}
         status: dict[str, str] = {}
         t0 = time.monotonic()
         for event in self.client.api.pull(f"{reg.host}/{repo}", tag=tag, auth_config=reg.auth, stream=True, decode=True):
@@ -282,10 +282,10 @@ def estimate(shared: dict[str, Any]) -> dict[str, Any]:
     cuda = shared["cuda_layers"][0]
     base = next(t for t in shared["pushes"] if "cu" in t and t.endswith("debian12-base"))
     layers = shared["pushes"][base]["layers"]
-    blob = next(l["size"] for l in layers if l["diff_id"] == cuda["diff_id"])
+    blob = next(layer["size"] for layer in layers if layer["diff_id"] == cuda["diff_id"])
     ratio = blob / next(t.cuda_set.wheel_bytes for t in local.targets if t.cuda_set)
-    cut = [l["diff_id"] for l in layers].index(cuda["diff_id"]) + 1  # after the OS base and the CUDA layer
-    own = sum(l["size"] for l in layers[cut:])
+    cut = [layer["diff_id"] for layer in layers].index(cuda["diff_id"]) + 1  # after the OS base and the CUDA layer
+    own = sum(layer["size"] for layer in layers[cut:])
     children = {t.rsplit("-", 1)[1]: push["pushed_bytes"] for t, push in shared["pushes"].items()
                 if "cu" in t and t != "sibling" and not t.endswith("base")}
     prod = plan.expand(matrix.load(ROOT / "matrix.yaml"), DATE)

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,7 +138,7 @@ def run(scenario: Scenario, out_dir: str, releases: Sequence[Mapping[str, str]])
         proc = subprocess.run([sys.executable, RUN, "--config", config, "--out", out, *scenario.args],
                               env=env, capture_output=True, text=True, timeout=600)
         wall = time.monotonic() - t0
-    report = json.load(open(out, encoding="utf-8")) if os.path.exists(out) else {}
+    report = json.loads(Path(out).read_text(encoding="utf-8")) if os.path.exists(out) else {}
     return dict(judge(scenario, report), key=scenario.key, title=scenario.title, wall_s=round(wall, 2),
                 exit_code=proc.returncode, stderr_tail=proc.stderr[-1500:])
 

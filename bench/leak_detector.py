@@ -24,9 +24,8 @@ from typing import List, Optional, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "verify"))
 
-from imagesmith_payload.checks.leak import CHECK_EVERY_SAMPLES, QUICK, STANDARD, WARMUP_STEPS  # noqa: E402
-from imagesmith_payload.stats import (DEVICE_LIMITS, HOST_LIMITS, LEAK_MIN_SAMPLES, MIB, LeakLimits,  # noqa: E402
-                                      leak_verdict)
+from imagesmith_payload.checks.leak import CHECK_EVERY_SAMPLES, QUICK, STANDARD, WARMUP_STEPS
+from imagesmith_payload.stats import DEVICE_LIMITS, HOST_LIMITS, LEAK_MIN_SAMPLES, MIB, LeakLimits, leak_verdict
 
 LEAKS = (0.05, 0.09, 1.0)
 SERIES = (("exact counter, every 2 steps (GPU plan)", 2, DEVICE_LIMITS, 0.0),

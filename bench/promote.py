@@ -104,9 +104,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     engine = Engine()
-    with tempfile.TemporaryDirectory(prefix="imagesmith-bench-promote-") as tmp:
-        with LocalRegistry(Path(tmp, "site")) as site, LocalRegistry(Path(tmp, "other")) as other:
-            rows = [one(engine, image, site, other, n) for n, image in enumerate(args.images)]
+    with tempfile.TemporaryDirectory(prefix="imagesmith-bench-promote-") as tmp, \
+            LocalRegistry(Path(tmp, "site")) as site, LocalRegistry(Path(tmp, "other")) as other:
+        rows = [one(engine, image, site, other, n) for n, image in enumerate(args.images)]
     print(table(rows))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -143,7 +142,9 @@ def print_layers(p: plan_mod.Plan, report: dict[str, Any] | None, fmt: str) -> N
     if fmt == "json":
         click.echo(json.dumps({"targets": [r.__dict__ for r in rows], "cuda_wheels": est.__dict__}, indent=2, sort_keys=True))
         return
-    gb = lambda n: f"{n / 1e9:.2f}" if n else "-"  # noqa: E731
+    def gb(n: int | None) -> str:
+        return f"{n / 1e9:.2f}" if n else "-"
+
     print_table("layers: the CUDA layer (shared by cells) and each target's own bytes",
                 ["target", "CUDA layer", "shared by cells", "CUDA GB", "own GB", "figures"],
                 [[r.target, r.cuda, r.cells or "-", gb(r.cuda_bytes), gb(r.own_bytes),
@@ -849,7 +850,8 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
     """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
-    from imagesmith.fleet import render as fleet_render, report as fleet_report
+    from imagesmith.fleet import render as fleet_render
+    from imagesmith.fleet import report as fleet_report
 
     if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
         fleet = fleet_report.load(report_file)

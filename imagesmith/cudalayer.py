@@ -285,7 +285,7 @@ def write_layer(sources: Sequence[Source], out: Writer | None, prefix: str = PRE
     files = content = 0
     with contextlib.ExitStack() as stack:
         opener = _Opener(stack)
-        tar = stack.enter_context(tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
+        tar = stack.enter_context(tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT,
                                                encoding=ENCODING[0], errors=ENCODING[1]))
         for info, src in tar_entries(sources, prefix):
             if src is None:

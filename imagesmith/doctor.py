@@ -87,7 +87,7 @@ class Facts:
     engine_version: Mapping[str, Any] | None = None
     engine_info: Mapping[str, Any] | None = None
     engine_error: str | None = None
-    gpus: HostInfo = HostInfo(None, None, (), "NVML not asked")
+    gpus: HostInfo = HostInfo(None, None, (), "NVML not asked")  # noqa: RUF009 (a frozen dataclass: one shared value is safe)
     cdi_specs: tuple[str, ...] = ()  # NVIDIA CDI spec files found
     disk: Disk | None = None
     disk_error: str | None = None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import json
+import os
 import re
 import tarfile
 import threading
@@ -24,8 +24,7 @@ import docker.errors
 from docker.types import DeviceRequest, LogConfig
 
 from imagesmith.errors import EngineError, RegistryError
-from imagesmith.registry import (ENV_PASSWORD, ENV_USER, TRANSIENT_MESSAGE, TRANSIENT_STATUS, RegistryHTTPError,
-                                 status_in)
+from imagesmith.registry import ENV_PASSWORD, ENV_USER, TRANSIENT_MESSAGE, TRANSIENT_STATUS, RegistryHTTPError, status_in
 
 LineSink = Callable[[str], None]
 RUN_LABEL = "io.imagesmith.run"

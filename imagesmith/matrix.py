@@ -18,10 +18,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 
 from imagesmith import compat, grammar
-from imagesmith.tags import DOCKER_TAG, TAG_FIELDS
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.located import MAX_BYTES, KeyPath, Lines, TextProblem, dotted, line_of, load_located, printable, read_limited
 from imagesmith.paths import PathProblem, Roots, confined, read_text
+from imagesmith.tags import DOCKER_TAG, TAG_FIELDS
 from imagesmith.versions import matches, version_key
 
 SCHEMA_VERSION = 1
@@ -684,7 +684,7 @@ def _ordered(ctx: Ctx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
     order: list[Layer] = []
     remaining = dict(layers)
     while remaining:
-        ready = [l for l in remaining.values() if l.parent is None or l.parent not in remaining]
+        ready = [layer for layer in remaining.values() if layer.parent is None or layer.parent not in remaining]
         if not ready:
             ctx.error(("layers",), f"layers form a cycle: {', '.join(sorted(remaining))}")
             break

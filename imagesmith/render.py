@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 import jinja2
 import jinja2.sandbox
 
-from imagesmith import compat, cudalayer, guard, grammar
+from imagesmith import compat, cudalayer, grammar, guard
 from imagesmith.atomic import write_bytes
 from imagesmith.errors import ValidationError
 from imagesmith.matrix import TEMPLATE_LIMIT, Layer, Matrix, is_shipped_template

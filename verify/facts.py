@@ -17,8 +17,8 @@ from importlib import metadata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from imagesmith_payload.judge import cudnn_version_string, nccl_version_string  # noqa: E402
-from imagesmith_payload.parsers import os_tag, parse_dpkg_status, parse_os_release  # noqa: E402
+from imagesmith_payload.judge import cudnn_version_string, nccl_version_string
+from imagesmith_payload.parsers import os_tag, parse_dpkg_status, parse_os_release
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 

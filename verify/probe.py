@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from imagesmith_payload.probe import main  # noqa: E402
+from imagesmith_payload.probe import main
 
 if __name__ == "__main__":
     sys.exit(main())

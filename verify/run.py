@@ -13,7 +13,7 @@ if sys.version_info < (3, 9):
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from imagesmith_payload import main  # noqa: E402
+from imagesmith_payload import main
 
 if __name__ == "__main__":
     sys.exit(main())

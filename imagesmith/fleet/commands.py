@@ -76,8 +76,8 @@ def schedulers() -> dict[str, Any]:
 def render_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, out: Path) -> None:
     """Print what verify would submit, without submitting: each sbatch command
     line and batch script, each Kubernetes Job as YAML."""
-    import shlex
     import os
+    import shlex
 
     import yaml
 

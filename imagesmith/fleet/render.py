@@ -61,7 +61,7 @@ def _figure_rows(rep: FleetReport) -> list[list[Any]]:
 def to_markdown(rep: FleetReport) -> str:
     lines = [f"## {'✅' if rep.ok else '❌'} imagesmith fleet: {common._md(headline(rep))}", "",
              common._md(f"started {rep.started_at} · fleet {rep.fleet_file} · tier {rep.tier} · run {rep.run_id}"), ""]
-    for digest, cells in _by_digest(rep):
+    for _digest, cells in _by_digest(rep):
         lines += [f"### `{common._md(cells[0].ref)}`", "", common._md(_verdict(rep, cells)), "",
                   *common._md_table(HEADERS, [_row(c) for c in cells]), ""]
     lines += common._md_section("Measured against each class's baseline", FIGURE_HEADERS, _figure_rows(rep))
@@ -75,7 +75,7 @@ def to_junit(rep: FleetReport) -> str:
     """One testsuite per image, one testcase per class; a failed cell is a
     <failure>, a cancelled (interrupted) one <skipped>."""
     root = ET.Element("testsuites", name="imagesmith fleet")
-    for digest, cells in _by_digest(rep):
+    for _digest, cells in _by_digest(rep):
         suite = ET.SubElement(root, "testsuite", name=common._x(cells[0].ref), timestamp=common._x(rep.started_at))
         for c in cells:
             suite.append(_case(c))

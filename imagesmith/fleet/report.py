@@ -130,7 +130,7 @@ class _Field:
         value = d.get(key, default)
         if value is None and default is None:  # an optional field, absent or null
             return None
-        if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, float, (int, float)):
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
             raise self.fail(f"{where}.{key}", f"expected {getattr(kind, '__name__', 'a number')}, got {type(value).__name__}")
         return value
 

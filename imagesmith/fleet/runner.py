@@ -325,6 +325,6 @@ def exit_text(code: str) -> str:
 
 
 def _dur(seconds: float) -> str:
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 

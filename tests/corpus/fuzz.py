@@ -25,8 +25,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from imagesmith import compat, matrix, plan, render  # noqa: E402
-from imagesmith.errors import UserError  # noqa: E402
+from imagesmith import compat, matrix, plan, render
+from imagesmith.errors import UserError
 
 VALID: dict[str, Any] = {
     "version": 1,

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,14 +28,14 @@ from imagesmith_payload.checks.leak import QUICK, leak_loop  # noqa: E402
 from imagesmith_payload.report import validate_report  # noqa: E402
 
 
-def run_payload(tmp_path, *args: str) -> tuple:
+def run_payload(tmp_path: Path, *args: str) -> tuple[Any, ...]:
     out = tmp_path / "report.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "verify", "run.py"), "--out",
                            str(out), *args], capture_output=True, text=True, timeout=600)
     return proc, json.loads(out.read_text())
 
 
-def test_quick_tier_passes_and_gpu_checks_ran(tmp_path):
+def test_quick_tier_passes_and_gpu_checks_ran(tmp_path: Path) -> None:
     proc, report = run_payload(tmp_path, "--tier", "quick", "--require-gpu",
                                "--skip", "security.user")
     assert validate_report(report) == []
@@ -45,7 +47,7 @@ def test_quick_tier_passes_and_gpu_checks_ran(tmp_path):
         assert by_id[check_id]["status"] == "pass", by_id[check_id]
 
 
-def test_gpu_checks_fail_when_required_but_hidden(tmp_path):
+def test_gpu_checks_fail_when_required_but_hidden(tmp_path: Path) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "verify", "run.py"), "--require-gpu",
@@ -55,7 +57,7 @@ def test_gpu_checks_fail_when_required_but_hidden(tmp_path):
     assert entry["status"] == "fail" and "CUDA_VISIBLE_DEVICES" in entry["detail"]
 
 
-def test_leak_detector_on_gpu_five_clean_runs_then_injected():
+def test_leak_detector_on_gpu_five_clean_runs_then_injected() -> None:
     dev = torch.device("cuda", 0)
     for _ in range(5):
         run = leak_loop(torch, dev, 0.0)
@@ -67,7 +69,7 @@ def test_leak_detector_on_gpu_five_clean_runs_then_injected():
     assert run["device"].verdict().leaking and run["caught"]["steps"] <= 40
 
 
-def test_hostinfo_inventory_matches_torch():
+def test_hostinfo_inventory_matches_torch() -> None:
     from imagesmith import hostinfo
 
     info = hostinfo.inventory()
@@ -79,7 +81,7 @@ def test_hostinfo_inventory_matches_torch():
     assert status == "pass"
 
 
-def test_nvml_sampler_sees_load():
+def test_nvml_sampler_sees_load() -> None:
     from imagesmith import hostinfo
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)

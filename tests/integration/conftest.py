@@ -29,7 +29,15 @@ import pytest
 
 # The build tests' fixtures live in engine_fixtures.py; registered here.
 from tests.integration.engine_fixtures import (  # noqa: F401
-    build_matrix, built_images, cuda_base, cuda_cells, debian_base, engine, private_index, trixie_base)
+    build_matrix,
+    built_images,
+    cuda_base,
+    cuda_cells,
+    debian_base,
+    engine,
+    private_index,
+    trixie_base,
+)
 from tests.integration.slurm_fixtures import fleet_images, slurm_cluster, slurm_env  # noqa: F401
 
 CERTS_D = Path("/etc/docker/certs.d")

@@ -24,7 +24,6 @@ from typing import Any, Iterator
 
 import pytest
 import requests
-
 from google.protobuf import json_format
 from in_toto_attestation.v1 import statement_pb2
 

@@ -90,7 +90,6 @@ def test_a_registry_filling_up_during_a_push_shows_its_answer(registry_engine: A
 def test_ctrl_c_during_a_push_leaves_an_interrupted_release_and_no_tag(registry_engine: Any, registry_server: RegistryServer,
                                                                        tiny_image: Callable[..., str], tmp_path: Path) -> None:
     big = item(lambda labels: tiny_image(labels, payload_mb=96), "2.9.1")
-    ref = f"{registry_server.host}/{REPO}:{tag('2.9.1', 'base')}"
 
     class CtrlC:
         """The real engine; Ctrl-C arrives once the layer upload is under way."""

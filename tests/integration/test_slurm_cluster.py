@@ -63,7 +63,7 @@ def test_two_classes_pass_the_good_image_and_fail_the_bad_one(
     out = tmp_path / "fleet"
     proc = cli("fleet", "verify", "--fleet", str(fleet), fleet_images.good, fleet_images.bad, "--out", str(out),
                "--credentials", str(fleet_images.credentials), "--poll", "1", env=slurm_cluster.env)
-    stdout, stderr = proc.communicate(timeout=900)
+    _, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 1, stderr
     report = json.loads((out / "fleet-report.json").read_text())
     cells = {(c["ref"], c["class"]): c for c in report["cells"]}

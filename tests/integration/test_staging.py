@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -225,7 +226,7 @@ def labels(torch: str) -> dict[str, str]:
 def staged_item(engine: Any, server: RegistryServer, make: Callable[..., str], torch: str) -> Item:
     image_id = make(labels(torch))
     digest = push_tiny(engine, image_id, f"{server.host}/ci/staging", f"ctx-{torch}")
-    facts = {"torch": f"{torch}+cpu", "cuda": None, "python": "3.11.2", "os": "debian12", "packages": {}}
+    facts: dict[str, Any] = {"torch": f"{torch}+cpu", "cuda": None, "python": "3.11.2", "os": "debian12", "packages": {}}
     report = {"ok": True, "tier": "quick", "image_id": image_id, "digest": digest}
     return Item(f"{torch}-base", "base", f"{torch}-cpu-py3.11-debian12", image_id, facts, True, True, report,
                 source=f"{server.host}/ci/staging@{digest}")
@@ -250,10 +251,11 @@ def test_two_publishers_at_once_never_move_a_floating_tag_back(
             elif name == "old" and round_ == 0:
                 new_done.wait(60)
 
-        def run(name: str, item: Item, repo: str = repo, new_done: threading.Event = new_done) -> None:
+        def run(name: str, item: Item, repo: str = repo, new_done: threading.Event = new_done,
+                results: dict[str, Any] = results) -> None:
             reg = Registry(plain_registry.host, CREDS)
             pub = Publisher(registry_engine, reg, ImageSpec(repo, plain_registry.host), policy, DATE, tmp_path / f"{repo}-{name}",
-                            credentials=CREDS, before_push=lambda ref: hook(name, ref), promote=registry_promoter(reg))
+                            credentials=CREDS, before_push=partial(hook, name), promote=registry_promoter(reg))
             results[name] = pub.run([item])
             if name == "new":
                 new_done.set()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -57,7 +57,7 @@ def test_a_good_image_passes_in_cpu_mode(engine: Engine, built_images: BuiltImag
     assert engine.containers_with_label("io.imagesmith.run") == []  # the container is always removed
 
 
-def test_labels_declaring_another_torch_fail(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_labels_declaring_another_torch_fail(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f"FROM {built_images.cpu_base}\nLABEL io.imagesmith.torch=2.9.1\n")
     by_id = checks(verify.verify_image(engine, image, OPTIONS))
     assert by_id["versions.torch"]["status"] == "fail"
@@ -69,7 +69,7 @@ def test_expect_overrides_the_labels(engine: Engine, built_images: BuiltImages) 
     assert checks(verify.verify_image(engine, built_images.cpu_base, options))["versions.torch"]["status"] == "fail"
 
 
-def test_no_torch_at_all_fails_with_a_clear_message(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_no_torch_at_all_fails_with_a_clear_message(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f"FROM {built_images.cpu_base}\nUSER 0\nRUN /opt/venv/bin/pip uninstall -y -q torch\nUSER 1000\n")
     outcome = verify.verify_image(engine, image, OPTIONS)
     assert not outcome.ok
@@ -83,7 +83,7 @@ def test_an_image_without_python_fails_with_a_clear_message(engine: Engine, debi
     assert check["status"] == "fail" and "no python3" in check["detail"], check
 
 
-def test_root_user_is_flagged(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_root_user_is_flagged(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f"FROM {built_images.cpu_base}\nUSER 0\n")
     by_id = checks(verify.verify_image(engine, image, OPTIONS))
     assert by_id["security.user"]["status"] == "fail" and "root" in by_id["security.user"]["detail"]
@@ -98,7 +98,7 @@ def test_a_timeout_kills_the_container_and_fails(engine: Engine, built_images: B
     assert engine.containers_with_label("io.imagesmith.run") == []
 
 
-def run_payload(engine: Engine, image: str, config: dict, only: str = "leak") -> dict:
+def run_payload(engine: Engine, image: str, config: dict[str, Any], only: str = "leak") -> dict[str, Any]:
     """The payload's own entry point in a container (as on a bare host)."""
     from imagesmith.engine import RunSpec
 
@@ -181,7 +181,7 @@ def test_a_cuda_image_verified_on_this_gpu_less_engine(engine: Engine, cuda_base
                                                      "verify.require_gpu: false): not GPU-verified")
 
 
-def test_part_of_cudnn_removed_fails_in_cpu_mode(engine: Engine, cuda_base: str, planted) -> None:
+def test_part_of_cudnn_removed_fails_in_cpu_mode(engine: Engine, cuda_base: str, planted: Any) -> None:
     """torch still imports and reports cuDNN; the wheel's RECORD says what is gone."""
     image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm /opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn_cnn*\n"
                     "USER 1000\n")
@@ -194,7 +194,7 @@ def test_part_of_cudnn_removed_fails_in_cpu_mode(engine: Engine, cuda_base: str,
     assert [c for c, e in by_id.items() if e["status"] == "fail"] == ["libs.integrity"]
 
 
-def test_cudnn_removed_from_a_cuda_image_fails(engine: Engine, cuda_base: str, planted) -> None:
+def test_cudnn_removed_from_a_cuda_image_fails(engine: Engine, cuda_base: str, planted: Any) -> None:
     image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm -rf /opt/imagesmith/cuda/nvidia/cudnn\nUSER 1000\n")  # the shared CUDA layer
     outcome = verify.verify_image(engine, image, CPU_MODE)
     bad = checks(outcome)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -78,20 +78,20 @@ def with_site(base: str) -> str:
 # -- the payload always runs, and only its own report counts --------------------------------------
 
 
-def test_an_entrypoint_that_forges_a_report_never_runs(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_an_entrypoint_that_forges_a_report_never_runs(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f"FROM {built_images.cpu_base}\nENTRYPOINT [\"/bin/sh\", \"-c\", \"echo '{FORGED}'\"]\n")
     outcome = verify.verify_image(engine, image, QUICK)
     assert outcome.ok and checks(outcome)["versions.torch"]["detail"].startswith("torch 2.13.0+cpu matches")
     assert len(outcome.report["checks"]) > 1 and outcome.report["nonce"]  # the real payload's answer
 
 
-def test_an_entrypoint_that_drops_its_arguments_does_not_decide(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_an_entrypoint_that_drops_its_arguments_does_not_decide(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f'FROM {built_images.cpu_base}\nENTRYPOINT ["/bin/sh", "-c", "exec python3"]\n')
     outcome = verify.verify_image(engine, image, QUICK)
     assert outcome.ok, [c for c in outcome.report["checks"] if c["status"] == "fail"]
 
 
-def test_a_python3_that_prints_a_forged_report_is_rejected(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_a_python3_that_prints_a_forged_report_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_python3(built_images.cpu_base), python3=f"#!/bin/sh\necho '{FORGED}'\n")
     outcome = verify.verify_image(engine, image, QUICK)
     (check,) = outcome.report["checks"]
@@ -99,7 +99,7 @@ def test_a_python3_that_prints_a_forged_report_is_rejected(engine: Engine, built
     assert check["detail"].startswith("the report was rejected: report.nonce: missing: this report was not written by this run's payload")
 
 
-def test_a_replayed_genuine_report_is_rejected(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_a_replayed_genuine_report_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     genuine = verify.verify_image(engine, built_images.cpu_base, QUICK).report
     line = "@@IMAGESMITH-REPORT@@ " + json.dumps({k: genuine[k] for k in (
         "schema", "nonce", "tier", "started_at", "duration_s", "environment", "checks", "summary")} | {"schema": "imagesmith.verify-report/1"})
@@ -109,7 +109,7 @@ def test_a_replayed_genuine_report_is_rejected(engine: Engine, built_images: Bui
     assert check["id"] == "payload.report" and "not this run's" in check["detail"], check
 
 
-def test_a_second_report_line_is_rejected(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_a_second_report_line_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_site(built_images.cpu_base),
                     **{"sitecustomize.py": f"import sys\nsys.stdout.write({FORGED!r} + '\\n')\n"})
     (check,) = verify.verify_image(engine, image, QUICK).report["checks"]
@@ -125,14 +125,14 @@ def test_a_second_report_line_is_rejected(engine: Engine, built_images: BuiltIma
     ("@@IMAGESMITH-REPORT@@ " + json.dumps({"schema": "imagesmith.verify-report/1", "nonce": None,
                                              "checks": [{"id": ["x"], "status": {"a": 1}}]})[:60], "the report line is not JSON"),
 ])
-def test_garbage_on_the_report_line_fails_cleanly(engine: Engine, built_images: BuiltImages, planted, printed: str, why: str) -> None:
+def test_garbage_on_the_report_line_fails_cleanly(engine: Engine, built_images: BuiltImages, planted: Any, printed: str, why: str) -> None:
     image = planted(with_python3(built_images.cpu_base),
                     python3=f"#!/usr/bin/python3.11\nimport sys\nsys.stdout.write({printed!r} + '\\n')\n")
     (check,) = verify.verify_image(engine, image, QUICK).report["checks"]
     assert check["id"] == "payload.report" and check["status"] == "fail" and check["detail"].startswith(why), check
 
 
-def test_a_python3_that_drops_its_arguments_names_the_entrypoint(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_a_python3_that_drops_its_arguments_names_the_entrypoint(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_python3(built_images.cpu_base, 'ENTRYPOINT ["/usr/local/bin/start"]\n'),
                     python3="#!/bin/sh\nexec /usr/bin/python3.11 -c 'print(\"hello\")'\n")
     (check,) = verify.verify_image(engine, image, QUICK).report["checks"]
@@ -141,7 +141,7 @@ def test_a_python3_that_drops_its_arguments_names_the_entrypoint(engine: Engine,
     assert check["detail"].endswith(": hello")
 
 
-def test_floods_and_bytes_that_are_not_utf8_do_not_hide_the_report(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_floods_and_bytes_that_are_not_utf8_do_not_hide_the_report(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     flood = ("import sys\nout = sys.stdout.buffer\nout.write(b'\\xff\\xfe\\x00 not utf-8\\n')\n"
              "for _ in range(80):\n    out.write(b'x' * (1 << 20))\nout.write(b'\\n')\nout.flush()\n")
     image = planted(with_site(built_images.cpu_base), **{"sitecustomize.py": flood})
@@ -149,7 +149,7 @@ def test_floods_and_bytes_that_are_not_utf8_do_not_hide_the_report(engine: Engin
     assert outcome.ok and [c["id"] for c in outcome.report["checks"]] == ["versions.torch"]
 
 
-def test_a_flood_after_the_report_is_named(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_a_flood_after_the_report_is_named(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     flood = ("import atexit, sys\n@atexit.register\ndef flood():\n    for _ in range(80):\n"
              "        sys.stdout.buffer.write(b'y' * (1 << 20))\n    sys.stdout.flush()\n")
     image = planted(with_site(built_images.cpu_base), **{"sitecustomize.py": flood})
@@ -158,7 +158,7 @@ def test_a_flood_after_the_report_is_named(engine: Engine, built_images: BuiltIm
     assert check["id"] == "payload.report" and "(the container printed 80 MiB on stdout; the last 64 MiB were read)" in check["detail"]
 
 
-def test_a_report_missing_a_check_it_was_asked_for_is_rejected(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_a_report_missing_a_check_it_was_asked_for_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     # the image's python3 drops one check from whatever the host asks for
     drop = ("import json, sys\nargs = sys.argv\nif '--config' in args:\n"
             "    path = args[args.index('--config') + 1]\n    config = json.load(open(path))\n"
@@ -210,7 +210,7 @@ def jupyter_dockerfile(base: str, cmd: str, foreign: bool = True, extra: str = "
             f"{labels}{extra}EXPOSE 8888\nCMD {cmd}\n")
 
 
-def test_a_root_image_serving_jupyter_without_a_token_fails(engine: Engine, built_images: BuiltImages, with_wheels) -> None:
+def test_a_root_image_serving_jupyter_without_a_token_fails(engine: Engine, built_images: BuiltImages, with_wheels: Any) -> None:
     image = with_wheels(jupyter_dockerfile(built_images.cpu_base, JUPYTER))
     quick = checks(verify.verify_image(engine, image, QUICK))
     assert quick["security.config"]["status"] == "fail"
@@ -227,7 +227,7 @@ def test_a_root_image_serving_jupyter_without_a_token_fails(engine: Engine, buil
     assert engine.containers_with_label("io.imagesmith.run") == []
 
 
-def test_a_start_script_that_disables_the_token_is_read(engine: Engine, built_images: BuiltImages, with_wheels) -> None:
+def test_a_start_script_that_disables_the_token_is_read(engine: Engine, built_images: BuiltImages, with_wheels: Any) -> None:
     script = "#!/bin/bash\\nexec jupyter server --ip=0.0.0.0 --allow-root --IdentityProvider.token=\\\"\\\" \\\"$@\\\"\\n"
     image = with_wheels(jupyter_dockerfile(built_images.cpu_base, '["--port=8888"]',
                                            extra=f"RUN printf '{script}' > /usr/local/bin/start.sh && chmod 755 /usr/local/bin/start.sh\n"
@@ -236,7 +236,7 @@ def test_a_start_script_that_disables_the_token_is_read(engine: Engine, built_im
     assert config["status"] == "fail" and "/usr/local/bin/start.sh" in config["detail"], config
 
 
-def test_jupyter_with_a_token_passes_the_probe(engine: Engine, built_images: BuiltImages, with_wheels) -> None:
+def test_jupyter_with_a_token_passes_the_probe(engine: Engine, built_images: BuiltImages, with_wheels: Any) -> None:
     image = with_wheels(jupyter_dockerfile(built_images.cpu_base, '["jupyter", "server", "--ip=0.0.0.0", "--port=8888"]',
                                            foreign=False, extra="USER 1000\nENV JUPYTER_TOKEN=s3cret-token\n"))
     outcome = verify.verify_image(engine, image, verify.VerifyOptions(tier="standard", gpus="none", only=("security",), probe_s=180))
@@ -246,13 +246,13 @@ def test_jupyter_with_a_token_passes_the_probe(engine: Engine, built_images: Bui
     assert "s3cret-token" not in json.dumps(outcome.report)  # ENV values never reach the report
 
 
-def test_an_empty_jupyter_token_in_env_fails(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_an_empty_jupyter_token_in_env_fails(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f'FROM {built_images.cpu_base}\nENV JUPYTER_TOKEN=""\nCMD ["jupyter", "lab", "--ip=0.0.0.0"]\n')
     config = checks(verify.verify_image(engine, image, QUICK))["security.config"]
     assert config["status"] == "fail" and config["detail"].startswith("ENV JUPYTER_TOKEN is empty and the image starts Jupyter")
 
 
-def test_sshd_allowing_root_logins_from_its_command_fails(engine: Engine, built_images: BuiltImages, planted) -> None:
+def test_sshd_allowing_root_logins_from_its_command_fails(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f'FROM {built_images.cpu_base}\nEXPOSE 22\nCMD ["/usr/sbin/sshd", "-D", "-o", "PermitRootLogin=yes"]\n')
     config = checks(verify.verify_image(engine, image, QUICK))["security.config"]
     assert config["status"] == "fail" and config["detail"].startswith("sshd -o PermitRootLogin=yes allows root logins"), config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_the_payload_gets_the_knowledge_bases_release_table() -> None:
     assert config["leak_inject_mib"] == 0.05 and config["driver"]["releases"] == releases
 
 
-def report(*checks: tuple) -> dict:
+def report(*checks: tuple[Any, ...]) -> dict[str, Any]:
     return {"checks": [{"id": i, "status": s, "duration_s": d, "detail": f"{i} said {s}"} for i, s, d in checks],
             "mode": {"reason": "GPU mode: 1 GPU (--gpus all)"}}
 
@@ -52,7 +53,7 @@ GPU_PASS = ("gpu.devices", "pass", 0.1)
     ((("gpu.devices", "fail", 0.1), ("leak.probe", "fail", 0.4)), False, {}),
     ((), False, {}),
 ])
-def test_judge_a_scenario(checks: tuple, ok: bool, slow: dict) -> None:
+def test_judge_a_scenario(checks: tuple[Any, ...], ok: bool, slow: dict[str, Any]) -> None:
     got = ge.judge(ge.scenarios(0)[4], report(*checks))
     assert (got["ok"], got["too_slow"]) == (ok, slow)
     said = {i: s for i, s, _ in checks}
@@ -78,11 +79,11 @@ ld_spec.loader.exec_module(ld)
 @pytest.mark.parametrize("per_step, every, jitter, steps", [
     (0.05, 2, 0.0, 71), (1.0, 2, 0.0, 23), (0.05, 15, 0.0, 176), (0.0, 2, 1.0, None), (0.01, 2, 0.0, None),
 ])
-def test_steps_to_detect(per_step: float, every: int, jitter: float, steps) -> None:
+def test_steps_to_detect(per_step: float, every: int, jitter: float, steps: Any) -> None:
     limits = ld.HOST_LIMITS if jitter else ld.DEVICE_LIMITS
     assert ld.steps_to_detect(per_step, every, limits, jitter, seed=0, max_steps=2000) == steps
 
 
 @pytest.mark.parametrize("values, text", [([71, 71], "71"), ([295, 303, 295], "295-303"), ([23, None], "never")])
-def test_span(values: list, text: str) -> None:
+def test_span(values: list[Any], text: str) -> None:
     assert ld.span(values) == text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ MATRIX = textwrap.dedent("""\
     """)
 
 
-def expand(write_matrix, text: str = MATRIX, kb: compat.KnowledgeBase | None = None) -> plan.Plan:
+def expand(write_matrix: Any, text: str = MATRIX, kb: compat.KnowledgeBase | None = None) -> plan.Plan:
     return plan.expand(matrix.load(write_matrix(text)), DATE, kb)
 
 
@@ -35,7 +36,7 @@ def sets(p: plan.Plan) -> dict[str, str | None]:
     return {t.id: t.cuda_set.id if t.cuda_set else None for t in p.targets}
 
 
-def test_every_cuda_cell_of_one_torch_variant_shares_one_set(write_matrix) -> None:
+def test_every_cuda_cell_of_one_torch_variant_shares_one_set(write_matrix: Any) -> None:
     p = expand(write_matrix)
     bases = {tid: s for tid, s in sets(p).items() if tid.endswith("-base")}
     assert bases["2.13.0-cpu-py3.11-debian12-base"] is None
@@ -44,7 +45,7 @@ def test_every_cuda_cell_of_one_torch_variant_shares_one_set(write_matrix) -> No
     assert all(s is None for tid, s in sets(p).items() if not tid.endswith("-base"))  # children inherit it
 
 
-def test_the_set_is_torch_s_cuda_wheels_from_the_knowledge_base(write_matrix) -> None:
+def test_the_set_is_torch_s_cuda_wheels_from_the_knowledge_base(write_matrix: Any) -> None:
     t = next(t for t in expand(write_matrix).targets if t.cuda_set)
     assert t.cuda_set is not None
     kb_wheels = compat.load().torch["2.14.1"].variants["cu130"].wheels
@@ -54,7 +55,7 @@ def test_the_set_is_torch_s_cuda_wheels_from_the_knowledge_base(write_matrix) ->
     assert plan.cuda_image(t, "imagesmith/local") == f"imagesmith/local:cuda-{t.cuda_set.id}-{t.versions.os}"
 
 
-def test_cuda_libs_venv_keeps_today_s_layout(write_matrix) -> None:
+def test_cuda_libs_venv_keeps_today_s_layout(write_matrix: Any) -> None:
     p = expand(write_matrix, MATRIX.replace("base: {}", "base: {cuda_libs: venv}"))
     assert set(sets(p).values()) == {None} and not p.warnings
 
@@ -65,7 +66,7 @@ def with_wheels(kb: compat.KnowledgeBase, torch: str, variant: str, wheels: tupl
     return dataclasses.replace(kb, torch=dict(kb.torch) | {torch: dataclasses.replace(release, variants=variants)})
 
 
-def test_two_torch_releases_with_the_same_pins_share_one_set_and_one_pin_more_splits_them(write_matrix) -> None:
+def test_two_torch_releases_with_the_same_pins_share_one_set_and_one_pin_more_splits_them(write_matrix: Any) -> None:
     kb = compat.load()
     same = with_wheels(kb, "2.14.0", "cu130", kb.torch["2.14.1"].variants["cu130"].wheels)
     text = MATRIX.replace('torch: ["2.14.1"]', 'torch: ["2.14.0", "2.14.1"]').replace("python: [\"3.11\", \"3.12\"]", "python: [\"3.11\"]")
@@ -76,7 +77,7 @@ def test_two_torch_releases_with_the_same_pins_share_one_set_and_one_pin_more_sp
     assert len(split) == 2
 
 
-def test_a_variant_without_a_recorded_set_keeps_its_libraries_in_the_venv_and_says_so(write_matrix) -> None:
+def test_a_variant_without_a_recorded_set_keeps_its_libraries_in_the_venv_and_says_so(write_matrix: Any) -> None:
     text = MATRIX.replace('"2.14.1"', '"2.14.1"').replace('cuda: ["13.0"]', 'cuda: ["12.6"]')
     p = expand(write_matrix, text)
     assert set(sets(p).values()) == {None}
@@ -108,7 +109,7 @@ def test_cuda_sets_survive_plan_json(name: str, tmp_path: Path) -> None:
 # -- what the plan says each target stores and shares (footprint) --------------------------------
 
 
-def test_estimate_counts_one_copy_per_cell_today_and_one_per_set_shared(write_matrix) -> None:
+def test_estimate_counts_one_copy_per_cell_today_and_one_per_set_shared(write_matrix: Any) -> None:
     p = expand(write_matrix)
     kb = compat.load()
     wheels = sum(w.bytes for w in kb.torch["2.14.1"].variants["cu130"].wheels)
@@ -118,7 +119,7 @@ def test_estimate_counts_one_copy_per_cell_today_and_one_per_set_shared(write_ma
     assert (venv.sets, venv.today_bytes, venv.shared_bytes) == (0, 4 * wheels, 4 * wheels)
 
 
-def test_layer_rows_estimate_before_a_build_and_measure_after(write_matrix) -> None:
+def test_layer_rows_estimate_before_a_build_and_measure_after(write_matrix: Any) -> None:
     p = expand(write_matrix, MATRIX.replace('python: ["3.11", "3.12"]', 'python: ["3.11"]').replace(", debian13", ""))
     kb = compat.load()
     base, nlp = "2.14.1-cu130-py3.11-debian12-base", "2.14.1-cu130-py3.11-debian12-nlp"

@@ -170,7 +170,7 @@ def test_unsafe_paths_are_refused(member: str, message: str) -> None:
 
 def test_library_data_installs_next_to_the_package_and_scripts_are_refused(tmp_path: Path) -> None:
     ok = make_wheel(tmp_path, "nvidia_x", "1.0", {"nvidia_x-1.0.data/platlib/nvidia/x/lib/libx.so": b"x"})
-    assert [s.path for s in cudalayer.wheel_sources(ok, None)][0] == "nvidia/x/lib/libx.so"
+    assert next(s.path for s in cudalayer.wheel_sources(ok, None)) == "nvidia/x/lib/libx.so"
     bad = make_wheel(tmp_path, "nvidia_y", "1.0", {"nvidia_y-1.0.data/scripts/run": b"#!/bin/sh"})
     with pytest.raises(LayerError) as err:
         cudalayer.wheel_sources(bad, None)

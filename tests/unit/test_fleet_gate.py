@@ -114,7 +114,7 @@ def test_reports_alone_bring_their_rule_and_the_newest_wins(tmp_path: Path) -> N
     g = gate.load_gate(None, [new, old])
     assert g is not None and g.requires == ("a", "b") and g.held_back(D1) is None
     assert gate.load_gate(None, []) is None
-    with pytest.raises(UserError, match="the fleet reports name no required class; give --fleet fleet.yaml"):
+    with pytest.raises(UserError, match=r"none\.json: the fleet reports name no required class; give --fleet fleet\.yaml$"):
         gate.load_gate(None, [write_report(tmp_path / "none.json", [cell(D1, "a")], requires=())])
 
 

@@ -105,7 +105,7 @@ def only(rep: runner.FleetReport) -> runner.CellResult:
 
 def test_a_job_that_passes(tmp_path: Path) -> None:
     sched = Scripted([(PENDING, "PENDING"), (RUNNING, "RUNNING"), (RUNNING, "RUNNING"), (FINISHED, "COMPLETED")], good_report())
-    rep, lines, clock = run(tmp_path, sched)
+    rep, lines, _ = run(tmp_path, sched)
     cell = only(rep)
     assert cell.status == "pass" and cell.reason == "every required check passed" and cell.state == "COMPLETED"
     assert (cell.queued_s, cell.ran_s) == (10.0, 10.0) and cell.job_id == "101" and cell.node == "node1"
@@ -152,7 +152,7 @@ def test_every_end_is_a_clear_cell(tmp_path: Path, script: list[tuple[str, str]]
 
 def test_a_job_that_never_starts_is_cancelled_at_the_start_deadline(tmp_path: Path) -> None:
     sched = Scripted([(PENDING, "PENDING")])
-    rep, lines, clock = run(tmp_path, sched)
+    rep, _, clock = run(tmp_path, sched)
     cell = only(rep)
     assert cell.status == "fail" and sched.cancelled == ["101"] and cell.ran_s is None
     assert cell.reason == ("never started: still pending after 5m05s (Resources); the class's start_deadline is 5m00s: "
@@ -209,7 +209,7 @@ def test_ctrl_c_cancels_every_live_job_and_writes_the_report(tmp_path: Path) -> 
 
 def test_a_job_still_running_after_cancel_is_named_not_waited_for_forever(tmp_path: Path) -> None:
     sched = Scripted([(PENDING, "PENDING")], after_cancel="RUNNING")
-    rep, lines, clock = run(tmp_path, sched)
+    rep, lines, _ = run(tmp_path, sched)
     assert only(rep).status == "fail"
     assert lines[-1] == ("a abababababab: 101 was cancelled but is still shown as running after 30s; "
                          "check it with squeue / kubectl get jobs")

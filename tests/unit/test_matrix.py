@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -128,12 +129,12 @@ BAD = [
 
 
 @pytest.mark.parametrize("text, expected", [p for p in BAD if p.values[1] is not None])
-def test_bad_matrix_first_message(write_matrix, tmp_path: Path, text: str, expected: str) -> None:
+def test_bad_matrix_first_message(write_matrix: Callable[..., Path], tmp_path: Path, text: str, expected: str) -> None:
     path = write_matrix(text)
     assert messages(path)[0] == expected.replace("{tmp}", str(tmp_path.resolve()))
 
 
-def test_every_bad_cell_is_reported_once_with_alternatives(write_matrix) -> None:
+def test_every_bad_cell_is_reported_once_with_alternatives(write_matrix: Callable[..., Path]) -> None:
     path = write_matrix(textwrap.dedent("""\
         matrix:
           torch: ["2.7", "2.8"]
@@ -149,7 +150,7 @@ def test_every_bad_cell_is_reported_once_with_alternatives(write_matrix) -> None
     ]
 
 
-def test_cells_removed_by_exclude_are_not_errors(write_matrix) -> None:
+def test_cells_removed_by_exclude_are_not_errors(write_matrix: Callable[..., Path]) -> None:
     path = write_matrix(textwrap.dedent("""\
         matrix:
           torch: ["2.8", "2.9"]
@@ -163,13 +164,13 @@ def test_cells_removed_by_exclude_are_not_errors(write_matrix) -> None:
     assert sorted((c.torch, c.cuda) for c in m.cells) == [("2.8", "12.8"), ("2.9", "12.8"), ("2.9", "13.0")]
 
 
-def test_include_adds_cells_and_extra_keys_like_github_actions(write_matrix) -> None:
+def test_include_adds_cells_and_extra_keys_like_github_actions(write_matrix: Callable[..., Path]) -> None:
     path = write_matrix(BASE + "  include:\n    - {cuda: '12.8', cudnn: '9'}\n    - {torch: '2.13', cuda: cpu, python: '3.11', os: debian12}\n")
     m = matrix.load(path)
     assert [(c.torch, c.cuda, c.os, c.cudnn) for c in m.cells] == [("2.9", "12.8", "ubuntu22.04", "9"), ("2.13", "cpu", "debian12", None)]
 
 
-def test_unquoted_versions_stay_strings(write_matrix) -> None:
+def test_unquoted_versions_stay_strings(write_matrix: Callable[..., Path]) -> None:
     path = write_matrix("matrix:\n  torch: [2.10]\n  cuda: [12.8]\n  python: [3.10]\n  os: [ubuntu22.04]\n")
     m = matrix.load(path)
     assert (m.cells[0].torch, m.cells[0].python) == ("2.10", "3.10")
@@ -189,12 +190,12 @@ WARN = [
 
 
 @pytest.mark.parametrize("extra, expected", WARN)
-def test_suspicious_input_warns_with_a_hint(write_matrix, extra: str, expected: str) -> None:
+def test_suspicious_input_warns_with_a_hint(write_matrix: Callable[..., Path], extra: str, expected: str) -> None:
     path = write_matrix(BASE + extra, **{"req.txt": "rich==15.0.0\nnumpy>=1.0\n"})
     assert [str(w) for w in matrix.load(path).warnings] == [expected]
 
 
-def test_torch_and_torchvision_unpinned_are_resolved_not_warned(write_matrix) -> None:
+def test_torch_and_torchvision_unpinned_are_resolved_not_warned(write_matrix: Callable[..., Path]) -> None:
     path = write_matrix(BASE + "layers:\n  base: {}\n  cv: {packages: [torchvision, torchaudio]}\n")
     assert matrix.load(path).warnings == ()
 
@@ -207,12 +208,12 @@ def test_shipped_matrices_are_valid_and_quiet(name: str) -> None:
     assert m.cells and m.warnings == ()
 
 
-def test_layers_are_ordered_parents_first(write_matrix) -> None:
+def test_layers_are_ordered_parents_first(write_matrix: Callable[..., Path]) -> None:
     path = write_matrix(BASE + "layers:\n  project: {parent: nlp}\n  nlp: {}\n  base: {}\n")
     assert [layer.name for layer in matrix.load(path).layers] == ["base", "nlp", "project"]
 
 
-def test_layer_cycle_is_an_error(write_matrix) -> None:
+def test_layer_cycle_is_an_error(write_matrix: Callable[..., Path]) -> None:
     path = write_matrix(BASE + "layers:\n  base: {}\n  a: {parent: b}\n  b: {parent: a}\n")
     assert "layers form a cycle: a, b" in messages(path)[0]
 
@@ -253,7 +254,7 @@ ENTRY = [
 
 
 @pytest.mark.parametrize("text, expected", ENTRY)
-def test_values_are_checked_against_what_they_become(write_matrix, tmp_path: Path, text: str, expected: str) -> None:
+def test_values_are_checked_against_what_they_become(write_matrix: Callable[..., Path], tmp_path: Path, text: str, expected: str) -> None:
     (tmp_path / "m" / "sub").mkdir(parents=True)
     (tmp_path / "m" / "link.txt").symlink_to("/etc/passwd")
     (tmp_path / "x.j2").write_text("FROM scratch\n")
@@ -263,7 +264,7 @@ def test_values_are_checked_against_what_they_become(write_matrix, tmp_path: Pat
     assert messages(path)[0] == expected.replace("{tmp}", str(root)).replace("{parent}", str(root.parent))
 
 
-def test_an_allowed_root_admits_a_path_outside_the_matrix_folder(write_matrix, tmp_path: Path) -> None:
+def test_an_allowed_root_admits_a_path_outside_the_matrix_folder(write_matrix: Callable[..., Path], tmp_path: Path) -> None:
     outside = tmp_path / "shared"
     (outside / "req").mkdir(parents=True)
     (outside / "req" / "r.txt").write_text("rich==15.0.0\n")
@@ -273,7 +274,7 @@ def test_an_allowed_root_admits_a_path_outside_the_matrix_folder(write_matrix, t
     assert m.layer("project").requirements_data == b"rich==15.0.0\n" and m.layer("project").requirements_pins == ("rich==15.0.0",)
 
 
-def test_requirement_warnings_name_the_package_and_never_quote_the_file(write_matrix) -> None:
+def test_requirement_warnings_name_the_package_and_never_quote_the_file(write_matrix: Callable[..., Path]) -> None:
     path = write_matrix(BASE + LAYERS, **{"r.txt": "rich==15.0.0\nSECRET-TOKEN>=1  # x\n"})
     warnings = [str(w) for w in matrix.load(path).warnings]
     assert warnings == ["matrix.yaml:9 layers.project.requirements: warning: r.txt:2: SECRET-TOKEN is not pinned; pin it (SECRET-TOKEN==X.Y.Z) so that rebuilds install the same thing"]

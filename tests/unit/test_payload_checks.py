@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,7 @@ from imagesmith_payload.report import validate_report  # noqa: E402
 NO_GPU = not torch.cuda.is_available()
 
 
-def payload(tmp_path, *args: str, config: dict | None = None) -> tuple:
+def payload(tmp_path: Path, *args: str, config: dict[str, Any] | None = None) -> tuple[Any, ...]:
     out = tmp_path / "report.json"
     argv = [sys.executable, os.path.join(VERIFY, "run.py"), "--out", str(out), *args]
     if config is not None:
@@ -34,7 +36,7 @@ def payload(tmp_path, *args: str, config: dict | None = None) -> tuple:
 
 
 @pytest.mark.skipif(not NO_GPU, reason="CPU mode needs a host without a GPU")
-def test_cpu_mode_quick_tier_passes_and_skips_gpu_checks(tmp_path) -> None:
+def test_cpu_mode_quick_tier_passes_and_skips_gpu_checks(tmp_path: Path) -> None:
     expected = {"torch": torch.__version__.split("+")[0], "python": ".".join(map(str, sys.version_info[:2]))}
     proc, rep, by_id = payload(tmp_path, "--tier", "quick", config={"expected": expected})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -46,14 +48,14 @@ def test_cpu_mode_quick_tier_passes_and_skips_gpu_checks(tmp_path) -> None:
 
 
 @pytest.mark.skipif(not NO_GPU, reason="CPU mode needs a host without a GPU")
-def test_cpu_mode_with_require_gpu_fails(tmp_path) -> None:
+def test_cpu_mode_with_require_gpu_fails(tmp_path: Path) -> None:
     proc, _, by_id = payload(tmp_path, "--require-gpu", "--only", "gpu.devices,versions.torch")
     assert proc.returncode == 1
     assert by_id["gpu.devices"]["status"] == "fail"
     assert by_id["gpu.devices"]["detail"].startswith("no GPU visible but a GPU is required: ")
 
 
-def test_a_wrong_torch_version_fails(tmp_path) -> None:
+def test_a_wrong_torch_version_fails(tmp_path: Path) -> None:
     proc, _, by_id = payload(tmp_path, "--only", "versions.torch", "--expect", "torch=1.13.1")
     assert proc.returncode == 1
     assert by_id["versions.torch"]["detail"] == f"torch {torch.__version__} installed, image declares 1.13.1"
@@ -65,7 +67,7 @@ def test_matmul_error_on_cpu_is_within_tolerance(kind: str) -> None:
 
 
 @pytest.mark.parametrize("plan", [QUICK, STANDARD])
-def test_leak_loop_catches_one_mib_per_step_in_few_steps(plan) -> None:
+def test_leak_loop_catches_one_mib_per_step_in_few_steps(plan: Any) -> None:
     run = leak_loop(torch, torch.device("cpu"), inject_mib=1.0, plan=plan)
     assert run["caught"] is not None and run["caught"]["steps"] <= 200, run["caught"]
     assert run["device"].verdict().leaking and run["host"].verdict().leaking
@@ -83,7 +85,7 @@ def test_leak_loop_clean_run_raises_no_alarm() -> None:
         assert not run[key].verdict().leaking, run[key].verdict().describe()
 
 
-def test_leak_check_through_the_config_knob(tmp_path) -> None:
+def test_leak_check_through_the_config_knob(tmp_path: Path) -> None:
     proc, _, by_id = payload(tmp_path, "--tier", "standard", "--only", "leak.host",
                              config={"leak_inject_mib": 1})
     assert proc.returncode == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +39,7 @@ def test_the_documented_example_parses() -> None:
 
 
 @pytest.mark.parametrize("data", [{}, None, {"schema": "imagesmith.verify-config/1"}])
-def test_every_key_is_optional(data) -> None:
+def test_every_key_is_optional(data: Any) -> None:
     assert config.parse_config(data) == Config()
 
 
@@ -82,13 +84,13 @@ def test_every_key_is_optional(data) -> None:
     ({"thresholds": {"gemm.bf16": {"baseline": "784"}}},
      "config key 'thresholds.gemm.bf16.baseline': expected a number, got '784'"),
 ])
-def test_config_errors_name_the_key(data, message: str) -> None:
+def test_config_errors_name_the_key(data: Any, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         config.parse_config(data)
     assert str(err.value) == message
 
 
-def test_cli_flags_override_the_file(tmp_path) -> None:
+def test_cli_flags_override_the_file(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"tier": "quick", "require_gpu": False, "expected": {"torch": "2.9"}}))
     cfg = config.with_overrides(config.load_config_file(str(path)), tier="standard", require_gpu=True,
@@ -105,7 +107,7 @@ def test_expect_splits_core_versions_from_packages() -> None:
 @pytest.mark.parametrize("text, message", [
     (None, "cannot read"), ("{not json", "not valid JSON"),
 ])
-def test_unreadable_config_file(tmp_path, text, message: str) -> None:
+def test_unreadable_config_file(tmp_path: Path, text: Any, message: str) -> None:
     path = tmp_path / "c.json"
     if text is not None:
         path.write_text(text)
@@ -133,11 +135,11 @@ def test_the_baselines_file_holds_the_h200_reference() -> None:
     (None, "gemm.bf16", {}, None),
     ("NVIDIA H200", "no.such.check", {}, None),
 ])
-def test_threshold_for(gpu, check_id: str, overrides: dict, expected) -> None:
+def test_threshold_for(gpu: Any, check_id: str, overrides: dict[str, Any], expected: Any) -> None:
     thr = baselines.threshold_for(baselines.load_baselines(), gpu, check_id, overrides)
     got = None if thr is None else (thr.baseline, thr.fail_below, thr.warn_below)
     assert got == (None if expected is None else tuple(pytest.approx(v) for v in expected))
 
 
-def test_a_missing_baselines_file_means_no_baselines(tmp_path) -> None:
+def test_a_missing_baselines_file_means_no_baselines(tmp_path: Path) -> None:
     assert baselines.load_baselines(str(tmp_path / "none.json")) == {"schema": baselines.SCHEMA, "gpus": {}}

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
 
-from imagesmith_payload.gpumode import decide, requested_count  # noqa: E402
+from imagesmith_payload.gpumode import decide, requested_count
 
 WHY = "CUDA_VISIBLE_DEVICES='' hides every GPU"
 CPU_BUILD = "torch 2.13.0+cpu is a CPU-only build"
@@ -17,7 +18,7 @@ CPU_BUILD = "torch 2.13.0+cpu is a CPU-only build"
 
 @pytest.mark.parametrize("gpus, count", [("all", None), ("none", None), ("auto", None), ("0", 1), ("0,1", 2),
                                          ("GPU-3f1c,GPU-77aa,2", 3)])
-def test_requested_count(gpus: str, count) -> None:
+def test_requested_count(gpus: str, count: Any) -> None:
     assert requested_count(gpus) == count
 
 

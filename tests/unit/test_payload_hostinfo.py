@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -87,7 +88,7 @@ def test_inventory_without_a_driver_says_why() -> None:
     ("13.0", "13.0", "pass"), ("13.0", "12.8", "pass"), ("12.4", "12.8", "warn"), ("12.8", "13.0", "fail"),
     (None, "12.8", "fail"),
 ])
-def test_driver_supports(driver_cuda, image_cuda: str, status: str) -> None:
+def test_driver_supports(driver_cuda: Any, image_cuda: str, status: str) -> None:
     info = hostinfo.HostInfo("580.159.04" if driver_cuda else None, driver_cuda, (), None if driver_cuda else "x")
     assert hostinfo.driver_supports(info, image_cuda)[0] == status
 

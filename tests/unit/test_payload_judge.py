@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import os
 import sys
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
 
-from imagesmith_payload import judge  # noqa: E402
-from imagesmith_payload.judge import Threshold  # noqa: E402
+from imagesmith_payload import judge
+from imagesmith_payload.judge import Threshold
 
 
 @pytest.mark.parametrize("expected, actual, match", [
@@ -37,7 +38,7 @@ def test_version_matches_by_dotted_prefix(expected: str, actual: str, match: boo
 @pytest.mark.parametrize("text, parts", [
     ("580.159.04", (580, 159, 4)), ("2.9.0a0+git", (2, 9, 0)), ("13.0", (13, 0)), ("x", ()),
 ])
-def test_version_tuple(text: str, parts: tuple) -> None:
+def test_version_tuple(text: str, parts: tuple[Any, ...]) -> None:
     assert judge.version_tuple(text) == parts
 
 
@@ -51,7 +52,7 @@ def test_version_tuple(text: str, parts: tuple) -> None:
     (judge.cuda_version_string, 13000, "13.0"),
     (judge.cuda_version_string, 12080, "12.8"),
 ])
-def test_library_version_codes(fn, code, text: str) -> None:
+def test_library_version_codes(fn: Any, code: Any, text: str) -> None:
     assert fn(code) == text
 
 
@@ -67,12 +68,12 @@ def test_library_version_codes(fn, code, text: str) -> None:
      "driver 570.86.10 is older than 580.65.06: CUDA calls will fail with 'driver too old'; "
      "upgrade the host driver to >= 580.65.06"),
 ])
-def test_judge_driver(actual: str, toolkit: str, minimum, status: str, detail: str) -> None:
+def test_judge_driver(actual: str, toolkit: str, minimum: Any, status: str, detail: str) -> None:
     assert judge.judge_driver(actual, toolkit, minimum) == (status, detail)
 
 
 # ------------------------------------------------------ driver by measured CUDA runtime
-def kb_releases() -> list:
+def kb_releases() -> list[Any]:
     """The knowledge base's release table, as the host hands it to the payload."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
     from imagesmith import compat
@@ -101,7 +102,7 @@ def test_release_label(release: str, label: str) -> None:
     ("12.8.10", "12.8.0", False),  # older than any listed: the minor's first release
     ("12.7.1", None, False),  # a minor the knowledge base lacks
 ])
-def test_runtime_release(cudart: str, release, exact: bool) -> None:
+def test_runtime_release(cudart: str, release: Any, exact: bool) -> None:
     found, is_exact = judge.runtime_release(cudart, kb_releases())
     assert (found.release if found else None, is_exact) == (release, exact)
 
@@ -163,7 +164,7 @@ ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
      'GPU sm_100 not in torch arch list [sm_90a]: "no kernel image is available for execution on '
      'the device" will occur; use a torch build for this GPU'),
 ])
-def test_arch_support(capability, arch_list, status: str, detail: str) -> None:
+def test_arch_support(capability: Any, arch_list: Any, status: str, detail: str) -> None:
     assert judge.arch_support(capability, arch_list) == (status, detail)
 
 
@@ -179,7 +180,7 @@ H200_BF16 = Threshold(784.0, 0.75, 0.9, "TFLOP/s")
     (math.nan, H200_BF16, "fail", None, "bf16 measured a non-positive or non-finite rate"),
     (0.0, H200_BF16, "fail", None, "bf16 measured a non-positive or non-finite rate"),
 ])
-def test_judge_throughput(value: float, threshold, status: str, pct, detail: str) -> None:
+def test_judge_throughput(value: float, threshold: Any, status: str, pct: Any, detail: str) -> None:
     verdict = judge.judge_throughput(value, threshold, "bf16")
     assert (verdict.status, verdict.percent_of_baseline, verdict.detail) == (status, pct, detail)
     judged = threshold is not None and value > 0  # nan > 0 is False
@@ -200,7 +201,7 @@ def test_judge_at_most(value: float, limit: float, status: str) -> None:
     ([1.0, math.nan, 0.1], False, "non-finite loss (NaN/Inf)"),
     ([], False, "non-finite loss (NaN/Inf)"),
 ])
-def test_loss_fell(losses: list, ok: bool, detail: str) -> None:
+def test_loss_fell(losses: list[Any], ok: bool, detail: str) -> None:
     assert judge.loss_fell(losses) == (ok, detail)
 
 
@@ -210,7 +211,7 @@ def test_loss_fell(losses: list, ok: bool, detail: str) -> None:
     (660.0, [300.0, 280.0, 30.0, 10.0], "fail"),  # one starved: 0.015x < 0.175x
     (660.0, [330.0, 330.0], "pass"),
 ])
-def test_judge_contention(solo: float, per: list, status: str) -> None:
+def test_judge_contention(solo: float, per: list[Any], status: str) -> None:
     assert judge.judge_contention(solo, per)[0] == status
 
 
@@ -222,12 +223,12 @@ def test_judge_contention_detail() -> None:
 @pytest.mark.parametrize("mask, names", [
     (0, ()), (0x4, ("sw_power_cap",)), (0x1 | 0x40, ("gpu_idle", "hw_thermal_slowdown")),
 ])
-def test_decode_throttle_reasons(mask: int, names: tuple) -> None:
+def test_decode_throttle_reasons(mask: int, names: tuple[Any, ...]) -> None:
     assert judge.decode_throttle_reasons(mask) == names
 
 
 @pytest.mark.parametrize("statuses, worst", [
     (["pass", "skip"], "pass"), (["pass", "warn", "skip"], "warn"), (["warn", "fail"], "fail"), ([], "skip"),
 ])
-def test_worst(statuses: list, worst: str) -> None:
+def test_worst(statuses: list[Any], worst: str) -> None:
     assert judge.worst(statuses) == worst

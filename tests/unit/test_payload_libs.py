@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ VERIFY = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "ve
 
 
 @pytest.fixture
-def fake_cuda_torch(tmp_path):
+def fake_cuda_torch(tmp_path: Path):
     """site/torch: version.py says CUDA 12.8; importing it fails as without cuDNN."""
     torch = tmp_path / "site" / "torch"
     (torch / "lib").mkdir(parents=True)
@@ -24,7 +26,7 @@ def fake_cuda_torch(tmp_path):
     return tmp_path / "site"
 
 
-def run(site, tmp_path, only: str) -> dict:
+def run(site: Any, tmp_path: Path, only: str) -> dict[str, Any]:
     out = tmp_path / "r.json"
     env = dict(os.environ, PYTHONPATH=str(site), LD_LIBRARY_PATH="")
     subprocess.run([sys.executable, os.path.join(VERIFY, "run.py"), "--only", only, "--out", str(out)],
@@ -32,7 +34,7 @@ def run(site, tmp_path, only: str) -> dict:
     return {c["id"]: c for c in json.loads(out.read_text())["checks"]}
 
 
-def test_missing_cudnn_fails_naming_the_library(fake_cuda_torch, tmp_path) -> None:
+def test_missing_cudnn_fails_naming_the_library(fake_cuda_torch: Any, tmp_path: Path) -> None:
     by_id = run(fake_cuda_torch, tmp_path, "libs.cudnn,versions.torch")
     cudnn = by_id["libs.cudnn"]
     assert cudnn["status"] == "fail"
@@ -45,7 +47,7 @@ def test_missing_cudnn_fails_naming_the_library(fake_cuda_torch, tmp_path) -> No
                                     "directory")
 
 
-def test_a_broken_library_file_fails_with_the_loader_error(fake_cuda_torch, tmp_path) -> None:
+def test_a_broken_library_file_fails_with_the_loader_error(fake_cuda_torch: Any, tmp_path: Path) -> None:
     cudart = run(fake_cuda_torch, tmp_path, "libs.cudart")["libs.cudart"]
     assert cudart["status"] == "fail"
     assert cudart["detail"].startswith("CUDA runtime (libcudart) not loadable: OSError: ")
@@ -53,7 +55,7 @@ def test_a_broken_library_file_fails_with_the_loader_error(fake_cuda_torch, tmp_
 
 
 # ------------------------------------------------------------------ libs.integrity
-def record_line(site, rel: str) -> str:
+def record_line(site: Any, rel: str) -> str:
     import base64
     import hashlib
 
@@ -63,7 +65,7 @@ def record_line(site, rel: str) -> str:
 
 
 @pytest.fixture
-def fake_cudnn_wheel(tmp_path):
+def fake_cudnn_wheel(tmp_path: Path):
     """site/nvidia/cudnn/lib with three loadable libraries (copies of libz) and the
     dist-info of nvidia-cudnn-cu13 whose RECORD lists them."""
     import shutil
@@ -83,18 +85,18 @@ def fake_cudnn_wheel(tmp_path):
     return site
 
 
-def integrity(site, tmp_path) -> dict:
+def integrity(site: Any, tmp_path: Path) -> dict[str, Any]:
     return run(site, tmp_path, "libs.integrity")["libs.integrity"]
 
 
-def test_intact_wheel_libraries_pass(fake_cudnn_wheel, tmp_path) -> None:
+def test_intact_wheel_libraries_pass(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     check = integrity(fake_cudnn_wheel, tmp_path)
     assert check["status"] == "pass", check
     assert check["detail"] == ("3 shared libraries of 1 nvidia-* wheels present, match their RECORD sha256 "
                                "and load")
 
 
-def test_a_partly_removed_cudnn_fails(fake_cudnn_wheel, tmp_path) -> None:
+def test_a_partly_removed_cudnn_fails(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     (fake_cudnn_wheel / "nvidia" / "cudnn" / "lib" / "libcudnn_cnn.so.9").unlink()
     check = integrity(fake_cudnn_wheel, tmp_path)
     assert check["status"] == "fail" and check["value"] == 1
@@ -103,7 +105,7 @@ def test_a_partly_removed_cudnn_fails(fake_cudnn_wheel, tmp_path) -> None:
                                "reinstall those wheels")
 
 
-def test_an_altered_library_fails_its_record_hash(fake_cudnn_wheel, tmp_path) -> None:
+def test_an_altered_library_fails_its_record_hash(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     with open(fake_cudnn_wheel / "nvidia" / "cudnn" / "lib" / "libcudnn_graph.so.9", "ab") as fh:
         fh.write(b"\0")
     check = integrity(fake_cudnn_wheel, tmp_path)
@@ -111,7 +113,7 @@ def test_an_altered_library_fails_its_record_hash(fake_cudnn_wheel, tmp_path) ->
     assert "libcudnn_graph.so.9 sha256 differs from the wheel's RECORD" in check["detail"]
 
 
-def test_a_library_that_does_not_load_fails_with_the_loader_error(fake_cudnn_wheel, tmp_path) -> None:
+def test_a_library_that_does_not_load_fails_with_the_loader_error(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     target = fake_cudnn_wheel / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9"
     target.write_bytes(b"not an ELF file")
     info = fake_cudnn_wheel / "nvidia_cudnn_cu13-9.24.0.43.dist-info" / "RECORD"
@@ -122,7 +124,7 @@ def test_a_library_that_does_not_load_fails_with_the_loader_error(fake_cudnn_whe
     assert "libcudnn.so.9 does not load: " in check["detail"] and "file too short" in check["detail"]
 
 
-def linked_library(site, tmp_path, name: str, needs: str) -> None:
+def linked_library(site: Any, tmp_path: Path, name: str, needs: str) -> None:
     """site/nvidia/cudnn/lib/<name>, linked against a library with soname `needs` (not shipped), added to RECORD."""
     import shutil
 
@@ -140,14 +142,14 @@ def linked_library(site, tmp_path, name: str, needs: str) -> None:
     record.write_text(record_line(site, f"nvidia/cudnn/lib/{name}") + record.read_text())
 
 
-def test_a_library_that_needs_the_driver_is_noted_not_failed(fake_cudnn_wheel, tmp_path) -> None:
+def test_a_library_that_needs_the_driver_is_noted_not_failed(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     linked_library(fake_cudnn_wheel, tmp_path, "libcudnn_adv.so.9", needs="libcuda.so.1")
     check = integrity(fake_cudnn_wheel, tmp_path)
     assert check["status"] == "pass", check
     assert check["detail"].endswith("and load (1 need the NVIDIA driver, not loaded here: libcudnn_adv.so.9)")
 
 
-def test_a_plugin_that_needs_a_library_no_wheel_ships_is_noted_not_failed(fake_cudnn_wheel, tmp_path) -> None:
+def test_a_plugin_that_needs_a_library_no_wheel_ships_is_noted_not_failed(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     """nvshmem's MPI/UCX bootstraps, cuFile's RDMA: optional, their libraries are not in the image."""
     linked_library(fake_cudnn_wheel, tmp_path, "nvshmem_bootstrap_mpi.so.3", needs="libmpi.so.40")
     check = integrity(fake_cudnn_wheel, tmp_path)
@@ -156,7 +158,7 @@ def test_a_plugin_that_needs_a_library_no_wheel_ships_is_noted_not_failed(fake_c
                                     "libmpi.so.40)")
 
 
-def unresolved_library(site, tmp_path, name: str, symbol: str) -> None:
+def unresolved_library(site: Path, tmp_path: Path, name: str, symbol: str) -> None:
     """site/nvidia/cudnn/lib/<name> calling ``symbol``, defined nowhere (linked without its library), added to RECORD."""
     import shutil
 
@@ -169,7 +171,7 @@ def unresolved_library(site, tmp_path, name: str, symbol: str) -> None:
     record.write_text(record_line(site, f"nvidia/cudnn/lib/{name}") + record.read_text())
 
 
-def test_a_plugin_expecting_its_launcher_to_have_loaded_pmix_is_noted_not_failed(fake_cudnn_wheel, tmp_path) -> None:
+def test_a_plugin_expecting_its_launcher_to_have_loaded_pmix_is_noted_not_failed(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     """nvshmem_bootstrap_pmix.so.3 on an H200 host: 'undefined symbol: pmix_value_load' (no DT_NEEDED on libpmix)."""
     unresolved_library(fake_cudnn_wheel, tmp_path, "nvshmem_bootstrap_pmix.so.3", "pmix_value_load")
     check = integrity(fake_cudnn_wheel, tmp_path)
@@ -178,14 +180,14 @@ def test_a_plugin_expecting_its_launcher_to_have_loaded_pmix_is_noted_not_failed
                                     "libpmix (pmix_value_load))")
 
 
-def test_a_library_missing_one_of_its_own_symbols_fails(fake_cudnn_wheel, tmp_path) -> None:
+def test_a_library_missing_one_of_its_own_symbols_fails(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     unresolved_library(fake_cudnn_wheel, tmp_path, "libcudnn_heuristic.so.9", "cudnnGetVersionInternal")
     check = integrity(fake_cudnn_wheel, tmp_path)
     assert check["status"] == "fail"
     assert "libcudnn_heuristic.so.9 does not load: " in check["detail"] and "undefined symbol: cudnnGetVersionInternal" in check["detail"]
 
 
-def test_a_library_whose_wheel_dependency_is_gone_fails(fake_cudnn_wheel, tmp_path) -> None:
+def test_a_library_whose_wheel_dependency_is_gone_fails(fake_cudnn_wheel: Any, tmp_path: Path) -> None:
     """libcudnn_engines needs libcudnn_graph.so.9, a file of the wheel: deleting it breaks both."""
     linked_library(fake_cudnn_wheel, tmp_path, "libcudnn_engines.so.9", needs="libcudnn_graph.so.9")
     (fake_cudnn_wheel / "nvidia" / "cudnn" / "lib" / "libcudnn_graph.so.9").unlink()
@@ -195,28 +197,28 @@ def test_a_library_whose_wheel_dependency_is_gone_fails(fake_cudnn_wheel, tmp_pa
     assert "libcudnn_graph.so.9 missing" in check["detail"]
 
 
-def test_no_nvidia_wheels_skips(tmp_path) -> None:
+def test_no_nvidia_wheels_skips(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     check = integrity(tmp_path / "empty", tmp_path)
     assert check["status"] == "skip" and check["detail"].startswith("no nvidia-* wheels installed (")
 
 
 # ------------------------------------------------------------------ CUDA runtime version
-def runtime_version(site) -> object:
+def runtime_version(site: Any) -> object:
     code = "from imagesmith_payload.libs import cuda_runtime_version; print(repr(cuda_runtime_version()))"
     env = dict(os.environ, PYTHONPATH=f"{site}:{VERIFY}", LD_LIBRARY_PATH="")
     return eval(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                check=True).stdout)
 
 
-def test_cuda_runtime_version_from_the_wheel(tmp_path) -> None:
+def test_cuda_runtime_version_from_the_wheel(tmp_path: Path) -> None:
     info = tmp_path / "nvidia_cuda_runtime_cu12-12.8.90.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cuda-runtime-cu12\nVersion: 12.8.90\n")
     assert runtime_version(tmp_path) == ("12.8.90", "nvidia-cuda-runtime-cu12 wheel")
 
 
-def test_cuda_runtime_version_from_the_library_file_name(fake_cuda_torch) -> None:
+def test_cuda_runtime_version_from_the_library_file_name(fake_cuda_torch: Any) -> None:
     lib = fake_cuda_torch / "torch" / "lib"
     (lib / "libcudart.so.12").unlink()
     (lib / "libcudart.so.12.8.57").write_bytes(b"")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
 
-from imagesmith_payload import parsers  # noqa: E402
-from imagesmith_payload.checks.layers import nms_reference  # noqa: E402
+from imagesmith_payload import parsers
+from imagesmith_payload.checks.layers import nms_reference
 
 
 @pytest.mark.parametrize("text, tag", [
@@ -30,7 +31,7 @@ def test_os_tag_from_os_release(text: str, tag: str) -> None:
     ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.10  Release Build\n", "570.86.10"),
     ("nothing here", None),
 ])
-def test_proc_driver_version(text: str, version) -> None:
+def test_proc_driver_version(text: str, version: Any) -> None:
     assert parsers.parse_proc_driver_version(text) == version
 
 
@@ -45,7 +46,7 @@ def test_proc_driver_version(text: str, version) -> None:
     ("pip:Einops_X=0.8.1,torch=2.10.0rc1", {"einops-x": "0.8.1", "torch": "2.10.0rc1"}),
     ("cuda_libs=/opt/imagesmith/cuda,cuda=13.0", {"cuda_libs": "/opt/imagesmith/cuda", "cuda": "13.0"}),
 ])
-def test_parse_expect(text: str, parsed: dict) -> None:
+def test_parse_expect(text: str, parsed: dict[str, Any]) -> None:
     assert parsers.parse_expect(text) == parsed
 
 
@@ -80,7 +81,7 @@ def test_parse_expect_errors(text: str, message: str) -> None:
 
 
 # ------------------------------------------------------------------------ sshd
-def fake_fs(files: dict):
+def fake_fs(files: dict[str, Any]):
     def read(path: str):
         return files.get(path)
 
@@ -106,7 +107,7 @@ def fake_fs(files: dict):
      {"permitrootlogin": "no"}),
     ({}, {}),
 ])
-def test_sshd_effective(files: dict, settings: dict) -> None:
+def test_sshd_effective(files: dict[str, Any], settings: dict[str, Any]) -> None:
     got = parsers.sshd_effective(*fake_fs(files))
     expected = {k: v for k, v in settings.items() if v is not None}
     assert {k: got.get(k) for k in expected} == expected
@@ -126,7 +127,7 @@ def test_sshd_t_output() -> None:
      ["PermitRootLogin prohibit-password: root may log in with a key; set it to no"]),
     ({"passwordauthentication": "no", "permitrootlogin": "yes"}, "fail", ["PermitRootLogin yes; set it to no"]),
 ])
-def test_judge_sshd(settings: dict, status: str, problems: list) -> None:
+def test_judge_sshd(settings: dict[str, Any], status: str, problems: list[Any]) -> None:
     assert parsers.judge_sshd(settings) == (status, problems)
 
 
@@ -146,7 +147,7 @@ def test_jupyter_config_disables_auth(text: str, open_: bool) -> None:
     ("gemm.bf16", ["gemm.*"], True), ("layers.cv.ops", ["layers.cv"], True), ("leak.host", ["*.host"], True),
     ("driver", ["drive"], False), ("driver", [], False),
 ])
-def test_check_selection_patterns(name: str, patterns: list, hit: bool) -> None:
+def test_check_selection_patterns(name: str, patterns: list[Any], hit: bool) -> None:
     assert parsers.matches_any(name, patterns) is hit
 
 
@@ -155,7 +156,7 @@ def test_check_selection_patterns(name: str, patterns: list, hit: bool) -> None:
     ([[0, 0, 10, 10], [1, 1, 11, 11]], [0.1, 0.8], [1]),
     ([[0, 0, 10, 10], [5, 0, 15, 10]], [0.9, 0.8], [0, 1]),  # IoU 1/3 <= 0.5: both kept
 ])
-def test_nms_reference(boxes: list, scores: list, keep: list) -> None:
+def test_nms_reference(boxes: list[Any], scores: list[Any], keep: list[Any]) -> None:
     assert nms_reference(boxes, scores, 0.5) == keep
 
 

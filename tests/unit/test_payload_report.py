@@ -7,6 +7,8 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +22,7 @@ from imagesmith_payload.registry import REGISTRY, CheckSpec, select  # noqa: E40
 from imagesmith_payload.results import passed, skipped  # noqa: E402
 
 
-def entry(check_id: str, status: str, optional: bool = False, value=None) -> dict:
+def entry(check_id: str, status: str, optional: bool = False, value: Any=None) -> dict[str, Any]:
     return {"id": check_id, "title": check_id, "status": status, "value": value, "threshold": None,
             "unit": "", "baseline": None, "percent_of_baseline": None, "detail": "d", "optional": optional,
             "duration_s": 0.1}
@@ -33,7 +35,7 @@ def entry(check_id: str, status: str, optional: bool = False, value=None) -> dic
     ([("fail", True), ("pass", False)], {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "ok": True}),
     ([], {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "ok": True}),
 ])
-def test_summary(statuses: list, summary: dict) -> None:
+def test_summary(statuses: list[Any], summary: dict[str, Any]) -> None:
     checks_ = [entry(f"c{i}", s, o) for i, (s, o) in enumerate(statuses)]
     assert report.summarize(checks_) == summary
 
@@ -55,13 +57,13 @@ def test_a_built_report_follows_the_schema_and_is_strict_json() -> None:
     (lambda r: r["checks"][0].update(detail="two\nlines"), "report.checks[0].detail: expected one line of text"),
     (lambda r: r["summary"].update(fail=3), "report.summary: does not match the checks"),
 ])
-def test_validate_report_names_the_problem(mutate, problem: str) -> None:
+def test_validate_report_names_the_problem(mutate: Any, problem: str) -> None:
     rep = report.build_report("quick", "t", 1.0, {}, [entry("a", "pass")])
     mutate(rep)
     assert problem in report.validate_report(rep)
 
 
-def test_write_report_is_atomic_and_marker_round_trips(tmp_path, capsys) -> None:
+def test_write_report_is_atomic_and_marker_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rep = report.build_report("quick", "t", 1.0, {}, [entry("a", "pass")])
     out = tmp_path / "sub" / "report.json"
     report.write_report(str(out), rep)
@@ -78,11 +80,11 @@ def test_parse_marker_without_a_marker() -> None:
 
 
 # --------------------------------------------------------------------- runner
-def spec(func, needs: str = "nothing", optional: bool = False) -> CheckSpec:
+def spec(func: Any, needs: str = "nothing", optional: bool = False) -> CheckSpec:
     return CheckSpec("t.check", "a test check", func, "quick", "x", needs, optional)
 
 
-def boom(ctx):
+def boom(ctx: Any) -> None:
     raise ZeroDivisionError("division by zero")
 
 
@@ -92,7 +94,7 @@ def boom(ctx):
     (boom, True, "fail", "ZeroDivisionError"),
     (lambda ctx: skipped("n/a"), False, "skip", "n/a"),
 ])
-def test_a_check_that_raises_fails_with_the_exception(func, optional: bool, status: str, detail: str) -> None:
+def test_a_check_that_raises_fails_with_the_exception(func: Any, optional: bool, status: str, detail: str) -> None:
     s = spec(func, optional=optional)
     got = runner.finish(s, runner.call_check(s, Context(Config(), {})), 0.5)
     assert got["status"] == status and got["detail"].startswith(detail) and got["optional"] is optional
@@ -147,12 +149,12 @@ def test_the_registry_is_well_formed() -> None:
     ("standard", ("leak", "versions.python"), (), ["versions.python", "leak.probe", "leak.device", "leak.host"]),
     ("soak", ("burn.gemm",), (), ["burn.gemm"]),
 ])
-def test_select(tier: str, only: tuple, skip: tuple, ids: list) -> None:
+def test_select(tier: str, only: tuple[Any, ...], skip: tuple[Any, ...], ids: list[Any]) -> None:
     assert [s.id for s in select(tier, only, skip)] == ids
 
 
 # ---------------------------------------------------------------- entry point
-def run_payload(*args: str, block_torch: bool = False) -> subprocess.CompletedProcess:
+def run_payload(*args: str, block_torch: bool = False) -> subprocess.CompletedProcess[str]:
     """verify/run.py in a child; block_torch makes 'import torch' fail as in a torch-less image."""
     code = ("import sys, runpy; sys.modules['torch'] = None; sys.argv = ['run.py'] + sys.argv[1:]; "
             f"runpy.run_path({os.path.join(VERIFY, 'run.py')!r}, run_name='__main__')")
@@ -166,12 +168,12 @@ def run_payload(*args: str, block_torch: bool = False) -> subprocess.CompletedPr
     (["--only", "no.such.check"], "--only/--skip leave no check to run"),
     (["--expect", "torch"], "--expect item 'torch': expected NAME=VERSION"),
 ])
-def test_bad_usage_exits_2(args: list, message: str) -> None:
+def test_bad_usage_exits_2(args: list[Any], message: str) -> None:
     proc = run_payload(*args)
     assert proc.returncode == 2 and message in proc.stderr
 
 
-def test_bad_config_exits_2(tmp_path) -> None:
+def test_bad_config_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text('{"tier": "fast"}')
     proc = run_payload("--config", str(path))
@@ -179,7 +181,7 @@ def test_bad_config_exits_2(tmp_path) -> None:
     assert "verify/run.py: error: config key 'tier': expected one of quick, standard, soak, got 'fast'" in proc.stderr
 
 
-def test_an_image_without_torch_fails_with_a_clear_message(tmp_path) -> None:
+def test_an_image_without_torch_fails_with_a_clear_message(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     proc = run_payload("--only", "versions,gpu.devices,security.sshd", "--require-gpu", "--out", str(out),
                        "--emit-marker", block_torch=True)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import os
 import random
 import sys
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
 
-from imagesmith_payload import formulas, stats  # noqa: E402
-from imagesmith_payload.stats import MIB  # noqa: E402
+from imagesmith_payload import formulas, stats
+from imagesmith_payload.stats import MIB
 
 
 @pytest.mark.parametrize("values, mid", [([3.0], 3.0), ([3.0, 1.0, 2.0], 2.0), ([4.0, 1.0, 3.0, 2.0], 2.5)])
-def test_median(values: list, mid: float) -> None:
+def test_median(values: list[Any], mid: float) -> None:
     assert stats.median(values) == mid
 
 
@@ -30,7 +31,7 @@ def test_median_of_nothing_is_an_error() -> None:
     ([1, 2, 3], [3, 2, 1], -1.0, 4.0),
     ([0, 1, 2, 3], [0, 1, 1, 2], 0.6, 0.1),
 ])
-def test_linear_fit_least_squares(xs: list, ys: list, slope: float, intercept: float) -> None:
+def test_linear_fit_least_squares(xs: list[Any], ys: list[Any], slope: float, intercept: float) -> None:
     got = stats.linear_fit(xs, ys)
     assert got == (pytest.approx(slope), pytest.approx(intercept))
 
@@ -38,7 +39,7 @@ def test_linear_fit_least_squares(xs: list, ys: list, slope: float, intercept: f
 @pytest.mark.parametrize("xs, ys, message", [
     ([1], [1], "two or more"), ([1, 2], [1], "two or more"), ([2, 2], [1, 3], "two distinct x"),
 ])
-def test_linear_fit_refuses_degenerate_input(xs: list, ys: list, message: str) -> None:
+def test_linear_fit_refuses_degenerate_input(xs: list[Any], ys: list[Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         stats.linear_fit(xs, ys)
 
@@ -48,7 +49,7 @@ from imagesmith_payload.stats import DEVICE_LIMITS, HOST_LIMITS  # noqa: E402
 
 
 def series(per_step: float, seed: int, steps: int = 1200, every: int = 2, noise: float = 0.0,
-           base: float = 900 * MIB, start: int = 20) -> tuple:
+           base: float = 900 * MIB, start: int = 20) -> tuple[Any, ...]:
     """Bytes in use sampled every `every` steps: base + leak*step + uniform jitter."""
     rng = random.Random(seed)
     xs = list(range(start, start + steps, every))
@@ -90,7 +91,7 @@ def test_block_slopes_split_the_samples_in_order() -> None:
     (0.001, 0.5, HOST_LIMITS, False),  # Python objects of a clean loop: a few pages
     (-0.05, 0.0, HOST_LIMITS, False),  # shrinking is not a leak
 ])
-def test_steady_series(per_step: float, noise: float, limits, leaking: bool) -> None:
+def test_steady_series(per_step: float, noise: float, limits: Any, leaking: bool) -> None:
     for seed in range(3):
         xs, ys = series(per_step * MIB, seed, noise=noise * MIB)
         verdict = stats.leak_verdict(xs, ys, limits)
@@ -103,7 +104,7 @@ def test_ten_noisy_clean_series_raise_no_alarm(seed: int) -> None:
     assert not stats.leak_verdict(xs, ys, HOST_LIMITS).leaking
 
 
-def plateau(heights: dict, steps: int = 1200) -> tuple:
+def plateau(heights: dict[int, int], steps: int = 1200) -> tuple[Any, ...]:
     """A flat series that rises by heights[s] MiB at step s (the allocator caching a block)."""
     xs = list(range(20, 20 + steps, 2))
     return xs, [800 * MIB + sum(h * MIB for s, h in heights.items() if x >= s) for x in xs]
@@ -116,7 +117,7 @@ def plateau(heights: dict, steps: int = 1200) -> tuple:
     ({100: 20}, DEVICE_LIMITS),  # a lazily created buffer after the warm-up
     ({1100: 2}, DEVICE_LIMITS),
 ])
-def test_allocator_plateaus_are_not_leaks(heights: dict, limits) -> None:
+def test_allocator_plateaus_are_not_leaks(heights: dict[int, int], limits: Any) -> None:
     xs, ys = plateau(heights)
     verdict = stats.leak_verdict(xs, ys, limits)
     assert not verdict.leaking, verdict.describe()
@@ -136,7 +137,7 @@ def test_a_steady_leak_on_top_of_a_plateau_is_a_leak() -> None:
 
 
 @pytest.mark.parametrize("limits", [DEVICE_LIMITS, HOST_LIMITS])
-def test_one_mib_per_step_is_certain_from_the_first_dozen_samples(limits) -> None:
+def test_one_mib_per_step_is_certain_from_the_first_dozen_samples(limits: Any) -> None:
     xs, ys = series(1.0 * MIB, 0, steps=24, noise=0.25 * MIB)  # 12 samples over 22 steps
     assert stats.leak_verdict(xs, ys, limits).leaking
 
@@ -164,14 +165,14 @@ def test_leak_verdict_describe() -> None:
 
 
 @pytest.mark.parametrize("values, spread", [([100.0], 0.0), ([100.0, 90.0], 10.0), ([50.0, 100.0, 75.0], 50.0)])
-def test_spread_percent(values: list, spread: float) -> None:
+def test_spread_percent(values: list[Any], spread: float) -> None:
     assert stats.spread_percent(values) == pytest.approx(spread)
 
 
 @pytest.mark.parametrize("values, trend", [
     ([100.0, 100.0, 100.0], 0.0), ([100.0, 99.0, 98.0], -100.0 / 99.0), ([5.0], None), ([0.0, 0.0], None),
 ])
-def test_trend_percent_per_round(values: list, trend) -> None:
+def test_trend_percent_per_round(values: list[Any], trend: Any) -> None:
     got = stats.trend_percent_per_round(values)
     assert got == (None if trend is None else pytest.approx(trend, abs=1e-9))
 
@@ -210,5 +211,5 @@ def test_busbw_needs_a_world() -> None:
     (formulas.sdpa_tflops, (16, 16, 4096, 128, 1.8e-3, True), 610.8),
     (formulas.sdpa_tflops, (16, 16, 4096, 128, 3.6e-3, False), 610.8),
 ])
-def test_rates(fn, args: tuple, value: float) -> None:
+def test_rates(fn: Any, args: tuple[Any, ...], value: float) -> None:
     assert fn(*args) == pytest.approx(value, rel=1e-3)

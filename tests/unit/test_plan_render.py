@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_check_reports_drift_and_stale_targets(tmp_path: Path) -> None:
     ]
 
 
-def test_rewrite_removes_files_no_longer_rendered(tmp_path: Path, write_matrix) -> None:
+def test_rewrite_removes_files_no_longer_rendered(tmp_path: Path, write_matrix: Callable[..., Path]) -> None:
     text = "matrix: {torch: ['2.9'], cuda: ['12.8'], python: ['3.12'], os: [ubuntu24.04]}\nlayers:\n  base: {}\n  project: {parent: base, requirements: r.txt}\n"
     path = write_matrix(text, **{"r.txt": "rich==15.0.0\n"})
     m = matrix.load(path)
@@ -186,7 +187,7 @@ PLAN_ERRORS = [
 
 
 @pytest.mark.parametrize("tags, expected", PLAN_ERRORS)
-def test_plan_time_errors_name_the_line_of_the_key(write_matrix, tags: str, expected: str) -> None:
+def test_plan_time_errors_name_the_line_of_the_key(write_matrix: Callable[..., Path], tags: str, expected: str) -> None:
     from imagesmith.errors import ValidationError
 
     text = "matrix: {torch: ['2.9'], cuda: ['12.8'], python: ['3.12'], os: [ubuntu24.04]}\nlayers:\n  base: {}\n  cv: {}\n"
@@ -214,7 +215,7 @@ def test_check_sees_a_lost_execute_bit_and_an_extra_file_and_render_repairs_both
     assert render.check(contexts, out) == [] and not extra.exists() and (out / contexts[0].target.id / "build.log").exists()
 
 
-def test_validate_lists_the_templates_of_the_matrix_folder_it_runs(write_matrix, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_lists_the_templates_of_the_matrix_folder_it_runs(write_matrix: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
     from imagesmith import cli
 
     path = write_matrix("matrix: {torch: ['2.9'], cuda: ['12.8'], python: ['3.12'], os: [ubuntu24.04]}\n"

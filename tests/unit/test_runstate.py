@@ -38,9 +38,8 @@ def test_a_tracked_report_says_running_then_complete(tmp_path: Path) -> None:
 ])
 def test_a_run_that_ends_early_says_interrupted_and_why(tmp_path: Path, exc: BaseException, why: str) -> None:
     path = tmp_path / "r.json"
-    with pytest.raises(type(exc)):
-        with runstate.Tracked(path, {"ok": True}, lambda doc: doc | {"ok": False}):
-            raise exc
+    with pytest.raises(type(exc)), runstate.Tracked(path, {"ok": True}, lambda doc: doc | {"ok": False}):
+        raise exc
     assert read(path) == {"ok": False, "state": "interrupted", "interrupted_by": why}
 
 
@@ -51,7 +50,7 @@ def test_a_run_that_ends_early_says_interrupted_and_why(tmp_path: Path, exc: Bas
     ({"state": "interrupted"}, False),
     ({"state": ["odd"]}, False),
 ])
-def test_is_complete(doc: dict, complete: bool) -> None:
+def test_is_complete(doc: dict[str, Any], complete: bool) -> None:
     assert runstate.is_complete(doc) is complete
 
 

@@ -13,6 +13,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from imagesmith import sbom
 from imagesmith.errors import UserError
+
 RECORDED = Path(__file__).parent.parent / "fixtures" / "inventory" / "debian12-cpu-base.json"
 IMAGE = sbom.ImageIdentity("127.0.0.1:5000/imagesmith/local", "sha256:" + "ab" * 32, "sha256:" + "cd" * 32,
                            "imagesmith/debian:bookworm", "2026-11-30T10:00:00Z", {"torch": "2.13.0+cpu", "cuda": "cpu"})

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +30,7 @@ CPU = {"io.imagesmith.cuda": "cpu", "io.imagesmith.layer": "base"}
     (True, None, CUDA, (True, False)),  # verify.require_gpu: true
     (True, True, CUDA, (False, True)),  # --allow-cpu-verification wins over the matrix
 ])
-def test_gpu_policy(require, allow, labels: dict, sent: tuple) -> None:
+def test_gpu_policy(require: Any, allow: Any, labels: dict[str, Any], sent: tuple[Any, ...]) -> None:
     assert verify.gpu_policy(labels, verify.VerifyOptions(require_gpu=require, allow_cpu=allow)) == sent
 
 
@@ -46,7 +48,7 @@ def test_the_payload_is_told_what_was_asked() -> None:
     ("0", {"CUDA_VISIBLE_DEVICES": ""}, {}),  # the environment hides the GPU: the payload sees none and fails
     ("all", {}, {}),
 ])
-def test_local_gpu_env(gpus: str, environ: dict, env: dict) -> None:
+def test_local_gpu_env(gpus: str, environ: dict[str, Any], env: dict[str, Any]) -> None:
     assert verify.local_gpu_env(gpus, environ) == env
 
 
@@ -58,12 +60,12 @@ def test_release_options_come_from_the_matrix_and_the_flag() -> None:
     assert verify.gpu_policy(CUDA, plain) == (True, False) and verify.gpu_policy(CUDA, allowed) == (False, True)
 
 
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def cli(*args: str, env: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "imagesmith.cli", "verify", "--local", *args], capture_output=True,
                           text=True, env=dict(os.environ, **(env or {})), timeout=120)
 
 
-def test_local_gpus_0_with_the_gpu_hidden_fails_gpu_devices(tmp_path) -> None:
+def test_local_gpus_0_with_the_gpu_hidden_fails_gpu_devices(tmp_path: Path) -> None:
     out = tmp_path / "v.json"
     proc = cli("--gpus", "0", "--only", "gpu.devices", "--json", str(out), env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 1 and proc.stderr.strip().endswith("error: verification failed: gpu.devices")
@@ -74,7 +76,7 @@ def test_local_gpus_0_with_the_gpu_hidden_fails_gpu_devices(tmp_path) -> None:
     assert proc.stdout.splitlines()[0].startswith("verify this host (quick), asked for 1 GPU (--gpus 0), none visible")
 
 
-def test_local_gpus_none_is_cpu_mode_and_says_so(tmp_path) -> None:
+def test_local_gpus_none_is_cpu_mode_and_says_so(tmp_path: Path) -> None:
     proc = cli("--gpus", "none", "--only", "gpu.devices")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].startswith("verify this host (quick), CPU mode, as asked (--gpus none): GPU checks "
@@ -86,6 +88,6 @@ def test_local_gpus_none_is_cpu_mode_and_says_so(tmp_path) -> None:
     (("--require-gpu", "--allow-cpu-verification"),
      "error: --require-gpu and --allow-cpu-verification contradict each other: give one"),
 ])
-def test_bad_gpu_flags_are_bad_usage_in_one_clear_line(args: tuple, message: str) -> None:
+def test_bad_gpu_flags_are_bad_usage_in_one_clear_line(args: tuple[Any, ...], message: str) -> None:
     proc = cli(*args)
     assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (2, message)

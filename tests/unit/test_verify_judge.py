@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 
@@ -16,12 +17,12 @@ from imagesmith.resources import payload_module
 REQUEST = verify.Request("n0nce", "quick", {"versions.torch": False, "security.user": False, "libs.optional": True})
 
 
-def entry(check_id: str, status: str = "pass", optional: bool = False) -> dict:
+def entry(check_id: str, status: str = "pass", optional: bool = False) -> dict[str, Any]:
     return {"id": check_id, "title": check_id, "status": status, "value": None, "threshold": None, "unit": "",
             "baseline": None, "percent_of_baseline": None, "detail": "d", "optional": optional, "duration_s": 0.1}
 
 
-def genuine(**changes: object) -> dict:
+def genuine(**changes: object) -> dict[str, Any]:
     checks = [entry("versions.torch"), entry("security.user"), entry("libs.optional", "fail", True)]
     report = payload_module("report").build_report("quick", "t", 1.0, {}, checks, "n0nce")
     return report | changes
@@ -36,7 +37,7 @@ def test_a_genuine_report_is_accepted() -> None:
     assert problem is None and report is not None and report["summary"]["ok"] is True
 
 
-def summary(checks: list[dict]) -> dict:
+def summary(checks: list[dict]) -> dict[str, Any]:
     return payload_module("report").summarize(checks)
 
 
@@ -61,7 +62,7 @@ def summary(checks: list[dict]) -> dict:
     (genuine(checks=[entry("versions.torch", "great"), entry("security.user"), entry("libs.optional", optional=True)]),
      "the report was rejected: report.checks[0].status: expected one of pass, warn, fail, skip, got 'great'"),
 ])
-def test_a_report_that_does_not_answer_this_run_is_rejected(report: dict, problem: str) -> None:
+def test_a_report_that_does_not_answer_this_run_is_rejected(report: dict[str, Any], problem: str) -> None:
     got, why = verify.judge_output(output(report), REQUEST)
     assert got is None and why is not None and why.startswith(problem), why
 
@@ -112,7 +113,7 @@ def test_the_request_follows_the_registry_and_rejects_nothing_to_run() -> None:
      {"cudnn": "9.10.2", "packages": {"torchvision": "0.24", "einops": "0.8"}}),
     ({"io.imagesmith.packages": "a==1 b==2"}, {"a": "3"}, {"packages": {"a": "3", "b": "2"}}),
 ])
-def test_expect_means_what_the_labels_mean(labels: dict, expect: dict, expected: dict) -> None:
+def test_expect_means_what_the_labels_mean(labels: dict[str, Any], expect: dict[str, Any], expected: dict[str, Any]) -> None:
     assert verify.expected_from(labels, expect) == expected
 
 
@@ -144,5 +145,5 @@ def test_the_payload_config_carries_the_request_and_the_image() -> None:
     ('@@IMAGESMITH-PROBE@@ ["a"]', None),
     ("OCI runtime exec failed: exec: \"python3\": executable file not found", None),
 ])
-def test_the_probes_answer_is_checked(out: str, parsed: dict | None) -> None:
+def test_the_probes_answer_is_checked(out: str, parsed: dict[str, Any] | None) -> None:
     assert probe.parse_probe(out) == parsed

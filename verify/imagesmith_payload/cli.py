@@ -11,10 +11,9 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import checks  # noqa: F401  (registers every check)
-from .config import (Config, ConfigError, load_config_file, parse_config, with_expectations,
-                     with_overrides)
-from .context import Context
 from .checks.devices import run_mode
+from .config import Config, ConfigError, load_config_file, parse_config, with_expectations, with_overrides
+from .context import Context
 from .environment import collect
 from .gpumode import Mode
 from .parsers import parse_expect

@@ -203,10 +203,7 @@ def _sshd_include(pattern: str, read: Callable[[str], Optional[str]],
                   glob: Callable[[str], Iterable[str]], settings: Dict[str, str], depth: int) -> bool:
     if not pattern.startswith("/"):
         pattern = "/etc/ssh/" + pattern
-    for path in sorted(glob(pattern)):
-        if not _sshd_walk(path, read, glob, settings, depth + 1):
-            return False
-    return True
+    return all(_sshd_walk(path, read, glob, settings, depth + 1) for path in sorted(glob(pattern)))
 
 
 def _sshd_lines(text: str) -> Iterable[Tuple[str, str]]:

@@ -1,4 +1,5 @@
 """Every check module; importing this package registers them, in run order."""
+# ruff: noqa: I001  (the import order is the checks' run order)
 
 from . import (  # noqa: F401
     versions,

@@ -10,9 +10,9 @@ import tempfile
 from typing import Any, List, Tuple
 
 from ..context import Context
+from ..judge import judge_at_most
 from ..registry import check
 from ..results import Result, bounded, failed
-from ..judge import judge_at_most
 from ._common import fresh_seed, precision, randn, rel_err
 
 TOLERANCE = 1e-4

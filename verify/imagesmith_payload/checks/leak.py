@@ -26,8 +26,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from ..context import Context
 from ..registry import check
 from ..results import Result, outcome
-from ..stats import (DEVICE_LIMITS, HOST_LIMITS, LEAK_MIN_SAMPLES, MIB, LeakLimits, LeakVerdict,
-                     leak_verdict)
+from ..stats import DEVICE_LIMITS, HOST_LIMITS, LEAK_MIN_SAMPLES, MIB, LeakLimits, LeakVerdict, leak_verdict
 
 WARMUP_STEPS = 20
 CHECK_EVERY_SAMPLES = 4  # re-judge a series every k new samples (early stop)

@@ -12,8 +12,17 @@ import os
 from typing import Any, Dict, List
 
 from ..context import Context
-from ..libs import (RecordedLibrary, cuda_distributions, hash_problems, load, load_problems, needs_driver,
-                    outside_dependency, recorded_libraries, torch_build)
+from ..libs import (
+    RecordedLibrary,
+    cuda_distributions,
+    hash_problems,
+    load,
+    load_problems,
+    needs_driver,
+    outside_dependency,
+    recorded_libraries,
+    torch_build,
+)
 from ..parsers import loaded_cuda_libraries
 from ..registry import check
 from ..results import Result, failed, passed, skipped, warned

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, List
+from typing import Any, List
 
 from ..context import Context
 from ..judge import judge_throughput
@@ -21,8 +21,9 @@ def collective_timeout(ctx: Context) -> float:
 def run_collective(ctx: Context, mode: str, extra: List[str]) -> WorkerOutcome:
     ctx.release_memory()
     timeout = ctx.config.collective_timeout_s
-    argv: Callable[[str], List[str]] = lambda out: torchrun_argv(
-        "collective.py", ctx.gpu_count, [mode, out, "--timeout", str(timeout * 0.8), *extra])
+    def argv(out: str) -> List[str]:
+        return torchrun_argv("collective.py", ctx.gpu_count, [mode, out, "--timeout", str(timeout * 0.8), *extra])
+
     return run_worker_json(argv, timeout)
 
 

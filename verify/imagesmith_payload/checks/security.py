@@ -15,8 +15,7 @@ from ..parsers import judge_sshd, parse_sshd_t, sshd_effective
 from ..probe import MAX_PROBES, listening_sockets, open_jupyter
 from ..registry import check
 from ..results import Result, failed, outcome, passed, skipped, warned
-from ..services import (Source, command_argv, config_disables_auth, file_source, judge, referenced_paths,
-                        scan, sources_of, verdict)
+from ..services import Source, command_argv, config_disables_auth, file_source, judge, referenced_paths, scan, sources_of, verdict
 
 SSHD_CONFIG = "/etc/ssh/sshd_config"
 JUPYTER_CONFIG_GLOBS = tuple(f"{folder}/jupyter_*_config.{ext}" for ext in ("py", "json") for folder in (

@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from imagesmith_payload.formulas import allreduce_algbw, allreduce_busbw  # noqa: E402
-from imagesmith_payload.judge import nccl_version_string  # noqa: E402
-from imagesmith_payload.stats import median  # noqa: E402
+from imagesmith_payload.formulas import allreduce_algbw, allreduce_busbw
+from imagesmith_payload.judge import nccl_version_string
+from imagesmith_payload.stats import median
 
 SMOKE_ELEMENTS = 1 << 22
 

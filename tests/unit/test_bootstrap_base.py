@@ -1,0 +1,136 @@
+"""bootstrap.py: which Debian suite an OS key means, the sources.list, scrubbing a
+minbase tree, a reproducible tarball, and the whole bootstrap through its
+``runner`` and ``engine`` seams (real debootstrap + docker import: `make base`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from imagesmith import bootstrap, compat
+from imagesmith.errors import UserError
+
+KB = compat.load()
+MIRROR = "http://mirror.example/debian"
+
+
+@pytest.mark.parametrize("os_key, suite", [("debian11", "bullseye"), ("debian12", "bookworm"), ("debian13", "trixie")])
+def test_debian_suite_and_default_tag(os_key: str, suite: str) -> None:
+    assert bootstrap.debian_suite(os_key, KB) == suite
+    assert bootstrap.default_tag(os_key, KB) == f"imagesmith/debian:{suite}"
+
+
+@pytest.mark.parametrize("os_key", ["ubuntu24.04", "debian99", ""])
+def test_only_debian_bases_are_bootstrapped(os_key: str) -> None:
+    with pytest.raises(UserError) as err:
+        bootstrap.debian_suite(os_key, KB)
+    assert str(err.value) == (f"base bootstrap makes Debian bases only; {os_key!r} is not one of debian11, debian12, debian13"
+                              " (Ubuntu bases come from a registry: docker pull ubuntu:24.04)")
+
+
+def test_sources_list_names_the_suite_its_updates_and_security() -> None:
+    assert bootstrap.sources_list("bookworm", MIRROR) == (
+        f"deb {MIRROR} bookworm main\ndeb {MIRROR} bookworm-updates main\n"
+        "deb http://deb.debian.org/debian-security bookworm-security main\n")
+
+
+def minbase(root: Path) -> None:
+    for rel in ("var/cache/apt/archives/x.deb", "var/lib/apt/lists/deb_dists_InRelease", "var/log/dpkg.log",
+                "var/log/apt/history.log", "etc/machine-id", "root/.bash_history", "usr/bin/bash", "etc/apt/sources.list"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x")
+    (root / "var/cache/apt/archives/partial").mkdir()
+    os.symlink("usr/bin", root / "bin")
+
+
+def files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir() or p.is_symlink()}
+
+
+def test_scrub_leaves_no_cache_log_or_identity(tmp_path: Path) -> None:
+    minbase(tmp_path)
+    bootstrap.scrub(tmp_path, "trixie", MIRROR)
+    assert files(tmp_path) == {"bin", "usr/bin/bash", "etc/apt/sources.list", "etc/machine-id"}
+    assert (tmp_path / "etc/machine-id").read_text() == ""
+    assert (tmp_path / "etc/apt/sources.list").read_text() == bootstrap.sources_list("trixie", MIRROR)
+
+
+def test_pack_sorts_entries_clamps_times_and_keeps_links(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    minbase(root)
+    os.utime(root / "usr/bin/bash", (2_000_000_000, 2_000_000_000))
+    tar_path = tmp_path / "rootfs.tar"
+    bootstrap.pack(root, tar_path, 1_700_000_000)
+    with tarfile.open(tar_path) as tar:
+        members = tar.getmembers()
+    names = [m.name for m in members]
+    assert names == sorted(names) and "usr/bin/bash" in names
+    assert all(m.mtime <= 1_700_000_000 and m.uname == m.gname == "" for m in members)
+    link = next(m for m in members if m.name == "bin")
+    assert link.issym() and link.linkname == "usr/bin"
+    again = tmp_path / "again.tar"
+    bootstrap.pack(root, again, 1_700_000_000)
+    assert again.read_bytes() == tar_path.read_bytes()
+
+
+@dataclass
+class ImportDouble:
+    """engine.import_rootfs as bootstrap calls it."""
+
+    calls: list[tuple[list[str], str, str, list[str]]] = field(default_factory=list)
+
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str]) -> str:
+        with tarfile.open(tar_path) as tar:
+            self.calls.append((tar.getnames(), repository, tag, changes))
+        return "sha256:imported"
+
+
+def fake_debootstrap(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """What debootstrap leaves: a minbase tree at the root it is given."""
+    root = Path(cmd[3])
+    root.mkdir(parents=True)
+    minbase(root)
+    return subprocess.CompletedProcess(cmd, 0, "I: Base system installed successfully.\n", "")
+
+
+needs_root_and_debootstrap = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
+                                                reason="bootstrap checks for root and debootstrap first")
+
+
+@needs_root_and_debootstrap
+def test_bootstrap_imports_a_scrubbed_tree_under_the_default_tag() -> None:
+    engine = ImportDouble()
+    ref, iid = bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB)  # type: ignore[arg-type]
+    assert (ref, iid) == ("imagesmith/debian:bookworm", "sha256:imported")
+    ((names, repository, tag, changes),) = engine.calls
+    assert (repository, tag) == ("imagesmith/debian", "bookworm")
+    assert "var/log/dpkg.log" not in names and "etc/apt/sources.list" in names
+    assert changes[:2] == ['CMD ["bash"]', "ENV LANG=C.UTF-8"]
+    assert changes[2].startswith(f"LABEL io.imagesmith.bootstrap.suite=bookworm io.imagesmith.bootstrap.mirror={MIRROR} "
+                                 "org.opencontainers.image.created=")
+
+
+@needs_root_and_debootstrap
+def test_a_failed_debootstrap_shows_its_last_lines() -> None:
+    def fails(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, 1, "".join(f"I: step {i}\n" for i in range(9)), "E: Couldn't download\n")
+
+    with pytest.raises(UserError) as err:
+        bootstrap.bootstrap(ImportDouble(), "debian13", mirror=MIRROR, runner=fails, kb=KB)  # type: ignore[arg-type]
+    assert str(err.value) == (f"debootstrap trixie from {MIRROR} failed (exit 1):\n"
+                              "I: step 5\nI: step 6\nI: step 7\nI: step 8\nE: Couldn't download")
+
+
+def test_a_tag_without_a_repository_is_refused_before_any_work() -> None:
+    def never(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("debootstrap ran")
+
+    with pytest.raises(UserError, match=r"^--tag 'bookworm' needs the form repository:tag$"):
+        bootstrap.bootstrap(ImportDouble(), "debian12", tag="bookworm", runner=never, kb=KB)  # type: ignore[arg-type]

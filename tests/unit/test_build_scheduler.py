@@ -1,0 +1,220 @@
+"""build.Builder's walk over the DAG with an engine double passed through its
+``engine`` seam (the real daemon is the integration tier's: tests/integration/test_build.py).
+What is checked here is the builder's own logic: parents first, a failure skips
+the descendants and nobody else, the cache index, measuring against the plan,
+secrets kept out of logs, the report's states."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+
+from imagesmith import build, matrix, plan
+from imagesmith.engine import BuildOutcome, ImageInfo, RunResult, RunSpec
+from imagesmith.errors import UserError
+from tests.conftest import LOCAL_ROOTS, ROOT
+
+BASE = "2.13.0-cpu-py3.11-debian12-base"
+NLP = "2.13.0-cpu-py3.11-debian12-nlp"
+CUDA_BASE = "2.14.1-cu130-py3.11-debian12-base"
+CV = "2.14.1-cu130-py3.11-debian12-cv"
+PROJECT = "2.14.1-cu130-py3.11-debian12-project"
+
+
+def image_id(name: str) -> str:
+    return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+
+
+@dataclass
+class EngineDouble:
+    """Just the Engine methods Builder calls, over a dict of images; builds succeed
+    unless the tag is in ``fail``; facts come from ``facts`` (tag -> facts)."""
+
+    facts: Mapping[str, Mapping[str, Any]]
+    fail: set[str] = field(default_factory=set)
+    images: dict[str, ImageInfo] = field(default_factory=dict)
+    built: list[str] = field(default_factory=list)
+    buildargs: dict[str, dict[str, str]] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+    untagged: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, ref: str, iid: str, labels: Mapping[str, str] | None = None) -> ImageInfo:
+        with self.lock:
+            old = self.images.get(iid)
+            tags = (old.tags if old else ()) + (ref,)
+            info = ImageInfo(iid, tags, dict(labels or (old.labels if old else {})), 1_500_000_000, "2026-11-30")
+            self.images[iid] = info
+            return info
+
+    def image(self, ref: str) -> ImageInfo | None:
+        with self.lock:
+            return self.images.get(ref) or next((i for i in self.images.values() if ref in i.tags), None)
+
+    def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
+        raise UserError(f"pull access denied for {ref}")
+
+    def tag(self, iid: str, repository: str, tag: str) -> None:
+        ref = f"{repository}:{tag}"
+        with self.lock:
+            for other in list(self.images.values()):
+                if ref in other.tags:
+                    self.images[other.id] = ImageInfo(other.id, tuple(t for t in other.tags if t != ref), other.labels,
+                                                      other.size, other.created)
+        self.add(ref, iid)
+
+    def untag(self, ref: str) -> None:
+        self.untagged.append(ref)
+
+    def remove_unused(self, iid: str) -> bool:
+        return False
+
+    def remove_image(self, ref: str, force: bool = True) -> None:
+        self.removed.append(ref)
+
+    def remove_containers(self, label: str, value: str) -> int:
+        return 0
+
+    def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
+              network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
+              target: str | None = None) -> BuildOutcome:
+        assert (context / "Dockerfile").is_file() and network_mode == "host"
+        self.buildargs[tag] = dict(buildargs)
+        on_line("Step 1/2 : FROM parent")
+        on_line(f"password is {buildargs.get('SECRET_FOR_TEST', 'none')}")
+        if tag in self.fail:
+            return BuildOutcome(image_id=None, error="The command '/bin/sh -c pip install' returned a non-zero code: 1", steps=2)
+        self.built.append(tag)
+        self.add(tag, image_id(tag + json.dumps(dict(buildargs), sort_keys=True)),
+                 {"io.imagesmith.packages": "einops==0.8.1"})
+        made = image_id(tag + json.dumps(dict(buildargs), sort_keys=True))
+        return BuildOutcome(image_id=made, steps=2, cached_steps=1, made=[made.split(":", 1)[1][:12]])
+
+    def run(self, spec: RunSpec) -> RunResult:
+        tags = self.images[spec.image].tags
+        facts = next(self.facts[t] for t in tags if t in self.facts)
+        return RunResult(0, "progress\n" + json.dumps(facts) + "\n", "")
+
+
+def load() -> tuple[matrix.Matrix, plan.Plan]:
+    """examples/local.yaml with the CUDA wheels in each venv (cuda_libs: venv): the shared CUDA
+    layer's images are made by docker load (tests/integration/test_cuda_layer.py), not by builds."""
+    m = matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=LOCAL_ROOTS)
+    m = dataclasses.replace(m, layers=tuple(dataclasses.replace(layer, cuda_libs="venv") for layer in m.layers))
+    return m, plan.expand(m, "20261130")
+
+
+def target(p: plan.Plan, target_id: str) -> plan.Target:
+    return next(t for t in p.targets if t.id == target_id)
+
+
+def true_facts(t: plan.Target) -> dict[str, Any]:
+    v = t.versions
+    return {"torch": v.torch, "python": v.python + ".2", "os": v.os, "cuda": None if v.cuda == "cpu" else v.cuda,
+            "cudnn": v.cudnn, "nccl": v.nccl, "packages": {"einops": "0.8.1"}}
+
+
+def engine_for(p: plan.Plan, fail: set[str] = frozenset(), lie: Mapping[str, Mapping[str, Any]] | None = None) -> EngineDouble:  # type: ignore[assignment]
+    facts = {t.image: true_facts(t) | dict((lie or {}).get(t.id, {})) for t in p.targets}
+    engine = EngineDouble(facts, {target(p, t).image for t in fail})
+    for ref in sorted({t.base_image for t in p.targets}):
+        engine.add(ref, image_id(ref))
+    return engine
+
+
+def statuses(report: build.BuildReport) -> dict[str, str]:
+    return {r.target: r.status for r in report.results}
+
+
+def test_every_target_builds_parents_first_and_is_measured(tmp_path: Path) -> None:
+    m, p = load()
+    engine = engine_for(p)
+    report = build.Builder(p, m, engine, tmp_path, jobs=2, prune=False).run()  # type: ignore[arg-type]
+    assert report.ok and set(statuses(report).values()) == {"built"}
+    order = [next(t.id for t in p.targets if t.image == tag) for tag in engine.built]
+    for t in p.targets:
+        if t.parent:
+            assert order.index(t.parent) < order.index(t.id)
+    cv = next(r for r in report.results if r.target == CV)
+    assert engine.buildargs[target(p, CV).image]["PARENT_IMAGE"] == next(r.image_id for r in report.results if r.target == CUDA_BASE)
+    assert engine.buildargs[target(p, BASE).image]["BASE_IMAGE"] == image_id("imagesmith/debian:bookworm")
+    assert (cv.steps, cv.cached_steps, cv.size_bytes, cv.mismatches) == (2, 1, 1_500_000_000, [])
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert (written["state"], written["ok"], len(written["targets"])) == ("complete", True, len(p.targets))
+    assert (tmp_path / BASE / "build.log").read_text().startswith("Step 1/2 : FROM parent\n")
+
+
+def test_a_failed_target_skips_its_descendants_and_nothing_else(tmp_path: Path) -> None:
+    m, p = load()
+    report = build.Builder(p, m, engine_for(p, {CUDA_BASE}), tmp_path, prune=False).run()  # type: ignore[arg-type]
+    got = statuses(report)
+    assert got[CUDA_BASE] == "failed" and got[BASE] == got[NLP] == "built"
+    assert {got[CV], got[PROJECT]} == {"skipped"}
+    errors = {r.target: r.error for r in report.results}
+    assert errors[CV] == f"parent {CUDA_BASE} failed" and errors[PROJECT] == f"parent {CV} skipped"
+    assert errors[CUDA_BASE] == "The command '/bin/sh -c pip install' returned a non-zero code: 1"
+    assert not report.ok and json.loads((tmp_path / "report.json").read_text())["ok"] is False
+    lines = build.failure_summary(report)
+    assert lines[:2] == [f"FAILED {CUDA_BASE}: {errors[CUDA_BASE]}", f"  Dockerfile: {tmp_path / CUDA_BASE / 'Dockerfile'}"]
+
+
+def test_an_image_that_differs_from_its_plan_fails_and_is_removed(tmp_path: Path) -> None:
+    m, p = load()
+    engine = engine_for(p, lie={NLP: {"torch": "2.12.0"}})
+    report = build.Builder(p, m, engine, tmp_path, prune=False).run()  # type: ignore[arg-type]
+    nlp = next(r for r in report.results if r.target == NLP)
+    assert nlp.status == "failed" and nlp.error == "image differs from the plan: torch: plan says 2.13.0, image has 2.12.0"
+    assert engine.removed == [nlp.image_id] and not (tmp_path / NLP / "facts.json").exists()
+    assert (tmp_path / BASE / "facts.json").is_file()
+
+
+def test_a_second_run_takes_every_target_from_the_cache(tmp_path: Path) -> None:
+    m, p = load()
+    engine = engine_for(p)
+    first = build.Builder(p, m, engine, tmp_path, prune=False).run()  # type: ignore[arg-type]
+    built = list(engine.built)
+    second = build.Builder(p, m, engine, tmp_path, prune=False).run()  # type: ignore[arg-type]
+    assert set(statuses(second).values()) == {"cached"} and engine.built == built
+    assert [r.image_id for r in second.results] == [r.image_id for r in first.results]
+    assert [r.context_hash for r in second.results] == [r.context_hash for r in first.results]
+    cache_tags = {t for i in engine.images.values() for t in i.tags if t.startswith(build.CACHE_REPOSITORY + ":")}
+    assert cache_tags == {f"{build.CACHE_REPOSITORY}:{r.context_hash.split(':', 1)[1]}" for r in first.results}
+
+
+def test_a_missing_base_image_that_cannot_be_pulled_says_how_to_make_it(tmp_path: Path) -> None:
+    m, p = load()
+    engine = engine_for(p)
+    del engine.images[image_id("imagesmith/debian:trixie")]
+    with pytest.raises(UserError) as err:
+        build.Builder(p, m, engine, tmp_path).run()  # type: ignore[arg-type]
+    assert str(err.value) == ("base image imagesmith/debian:trixie is not in the engine and cannot be pulled (pull access "
+                              "denied for imagesmith/debian:trixie); on a host with no registry make it: "
+                              "imagesmith base bootstrap --os debian13 --tag imagesmith/debian:trixie")
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert (doc["state"], doc["ok"]) == ("interrupted", False)
+    assert doc["interrupted_by"].startswith("error: UserError: base image imagesmith/debian:trixie")
+
+
+def test_build_arguments_reach_the_loopback_server_and_the_proxy(tmp_path: Path) -> None:
+    m, p = load()
+    builder = build.Builder(p, m, engine_for(p), tmp_path)  # type: ignore[arg-type]
+    t = target(p, BASE)
+    assert builder.logical_args(t) == {"PIP_INDEX_URL": "https://pypi.org/simple", "PIP_EXTRA_INDEX_URL": "",  # the index is the torch index: named once
+                                       "PIP_FIND_LINKS": "/opt/wheels", "PIP_TRUSTED_HOST": ""}
+    builder._prepare()
+    try:
+        args = builder._real_args(t, "sha256:p")
+        assert builder.server is not None
+        port = builder.server.port
+    finally:
+        if builder.server:
+            builder.server.stop()
+    assert args["PIP_FIND_LINKS"].startswith(f"http://127.0.0.1:{port}/local/") and args["PIP_TRUSTED_HOST"] == "127.0.0.1"
+    assert args["BASE_IMAGE"] == "sha256:p" and "HTTP_PROXY" not in args

@@ -1,0 +1,126 @@
+"""pipeline.py: verifying what a build made (by image ID, each report ``running`` then
+``complete``), the stage artifacts read back, and the run report, with an engine
+double passed where verify_results takes its engine."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith import build, pipeline, policy, verify
+from imagesmith.engine import ImageInfo, RunResult, RunSpec
+from imagesmith.errors import RegistryError, UsageError, UserError
+from imagesmith.resources import payload_module
+
+OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",))
+
+
+@dataclass
+class Recorder:
+    """A Display that keeps what it was told."""
+
+    lines: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def update(self, item: str, state: str, detail: str = "") -> None:
+        self.lines.append((item, state, detail))
+
+    def note(self, message: str) -> None:
+        self.lines.append(("", "note", message))
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass
+class EngineDouble:
+    """Images by ID; a run answers as a genuine payload (or the engine fails with ``error``)."""
+
+    out: Path
+    error: Exception | None = None
+    seen: list[str] = field(default_factory=list)
+
+    def image(self, ref: str) -> ImageInfo | None:
+        return ImageInfo(ref, (), {"io.imagesmith.cuda": "cpu"}, 1, "t") if ref.startswith("sha256:") else None
+
+    def run(self, spec: RunSpec) -> RunResult:
+        if self.error:
+            raise self.error
+        target = next(p.parent.name for p in self.out.glob("*/verify.json"))  # written `running` before the run
+        self.seen.append(json.loads((self.out / target / "verify.json").read_text())["state"])
+        config = json.loads(spec.files["config.json"])
+        checks = [{"id": c, "title": c, "status": "pass", "value": None, "threshold": None, "unit": "", "baseline": None,
+                   "percent_of_baseline": None, "detail": "", "optional": False, "duration_s": 0.0} for c in config["checks"]]
+        report = payload_module("report").build_report("quick", "t", 0.1, {}, checks, config["nonce"])
+        return RunResult(0, verify.MARKER + json.dumps(report) + "\n", "")
+
+
+RESULTS = [build.TargetResult("a", "built", image_id="sha256:a"), build.TargetResult("b", "failed"),
+           build.TargetResult("c", "cached", image_id=None)]
+
+
+def test_verify_results_verifies_what_built_and_writes_each_report(tmp_path: Path) -> None:
+    engine, display = EngineDouble(tmp_path), Recorder()
+    with pipeline.RunReport(tmp_path) as run:
+        outcomes = pipeline.verify_results(engine, RESULTS, OPTIONS, tmp_path, display, run)
+        run.complete()
+    assert list(outcomes) == ["a"] and outcomes["a"].ok and engine.seen == ["running"]
+    written = json.loads((tmp_path / "a" / "verify.json").read_text())
+    assert (written["state"], written["summary"]["ok"]) == ("complete", True)
+    assert display.lines[0] == ("a", "verifying", "")
+    passed = len(written["checks"])
+    assert passed > 1 and display.lines[-1] == ("a", "passed", f"{passed} pass, 0 fail, 0 skip; {policy.how_verified(written)}")
+    doc = json.loads((tmp_path / pipeline.RUN_REPORT).read_text())
+    assert doc["state"] == "complete" and list(doc["verify"]) == ["a"]
+
+
+@pytest.mark.parametrize("error, detail", [
+    (RegistryError("registry 127.0.0.1:5000 refused the pull"), "registry 127.0.0.1:5000 refused the pull"),
+    (RuntimeError("500 Server Error"), "the container did not start: 500 Server Error"),
+])
+def test_an_image_that_cannot_be_verified_is_a_failed_report_not_a_stop(tmp_path: Path, error: Exception, detail: str) -> None:
+    outcomes = pipeline.verify_results(EngineDouble(tmp_path, error), RESULTS[:1], OPTIONS, tmp_path, Recorder())
+    report = outcomes["a"].report
+    assert not outcomes["a"].ok and report["state"] == "complete"
+    assert [(c["id"], c["detail"]) for c in report["checks"]] == [("payload.start", detail)]
+
+
+def test_a_usage_error_stops_the_run(tmp_path: Path) -> None:
+    options = verify.VerifyOptions(tier="quick", sample_gpus=False, only=("no.such.check",))
+    with pytest.raises(UsageError):
+        pipeline.verify_results(EngineDouble(tmp_path), RESULTS[:1], options, tmp_path, Recorder())
+    assert json.loads((tmp_path / "a" / "verify.json").read_text())["state"] == "interrupted"
+
+
+def test_build_results_read_back_what_the_build_wrote(tmp_path: Path) -> None:
+    doc = build.BuildReport("m.yaml", "t", 1.0, {}, RESULTS).to_json()
+    assert pipeline.build_results(json.loads(json.dumps(doc))) == RESULTS
+
+
+def genuine(ok: bool = True) -> dict[str, Any]:
+    return {"summary": {"ok": ok}, "state": "complete", "checks": []}
+
+
+def test_a_written_run_report_holds_the_three_stages(tmp_path: Path) -> None:
+    build_doc = build.BuildReport("m.yaml", "t", 1.0, {}, RESULTS[:1]).to_json() | {"state": "complete"}
+    path = pipeline.write_run_report(tmp_path, build_doc, {"a": verify.VerifyOutcome(genuine())}, None)
+    assert path == tmp_path / pipeline.RUN_REPORT
+    doc = json.loads(path.read_text())
+    assert doc["state"] == "complete" and doc["verify"]["a"]["summary"]["ok"] is True
+    outcomes = pipeline.read_outcomes(tmp_path, ["a", "z"], path)
+    assert list(outcomes) == ["a"] and outcomes["a"].report["summary"] == {"ok": True}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", "not a run report (a JSON object)"),
+    ("{", "not a readable run report (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+])
+def test_an_unreadable_run_report_says_so(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(text)
+    with pytest.raises(UserError) as err:
+        pipeline.read_outcomes(tmp_path, ["a"], path)
+    assert str(err.value) == f"{path}: {message}"

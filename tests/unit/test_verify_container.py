@@ -1,0 +1,162 @@
+"""verify.py's host side around the container: what a run's outcome becomes (a report
+that answers the request, or one failed check saying why), with an engine double
+passed where verify_image takes its engine. The real container is the integration
+tier's (tests/integration/test_verify.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+
+from imagesmith import compat, verify
+from imagesmith.engine import ImageConfig, ImageInfo, RunResult, RunSpec
+from imagesmith.errors import UserError
+from imagesmith.resources import payload_module
+
+LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
+INFO = ImageInfo("sha256:abc", ("img:1",), LABELS, 1, "2026-11-30", ("reg/img@sha256:d",),
+                 config=ImageConfig(entrypoint=("/usr/bin/tini", "--")))
+OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",))
+
+
+def answer(spec: RunSpec, tamper: Callable[[dict[str, Any]], dict[str, Any]] = lambda r: r) -> str:
+    """What a genuine payload prints for the request in ``spec``'s config."""
+    config = json.loads(spec.files["config.json"])
+    checks = [{"id": c, "title": c, "status": "pass", "value": None, "threshold": None, "unit": "", "baseline": None,
+               "percent_of_baseline": None, "detail": "ok", "optional": False, "duration_s": 0.1} for c in config["checks"]]
+    report = payload_module("report").build_report(config["tier"], "t", 1.0, {}, checks, config["nonce"])
+    return f"progress\n{verify.MARKER}{json.dumps(tamper(report))}\n"
+
+
+@dataclass
+class EngineDouble:
+    """engine.image/pull/run as verify calls them; ``outcome`` decides what a run does."""
+
+    outcome: Callable[[RunSpec], RunResult]
+    specs: list[RunSpec] = field(default_factory=list)
+
+    def image(self, ref: str) -> ImageInfo | None:
+        return INFO if ref == "img:1" else None
+
+    def pull(self, ref: str, auth: Any = None) -> ImageInfo:
+        raise AssertionError("verify pulled a local image")
+
+    def run(self, spec: RunSpec) -> RunResult:
+        self.specs.append(spec)
+        return self.outcome(spec)
+
+
+def verify_with(outcome: Callable[[RunSpec], RunResult], options: verify.VerifyOptions = OPTIONS) -> tuple[dict[str, Any], EngineDouble]:
+    engine = EngineDouble(outcome)
+    report = verify.verify_image(engine, "img:1", options, compat.load()).report
+    return report, engine
+
+
+def test_a_genuine_answer_is_the_report_with_the_hosts_view() -> None:
+    report, engine = verify_with(lambda spec: RunResult(0, answer(spec), "stderr log"))
+    assert report["summary"]["ok"] is True and report["state"] == "complete"
+    assert (report["payload_log"], report["payload_exit_code"]) == ("stderr log", 0)
+    assert report["image"] == {"ref": "img:1", "id": "sha256:abc", "digests": ["reg/img@sha256:d"], "labels": LABELS}
+    assert report["nvml"] is None and report["schema"] == verify.REPORT_SCHEMA
+    (spec,) = engine.specs
+    assert spec.image == "sha256:abc" and spec.network_disabled and spec.gpus == "none"
+    assert spec.command == ["python3", f"{verify.IN_CONTAINER}/run.py", "--config", f"{verify.IN_CONTAINER}/config.json",
+                            "--emit-marker"]
+    assert "run.py" in spec.files and spec.environment == verify.PAYLOAD_ENV
+    assert verify.VerifyOutcome(report).ok
+
+
+def failed(report: dict[str, Any]) -> tuple[str, str]:
+    (check,) = report["checks"]
+    assert report["summary"] == {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "ok": False}
+    return check["id"], check["detail"]
+
+
+def raises(message: str) -> Callable[[RunSpec], RunResult]:
+    def run(spec: RunSpec) -> RunResult:
+        raise RuntimeError(message)
+    return run
+
+
+@pytest.mark.parametrize("outcome, check, detail", [
+    (lambda s: RunResult(137, "", "", timed_out=True), "payload.timeout", "killed after 900 s (verify.timeout / --timeout)"),
+    (raises('exec: "python3": executable file not found in $PATH'), "payload.start", verify.NO_PYTHON),
+    (raises("500 Server Error: no space left on device"), "payload.start",
+     "the container did not start: 500 Server Error: no space left on device"),
+    (lambda s: RunResult(127, "", "/bin/sh: 1: python3: not found"), "payload.report", verify.NO_PYTHON),
+    (lambda s: RunResult(1, "a\nb\nc\nd\n", ""), "payload.report",
+     "the payload exited 1 without a report (verify ran python3 run.py in place of the image's ENTRYPOINT "
+     '["/usr/bin/tini", "--"]; the image\'s python3 did not run the payload, or something in the image swallowed its '
+     "output): b | c | d"),
+    (lambda s: RunResult(0, "", "", stdout_bytes=3 << 20), "payload.report",
+     "the payload exited 0 without a report (verify ran python3 run.py in place of the image's ENTRYPOINT "
+     '["/usr/bin/tini", "--"]; the image\'s python3 did not run the payload, or something in the image swallowed its '
+     "output): no output (the container printed 3 MiB on stdout; the last 0 MiB were read)"),
+    (lambda s: RunResult(0, answer(s, lambda r: r | {"nonce": "replayed"}), ""), "payload.report",
+     "the report was rejected: report.nonce: 'replayed', not this run's: this report was not written by this run's payload"),
+])
+def test_a_run_without_a_genuine_report_is_one_failed_check_saying_why(outcome: Callable[[RunSpec], RunResult],
+                                                                       check: str, detail: str) -> None:
+    report, _ = verify_with(outcome)
+    assert failed(report) == (check, detail) and not verify.VerifyOutcome(report).ok
+
+
+def test_no_gpu_runtime_runs_again_without_gpus_and_tells_the_payload() -> None:
+    def run(spec: RunSpec) -> RunResult:
+        if spec.gpus != "none":
+            raise RuntimeError("could not select device driver \"\" with capabilities: [[gpu]]")
+        return RunResult(0, answer(spec), "")
+
+    report, engine = verify_with(run, verify.VerifyOptions(tier="quick", gpus="all", sample_gpus=False, only=("versions",)))
+    assert [s.gpus for s in engine.specs] == ["all", "none"]
+    assert json.loads(engine.specs[1].files["config.json"])["gpu_unavailable"] == verify.GPU_RUNTIME_FIX
+    assert report["notes"] == [f"ran without GPUs: {verify.GPU_RUNTIME_FIX}"] and report["summary"]["ok"] is True
+
+
+def test_an_image_not_in_the_engine_with_no_pull_is_a_user_error() -> None:
+    with pytest.raises(UserError, match=r"^image other:1 is not in the engine \(and --no-pull was given\)$"):
+        verify.verify_image(EngineDouble(lambda s: RunResult(0, "", "")), "other:1", OPTIONS, compat.load(), pull=False)
+
+
+@pytest.mark.parametrize("error, why", [
+    ("could not select device driver", verify.GPU_RUNTIME_FIX),
+    ('exec: "python3": executable file not found in $PATH', verify.NO_PYTHON),
+    ("executable file not found: bash", "the container did not start: executable file not found: bash"),
+])
+def test_why_no_start(error: str, why: str) -> None:
+    assert verify._why_no_start(error) == why
+
+
+def test_why_no_report_without_an_entrypoint_keeps_the_last_three_lines_cut_at_300() -> None:
+    output = "one\n" + "x" * 400 + "\nthree\nfour\n"
+    assert verify._why_no_report(2, output) == (
+        "the payload exited 2 without a report (the image has no ENTRYPOINT; verify ran python3 run.py; the image's "
+        "python3 did not run the payload, or something in the image swallowed its output): " + "x" * 300 + " | three | four")
+
+
+def test_check_entry_and_with_checks_recount_the_summary() -> None:
+    base = verify.failed_report("payload.report", "why", "quick")
+    entry = verify.check_entry("security.service", "title", "pass", "  served\n nothing ", seconds=1.234, data={"k": 1})
+    assert entry["detail"] == "served nothing" and entry["duration_s"] == 1.23 and entry["data"] == {"k": 1}
+    assert verify.with_checks(base, []) is base
+    more = verify.with_checks(base, [entry])
+    assert [c["id"] for c in more["checks"]] == ["payload.report", "security.service"]
+    assert more["summary"] == {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "ok": False}
+    assert "data" not in verify.check_entry("x", "t", "skip", "d")
+
+
+def test_a_running_report_never_says_ok() -> None:
+    running = verify.running_report("img:1", "standard")
+    assert (running["tier"], running["image"], running["summary"]["ok"], running["checks"]) == ("standard", {"ref": "img:1"}, False, [])
+    assert verify.running_report(None, "quick")["image"] is None
+
+
+def test_driver_requirement_names_the_declared_cuda_and_every_release() -> None:
+    kb = compat.load()
+    declared = verify.driver_requirement("13.0", kb)
+    assert (declared["toolkit_driver"], declared["min_driver"]) == ("580.126.20", "580.65.06")
+    assert verify.driver_requirement(None, kb) == {"releases": kb.cuda_releases()}
+    assert verify.driver_requirement("cpu", kb) == {"releases": kb.cuda_releases()}
