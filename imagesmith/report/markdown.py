@@ -1,0 +1,106 @@
+"""Markdown for CI job summaries (GitHub, GitLab): targets x status, failed checks, measured vs baseline.
+
+Every value from a report goes through :func:`cell` (tables) or :func:`text`:
+HTML is escaped (GitHub renders inline HTML), pipes cannot split a table cell,
+newlines cannot end a row, backticks cannot open code spans.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any, Iterable, Sequence
+
+from imagesmith.report.chartdata import throughputs
+from imagesmith.report.model import STATUSES, Run, fmt_bytes, fmt_value, headline
+
+
+def cell(value: Any) -> str:
+    """Safe in a Markdown table cell and as HTML."""
+    return html.escape(str(value), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "'")
+
+
+text = cell  # the same rules hold for a line of prose
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return out + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+
+
+def section(title: str, headers: Sequence[str], rows: list[list[Any]]) -> list[str]:
+    return [f"### {title}", "", *table(headers, rows), ""] if rows else []
+
+
+def to_markdown(run: Run) -> str:
+    """A summary for CI job pages: targets × status, failed checks, measured vs baseline."""
+    icon = "✅" if run.ok else "❌"
+    lines = [f"## {icon} imagesmith {run.kind}: {text(headline(run))}", "",
+             text(" · ".join(p for p in (f"started {run.started_at}" if run.started_at else "",
+                                         f"matrix {run.matrix}" if run.matrix else "", f"report {run.source}") if p)), ""]
+    lines += _targets(run)
+    lines += section("Failed checks", ["target", "check", "detail"], _checks(run, "fail"))
+    lines += section("Warnings", ["target", "check", "detail"], _checks(run, "warn"))
+    lines += section("Measured against baseline",
+                     ["target", "check", "GPU", "value", "baseline", "% of baseline", "fail line", "status"], _rates(run))
+    lines += _build_failures(run)
+    lines += _release(run)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _targets(run: Run) -> list[str]:
+    """Targets × status; the build column only when there was a build, counts only when there was a verify."""
+    has_build, has_verify = run.kind != "verify", run.kind != "build"
+    headers = ["target", "status", *(["build"] if has_build else []), *(STATUSES if has_verify else [])]
+    rows = []
+    for t in run.targets:
+        b, v = t.build, t.verify
+        build = (f"{b.status} {b.seconds:.0f} s" + (f", {fmt_bytes(b.size_bytes)}" if b.size_bytes else "")) if b else "-"
+        counts = [v.count(s) for s in STATUSES] if v else ["-"] * 4
+        rows.append([f"{'✅' if t.ok else '❌'} {t.id}", t.status, *([build] if has_build else []), *(counts if has_verify else [])])
+    return [*table(headers, rows), ""]
+
+
+def _checks(run: Run, status: str) -> list[list[Any]]:
+    rows = []
+    for t in run.targets:
+        for c in t.verify.checks if t.verify else ():
+            if c.status == status:
+                rows.append([t.id, c.id + (" (optional)" if c.optional else ""), c.detail or c.title])
+    return rows
+
+
+def _rates(run: Run) -> list[list[Any]]:
+    rows = []
+    for t in run.targets:
+        for tp in throughputs(t.verify) if t.verify else ():
+            c = tp.check
+            for rate in tp.rates:
+                pct = f"{100 * rate.value / c.baseline:.1f}%" if c.baseline else "-"
+                rows.append([t.id, c.id, rate.gpu, fmt_value(rate.value, c.unit), fmt_value(c.baseline, c.unit), pct,
+                             fmt_value(c.threshold, c.unit), c.status])
+    return rows
+
+
+def _release(run: Run) -> list[str]:
+    rel = run.release
+    if rel is None:
+        return []
+    rows = [[t.id, t.release.status, t.release.reference or "-", (t.release.digest or "-")[:19],
+             " ".join(t.release.floating) or "-", t.release.remark] for t in run.targets if t.release]
+    head = f"{'✅' if rel.ok else '❌'} {rel.registry}/{rel.repository} {rel.date}".strip()
+    return ["### Release", "", text(head), "", *table(["target", "status", "reference", "digest", "floating", "error / note"], rows), "",
+            *[f"- {text(e)}" for e in rel.errors], ""]
+
+
+def _build_failures(run: Run) -> list[str]:
+    out: list[str] = []
+    for t in run.targets:
+        b = t.build
+        if b is None or b.status != "failed":
+            continue
+        out += [f"**{text(t.id)}**: {text(b.error or 'failed')}  ", f"Dockerfile: {text(b.dockerfile)} · log: {text(b.log)}", ""]
+        if b.log_tail:
+            fence = "~" * max(3, 1 + max(len(m) for m in re.findall("~+", "\n".join(b.log_tail)) or [""]))
+            out += [fence + "text", *b.log_tail, fence, ""]
+    return ["### Build failures", "", *out] if out else []
