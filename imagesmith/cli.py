@@ -659,8 +659,9 @@ def _verify_build(build_report: Path, options: Any, json_out: Path | None, quiet
 
 
 def verify_failures(report: dict[str, Any]) -> str:
-    failed = [c["id"] for c in report.get("checks", []) if c.get("status") == "fail" and not c.get("optional")]
-    return ", ".join(failed) or "no report"
+    from imagesmith import policy
+
+    return ", ".join(policy.failed_required(report)) or "no report"
 
 
 def print_verify(report: dict[str, Any], json_out: Path | None) -> None:

@@ -40,6 +40,8 @@ from imagesmith.atomic import write_text
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.progress import Display, QuietDisplay
+from imagesmith.report import markdown as release_markdown
+from imagesmith.report.model import verified_how
 from imagesmith.registry import TRANSIENT_MESSAGE, Credentials, Manifest, RegistryHTTPError, redact
 from imagesmith.versions import cuda_variant, major, minor
 
@@ -124,11 +126,10 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
     if outcome is None:
         return {"ok": False, "reason": "not verified"}
     rep = outcome.report
-    failed = [c.get("id") for c in rep.get("checks") or [] if c.get("status") == "fail" and not c.get("optional")]
     ev = policy.evidence(rep)
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
-            "failed_checks": failed, "notes": list(rep.get("notes") or []),
+            "failed_checks": policy.failed_required(rep), "notes": list(rep.get("notes") or []),
             "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
             "gpu_short": ev.short()}
 
@@ -224,12 +225,7 @@ class TargetRelease:
                 "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note}
 
     def verified_how(self) -> str:
-        """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'CPU image', 'failed'."""
-        if not self.verification.get("ok"):
-            return "failed" if self.verification else "-"
-        if self.gpu_verified is None:
-            return "passed (CPU image)"
-        return str(self.verification.get("gpu_short") or ("GPU-verified" if self.gpu_verified else policy.NOT_GPU_VERIFIED))
+        return verified_how(self.verification, self.gpu_verified)
 
 
 @dataclass
@@ -290,47 +286,6 @@ class ReleaseReport:
                 "floating": [f.to_json() for f in self.floating],
                 "targets": [t.to_json() for t in self.targets], "errors": self.errors,
                 "evidence": [t.evidence for t in self.targets if t.evidence]}
-
-
-def markdown(report: ReleaseReport) -> str:
-    """release.md: what was released, where, at which digest, verified how."""
-    lines = [f"# Release {report.date}: {report.registry}/{report.repository}", "",
-             f"**{'OK' if report.ok else 'FAILED'}**: {len(report.pushed())} references pushed, "
-             f"{len(report.unchanged())} unchanged, {sum(t.status not in DONE for t in report.targets)} targets not released.", "",
-             "| target | status | reference | digest | torch | cuda | python | verification |", "|---|---|---|---|---|---|---|---|"]
-    for t in report.targets:
-        v = t.versions
-        lines.append(f"| {t.target} | {t.status} | `{t.reference or '-'}` | `{(t.digest or '-')[:19]}` | {v.get('torch', '-')} "
-                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {_md_cell(t.verified_how())} |")
-    unvetted = [t for t in report.targets if t.status in DONE and t.gpu_verified is False]
-    if unvetted:
-        lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
-                  f"(verified without a GPU; tags end in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags): "
-                  + ", ".join(f"`{t.reference}`" for t in unvetted)]
-    if report.floating:
-        lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
-        lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
-                  for f in report.floating]
-    lines += evidence_markdown(report.targets)
-    problems = report.errors + [f"{t.target}: {t.error}" for t in report.targets if t.error]
-    if problems:
-        lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
-    return "\n".join(lines) + "\n"
-
-
-def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:
-    """Per digest: each artifact attached to it, with its own digest."""
-    rows = [f"| `{(t.digest or '')[:19]}` | {a['kind']} | `{(a.get('digest') or '-')[:19]}` | {a.get('size', '-')} "
-            f"| {a['status']} | {'yes' if a.get('signed') else 'no'} |"
-            for t in targets for a in t.evidence.get("artifacts", [])]
-    if not rows:
-        return []
-    return ["", "## Evidence attached", "", "| image digest | artifact | digest | bytes | status | signed |",
-            "|---|---|---|---|---|---|", *rows]
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 # -- the publisher --------------------------------------------------------------------------------
@@ -680,7 +635,7 @@ class Publisher:
     def _write(self, report: ReleaseReport) -> None:
         paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
         write_text(paths["json"], json.dumps(report.to_json() | {"state": runstate.COMPLETE}, indent=2, sort_keys=True) + "\n")
-        write_text(paths["markdown"], markdown(report))
+        write_text(paths["markdown"], release_markdown.release_document(report.to_json()))
         write_text(paths["log"], "\n".join(self.log) + ("\n" if self.log else ""))
         report.paths = {k: str(v) for k, v in paths.items()}
 

@@ -9,14 +9,26 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
+from imagesmith import policy
 from imagesmith.report.chartdata import throughputs
-from imagesmith.report.model import STATUSES, Run, fmt_bytes, fmt_value, headline
+from imagesmith.report.model import STATUSES, Release, Run, fmt_bytes, fmt_value, headline
+from imagesmith.report.parse import release_of
+
+
+@dataclass(frozen=True)
+class Code:
+    """A cell shown as a code span (references, digests, tags)."""
+
+    value: str
 
 
 def cell(value: Any) -> str:
     """Safe in a Markdown table cell and as HTML."""
+    if isinstance(value, Code):
+        return f"`{cell(value.value)}`"
     return html.escape(str(value), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "'")
 
 
@@ -83,14 +95,43 @@ def _rates(run: Run) -> list[list[Any]]:
 
 
 def _release(run: Run) -> list[str]:
-    rel = run.release
-    if rel is None:
-        return []
-    rows = [[t.id, t.release.status, t.release.reference or "-", (t.release.digest or "-")[:19],
-             " ".join(t.release.floating) or "-", t.release.remark] for t in run.targets if t.release]
-    head = f"{'✅' if rel.ok else '❌'} {rel.registry}/{rel.repository} {rel.date}".strip()
-    return ["### Release", "", text(head), "", *table(["target", "status", "reference", "digest", "floating", "error / note"], rows), "",
-            *[f"- {text(e)}" for e in rel.errors], ""]
+    return release_lines(run.release, 3) if run.release is not None else []
+
+
+def release_document(release_json: Mapping[str, Any]) -> str:
+    """release.md: what was released, where, at which digest, verified how (from release.json)."""
+    release, _ = release_of(release_json)
+    assert release is not None
+    return "\n".join(release_lines(release, 1)) + "\n"
+
+
+def release_lines(rel: Release, level: int) -> list[str]:
+    """The release: targets, floating tags, evidence attached, problems; headings from ``level`` down."""
+    h = "#" * level
+    not_released = sum(not t.ok for t in rel.targets)
+    lines = [f"{h} Release {text(rel.date)}: {text(rel.registry)}/{text(rel.repository)}", "",
+             f"**{'OK' if rel.ok else 'FAILED'}**: {rel.pushed} references pushed, {rel.unchanged} unchanged, "
+             f"{not_released} targets not released.", "",
+             *table(["target", "status", "reference", "digest", "torch", "cuda", "python", "verification", "floating", "note"],
+                    [[t.target, t.status, Code(t.reference or "-"), Code((t.digest or "-")[:19]), t.versions.get("torch", "-"),
+                      t.versions.get("cuda", "-"), t.versions.get("python", "-"), t.how, " ".join(t.floating) or "-", t.note]
+                     for t in rel.targets])]
+    unvetted = [t for t in rel.targets if t.ok and t.gpu_verified is False]
+    if unvetted:
+        lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
+                  f"(verified without a GPU; tags end in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags): "
+                  + ", ".join(cell(Code(t.reference)) for t in unvetted)]
+    if rel.floating:
+        lines += ["", f"{h}# Floating tags", "", *table(["tag", "action", "target", "torch", "digest", "note"], [
+            [Code(f.tag), f.action, f.target or "-", f.torch or "-", Code((f.digest or "-")[:19]), f.reason] for f in rel.floating])]
+    evidence = [[Code((t.digest or "")[:19]), a.kind, Code((a.digest or "-")[:19]), a.size, a.status, "yes" if a.signed else "no"]
+                for t in rel.targets for a in t.evidence]
+    if evidence:
+        lines += ["", f"{h}# Evidence attached", "", *table(["image digest", "artifact", "digest", "bytes", "status", "signed"], evidence)]
+    problems = [*rel.errors, *(f"{t.target}: {t.error}" for t in rel.targets if t.error)]
+    if problems:
+        lines += ["", f"{h}# Problems", "", *(f"- {text(p)}" for p in problems)]
+    return lines + [""] if level > 1 else lines
 
 
 def _build_failures(run: Run) -> list[str]:

@@ -118,6 +118,11 @@ class Released:
     floating: tuple[str, ...] = ()
     error: str | None = None
     note: str = ""  # the release policy's word, e.g. "not GPU-verified: ..."
+    target: str = ""
+    versions: Mapping[str, Any] = field(default_factory=dict)
+    verification: Mapping[str, Any] = field(default_factory=dict)
+    gpu_verified: bool | None = None
+    evidence: tuple[Attached, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -128,6 +133,40 @@ class Released:
         """The error, else the policy's note (one cell of the release tables)."""
         return self.error or self.note
 
+    @property
+    def how(self) -> str:
+        return verified_how(self.verification, self.gpu_verified)
+
+
+def verified_how(verification: Mapping[str, Any], gpu_verified: bool | None) -> str:
+    """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'passed (CPU image)', 'failed'."""
+    if not verification.get("ok"):
+        return "failed" if verification else "-"
+    if gpu_verified is None:
+        return "passed (CPU image)"
+    return str(verification.get("gpu_short") or ("GPU-verified" if gpu_verified else policy.NOT_GPU_VERIFIED))
+
+
+@dataclass(frozen=True)
+class Attached:
+    """One evidence artifact attached to a released digest (SBOM, attestation, signature)."""
+
+    kind: str
+    digest: str
+    size: str
+    status: str
+    signed: bool
+
+
+@dataclass(frozen=True)
+class FloatingTag:
+    tag: str
+    action: str  # moved | created | unchanged | kept | failed
+    target: str
+    torch: str
+    digest: str
+    reason: str
+
 
 @dataclass(frozen=True)
 class Release:
@@ -137,6 +176,10 @@ class Release:
     ok: bool
     errors: tuple[str, ...]
     raw: Mapping[str, Any]
+    targets: tuple[Released, ...] = ()
+    floating: tuple[FloatingTag, ...] = ()
+    pushed: int = 0  # references written
+    unchanged: int = 0
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Any, Callable, Mapping
 
 from imagesmith import runstate, schemas
 from imagesmith.errors import UserError
-from imagesmith.report.model import (STATUSES, Built, Check, GpuSeries, Nvml, Release, Released, Run, Target,
-                                     Verify, clean)
+from imagesmith.report.model import (STATUSES, Attached, Built, Check, FloatingTag, GpuSeries, Nvml, Release, Released,
+                                     Run, Target, Verify, clean)
 
 BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA = schemas.BUILD_REPORT, schemas.VERIFY_REPORT, schemas.RUN_REPORT
 SCHEMAS = (BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA)
@@ -170,19 +170,40 @@ def release_of(raw: Any, source: str = "release.json", where: str = "release") -
         return None, {}
     r = _Reader(source)
     doc = r.mapping(raw, where)
-    per_target = {}
-    for i, item in enumerate(r.items(doc.get("targets"), f"{where}.targets")):
-        at = f"{where}.targets[{i}]"
-        t = r.mapping(item, at)
-        per_target[r.text(t, "target", at)] = Released(
-            status=r.text(t, "status", at, "unknown"), reference=r.text(t, "reference", at),
-            digest=t.get("digest"), floating=tuple(str(f) for f in t.get("floating") or ()), error=t.get("error"),
-            note=str(t.get("note") or ""))
+    targets = [_released(r, item, f"{where}.targets[{i}]") for i, item in enumerate(r.items(doc.get("targets"), f"{where}.targets"))]
+    floating = [_floating(r, item, f"{where}.floating[{i}]") for i, item in enumerate(r.items(doc.get("floating"), f"{where}.floating"))]
     errors = tuple(str(e) for e in r.items(doc.get("errors"), f"{where}.errors"))
-    ok = bool(doc.get("ok", not errors and all(x.ok for x in per_target.values())))
+    ok = bool(doc.get("ok", not errors and all(x.ok for x in targets)))
     release = Release(r.text(doc, "registry", where), r.text(doc, "repository", where), r.text(doc, "date", where),
-                      ok, errors, doc)
-    return release, per_target
+                      ok, errors, doc, tuple(targets), tuple(floating), len(r.items(doc.get("pushed"), f"{where}.pushed")),
+                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")))
+    return release, {t.target: t for t in targets}
+
+
+def _released(r: _Reader, raw: Any, at: str) -> Released:
+    t = r.mapping(raw, at)
+    evidence = r.mapping(t.get("evidence") or {}, f"{at}.evidence")
+    attached = tuple(_attached(r, a, f"{at}.evidence.artifacts[{i}]")
+                     for i, a in enumerate(r.items(evidence.get("artifacts"), f"{at}.evidence.artifacts")))
+    gpu_verified = t.get("gpu_verified")
+    return Released(
+        status=r.text(t, "status", at, "unknown"), reference=r.text(t, "reference", at), digest=t.get("digest"),
+        floating=tuple(str(f) for f in r.items(t.get("floating"), f"{at}.floating")), error=t.get("error"),
+        note=r.text(t, "note", at), target=r.text(t, "target", at),
+        versions=r.mapping(t.get("versions") or {}, f"{at}.versions"),
+        verification=r.mapping(t.get("verification") or {}, f"{at}.verification"),
+        gpu_verified=gpu_verified if isinstance(gpu_verified, bool) else None, evidence=attached)
+
+
+def _attached(r: _Reader, raw: Any, at: str) -> Attached:
+    a = r.mapping(raw, at)
+    return Attached(r.text(a, "kind", at), r.text(a, "digest", at), r.text(a, "size", at, "-"), r.text(a, "status", at),
+                    bool(a.get("signed")))
+
+
+def _floating(r: _Reader, raw: Any, at: str) -> FloatingTag:
+    f = r.mapping(raw, at)
+    return FloatingTag(*(r.text(f, key, at) for key in ("tag", "action", "target", "torch", "digest", "reason")))
 
 
 def _maybe_verify(r: _Reader, raw: Any, target_id: str) -> Verify | None:

@@ -205,8 +205,19 @@ def test_markdown_of_a_clean_cpu_run_has_no_problem_sections() -> None:
 def test_markdown_of_a_run_lists_the_release() -> None:
     md = report.to_markdown(run_of("run-report"))
     assert md.startswith("## ❌ imagesmith run: 1 of 2 targets failed; the release failed\n")
-    assert ("| 2.14.1-cu130-py3.11-debian12-base | pushed | 127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-py3.11-debian12-base-20261130"
-            " | sha256:4d4d4d4d4d4d | latest |  |") in md
+    assert "### Release 20261130: 127.0.0.1:5000/imagesmith/local\n\n**FAILED**: 1 references pushed, 0 unchanged, 1 targets not released." in md
+    assert ("| 2.14.1-cu130-py3.11-debian12-base | pushed | `127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-py3.11-debian12-base-20261130`"
+            " | `sha256:4d4d4d4d4d4d` | 2.14.1 | 13.0 | - | GPU-verified on 1 GPU | latest |  |") in md
+    assert "#### Floating tags" in md and "#### Problems\n\n- 2.14.1-cu130-py3.11-debian12-nlp: not verified" in md
+
+
+def test_release_md_is_the_release_part_of_a_run_report() -> None:
+    """One release Markdown: release.md (publish) and a run report's release section are one renderer."""
+    doc = raw("run-report")["release"]
+    document = report.markdown.release_document(doc)
+    assert document.startswith("# Release 20261130: 127.0.0.1:5000/imagesmith/local\n")
+    section = report.to_markdown(run_of("run-report")).split("### Release", 1)[1]
+    assert document.split("# Release", 1)[1].replace("## ", "#### ").strip() == section.strip()
 
 
 # -- JUnit ---------------------------------------------------------------------------------------------------------
