@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 from imagesmith import render, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.engine import Engine
-from imagesmith.errors import UserError
+from imagesmith.errors import Redactor, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
@@ -140,18 +140,6 @@ def _differs(what: str, want: str | None, have: Any) -> str:
     if have is None or not matches(".".join(want.split(".")[:3]), str(have)):
         return f"{what}: plan says {want}, image has {have or 'none'}"
     return ""
-
-
-class Redactor:
-    """Replaces every secret in a log line (credentials must never reach logs)."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        self.secrets = sorted((s for s in secrets if s), key=len, reverse=True)
-
-    def __call__(self, line: str) -> str:
-        for secret in self.secrets:
-            line = line.replace(secret, "****")
-        return line
 
 
 # -- the builder ------------------------------------------------------------------------------

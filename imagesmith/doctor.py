@@ -28,7 +28,7 @@ from imagesmith import compat, schemas
 from imagesmith import harbor as harbor_api
 from imagesmith.errors import UserError
 from imagesmith.hostinfo import HostInfo, inventory
-from imagesmith.registry import ENV_PASSWORD, ENV_USER, config_host
+from imagesmith.registry import ENV_PASSWORD, ENV_USER, config_host, is_loopback
 from imagesmith.versions import version_key
 
 SCHEMA = schemas.DOCTOR
@@ -39,7 +39,6 @@ MIN_FREE_BYTES = 10 * GB  # without a matrix: room for one small image
 DISK_HEADROOM = 1.5  # builds need room beyond the final images (intermediate layers, pip caches)
 DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 GPU_HOOK = "nvidia-container-runtime-hook"  # what docker --gpus runs (nvidia-container-toolkit)
-LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 USER_ENV, PASSWORD_ENV = ENV_USER, ENV_PASSWORD
@@ -448,7 +447,7 @@ def registry_check(f: Facts, n: Needs) -> list[Result]:
         missing = PASSWORD_ENV if user else USER_ENV
         return [Result("registry", FAIL, f"{host}: {USER_ENV if user else PASSWORD_ENV} is set but {missing} is not",
                        f"export {missing}=...")]
-    if _is_loopback(host):
+    if is_loopback(host):
         return [Result("registry", OK, f"{host}: a local registry; no login found (fine if it has no auth)")]
     fix = f"docker login {host}   (or export {USER_ENV}=... {PASSWORD_ENV}=..., e.g. a Harbor robot account)"
     note = f" ({f.docker_config_error})" if f.docker_config_error else ""
@@ -513,11 +512,6 @@ def _credentials(f: Facts, host: str) -> str:
         return "docker login (config.json)"
     store = f.docker_config.get("credsStore")
     return f"docker login (credential store docker-credential-{store})" if store else ""
-
-
-def _is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
-    return name in LOOPBACK
 
 
 # =====================================================================  running and output

@@ -24,6 +24,7 @@ import docker.errors
 from docker.types import DeviceRequest, LogConfig
 
 from imagesmith.errors import EngineError, RegistryError
+from imagesmith.errors import short as _short
 from imagesmith.registry import (ENV_PASSWORD, ENV_USER, TRANSIENT_MESSAGE, TRANSIENT_STATUS, RegistryHTTPError,
                                  status_in)
 
@@ -504,11 +505,6 @@ def _strings(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)
-
-
-def _short(exc: BaseException) -> str:
-    text = getattr(exc, "explanation", None) or str(exc)
-    return str(text).strip().splitlines()[-1] if str(text).strip() else type(exc).__name__
 
 
 def _status_of(message: str, detail: Mapping[str, Any]) -> int:

@@ -28,7 +28,8 @@ from typing import Any, Callable, Mapping
 
 import requests
 
-from imagesmith.errors import RegistryError, UserError
+from imagesmith.errors import Redactor, RegistryError, UserError
+from imagesmith.errors import short as _short
 
 ENV_USER = "IMAGESMITH_REGISTRY_USER"
 ENV_PASSWORD = "IMAGESMITH_REGISTRY_PASSWORD"
@@ -63,14 +64,12 @@ class Credentials:
     def secrets(self) -> list[str]:
         """Every form of the secret that may leak into text: the password and
         its base64 forms, longest first."""
-        found = {self.password, _b64(f"{self.username}:{self.password}"), _b64(self.password)}
-        return sorted((s for s in found if len(s) >= 3), key=len, reverse=True)
+        found = [self.password, _b64(f"{self.username}:{self.password}"), _b64(self.password)]
+        return Redactor(found, min_length=3).secrets
 
     def redact(self, text: str) -> str:
         """``text`` with the password (and its base64 forms) replaced by ****."""
-        for secret in self.secrets():
-            text = text.replace(secret, "****")
-        return text
+        return Redactor(self.secrets())(text)
 
 
 def _b64(text: str) -> str:
@@ -320,8 +319,11 @@ def sha256_digest(data: bytes) -> str:
 
 
 def is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
-    name = name.strip("[]")
+    """``host[:port]`` names this machine: localhost, 127.0.0.0/8, ::1 (the one loopback rule)."""
+    if host.startswith("["):
+        name = host[1:host.find("]")]
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
     if name == "localhost":
         return True
     try:
@@ -610,11 +612,3 @@ def _next_link(link: str) -> str | None:
         return None
     target = m.group(1)
     return re.sub(r"^https?://[^/]+", "", target)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip()
-    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)|(Connection refused|Connection reset[^'\")]*|CERTIFICATE_VERIFY_FAILED[^'\")]*)", text)
-    if m:
-        return (m.group(1) or m.group(2)).strip()
-    return text.splitlines()[-1][:200] if text else type(exc).__name__

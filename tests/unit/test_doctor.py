@@ -286,6 +286,8 @@ REGISTRY = [
                  Result("registry", OK, "127.0.0.1:5000: a local registry; no login found (fine if it has no auth)"), id="loopback"),
     pytest.param(FakeHost(), replace(NEEDS, registry="localhost"),
                  Result("registry", OK, "localhost: a local registry; no login found (fine if it has no auth)"), id="localhost"),
+    pytest.param(FakeHost(), replace(NEEDS, registry="127.0.0.2:5000"),  # all of 127.0.0.0/8, as the registry client sees it
+                 Result("registry", OK, "127.0.0.2:5000: a local registry; no login found (fine if it has no auth)"), id="loopback-net"),
 ]
 
 

@@ -596,6 +596,8 @@ def test_parse_challenge(header: str, parsed: tuple[str, dict[str, str]]) -> Non
 
 @pytest.mark.parametrize("host, loopback", [
     ("127.0.0.1:5000", True), ("localhost:5000", True), ("[::1]:5000", True), ("harbor.example.com", False), ("10.0.0.1:5000", False),
+    ("127.0.0.2:5000", True), ("127.255.255.254", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("128.0.0.1:5000", False), ("[fd00::1]:5000", False), ("localhost.example.com", False),
 ])
 def test_plain_http_is_allowed_only_on_loopback_by_default(host: str, loopback: bool) -> None:
     assert registry.is_loopback(host) is loopback
