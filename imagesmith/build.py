@@ -22,11 +22,12 @@ from typing import Any, Callable, Mapping
 
 from imagesmith import render, runstate, schemas
 from imagesmith.atomic import write_text
-from imagesmith.engine import Engine
+from imagesmith.engine import Engine, registry_host
 from imagesmith.errors import Redactor, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
+from imagesmith.registry import resolve_credentials
 from imagesmith.report import log_tail
 from imagesmith.sources import SourceServer
 from imagesmith.versions import matches
@@ -248,7 +249,8 @@ class Builder:
         if info is None:
             self.display.note(f"pulling base image {ref}")
             try:
-                info = self.engine.pull(ref)
+                login = resolve_credentials(registry_host(ref), self.environ)  # as publish logs in: env, then docker config
+                info = self.engine.pull(ref, login.auth_config() if login else None)
             except UserError as exc:
                 raise UserError(f"base image {ref} is not in the engine and cannot be pulled ({exc}); "
                                 f"on a host with no registry make it: imagesmith base bootstrap --os {os_key} --tag {ref}") from None
