@@ -31,7 +31,6 @@ from imagesmith.registry import (ENV_PASSWORD, ENV_USER, TRANSIENT_MESSAGE, TRAN
                                  status_in)
 
 LineSink = Callable[[str], None]
-RUN_LABEL = "io.imagesmith.run"
 STEP = re.compile(r"^Step (\d+)/(\d+) :")
 STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12})$")  # the image a build step made (or found in cache)
 FROM_STEP = re.compile(r"^Step \d+/\d+ : FROM ", re.I)

@@ -67,10 +67,6 @@ class RegistryError(UserError):
     """A registry refused a push or pull; the message carries a hint."""
 
 
-class VerifyError(UserError):
-    """Verification could not be run or judged."""
-
-
 _CAUSE = re.compile(r"\[Errno -?\d+\] ([^'\")]+)|(Connection refused|Connection reset[^'\")]*|CERTIFICATE_VERIFY_FAILED[^'\")]*)")
 
 

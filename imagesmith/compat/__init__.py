@@ -33,11 +33,6 @@ class Variant:
     nccl: str | None = None
     arch: tuple[str, ...] = ()
 
-    @property
-    def is_cuda(self) -> bool:
-        return self.cuda is not None
-
-
 @dataclass(frozen=True)
 class TorchRelease:
     version: str
