@@ -25,11 +25,12 @@ from typing import Any, Callable, Mapping, Protocol
 
 from imagesmith import artifacts, cudabuild, cudalayer, render, runstate, schemas
 from imagesmith.atomic import write_text
-from imagesmith.engine import BuildOutcome, Engine
-from imagesmith.errors import BuildError, UserError
+from imagesmith.engine import RUN_LABEL, BuildOutcome, Engine, registry_host
+from imagesmith.errors import BuildError, Redactor, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
+from imagesmith.registry import resolve_credentials
 from imagesmith.report import log_tail
 from imagesmith.sources import SourceServer
 from imagesmith.versions import matches
@@ -42,7 +43,7 @@ LABEL_HASH = "io.imagesmith.context-hash"
 CACHE_REPOSITORY = "imagesmith-cache"
 # A builder stage made ahead (shared-CUDA bases), until the full build: imagesmith-prebuild/<owner>:<context hash>.
 PREBUILD_REPOSITORY = "imagesmith-prebuild"
-LABEL_RUN = "io.imagesmith.run"
+LABEL_RUN = RUN_LABEL
 # Who uses a cache entry: one tag per (checkout, target), imagesmith-cache/<owner>:<target>,
 # where the owner is the matrix file and output folder of a checkout. An entry
 # a run stops using is pruned only when no other owner's tag points at it.
@@ -154,18 +155,6 @@ def _differs(what: str, want: str | None, have: Any) -> str:
     if have is None or not matches(".".join(want.split(".")[:3]), str(have)):
         return f"{what}: plan says {want}, image has {have or 'none'}"
     return ""
-
-
-class Redactor:
-    """Replaces every secret in a log line (credentials must never reach logs)."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        self.secrets = sorted((s for s in secrets if s), key=len, reverse=True)
-
-    def __call__(self, line: str) -> str:
-        for secret in self.secrets:
-            line = line.replace(secret, "****")
-        return line
 
 
 # -- the builder ------------------------------------------------------------------------------
@@ -343,7 +332,8 @@ class Builder:
         if info is None:
             self.display.note(f"pulling base image {ref}")
             try:
-                info = self.engine.pull(ref)
+                login = resolve_credentials(registry_host(ref), self.environ)  # as publish logs in: env, then docker config
+                info = self.engine.pull(ref, login.auth_config() if login else None)
             except UserError as exc:
                 raise UserError(f"base image {ref} is not in the engine and cannot be pulled ({exc}); "
                                 f"on a host with no registry make it: imagesmith base bootstrap --os {os_key} --tag {ref}") from None

@@ -784,8 +784,9 @@ def _staging_auth(results: list[Any], credentials_file: Path | None) -> dict[str
 
 
 def verify_failures(report: dict[str, Any]) -> str:
-    failed = [c["id"] for c in report.get("checks", []) if c.get("status") == "fail" and not c.get("optional")]
-    return ", ".join(failed) or "no report"
+    from imagesmith import policy
+
+    return ", ".join(policy.failed_required(report)) or "no report"
 
 
 def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
@@ -819,8 +820,10 @@ def _fmt(value: Any) -> str:
 @click.option("--release", is_flag=True, help="This host also publishes: a missing registry login is a failure, not a warning.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON (schema imagesmith.doctor/1).")
 @ALLOW_ROOT_OPTION
+@CREDENTIALS_OPTION
 @click.pass_context
-def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
+def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_json: bool, allow_roots: tuple[Path, ...],
+               credentials_file: Path | None) -> None:
     """Can this host build and verify? Docker engine, NVIDIA runtime/CDI, GPUs,
     driver against the matrix's CUDA versions, free disk, registry login.
 
@@ -829,7 +832,7 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 
     if matrix_file is not None and not matrix_file.is_file():
         raise UserError(f"{matrix_file}: no such file")
-    results = doctor.diagnose(matrix=matrix_file, publish=release, allowed_roots=allow_roots)
+    results = doctor.diagnose(matrix=matrix_file, publish=release, allowed_roots=allow_roots, credentials_file=credentials_file)
     if as_json:
         click.echo(json.dumps(doctor.to_json(results), indent=2))
     else:

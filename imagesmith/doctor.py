@@ -17,7 +17,6 @@ no registry login, so a release could not push) do not stop building.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import shutil
 from dataclasses import asdict, dataclass, field, replace
@@ -28,7 +27,7 @@ from imagesmith import compat, schemas
 from imagesmith import harbor as harbor_api
 from imagesmith.errors import UserError
 from imagesmith.hostinfo import HostInfo, inventory
-from imagesmith.registry import ENV_PASSWORD, ENV_USER, config_host
+from imagesmith.registry import ENV_PASSWORD, ENV_USER, docker_config_path, is_loopback, read_docker_config, resolve_credentials
 from imagesmith.versions import version_key
 
 SCHEMA = schemas.DOCTOR
@@ -39,10 +38,8 @@ MIN_FREE_BYTES = 10 * GB  # without a matrix: room for one small image
 DISK_HEADROOM = 1.5  # builds need room beyond the final images (intermediate layers, pip caches)
 DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 GPU_HOOK = "nvidia-container-runtime-hook"  # what docker --gpus runs (nvidia-container-toolkit)
-LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 DOCKER_HUB = "docker.io"
-DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
-USER_ENV, PASSWORD_ENV = ENV_USER, ENV_PASSWORD
+LOGIN_FIX = f"docker login {{host}}   (or export {ENV_USER}=... {ENV_PASSWORD}=..., e.g. a Harbor robot account)"
 
 # What each layer adds to the engine's disk, in GB: the one table doctor estimates with.
 LAYER_GB: Mapping[str, float] = {"base:cuda": 6.0, "base:cpu": 1.3, "cv": 0.6, "nlp": 0.3, "project": 0.1}
@@ -120,6 +117,7 @@ class Needs:
     publish: bool = False  # this host also pushes (doctor --release): a missing registry login fails
     repository: str | None = None  # <project>/<repository> a release pushes to
     floating: tuple[str, ...] = ()  # the floating tags the plan moves
+    credentials_file: Path | None = None  # --credentials: the registry login a release would use
 
 
 @dataclass(frozen=True)
@@ -178,10 +176,7 @@ class SystemHost:
         return Disk(path, usage.total, usage.free)
 
     def docker_config(self) -> Mapping[str, Any]:
-        path = docker_config_path(self.environ)
-        if not path.is_file():
-            return {}
-        return dict(json.loads(path.read_text()))
+        return read_docker_config(docker_config_path(self.environ))
 
     def cdi_specs(self, dirs: Sequence[str]) -> list[str]:
         found = []
@@ -200,11 +195,6 @@ def _mentions_nvidia(spec: Path) -> bool:
         return "nvidia.com" in spec.read_text(errors="replace")
     except OSError:
         return False
-
-
-def docker_config_path(environ: Mapping[str, str]) -> Path:
-    folder = environ.get("DOCKER_CONFIG") or str(Path(environ.get("HOME") or Path.home()) / ".docker")
-    return Path(folder) / "config.json"
 
 
 def gather(host: Host) -> Facts:
@@ -232,8 +222,8 @@ def _engine(host: Host) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | N
 def _docker_config(host: Host) -> tuple[Mapping[str, Any], str | None]:
     try:
         return host.docker_config(), None
-    except (OSError, ValueError) as exc:
-        return {}, f"{type(exc).__name__}: {exc}"
+    except (OSError, ValueError, UserError) as exc:
+        return {}, f"{type(exc).__name__}: {exc}" if not isinstance(exc, UserError) else str(exc)
 
 
 def _disk(host: Host, path: str) -> tuple[Disk | None, str | None]:
@@ -279,13 +269,13 @@ def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False
     return replace(needs, repository=m.image.repository, floating=tuple(sorted({f for t in p.targets for f in t.floating})))
 
 
-def probe_release(host: str, repository: str, environ: Mapping[str, str]) -> ReleaseFacts:
+def probe_release(host: str, repository: str, environ: Mapping[str, str], credentials_file: Path | None = None) -> ReleaseFacts:
     """Ask the registry: may these credentials push to ``repository``? Is it Harbor, and
     with which tag-immutability rules in the project?"""
     from imagesmith.registry import Registry, resolve_credentials
 
     try:
-        client = Registry(host, resolve_credentials(host, environ))
+        client = Registry(host, resolve_credentials(host, environ, credentials_file))
         client.check_push(repository)
         push_error = None
     except UserError as exc:
@@ -437,24 +427,22 @@ def disk_check(f: Facts, n: Needs) -> list[Result]:
 
 @check
 def registry_check(f: Facts, n: Needs) -> list[Result]:
+    """How a push would log in: the same lookup as publish (--credentials, env, docker config)."""
     if n.matrix is None or n.problem:
         return []
     host = n.registry or DOCKER_HUB
-    how = _credentials(f, host)
-    if how:
-        return [Result("registry", OK, f"{host}: {how}")]
-    user, password = f.environ.get(USER_ENV), f.environ.get(PASSWORD_ENV)
-    if bool(user) != bool(password):
-        missing = PASSWORD_ENV if user else USER_ENV
-        return [Result("registry", FAIL, f"{host}: {USER_ENV if user else PASSWORD_ENV} is set but {missing} is not",
-                       f"export {missing}=...")]
-    if _is_loopback(host):
+    try:
+        found = resolve_credentials(host, f.environ, n.credentials_file, f.docker_config)
+    except UserError as exc:
+        return [Result("registry", FAIL, f"{host}: {exc}", LOGIN_FIX.format(host=host))]
+    if found is not None:
+        return [Result("registry", OK, f"{host}: {found.source}")]
+    if is_loopback(host):
         return [Result("registry", OK, f"{host}: a local registry; no login found (fine if it has no auth)")]
-    fix = f"docker login {host}   (or export {USER_ENV}=... {PASSWORD_ENV}=..., e.g. a Harbor robot account)"
     note = f" ({f.docker_config_error})" if f.docker_config_error else ""
     if n.publish:
-        return [Result("registry", FAIL, f"{host}: no login found{note}: publishing cannot push", fix)]
-    return [Result("registry", WARN, f"{host}: no login found{note}: building works, publishing cannot push", fix)]
+        return [Result("registry", FAIL, f"{host}: no login found{note}: publishing cannot push", LOGIN_FIX.format(host=host))]
+    return [Result("registry", WARN, f"{host}: no login found{note}: building works, publishing cannot push", LOGIN_FIX.format(host=host))]
 
 
 @check
@@ -464,7 +452,7 @@ def push_check(f: Facts, n: Needs) -> list[Result]:
         return []
     where = f"{n.registry}/{n.repository}"
     if f.release.push_error:
-        fix = (f"docker login {n.registry}   (or export {USER_ENV}=... {PASSWORD_ENV}=..., e.g. a Harbor robot account)"
+        fix = (LOGIN_FIX.format(host=n.registry)
                if "HTTP 401" in f.release.push_error else
                f"give the account push permission on {where} (Harbor: a robot account with push and pull on the project)")
         return [Result("push", FAIL, f.release.push_error, fix)]
@@ -496,30 +484,6 @@ def immutability_check(f: Facts, n: Needs) -> list[Result]:
                                                   f"{len(n.floating)} floating tags or the signature tags")]
 
 
-def _credentials(f: Facts, host: str) -> str:
-    """How imagesmith would log in to ``host`` ('' when it would not)."""
-    if f.environ.get(USER_ENV) and f.environ.get(PASSWORD_ENV):
-        return f"credentials from {USER_ENV}/{PASSWORD_ENV}"
-    keys = DOCKER_HUB_KEYS if host == DOCKER_HUB else (host,)
-    helpers = f.docker_config.get("credHelpers") or {}
-    helper = next((helpers[k] for k in keys if k in helpers), None)
-    if helper:
-        return f"credential helper docker-credential-{helper}"
-    auths = {config_host(k): v for k, v in (f.docker_config.get("auths") or {}).items()}
-    entry = next((auths[config_host(k)] for k in keys if config_host(k) in auths), None)
-    if entry is None:
-        return ""
-    if isinstance(entry, Mapping) and (entry.get("auth") or entry.get("identitytoken")):
-        return "docker login (config.json)"
-    store = f.docker_config.get("credsStore")
-    return f"docker login (credential store docker-credential-{store})" if store else ""
-
-
-def _is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
-    return name in LOOPBACK
-
-
 # =====================================================================  running and output
 
 
@@ -529,11 +493,13 @@ def run(facts: Facts, needs: Needs, checks: Sequence[Check] = CHECKS) -> list[Re
 
 def diagnose(host: Host | None = None, matrix: Path | None = None, publish: bool = False,
              cwd: Path | None = None, allowed_roots: Sequence[Path] = (),
-             release_probe: Callable[[str, str, Mapping[str, str]], ReleaseFacts] = probe_release) -> list[Result]:
+             release_probe: Callable[[str, str, Mapping[str, str], Path | None], ReleaseFacts] = probe_release,
+             credentials_file: Path | None = None) -> list[Result]:
     """Everything ``imagesmith doctor`` does but printing; ``--release`` also asks the registry."""
-    facts, needs = gather(host or SystemHost()), load_needs(matrix, cwd, publish, allowed_roots)
+    facts = gather(host or SystemHost())
+    needs = replace(load_needs(matrix, cwd, publish, allowed_roots), credentials_file=credentials_file)
     if needs.publish and needs.registry and needs.repository and not needs.problem:
-        facts = replace(facts, release=release_probe(needs.registry, needs.repository, facts.environ))
+        facts = replace(facts, release=release_probe(needs.registry, needs.repository, facts.environ, credentials_file))
     return run(facts, needs)
 
 

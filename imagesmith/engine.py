@@ -15,19 +15,22 @@ import os
 import re
 import tarfile
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import docker
+import docker.auth
 import docker.errors
 from docker.types import DeviceRequest, LogConfig
 
-from imagesmith.errors import EngineError, RegistryError
+from imagesmith.errors import EngineError, RegistryError, UserError
+from imagesmith.errors import short as _short
 from imagesmith.registry import ENV_PASSWORD, ENV_USER, TRANSIENT_MESSAGE, TRANSIENT_STATUS, RegistryHTTPError, status_in
 
 LineSink = Callable[[str], None]
-RUN_LABEL = "io.imagesmith.run"
+RUN_LABEL = "io.imagesmith.run"  # on every container imagesmith starts: which run made it
 STEP = re.compile(r"^Step (\d+)/(\d+) :")
 STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12})$")  # the image a build step made (or found in cache)
 FROM_STEP = re.compile(r"^Step \d+/\d+ : FROM ", re.I)
@@ -594,11 +597,6 @@ def _strings(value: Any) -> tuple[str, ...]:
     return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)
 
 
-def _short(exc: BaseException) -> str:
-    text = getattr(exc, "explanation", None) or str(exc)
-    return str(text).strip().splitlines()[-1] if str(text).strip() else type(exc).__name__
-
-
 def _status_of(message: str, detail: Mapping[str, Any]) -> int:
     if "code" in detail:
         return int(detail["code"])
@@ -628,6 +626,28 @@ def registry_hint(ref: str, status: int | None, message: str, action: str, hint:
     }
     hint = hint or hints.get(status or 0, f"check that {host} is reachable and healthy")
     return f"{action} {ref} failed: {message.strip()} ({hint})"
+
+
+def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
+    """(user, secret, credential helper or None) for ``host`` from a docker config, resolved as the
+    docker SDK resolves it: ``credHelpers``/``credsStore`` (running ``docker-credential-<name>``)
+    before ``auths``; Docker Hub's aliases understood. An identity token (an OAuth refresh token)
+    cannot log in here and counts as none."""
+    if not config:
+        return None  # the SDK would read the default config file instead
+    try:
+        with warnings.catch_warnings():  # the SDK warns when a helper is missing; the error below says it
+            warnings.simplefilter("ignore")
+            auth = docker.auth.load_config(config_dict=json.loads(json.dumps(config)))
+            found = auth.resolve_authconfig(host)
+            helper = auth.get_credential_store(host) if found and "Username" in found else None
+    except (docker.errors.DockerException, ValueError, TypeError) as exc:
+        raise UserError(f"docker config: the login for {host} cannot be read ({_short(exc)}); "
+                        f"run docker login {host} again (install its credential helper if the config names one), "
+                        f"or set {ENV_USER}/{ENV_PASSWORD}") from None
+    user = (found or {}).get("Username") or (found or {}).get("username")
+    secret = (found or {}).get("Password") or (found or {}).get("password")
+    return (str(user), str(secret), helper) if user and secret else None
 
 
 def registry_host(ref: str) -> str:

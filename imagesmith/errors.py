@@ -7,6 +7,7 @@ Anything else escaping a command is a bug: exit 3, traceback to a log file.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 
@@ -66,5 +67,27 @@ class RegistryError(UserError):
     """A registry refused a push or pull; the message carries a hint."""
 
 
-class VerifyError(UserError):
-    """Verification could not be run or judged."""
+_CAUSE = re.compile(r"\[Errno -?\d+\] ([^'\")]+)|(Connection refused|Connection reset[^'\")]*|CERTIFICATE_VERIFY_FAILED[^'\")]*)")
+
+
+def short(exc: BaseException) -> str:
+    """One line for a foreign exception (docker, requests, OS): the daemon's
+    explanation, else the OS-level cause buried in a urllib3 chain, else the last line."""
+    text = str(getattr(exc, "explanation", None) or exc).strip()
+    m = _CAUSE.search(text)
+    if m:
+        return (m.group(1) or m.group(2)).strip()
+    return text.splitlines()[-1][:200] if text else type(exc).__name__
+
+
+class Redactor:
+    """Replaces every secret in a text (credentials must never reach logs or messages); longest first,
+    so that a secret containing another is replaced whole."""
+
+    def __init__(self, secrets: list[str], min_length: int = 1) -> None:
+        self.secrets = sorted({s for s in secrets if len(s) >= max(1, min_length)}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "****")
+        return text

@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from securesystemslib.signer import SSlibKey
 
-from imagesmith import attestation, sbom, signing
+from imagesmith import attestation, policy, sbom, signing
 from imagesmith.atomic import write_text
 from imagesmith.attestation import Statement, StatementError
 from imagesmith.errors import RegistryError, UserError
@@ -304,10 +304,9 @@ class Evidence:
 
 def verification_summary(a: Attestation) -> dict[str, Any]:
     p = dict(a.statement.predicate) if a.statement else {}
-    failed = [c.get("id") for c in p.get("checks") or [] if c.get("status") == "fail" and not c.get("optional")]
     return {"digest": a.digest, "signed": bool(a.signed_by), "tier": p.get("tier"), "mode": p.get("mode"),
             "passed": p.get("passed"), "gpu": p.get("gpu"), "driver": p.get("driver"), "measured": p.get("measured"),
-            "summary": p.get("summary"), "failed_checks": failed, "started_at": p.get("started_at"),
+            "summary": p.get("summary"), "failed_checks": policy.failed_required(p), "started_at": p.get("started_at"),
             "verifier": p.get("verifier")}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 SERIES = ("memory_used_mib", "utilization_gpu_pct", "utilization_memory_pct",
@@ -39,10 +39,6 @@ class HostInfo:
     cuda_driver: Optional[str]  # the newest CUDA the driver supports, e.g. "13.0"
     gpus: Tuple[HostGpu, ...] = ()
     error: Optional[str] = None  # why NVML could not be read
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -63,6 +63,17 @@ class Evidence:
         return reason or f"ran in {self.mode.upper()} mode"
 
 
+def fails_target(status: str, optional: bool) -> bool:
+    """The one rule: a failed check fails its image unless it is optional."""
+    return status == "fail" and not optional
+
+
+def failed_required(report: Mapping[str, Any]) -> list[str]:
+    """The ids of a verify report's required checks that failed, in run order."""
+    checks = [c for c in report.get("checks") or () if isinstance(c, Mapping)]
+    return [str(c.get("id")) for c in checks if fails_target(str(c.get("status")), bool(c.get("optional")))]
+
+
 def _mapping(raw: Any) -> Mapping[str, Any]:
     return raw if isinstance(raw, Mapping) else {}
 

@@ -41,6 +41,8 @@ from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.registry import TRANSIENT_MESSAGE, Credentials, Manifest, RegistryHTTPError, redact
+from imagesmith.report import markdown as release_markdown
+from imagesmith.report.model import verified_how
 from imagesmith.versions import cuda_variant, major, minor
 
 RELEASE_SCHEMA = schemas.RELEASE
@@ -132,12 +134,11 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
     if outcome is None:
         return {"ok": False, "reason": "not verified"}
     rep = outcome.report
-    failed = [c.get("id") for c in rep.get("checks") or [] if c.get("status") == "fail" and not c.get("optional")]
     ev = policy.evidence(rep)
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
             "digest": (rep.get("image") or {}).get("digest"),
-            "failed_checks": failed, "notes": list(rep.get("notes") or []),
+            "failed_checks": policy.failed_required(rep), "notes": list(rep.get("notes") or []),
             "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
             "gpu_short": ev.short()}
 
@@ -277,12 +278,7 @@ class TargetRelease:
                 "traffic": dict(self.traffic.__dict__), "source": self.source, "promotion": self.promotion or None}
 
     def verified_how(self) -> str:
-        """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'CPU image', 'failed'."""
-        if not self.verification.get("ok"):
-            return "failed" if self.verification else "-"
-        if self.gpu_verified is None:
-            return "passed (CPU image)"
-        return str(self.verification.get("gpu_short") or ("GPU-verified" if self.gpu_verified else policy.NOT_GPU_VERIFIED))
+        return verified_how(self.verification, self.gpu_verified)
 
 
 @dataclass
@@ -350,66 +346,6 @@ class ReleaseReport:
                 "floating": [f.to_json() for f in self.floating],
                 "targets": [t.to_json() for t in self.targets], "errors": self.errors,
                 "evidence": [t.evidence for t in self.targets if t.evidence]}
-
-
-def markdown(report: ReleaseReport) -> str:
-    """release.md: what was released, where, at which digest, verified how."""
-    lines = [f"# Release {report.date}: {report.registry}/{report.repository}", "",
-             f"**{'OK' if report.ok else 'FAILED'}**: {len(report.pushed())} references pushed, "
-             f"{len(report.unchanged())} unchanged, {sum(t.status not in DONE for t in report.targets)} targets not released.", "",
-             f"Sent {_gb(report.traffic().pushed_bytes)} in {report.traffic().pushed_layers} layers; the registry already had "
-             f"{report.traffic().existing_layers} layers ({_gb(report.traffic().existing_bytes)}).", "",
-             "| target | status | reference | digest | torch | cuda | python | verification | sent | already there |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for t in report.targets:
-        v = t.versions
-        lines.append(f"| {t.target} | {t.status} | `{t.reference or '-'}` | `{(t.digest or '-')[:19]}` | {v.get('torch', '-')} "
-                     f"| {v.get('cuda', '-')} | {v.get('python', '-')} | {_md_cell(t.verified_how())} "
-                     f"| {_gb(t.traffic.pushed_bytes)} | {_gb(t.traffic.existing_bytes)} |")
-    unvetted = [t for t in report.targets if t.status in DONE and t.gpu_verified is False]
-    if unvetted:
-        lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
-                  f"(verified without a GPU; tags end in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags): "
-                  + ", ".join(f"`{t.reference}`" for t in unvetted)]
-    if report.floating:
-        lines += ["", "## Floating tags", "", "| tag | action | target | torch | digest | note |", "|---|---|---|---|---|---|"]
-        lines += [f"| `{f.tag}` | {f.action} | {f.target or '-'} | {f.torch or '-'} | `{(f.digest or '-')[:19]}` | {f.reason} |"
-                  for f in report.floating]
-    lines += promotion_markdown(report.targets)
-    lines += evidence_markdown(report.targets)
-    problems = report.errors + [f"{t.target}: {t.error}" for t in report.targets if t.error]
-    if problems:
-        lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
-    return "\n".join(lines) + "\n"
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB"
-
-
-def promotion_markdown(targets: Sequence[TargetRelease]) -> list[str]:
-    """Per promoted target: from where, what moved (registry to registry, no engine)."""
-    rows = [f"| {t.target} | `{t.source}` | {p['mounted']} / {p['copied']} / {p['present']} | {p['bytes_moved']} | {p['seconds']} |"
-            for t in targets if (p := t.promotion)]
-    if not rows:
-        return []
-    return ["", "## Promoted from staging", "", "| target | staged image | blobs mounted / copied / present | bytes moved | seconds |",
-            "|---|---|---|---|---|", *rows]
-
-
-def evidence_markdown(targets: Sequence[TargetRelease]) -> list[str]:
-    """Per digest: each artifact attached to it, with its own digest."""
-    rows = [f"| `{(t.digest or '')[:19]}` | {a['kind']} | `{(a.get('digest') or '-')[:19]}` | {a.get('size', '-')} "
-            f"| {a['status']} | {'yes' if a.get('signed') else 'no'} |"
-            for t in targets for a in t.evidence.get("artifacts", [])]
-    if not rows:
-        return []
-    return ["", "## Evidence attached", "", "| image digest | artifact | digest | bytes | status | signed |",
-            "|---|---|---|---|---|---|", *rows]
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 # -- the publisher --------------------------------------------------------------------------------
@@ -843,7 +779,7 @@ class Publisher:
     def _write(self, report: ReleaseReport) -> None:
         paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
         write_text(paths["json"], json.dumps(report.to_json() | {"state": runstate.COMPLETE}, indent=2, sort_keys=True) + "\n")
-        write_text(paths["markdown"], markdown(report))
+        write_text(paths["markdown"], release_markdown.release_document(report.to_json()))
         write_text(paths["log"], "\n".join(self.log) + ("\n" if self.log else ""))
         report.paths = {k: str(v) for k, v in paths.items()}
 

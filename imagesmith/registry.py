@@ -8,12 +8,16 @@ chunked copy: promotion, :mod:`imagesmith.promote`). Authentication answers
 the registry's challenge: Bearer tokens (Harbor, distribution with token
 auth) or Basic (htpasswd).
 
-Where credentials come from is decided here too (:func:`resolve_credentials`):
-the environment, then a credentials file, then the docker config. A
-:class:`Credentials` never shows its password in a repr, and every error
-message is passed through :meth:`Credentials.redact` before it leaves.
+Where credentials come from is decided here too (:func:`resolve_credentials`,
+used by build, verify, publish, evidence and doctor alike): ``--credentials
+FILE``, then the environment, then the docker config. A :class:`Credentials`
+never shows its password in a repr, and every error message is passed through
+:meth:`Credentials.redact` before it leaves.
 
-This module never imports docker; ``requests`` is the HTTP client.
+``requests`` is the HTTP client. The docker config is read with the docker
+SDK's own resolution (credential helpers, Docker Hub aliases), which lives in
+engine.py, the only module importing docker; it is imported here only when a
+docker config is consulted.
 """
 
 from __future__ import annotations
@@ -24,15 +28,15 @@ import ipaddress
 import json
 import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 from urllib.parse import urlencode
 
 import requests
 
-from imagesmith.errors import RegistryError, UserError
+from imagesmith.errors import Redactor, RegistryError, UserError
+from imagesmith.errors import short as _short
 
 ENV_USER = "IMAGESMITH_REGISTRY_USER"
 ENV_PASSWORD = "IMAGESMITH_REGISTRY_PASSWORD"
@@ -67,14 +71,12 @@ class Credentials:
     def secrets(self) -> list[str]:
         """Every form of the secret that may leak into text: the password and
         its base64 forms, longest first."""
-        found = {self.password, _b64(f"{self.username}:{self.password}"), _b64(self.password)}
-        return sorted((s for s in found if len(s) >= 3), key=len, reverse=True)
+        found = [self.password, _b64(f"{self.username}:{self.password}"), _b64(self.password)]
+        return Redactor(found, min_length=3).secrets
 
     def redact(self, text: str) -> str:
         """``text`` with the password (and its base64 forms) replaced by ****."""
-        for secret in self.secrets():
-            text = text.replace(secret, "****")
-        return text
+        return Redactor(self.secrets())(text)
 
 
 def _b64(text: str) -> str:
@@ -85,26 +87,14 @@ def redact(text: str, credentials: Credentials | None) -> str:
     return credentials.redact(text) if credentials else text
 
 
-HelperRunner = Callable[[str, str], "Mapping[str, str] | None"]
-
-
-def run_credential_helper(helper: str, host: str) -> Mapping[str, str] | None:
-    """``docker-credential-<helper> get`` (the docker CLI's credsStore protocol)."""
-    try:
-        proc = subprocess.run([f"docker-credential-{helper}", "get"], input=host, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UserError(f"docker credential helper docker-credential-{helper} for {host} did not run ({exc}); "
-                        f"install it, or set {ENV_USER}/{ENV_PASSWORD}") from None
-    return dict(json.loads(proc.stdout)) if proc.returncode == 0 and proc.stdout.strip() else None
-
-
 def resolve_credentials(host: str, environ: Mapping[str, str] | None = None, credentials_file: Path | None = None,
-                        docker_config: Path | None = None, helper: HelperRunner = run_credential_helper) -> Credentials | None:
-    """Credentials for ``host``: the environment, then ``credentials_file``,
-    then the docker config's ``auths`` (or its credential helper); None if none."""
+                        docker_config: Path | Mapping[str, Any] | None = None) -> Credentials | None:
+    """Credentials for ``host``, first found wins: ``credentials_file`` (``--credentials``), then the
+    environment (IMAGESMITH_REGISTRY_USER/PASSWORD), then the docker config (a path, or the config
+    already read; default ``$DOCKER_CONFIG/config.json``); None if none."""
     env = os.environ if environ is None else environ
-    return (from_environment(env) or from_file(credentials_file)
-            or from_docker_config(host, docker_config or docker_config_path(env), helper))
+    config = docker_config if docker_config is not None else docker_config_path(env)
+    return from_file(credentials_file) or from_environment(env) or from_docker_config(host, config)
 
 
 def from_environment(env: Mapping[str, str]) -> Credentials | None:
@@ -135,48 +125,31 @@ def docker_config_path(env: Mapping[str, str]) -> Path:
     return Path(folder) / "config.json"
 
 
-def from_docker_config(host: str, path: Path, helper: HelperRunner = run_credential_helper) -> Credentials | None:
-    """``auths[host].auth`` (base64 user:password) or the configured credential helper."""
+def read_docker_config(path: Path) -> Mapping[str, Any]:
+    """The docker config as JSON ({} when there is none)."""
     try:
         config = json.loads(path.read_text())
     except FileNotFoundError:
-        return None
+        return {}
     except (OSError, ValueError) as exc:
         raise UserError(f"docker config {path} cannot be read ({exc}); fix or remove it") from None
-    entry = _auth_entry(config.get("auths") or {}, host)
-    if entry:
-        return _from_auth_entry(entry, path, host)
-    name = (config.get("credHelpers") or {}).get(host) or config.get("credsStore")
-    found = helper(name, host) if name else None
-    if found and found.get("Username") and found.get("Secret"):
-        return Credentials(found["Username"], found["Secret"], f"docker credential helper {name}")
-    return None
+    if not isinstance(config, Mapping):
+        raise UserError(f"docker config {path} is not a JSON object; fix or remove it")
+    return config
 
 
-def config_host(key: str) -> str:
-    """A docker config ``auths`` key as a host: ``https://harbor.example.com/v2/`` -> ``harbor.example.com``."""
-    return key.split("://", 1)[-1].split("/", 1)[0].lower()
+def from_docker_config(host: str, config: Path | Mapping[str, Any]) -> Credentials | None:
+    """The docker CLI's login for ``host``, resolved by the docker SDK (credential helpers, ``auths``,
+    Docker Hub aliases). engine.py is the only module that imports docker, so the lookup lives there
+    and is imported here only when a docker config is consulted."""
+    from imagesmith.engine import docker_login
 
-
-def _auth_entry(auths: Mapping[str, Any], host: str) -> Mapping[str, Any] | None:
-    for key, entry in auths.items():
-        if config_host(key) == host.lower() and isinstance(entry, Mapping):
-            return entry
-    return None
-
-
-def _from_auth_entry(entry: Mapping[str, Any], path: Path, host: str) -> Credentials | None:
-    if entry.get("username") and entry.get("password"):
-        return Credentials(str(entry["username"]), str(entry["password"]), f"docker config {path}")
-    if not entry.get("auth"):
+    where = f"docker config {config}" if isinstance(config, Path) else "docker config"
+    found = docker_login(host, read_docker_config(config) if isinstance(config, Path) else config)
+    if found is None:
         return None
-    try:
-        user, sep, password = base64.b64decode(str(entry["auth"])).decode().partition(":")
-    except (ValueError, UnicodeDecodeError):
-        sep = ""
-    if not sep:
-        raise UserError(f"docker config {path}: auths.{host}.auth is not base64 of user:password; run docker login {host} again")
-    return Credentials(user, password, f"docker config {path}")
+    user, secret, helper = found
+    return Credentials(user, secret, f"docker credential helper {helper}" if helper else where)
 
 
 # -- errors and manifests ------------------------------------------------------------------
@@ -324,8 +297,11 @@ def sha256_digest(data: bytes) -> str:
 
 
 def is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
-    name = name.strip("[]")
+    """``host[:port]`` names this machine: localhost, 127.0.0.0/8, ::1 (the one loopback rule)."""
+    if host.startswith("["):
+        name = host[1:host.find("]")]
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
     if name == "localhost":
         return True
     try:
@@ -656,11 +632,3 @@ def _next_link(link: str) -> str | None:
         return None
     target = m.group(1)
     return re.sub(r"^https?://[^/]+", "", target)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip()
-    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)|(Connection refused|Connection reset[^'\")]*|CERTIFICATE_VERIFY_FAILED[^'\")]*)", text)
-    if m:
-        return (m.group(1) or m.group(2)).strip()
-    return text.splitlines()[-1][:200] if text else type(exc).__name__

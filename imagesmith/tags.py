@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import semver
+from packaging.version import InvalidVersion, Version
 
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.versions import major, matches, minor
@@ -25,7 +26,6 @@ TAG_FIELDS = (
     "torch", "torch_minor", "torch_major", "cuda", "cudnn", "cudnn_major", "nccl",
     "python", "os", "layer", "date", "accel", "variant", "cell",
 )
-_PEP440 = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:(a|b|rc)(\d+))?(?:\.?dev(\d+))?(?:\+.*)?$")
 
 
 def facts(versions: Mapping[str, Any], layer: str, cell: str, accel: str) -> dict[str, str]:
@@ -55,13 +55,23 @@ def tag_problems(tag: str) -> list[str]:
 
 
 def to_semver(version: str) -> semver.Version:
-    """PEP 440 as torch writes it -> semver (``2.10.0rc1`` -> ``2.10.0-rc.1``)."""
-    m = _PEP440.match(version)
-    if not m:
-        raise ValueError(f"not a release version: {version!r}")
-    x, y, z, pre, pre_n, dev = m.groups()
-    prerelease = f"{pre}.{pre_n}" if pre else (f"dev.{dev}" if dev else None)
-    return semver.Version(int(x), int(y), int(z or 0), prerelease=prerelease)
+    """PEP 440 as torch writes it (parsed by ``packaging``) -> semver.
+
+    ``2.10.0rc1`` -> ``2.10.0-rc.1``; ``2.12.0.dev20260101`` -> ``2.12.0-dev.20260101``;
+    ``2.9`` -> ``2.9.0``. What semver cannot order goes into build metadata, which
+    semver ignores when comparing: the local version (``2.9.1+cu128`` -> ``2.9.1+cu128``)
+    and a post release (``2.9.1.post1`` -> ``2.9.1+post.1``). A release of more than
+    three numbers, or with an epoch, is not a semver version."""
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        raise ValueError(f"not a release version: {version!r}") from None
+    if len(v.release) > 3 or v.epoch:
+        raise ValueError(f"not a release version: {version!r} (semver has three numbers and no epoch)")
+    x, y, z = (*v.release, 0, 0)[:3]
+    pre = [*(f"{v.pre[0]}.{v.pre[1]}".split(".") if v.pre else ()), *(("dev", str(v.dev)) if v.dev is not None else ())]
+    build = [*(("post", str(v.post)) if v.post is not None else ()), *((v.local,) if v.local else ())]
+    return semver.Version(x, y, z, prerelease=".".join(pre) or None, build=".".join(build) or None)
 
 
 def matches_when(when: Iterable[tuple[str, str]], fields: Mapping[str, str]) -> bool:

@@ -47,11 +47,6 @@ class Variant:
     arch: tuple[str, ...] = ()
     wheels: tuple[Wheel, ...] = ()  # the Python-independent CUDA wheels torch requires (the shared CUDA layer)
 
-    @property
-    def is_cuda(self) -> bool:
-        return self.cuda is not None
-
-
 @dataclass(frozen=True)
 class TorchRelease:
     version: str

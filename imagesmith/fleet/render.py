@@ -6,14 +6,16 @@ style are the ones ``imagesmith report`` uses for every other report.
 
 from __future__ import annotations
 
-import html
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
 from imagesmith import __version__
-from imagesmith import report as common
 from imagesmith.errors import UserError
 from imagesmith.fleet.report import CellResult, FleetReport
+from imagesmith.report import html
+from imagesmith.report import markdown as md
+from imagesmith.report.junit import sum_counts, xml_text
+from imagesmith.report.model import fmt_value
 
 ICON = {"pass": "✅", "fail": "❌", "cancelled": "⏹"}
 COUNTS = ("pass", "warn", "fail", "skip")
@@ -51,7 +53,7 @@ FIGURE_HEADERS = ["image", "class", "check", "value", "baseline", "% of baseline
 
 
 def _figure_rows(rep: FleetReport) -> list[list[Any]]:
-    return [[c.digest[7:19], c.klass, f.check, common.fmt_value(f.value, f.unit), common.fmt_value(f.baseline, f.unit),
+    return [[c.digest[7:19], c.klass, f.check, fmt_value(f.value, f.unit), fmt_value(f.baseline, f.unit),
              f"{f.percent:.1f}%" if f.percent is not None else "-", f.status] for c in rep.cells for f in c.figures]
 
 
@@ -59,12 +61,12 @@ def _figure_rows(rep: FleetReport) -> list[list[Any]]:
 
 
 def to_markdown(rep: FleetReport) -> str:
-    lines = [f"## {'✅' if rep.ok else '❌'} imagesmith fleet: {common._md(headline(rep))}", "",
-             common._md(f"started {rep.started_at} · fleet {rep.fleet_file} · tier {rep.tier} · run {rep.run_id}"), ""]
+    lines = [f"## {'✅' if rep.ok else '❌'} imagesmith fleet: {md.text(headline(rep))}", "",
+             md.text(f"started {rep.started_at} · fleet {rep.fleet_file} · tier {rep.tier} · run {rep.run_id}"), ""]
     for _digest, cells in _by_digest(rep):
-        lines += [f"### `{common._md(cells[0].ref)}`", "", common._md(_verdict(rep, cells)), "",
-                  *common._md_table(HEADERS, [_row(c) for c in cells]), ""]
-    lines += common._md_section("Measured against each class's baseline", FIGURE_HEADERS, _figure_rows(rep))
+        lines += [f"### `{md.text(cells[0].ref)}`", "", md.text(_verdict(rep, cells)), "",
+                  *md.table(HEADERS, [_row(c) for c in cells]), ""]
+    lines += md.section("Measured against each class's baseline", FIGURE_HEADERS, _figure_rows(rep))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -76,27 +78,27 @@ def to_junit(rep: FleetReport) -> str:
     <failure>, a cancelled (interrupted) one <skipped>."""
     root = ET.Element("testsuites", name="imagesmith fleet")
     for _digest, cells in _by_digest(rep):
-        suite = ET.SubElement(root, "testsuite", name=common._x(cells[0].ref), timestamp=common._x(rep.started_at))
+        suite = ET.SubElement(root, "testsuite", name=xml_text(cells[0].ref), timestamp=xml_text(rep.started_at))
         for c in cells:
             suite.append(_case(c))
-        common._sum_counts(suite, suite.findall("testcase"))
-    common._sum_counts(root, root.findall("testsuite"))
+        sum_counts(suite, suite.findall("testcase"))
+    sum_counts(root, root.findall("testsuite"))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
 def _case(c: CellResult) -> ET.Element:
-    case = ET.Element("testcase", classname=common._x(f"fleet.{c.digest[7:19]}"), name=common._x(c.klass),
+    case = ET.Element("testcase", classname=xml_text(f"fleet.{c.digest[7:19]}"), name=xml_text(c.klass),
                       time=f"{c.ran_s or 0:.1f}")
     if c.status == "fail":
-        ET.SubElement(case, "failure", message=common._x(c.reason[:500]), type="fleet").text = common._x(
+        ET.SubElement(case, "failure", message=xml_text(c.reason[:500]), type="fleet").text = xml_text(
             f"{c.scheduler} job {c.job_id or '-'} ({c.state or 'not submitted'}) on {c.node or '-'}: {c.reason}")
     elif c.status == "cancelled":
-        ET.SubElement(case, "skipped", message=common._x(c.reason))
-    figures = [f"{f.check}: {common.fmt_value(f.value, f.unit)}" + (f" ({f.percent:.1f}% of baseline)" if f.percent is not None else "")
+        ET.SubElement(case, "skipped", message=xml_text(c.reason))
+    figures = [f"{f.check}: {fmt_value(f.value, f.unit)}" + (f" ({f.percent:.1f}% of baseline)" if f.percent is not None else "")
                for f in c.figures]
     if figures:
-        ET.SubElement(case, "system-out").text = common._x("\n".join(figures))
+        ET.SubElement(case, "system-out").text = xml_text("\n".join(figures))
     return case
 
 
@@ -104,33 +106,11 @@ def _case(c: CellResult) -> ET.Element:
 
 
 def to_html(rep: FleetReport) -> str:
-    verdict = f'<span class="verdict {"ok" if rep.ok else "bad"}">{html.escape(headline(rep))}</span>'
+    """The page ``imagesmith report`` draws, one section per image (template ``fleet.html.j2``)."""
     sub = f"fleet report · started {rep.started_at} · {rep.fleet_file} · tier {rep.tier} · run {rep.run_id} · imagesmith {__version__}"
-    body = [f'<header><h1>imagesmith fleet</h1><p class="sub">{html.escape(sub)}</p>{verdict}</header>']
-    body += [_html_image(rep, cells) for _, cells in _by_digest(rep)]
-    figures = _figure_rows(rep)
-    if figures:
-        body.append(_html_table("Measured against each class's baseline", FIGURE_HEADERS, figures))
-    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
-            f"<title>{html.escape('imagesmith fleet: ' + headline(rep))}</title><style>{common.CSS}</style></head>\n"
-            f"<body><main>\n{chr(10).join(body)}\n</main></body></html>\n")
-
-
-def _html_image(rep: FleetReport, cells: list[CellResult]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in HEADERS)
-    rows = "".join(f'<tr class="row-{"fail" if c.status == "fail" else "pass"}"><td><code>{html.escape(c.klass)}</code></td>'
-                   f"<td>{common._badge(c.status, 'skip' if c.status == 'cancelled' else '')}</td>"
-                   + "".join(common._td(v) for v in _row(c)[2:-1]) + common._td(c.reason, "detail") + "</tr>" for c in cells)
-    return (f"<section><h2><code>{html.escape(cells[0].ref)}</code></h2><p>{html.escape(_verdict(rep, cells))}</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></section>")
-
-
-def _html_table(title: str, headers: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(common._td(v) for v in row) + "</tr>" for row in rows)
-    return f"<section><h2>{html.escape(title)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>"
+    images = [(cells[0].ref, _verdict(rep, cells), [(c, _row(c)[2:-1]) for c in cells]) for _, cells in _by_digest(rep)]
+    return html.page("fleet.html.j2", "imagesmith fleet: " + headline(rep), "imagesmith fleet", sub, headline(rep), rep.ok,
+                     images=images, headers=HEADERS, figures=_figure_rows(rep), figure_headers=FIGURE_HEADERS)
 
 
 RENDERERS: dict[str, Callable[[FleetReport], str]] = {"md": to_markdown, "junit": to_junit, "html": to_html}

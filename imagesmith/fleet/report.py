@@ -208,9 +208,5 @@ def figures_of(report: Mapping[str, Any]) -> tuple[Figure, ...]:
     return tuple(out)
 
 
-def failed_checks(report: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(str(c.get("id")) for c in report.get("checks") or [] if c.get("status") == "fail" and not c.get("optional"))
-
-
 def gpu_names(report: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(g.get("name")) for g in (report.get("environment") or {}).get("gpus") or [] if isinstance(g, dict))

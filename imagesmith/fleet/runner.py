@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from imagesmith import policy
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.fleet import report as fleet_report
@@ -233,7 +234,7 @@ class FleetRun:
             ran_s=round(now - cell.started, 1) if cell.started is not None else None,
             report=str((cell.job.workdir / "verify.json").relative_to(self.out)) if report else None,
             summary={k: int(x) for k, x in (rep.get("summary") or {}).items() if isinstance(x, int) and not isinstance(x, bool)},
-            failed_checks=fleet_report.failed_checks(rep), gpus=fleet_report.gpu_names(rep),
+            failed_checks=tuple(policy.failed_required(rep)), gpus=fleet_report.gpu_names(rep),
             figures=fleet_report.figures_of(rep))
         self.say(f"{cell.job.short}: {status.upper()}: {reason}")
 
@@ -297,7 +298,7 @@ def _never_submitted(cell: Cell) -> CellResult:
 def judge(job: CellJob, report: Mapping[str, Any]) -> list[str]:
     """Why a cell with a report fails: failed checks, another image, the wrong GPUs."""
     problems = []
-    failed = fleet_report.failed_checks(report)
+    failed = policy.failed_required(report)
     if not (report.get("summary") or {}).get("ok"):
         problems.append(f"failed checks: {', '.join(failed) or 'the report is not ok'}")
     digests = (report.get("image") or {}).get("digests") or []

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from imagesmith import build, matrix, plan
+from imagesmith.errors import Redactor
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 FILES = {"Dockerfile": b"FROM x\n", "files/a.sh": b"echo a\n"}
@@ -99,7 +100,7 @@ def test_compare_facts(target: str, changes: dict[str, Any], declared: list[str]
     (["", "s3cret"], "user:s3cret@host", "user:****@host"),  # an empty secret redacts nothing
 ])
 def test_redactor(secrets: list[str], line: str, clean: str) -> None:
-    assert build.Redactor(secrets)(line) == clean
+    assert Redactor(secrets)(line) == clean
 
 
 def report(*results: build.TargetResult) -> build.BuildReport:

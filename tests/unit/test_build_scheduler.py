@@ -6,10 +6,10 @@ secrets kept out of logs, the report's states."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping

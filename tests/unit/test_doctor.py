@@ -4,6 +4,7 @@ statuses, details and the exact fix lines."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -256,23 +257,31 @@ LOGIN_FIX = ("docker login harbor.example.com   (or export IMAGESMITH_REGISTRY_U
 HUB = replace(NEEDS, registry=None)
 REGISTRY = [
     pytest.param(FakeHost(environ={"IMAGESMITH_REGISTRY_USER": "robot$ci", "IMAGESMITH_REGISTRY_PASSWORD": "x"}), NEEDS,
-                 Result("registry", OK, "harbor.example.com: credentials from IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD"),
-                 id="env"),
+                 Result("registry", OK, "harbor.example.com: environment (IMAGESMITH_REGISTRY_USER)"), id="env"),
     pytest.param(FakeHost(environ={"IMAGESMITH_REGISTRY_USER": "robot$ci"}), NEEDS,
-                 Result("registry", FAIL, "harbor.example.com: IMAGESMITH_REGISTRY_USER is set but IMAGESMITH_REGISTRY_PASSWORD is not",
-                        "export IMAGESMITH_REGISTRY_PASSWORD=..."), id="env-half"),
+                 Result("registry", FAIL, "harbor.example.com: IMAGESMITH_REGISTRY_USER is set but IMAGESMITH_REGISTRY_PASSWORD is not: "
+                        "set both, or neither", LOGIN_FIX), id="env-half"),
     pytest.param(FakeHost(config={"auths": {"harbor.example.com": {"auth": "cm9ib3Q6eA=="}}}), NEEDS,
-                 Result("registry", OK, "harbor.example.com: docker login (config.json)"), id="auths"),
-    pytest.param(FakeHost(config={"auths": {"https://Harbor.example.com/v2/": {"auth": "cm9ib3Q6eA=="}}}), NEEDS,
-                 Result("registry", OK, "harbor.example.com: docker login (config.json)"), id="auths-url-key"),
-    pytest.param(FakeHost(config={"auths": {"harbor.example.com": {}}, "credsStore": "pass"}), NEEDS,
-                 Result("registry", OK, "harbor.example.com: docker login (credential store docker-credential-pass)"), id="store"),
-    pytest.param(FakeHost(config={"credHelpers": {"harbor.example.com": "ecr-login"}}), NEEDS,
-                 Result("registry", OK, "harbor.example.com: credential helper docker-credential-ecr-login"), id="helper"),
+                 Result("registry", OK, "harbor.example.com: docker config"), id="auths"),
+    pytest.param(FakeHost(config={"auths": {"https://harbor.example.com/v2/": {"auth": "cm9ib3Q6eA=="}}}), NEEDS,
+                 Result("registry", OK, "harbor.example.com: docker config"), id="auths-url-key"),
+    pytest.param(FakeHost(config={"auths": {"harbor.example.com": {"auth": "eA=="}}}), NEEDS,
+                 Result("registry", FAIL, "harbor.example.com: docker config: the login for harbor.example.com cannot be read "
+                        "(not enough values to unpack (expected 2, got 1)); run docker login harbor.example.com again "
+                        "(install its credential helper if the config names one), or set "
+                        "IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD", LOGIN_FIX), id="auth-not-user-password"),
+    pytest.param(FakeHost(config={"credHelpers": {"harbor.example.com": "imagesmith-absent"}}), NEEDS,
+                 Result("registry", FAIL, "harbor.example.com: docker config: the login for harbor.example.com cannot be read "
+                        "(Credentials store error: StoreError('docker-credential-imagesmith-absent not installed or not available "
+                        "in PATH')); run docker login harbor.example.com again (install its credential helper if the config "
+                        "names one), or set IMAGESMITH_REGISTRY_USER/IMAGESMITH_REGISTRY_PASSWORD", LOGIN_FIX), id="helper-missing"),
     pytest.param(FakeHost(config={"auths": {"harbor.example.com": {}}}), NEEDS,
                  Result("registry", WARN, "harbor.example.com: no login found: building works, publishing cannot push", LOGIN_FIX),
                  id="empty-entry"),
-    pytest.param(FakeHost(config={"auths": {"other.example.com": {"auth": "eA=="}}}), NEEDS,
+    pytest.param(FakeHost(config={"auths": {"harbor.example.com": {"identitytoken": "refresh"}}}), NEEDS,
+                 Result("registry", WARN, "harbor.example.com: no login found: building works, publishing cannot push", LOGIN_FIX),
+                 id="identity-token"),  # an OAuth refresh token cannot log in a push here
+    pytest.param(FakeHost(config={"auths": {"other.example.com": {"auth": "cm9ib3Q6eA=="}}}), NEEDS,
                  Result("registry", WARN, "harbor.example.com: no login found: building works, publishing cannot push", LOGIN_FIX),
                  id="other-registry"),
     pytest.param(FakeHost(), replace(NEEDS, publish=True),
@@ -280,18 +289,41 @@ REGISTRY = [
     pytest.param(FakeHost(config=ValueError("Expecting value: line 1 column 1 (char 0)")), NEEDS,
                  Result("registry", WARN, "harbor.example.com: no login found (ValueError: Expecting value: line 1 column 1 (char 0)): "
                         "building works, publishing cannot push", LOGIN_FIX), id="broken-config"),
-    pytest.param(FakeHost(config={"auths": {"https://index.docker.io/v1/": {"auth": "eA=="}}}), HUB,
-                 Result("registry", OK, "docker.io: docker login (config.json)"), id="docker-hub"),
+    pytest.param(FakeHost(config={"auths": {"https://index.docker.io/v1/": {"auth": "cm9ib3Q6eA=="}}}), HUB,
+                 Result("registry", OK, "docker.io: docker config"), id="docker-hub"),
     pytest.param(FakeHost(), replace(NEEDS, registry="127.0.0.1:5000"),
                  Result("registry", OK, "127.0.0.1:5000: a local registry; no login found (fine if it has no auth)"), id="loopback"),
     pytest.param(FakeHost(), replace(NEEDS, registry="localhost"),
                  Result("registry", OK, "localhost: a local registry; no login found (fine if it has no auth)"), id="localhost"),
+    pytest.param(FakeHost(), replace(NEEDS, registry="127.0.0.2:5000"),  # all of 127.0.0.0/8, as the registry client sees it
+                 Result("registry", OK, "127.0.0.2:5000: a local registry; no login found (fine if it has no auth)"), id="loopback-net"),
 ]
 
 
 @pytest.mark.parametrize("host, needs, expected", REGISTRY)
 def test_registry_login(host: FakeHost, needs: Needs, expected: Result) -> None:
     assert one(host, doctor.registry_check, needs) == expected
+
+
+def test_the_credentials_file_comes_before_the_environment_and_the_docker_config(tmp_path: Path) -> None:
+    file = tmp_path / "robot"
+    file.write_text("robot$ml+ci:SECRET\n")
+    host = FakeHost(environ={"IMAGESMITH_REGISTRY_USER": "u", "IMAGESMITH_REGISTRY_PASSWORD": "p"},
+                    config={"auths": {"harbor.example.com": {"auth": "cm9ib3Q6eA=="}}})
+    assert one(host, doctor.registry_check, replace(NEEDS, credentials_file=file)) == Result("registry", OK, f"harbor.example.com: file {file}")
+
+
+def test_a_credential_helper_is_run_as_publish_would_run_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    helper = tmp_path / "docker-credential-imagesmith-test"
+    helper.write_text('#!/bin/sh\nread host\n[ "$host" = harbor.example.com ] && echo \'{"Username": "robot", "Secret": "s"}\' && exit 0\n'
+                      'echo "credentials not found in native keychain"; exit 1\n')
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    host = FakeHost(config={"credHelpers": {"harbor.example.com": "imagesmith-test"}})
+    assert one(host, doctor.registry_check, NEEDS) == Result("registry", OK, "harbor.example.com: docker credential helper imagesmith-test")
+    other = replace(NEEDS, registry="other.example.com")
+    host = FakeHost(config={"credsStore": "imagesmith-test"})
+    assert one(host, doctor.registry_check, other).status == WARN  # the helper knows no login for it
 
 
 def test_no_registry_row_without_a_matrix() -> None:
@@ -362,7 +394,7 @@ def test_no_engine_and_no_gpu_is_not_ready() -> None:
 
 
 def test_an_engine_without_gpu_is_ready_for_cpu_mode() -> None:
-    found = results(FakeHost(gpus=NO_GPU, config={"auths": {"harbor.example.com": {"auth": "eA=="}}}))
+    found = results(FakeHost(gpus=NO_GPU, config={"auths": {"harbor.example.com": {"auth": "cm9ib3Q6eA=="}}}))
     assert [(r.id, r.status) for r in found] == [
         ("matrix", OK), ("engine", OK), ("gpu runtime", WARN), ("gpus", WARN), ("disk", OK), ("registry", OK)]
     assert doctor.exit_code(found) == 0 and doctor.verdict(found) == "ready (2 warnings)"

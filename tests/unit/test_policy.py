@@ -99,3 +99,18 @@ def test_how_verified(rep: dict[str, Any], cell: str) -> None:
 ])
 def test_describe_and_short(ev: policy.Evidence, describe: str, short: str) -> None:
     assert (ev.describe(), ev.short()) == (describe, short)
+
+
+FAILED_REQUIRED = [
+    ({"checks": [{"id": "a", "status": "fail"}, {"id": "b", "status": "pass"}]}, ["a"]),
+    ({"checks": [{"id": "a", "status": "fail", "optional": True}, {"id": "b", "status": "fail", "optional": False}]}, ["b"]),
+    ({"checks": [{"id": "a", "status": "warn"}, {"id": "b", "status": "skip"}]}, []),
+    ({"checks": None}, []),
+    ({"checks": ["not a check", {"id": "c", "status": "fail"}]}, ["c"]),
+    ({}, []),
+]
+
+
+@pytest.mark.parametrize("report, expected", FAILED_REQUIRED)
+def test_failed_required(report: dict[str, Any], expected: list[str]) -> None:
+    assert policy.failed_required(report) == expected

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -636,34 +637,44 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+ENV = {"IMAGESMITH_REGISTRY_USER": "env-user", "IMAGESMITH_REGISTRY_PASSWORD": "env-pw"}
+
+
 @pytest.mark.parametrize("env, file_text, auths, want", [
-    ({"IMAGESMITH_REGISTRY_USER": "env-user", "IMAGESMITH_REGISTRY_PASSWORD": "env-pw"}, "robot$ml+ci:file:pw",
-     {"h.test": {"auth": b64("cfg:pw")}}, ("env-user", "env-pw", "environment (IMAGESMITH_REGISTRY_USER)")),
+    (ENV, "robot$ml+ci:file:pw", {"h.test": {"auth": b64("cfg:pw")}}, ("robot$ml+ci", "file:pw", "file {file}")),
+    (ENV, None, {"h.test": {"auth": b64("cfg:pw")}}, ("env-user", "env-pw", "environment (IMAGESMITH_REGISTRY_USER)")),
     ({}, "robot$ml+ci:file:pw\n", {"h.test": {"auth": b64("cfg:pw")}}, ("robot$ml+ci", "file:pw", "file {file}")),
     ({}, None, {"https://h.test": {"auth": b64("cfg:p:w")}}, ("cfg", "p:w", "docker config {config}")),
     ({}, None, {"other.test": {"auth": b64("cfg:pw")}}, None),
     ({}, None, {}, None),
 ])
-def test_credentials_come_from_env_then_file_then_docker_config(tmp_path: Path, env: dict[str, str], file_text: str | None,
-                                                                 auths: dict[str, Any], want: tuple[str, str, str] | None) -> None:
+def test_credentials_come_from_the_file_then_env_then_docker_config(tmp_path: Path, env: dict[str, str], file_text: str | None,
+                                                                   auths: dict[str, Any], want: tuple[str, str, str] | None) -> None:
+    """The README's order: --credentials FILE > IMAGESMITH_REGISTRY_USER/PASSWORD > docker config."""
     config = docker_config(tmp_path, auths)
     file = tmp_path / "creds"
     if file_text is not None:
         file.write_text(file_text)
-    got = registry.resolve_credentials("h.test", env, file if file_text is not None else None, config, helper=lambda n, h: None)
+    got = registry.resolve_credentials("h.test", env, file if file_text is not None else None, config)
     expected = Credentials(want[0], want[1], want[2].format(file=file, config=config)) if want else None
     assert got == expected
 
 
-def test_docker_config_credential_helper_is_asked_for_the_host(tmp_path: Path) -> None:
-    config = docker_config(tmp_path, {}, credHelpers={"h.test": "pass"})
-    asked: list[tuple[str, str]] = []
-
-    def helper(name: str, host: str) -> Mapping[str, str]:
-        asked.append((name, host))
-        return {"Username": "u", "Secret": "s"}
-    got = registry.resolve_credentials("h.test", {}, None, config, helper=helper)
-    assert asked == [("pass", "h.test")] and got == Credentials("u", "s", "docker credential helper pass")
+def test_docker_config_credential_helper_is_asked_for_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real docker-credential-* program on PATH, run through the docker SDK's credential store protocol."""
+    asked = tmp_path / "asked"
+    helper = tmp_path / "bin" / "docker-credential-imagesmith-test"
+    helper.parent.mkdir()
+    helper.write_text(f'#!/bin/sh\nread host\necho "$1 $host" >> {asked}\n'
+                      '[ "$host" = h.test ] && echo \'{"Username": "u", "Secret": "s"}\' && exit 0\n'
+                      'echo "credentials not found in native keychain"; exit 1\n')
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{helper.parent}:{os.environ['PATH']}")
+    config = docker_config(tmp_path, {"h.test": {"auth": b64("cfg:pw")}}, credHelpers={"h.test": "imagesmith-test"})
+    got = registry.resolve_credentials("h.test", {}, None, config)
+    assert asked.read_text() == "get h.test\n" and got == Credentials("u", "s", "docker credential helper imagesmith-test")
+    store = docker_config(tmp_path, {"other.test": {"auth": b64("cfg:pw")}}, credsStore="imagesmith-test")
+    assert registry.resolve_credentials("other.test", {}, None, store) == Credentials("cfg", "pw", f"docker config {store}")
 
 
 @pytest.mark.parametrize("env, file_text, message", [
@@ -752,6 +763,8 @@ def test_parse_challenge(header: str, parsed: tuple[str, dict[str, str]]) -> Non
 
 @pytest.mark.parametrize("host, loopback", [
     ("127.0.0.1:5000", True), ("localhost:5000", True), ("[::1]:5000", True), ("harbor.example.com", False), ("10.0.0.1:5000", False),
+    ("127.0.0.2:5000", True), ("127.255.255.254", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("128.0.0.1:5000", False), ("[fd00::1]:5000", False), ("localhost.example.com", False),
 ])
 def test_plain_http_is_allowed_only_on_loopback_by_default(host: str, loopback: bool) -> None:
     assert registry.is_loopback(host) is loopback

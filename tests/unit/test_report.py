@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
-from imagesmith import charts, report
+from imagesmith import report
 from imagesmith.errors import UserError
+from imagesmith.report import chartdata
+from imagesmith.report import svg as charts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
 CV_LOG = "tests/fixtures/reports/logs/cv-build.log"
@@ -113,55 +115,58 @@ def test_a_verify_report_without_image_is_named_after_its_file() -> None:
     assert report.parse(doc, "bench/h200-quick.json").targets[0].id == "h200-quick"
 
 
-# -- the data the charts show: both shapes --------------------------------------------------------------
+# -- the data the charts show, in the shapes the payload and hostinfo write ----------------------------------
 
 
-def test_leak_curve_from_pairs_uses_the_reports_fit() -> None:
+def test_leak_curve_uses_the_payloads_fit() -> None:
     (curve,) = report.leak_curves(run_of("verify-gpu").targets[0].verify)  # type: ignore[arg-type]
     assert curve.check.id == "leak.cuda" and len(curve.points) == 60
     assert (curve.slope, curve.intercept) == (float(MIB), float(512 * MIB))
 
 
-def test_leak_curve_from_parallel_lists_is_fitted_here() -> None:
+def test_leak_curve_without_a_fit_is_fitted_with_the_payloads_least_squares() -> None:
     (curve,) = report.leak_curves(run_of("run-report").targets[0].verify)  # type: ignore[arg-type]
     assert curve.check.id == "leak.device" and len(curve.points) == 200
     assert abs(curve.slope) < 50  # bytes/step: noise of +-4 KiB around a flat line
     assert curve.intercept == pytest.approx(300 * MIB, abs=8192)
 
 
-FITS = [
-    ([(0, 1), (1, 3), (2, 5)], (2.0, 1.0)),
-    ([(10, 7), (20, 7), (30, 7)], (0.0, 7.0)),
-    ([(5, 1), (5, 3)], (0.0, 2.0)),  # one x: no slope to fit
+LEAK_DATA = [
+    ({"steps": [0, 1, 2], "bytes": [1, 3, 5]}, [(2.0, 1.0)]),
+    ({"steps": [10, 20, 30], "bytes": [7, 7, 7]}, [(0.0, 7.0)]),
+    ({"steps": [5, 5], "bytes": [1, 3]}, []),  # one step: no line to draw
+    ({"steps": [0, 1, 2], "bytes": [1, None, 5]}, [(2.0, 1.0)]),  # a sample NVML could not read is left out
+    ({"samples": 3}, []),  # no series
 ]
 
 
-@pytest.mark.parametrize("points, expected", FITS)
-def test_linear_fit(points: list[tuple[float, float]], expected: tuple[float, float]) -> None:
-    assert report.linear_fit(points) == pytest.approx(expected)
+@pytest.mark.parametrize("data, expected", LEAK_DATA)
+def test_leak_fit(data: dict[str, Any], expected: list[tuple[float, float]]) -> None:
+    doc = _with(("checks", 7, "data"), data)
+    curves = report.leak_curves(run_of("x", doc).targets[0].verify)  # type: ignore[arg-type]
+    assert [(c.slope, c.intercept) for c in curves] == [pytest.approx(e) for e in expected]
 
 
 PER_GPU = [
-    ({"per_gpu": [771.2, 779.5]}, [("0", 771.2), ("1", 779.5)]),
-    ({"per_gpu": [{"gpu": 1, "value": 702.3}, {"index": 0, "tflops": 650.0}]}, [("1", 702.3), ("0", 650.0)]),
     ({"per_gpu_tflops": {"0": 776.0, "1": None}, "spread_percent": 1.1}, [("0", 776.0)]),
     ({"per_gpu_gbps": {"3": 4115.1}}, [("3", 4115.1)]),
+    ({"per_gpu_gbps": [4115.1]}, []),  # not a shape the payload writes
     ({"spread_percent": 1.1}, []),
 ]
 
 
 @pytest.mark.parametrize("data, expected", PER_GPU)
-def test_per_gpu_rates_in_every_shape(data: dict[str, Any], expected: list[tuple[str, float]]) -> None:
-    assert [(r.gpu, r.value) for r in report._per_gpu(data)] == expected
+def test_per_gpu_rates(data: dict[str, Any], expected: list[tuple[str, float]]) -> None:
+    assert [(r.gpu, r.value) for r in chartdata.per_gpu(data)] == expected
 
 
-def test_nvml_in_both_shapes() -> None:
-    flat = run_of("verify-gpu").targets[0].verify.nvml  # type: ignore[union-attr]
-    assert [(g.gpu, len(g.t)) for g in flat.gpus] == [(0, 120), (1, 120)] and flat.interval_s == 0.25
-    assert flat.gpus[1].values["utilization_pct"][50] == 97
-    sampler = run_of("run-report").targets[0].verify.nvml  # type: ignore[union-attr]
-    assert [(g.gpu, g.name, len(g.t)) for g in sampler.gpus] == [(0, "NVIDIA H200", 80)]
-    assert sampler.gpus[0].values["utilization_pct"][40] == 99  # hostinfo's utilization_gpu_pct
+def test_nvml_series_per_gpu() -> None:
+    two = run_of("verify-gpu").targets[0].verify.nvml  # type: ignore[union-attr]
+    assert [(g.gpu, len(g.t)) for g in two.gpus] == [(0, 120), (1, 120)] and two.interval_s == 0.25
+    assert two.gpus[1].values["utilization_gpu_pct"][50] == 97
+    one = run_of("run-report").targets[0].verify.nvml  # type: ignore[union-attr]
+    assert [(g.gpu, g.name, len(g.t)) for g in one.gpus] == [(0, "NVIDIA H200", 80)]
+    assert one.gpus[0].values["utilization_gpu_pct"][40] == 99
 
 
 # -- Markdown --------------------------------------------------------------------------------------------------
@@ -201,8 +206,19 @@ def test_markdown_of_a_clean_cpu_run_has_no_problem_sections() -> None:
 def test_markdown_of_a_run_lists_the_release() -> None:
     md = report.to_markdown(run_of("run-report"))
     assert md.startswith("## ❌ imagesmith run: 1 of 2 targets failed; the release failed\n")
-    assert ("| 2.14.1-cu130-py3.11-debian12-base | pushed | 127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-py3.11-debian12-base-20261130"
-            " | sha256:4d4d4d4d4d4d | latest |  |") in md
+    assert "### Release 20261130: 127.0.0.1:5000/imagesmith/local\n\n**FAILED**: 1 references pushed, 0 unchanged, 1 targets not released." in md
+    assert ("| 2.14.1-cu130-py3.11-debian12-base | pushed | `127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-py3.11-debian12-base-20261130`"
+            " | `sha256:4d4d4d4d4d4d` | 2.14.1 | 13.0 | - | GPU-verified on 1 GPU | latest |  |") in md
+    assert "#### Floating tags" in md and "#### Problems\n\n- 2.14.1-cu130-py3.11-debian12-nlp: not verified" in md
+
+
+def test_release_md_is_the_release_part_of_a_run_report() -> None:
+    """One release Markdown: release.md (publish) and a run report's release section are one renderer."""
+    doc = raw("run-report")["release"]
+    document = report.markdown.release_document(doc)
+    assert document.startswith("# Release 20261130: 127.0.0.1:5000/imagesmith/local\n")
+    section = report.to_markdown(run_of("run-report")).split("### Release", 1)[1]
+    assert document.split("# Release", 1)[1].replace("## ", "#### ").strip() == section.strip()
 
 
 # -- JUnit ---------------------------------------------------------------------------------------------------------
@@ -343,7 +359,7 @@ def test_html_of_a_gpu_run_without_the_host_sampler_says_why() -> None:
     doc = raw("verify-gpu")
     del doc["nvml"]
     page = report.to_html(run_of("x", doc))
-    assert "No NVML samples: the payload ran without imagesmith&#x27;s host-side sampler (e.g. verify/run.py on its own)." in page
+    assert "No NVML samples: the payload ran without imagesmith&#39;s host-side sampler (e.g. verify/run.py on its own)." in page
 
 
 def test_html_names_the_sampler_error_when_there_is_one() -> None:
@@ -362,7 +378,7 @@ def test_html_escapes_everything_the_report_carries() -> None:
     doc["environment"]["gpus"][0]["name"] = EVIL
     page = report.to_html(run_of("x", doc))
     assert "<img" not in page and "<script" not in page.lower()
-    assert "tokenizer returned &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; | pipes" in page
+    assert "tokenizer returned &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; | pipes" in page
     assert len(svgs(page, "chart")) == 6  # still well-formed XML: leak, throughput, 4 NVML
 
 
@@ -456,3 +472,43 @@ def test_a_cuda_image_verified_in_cpu_mode_reads_not_gpu_verified(tmp_path: Path
     assert f"| ✅ {target} | passed, not GPU-verified |" in md
     assert "not GPU-verified: CPU mode; immutable tag only" in md
     assert 'class="badge s-passed"' in report.to_html(run)
+
+
+# -- hostile values: a check detail or target name from a pull request ---------------------------------------
+
+HOSTILE = 'x<script>alert("1")</script>\'q\' ]]> a|b\nc'
+
+
+def hostile_run() -> report.Run:
+    doc = raw("verify-gpu")
+    doc["image"]["labels"]["io.imagesmith.target"] = f"t{HOSTILE}"
+    for check in doc["checks"]:
+        check["detail"], check["id"] = f"detail {HOSTILE}", f"{check['id']}{HOSTILE if check['id'] == 'gemm.fp32' else ''}"
+    return run_of("x", doc)
+
+
+def test_a_hostile_value_is_escaped_in_html() -> None:
+    page = report.to_html(hostile_run())
+    assert "<script" not in page.lower() and "]]>" not in page
+    assert "detail x&lt;script&gt;alert(&#34;1&#34;)&lt;/script&gt;&#39;q&#39; ]]&gt; a|b\nc" in page
+    assert '<a href="#t-tx_script_alert__1____script__q______a_b_c">' in page  # the anchor holds no markup
+    assert len(svgs(page, "chart")) == 6  # the charts that carry the check id are still well-formed XML
+
+
+def test_a_hostile_value_survives_junit_intact_and_well_formed() -> None:
+    xml = report.to_junit(hostile_run())
+    assert "<script" not in xml and "]]>" not in xml.replace("]]&gt;", "")
+    root = ET.fromstring(xml)  # well-formed
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("name") == f"t{HOSTILE}"
+    failure = next(e for e in root.iter("failure") if e.get("type", "").startswith("gemm.fp32"))
+    assert failure.get("type") == f"gemm.fp32{HOSTILE}" and failure.get("message") == f"detail {HOSTILE}"
+
+
+def test_a_hostile_value_cannot_break_a_markdown_table() -> None:
+    md = report.to_markdown(hostile_run())
+    rows = [line for line in md.splitlines() if "gemm.fp32" in line]
+    cell = "x&lt;script&gt;alert(\"1\")&lt;/script&gt;'q' ]]&gt; a\\|b c"
+    assert rows and all(cell in row for row in rows)
+    assert all(row.count(" | ") == row.replace("\\|", "").count(" | ") for row in rows)  # every pipe of the value escaped
+    assert "<script" not in md

@@ -34,11 +34,32 @@ def test_tag_problems(tag: str, problem: list[str]) -> None:
 
 
 @pytest.mark.parametrize("pep440, semver", [
-    ("2.9.1", "2.9.1"), ("2.10.0rc1", "2.10.0-rc.1"), ("2.11.0a0", "2.11.0-a.0"),
-    ("2.12.0.dev20260101", "2.12.0-dev.20260101"), ("2.9", "2.9.0"), ("2.9.1+cu128", "2.9.1"),
+    ("2.9.1", "2.9.1"), ("2.10.0rc1", "2.10.0-rc.1"), ("2.11.0a0", "2.11.0-a.0"), ("2.11.0b2", "2.11.0-b.2"),
+    ("2.11.0-rc.3", "2.11.0-rc.3"), ("2.11.0c1", "2.11.0-rc.1"),  # PEP 440 spellings, normalised by packaging
+    ("2.12.0.dev20260101", "2.12.0-dev.20260101"), ("2.12.0rc1.dev3", "2.12.0-rc.1.dev.3"), ("2.9", "2.9.0"), ("3", "3.0.0"),
+    ("2.9.1+cu128", "2.9.1+cu128"), ("2.9.1+cpu.cxx11.abi", "2.9.1+cpu.cxx11.abi"),
+    ("2.9.1.post1", "2.9.1+post.1"), ("2.9.1.post2+cu130", "2.9.1+post.2.cu130"), ("v2.9.1", "2.9.1"),
 ])
 def test_pep440_to_semver(pep440: str, semver: str) -> None:
     assert str(tags.to_semver(pep440)) == semver
+
+
+@pytest.mark.parametrize("pep440, message", [
+    ("2.9.1.1", "not a release version: '2.9.1.1' (semver has three numbers and no epoch)"),
+    ("1!2.9.1", "not a release version: '1!2.9.1' (semver has three numbers and no epoch)"),
+    ("nightly", "not a release version: 'nightly'"),
+    ("", "not a release version: ''"),
+])
+def test_not_semver(pep440: str, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        tags.to_semver(pep440)
+    assert str(err.value) == message
+
+
+def test_semver_order_follows_pep440_for_releases_and_pre_releases() -> None:
+    order = ["2.9.0", "2.10.0a0", "2.10.0b1", "2.10.0rc1", "2.10.0rc2", "2.10.0", "2.10.1", "2.11.0"]
+    assert sorted(order, key=tags.to_semver) == order
+    assert tags.to_semver("2.9.1.post1").compare(tags.to_semver("2.9.1")) == 0  # build metadata does not order
 
 
 POLICY = TagPolicy(floating=(FloatingTag("v{torch_minor}"), FloatingTag("latest", (("layer", "base"),))))

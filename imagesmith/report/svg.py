@@ -2,8 +2,15 @@
 
 Two shapes, enough for a verification report: ``line_chart`` (series against
 x, with a legend) and ``percent_bars`` (horizontal bars on a 0..N % axis with
-a reference line at 100 % and an optional mark per bar). Every text that
-reaches the SVG is escaped here.
+a reference line at 100 % and an optional mark per bar).
+
+Why hand-made: a plotting library (matplotlib, plotly, pygal) would add tens of
+megabytes or a JavaScript runtime to a page that must stay self-contained under
+a ``default-src 'none'`` Content-Security-Policy; two chart shapes are ~150 lines.
+The price is that escaping is ours: every value that reaches the SVG (titles,
+labels, tooltips, colours, class names, tick texts) goes through :func:`esc`,
+and coordinates are numbers we computed. The HTML template marks the finished
+SVG as safe, so nothing may be interpolated here without :func:`esc`.
 """
 
 from __future__ import annotations
@@ -11,7 +18,10 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+from imagesmith.report.chartdata import GpuRate, LeakCurve, Throughput
+from imagesmith.report.model import Check, GpuSeries, Verify, fmt_value
 
 PALETTE = ("#1f6feb", "#d4631b", "#2da44e", "#a371f7", "#cf222e", "#0a8f8f", "#bf8700", "#6e7781")
 MAX_POINTS = 1500  # points per line drawn; longer series are thinned
@@ -132,11 +142,11 @@ def _axes(f: Frame, xt: Sequence[float], yt: Sequence[float], x_label: str, y_la
     for y, text in zip(yt, tick_labels(yt)):
         _, py = f.px(f.x0, y)
         out.append(f'<line class="grid" x1="{f.left}" y1="{py}" x2="{right}" y2="{py}"/>'
-                   f'<text class="tick" x="{f.left - 6}" y="{py + 4}" text-anchor="end">{text}</text>')
+                   f'<text class="tick" x="{f.left - 6}" y="{py + 4}" text-anchor="end">{esc(text)}</text>')
     for x, text in zip(xt, tick_labels(xt)):
         px, _ = f.px(x, f.y0)
         out.append(f'<line class="axis" x1="{px}" y1="{bottom}" x2="{px}" y2="{bottom + 4}"/>'
-                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{text}</text>')
+                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{esc(text)}</text>')
     out.append(f'<line class="axis" x1="{f.left}" y1="{bottom}" x2="{right}" y2="{bottom}"/>'
                f'<line class="axis" x1="{f.left}" y1="{f.top}" x2="{f.left}" y2="{bottom}"/>'
                f'<text class="label" x="{f.left + f.width / 2}" y="{bottom + 34}" text-anchor="middle">{esc(x_label)}</text>'
@@ -169,7 +179,7 @@ def _percent_axis(f: Frame, xt: Sequence[float]) -> str:
     for x, text in zip(xt, tick_labels(xt)):
         px, _ = f.px(x, 0)
         out.append(f'<line class="grid" x1="{px}" y1="{f.top}" x2="{px}" y2="{bottom}"/>'
-                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{text}%</text>')
+                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{esc(text)}%</text>')
     px, _ = f.px(100, 0)
     out.append(f'<line class="baseline" x1="{px}" y1="{f.top - 8}" x2="{px}" y2="{bottom}"/>'
                f'<text class="legend" x="{px}" y="{f.top - 12}" text-anchor="middle">baseline</text>'
@@ -187,3 +197,70 @@ def _bar(f: Frame, y: float, b: Bar) -> str:
         mx, _ = f.px(min(b.mark, f.x1), 0)
         out += f'<line class="failline" x1="{mx}" y1="{y + 1}" x2="{mx}" y2="{y + ROW - 1}"><title>{esc(b.mark_tooltip)}</title></line>'
     return out
+
+
+# -- the report's charts --------------------------------------------------------------------------------
+
+STATUS_COLOUR = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "skip": "#6e7781"}
+LEAK_MIN_SPAN_MIB = 8.0  # y axis of a leak chart when the check states no limit
+MIB = 2.0**20
+
+
+def leak_chart(curve: LeakCurve) -> str:
+    """Memory samples (MiB) against step, with the fitted line across the sampled range.
+
+    The y axis spans at least what a leak at the check's limit (``threshold``,
+    MiB/step) would add over the loop: a clean run looks flat, not like noise."""
+    samples = tuple((x, y / MIB) for x, y in curve.points)
+    first, last = samples[0][0], samples[-1][0]
+    fit = tuple((x, (curve.slope * x + curve.intercept) / MIB) for x in (first, last))
+    c = curve.check
+    limit = c.threshold if c.unit == "MiB/step" and c.threshold else None
+    lines = [Line("samples", samples, PALETTE[0], "series samples", markers=True),
+             Line(f"fit {curve.slope / MIB:+.4f} MiB/step", fit, STATUS_COLOUR["fail"], "fit")]
+    return line_chart(f"{c.id}: {c.title or 'memory over the loop'}", lines, "step", "MiB in use", css="leak",
+                             min_y_span=limit * (last - first) if limit else LEAK_MIN_SPAN_MIB)
+
+
+def throughput_chart(items: Sequence[Throughput], gpu_name: Callable[[int], str]) -> str:
+    """Each GPU's rate as % of its check's baseline; a dashed mark at the check's fail line."""
+    bars = [_rate_bar(tp.check, rate, gpu_name) for tp in items for rate in tp.rates if tp.check.baseline]
+    return percent_bars("throughput per GPU, % of baseline (dashed: fail line)", bars, "throughput")
+
+
+def _rate_bar(c: Check, rate: GpuRate, gpu_name: Callable[[int], str]) -> Bar:
+    baseline = c.baseline or 1.0
+    pct = 100 * rate.value / baseline
+    below = c.threshold is not None and rate.value < c.threshold
+    who = f"GPU {rate.gpu}" if rate.gpu.isdigit() else ""
+    name = gpu_name(int(rate.gpu)) if rate.gpu.isdigit() else ""
+    mark = 100 * c.threshold / baseline if c.threshold is not None else None
+    return Bar(
+        label=f"{c.id} · {who}" if who else c.id, percent=pct, colour=STATUS_COLOUR["fail" if below else ("warn" if c.status == "warn" else "pass")],
+        value_text=f"{fmt_value(rate.value, c.unit)} · {pct:.1f}%",
+        tooltip=f"{c.id} {who} {name}: {fmt_value(rate.value, c.unit)} = {pct:.1f}% of baseline {fmt_value(c.baseline, c.unit)}",
+        mark=mark, mark_tooltip=f"fail line {fmt_value(c.threshold, c.unit)} ({mark or 0:.0f}% of baseline)")
+
+
+# metric, title, unit, y axis from zero
+NVML_CHARTS = (("memory_used_mib", "memory used", "MiB", True), ("utilization_gpu_pct", "GPU utilisation", "%", True),
+               ("temperature_c", "temperature", "°C", False), ("power_w", "power", "W", True))
+
+
+def nvml_charts(v: Verify) -> list[str]:
+    """One chart per metric, one line per GPU; metrics nobody recorded are left out."""
+    out = []
+    for key, title, unit, from_zero in NVML_CHARTS:
+        lines = [line for i, g in enumerate(v.nvml.gpus) if (line := _gpu_line(v, g, i, key))]
+        if lines:
+            out.append(line_chart(title, lines, "seconds", unit, y_from_zero=from_zero, css=f"nvml {key}"))
+    return out
+
+
+def _gpu_line(v: Verify, g: GpuSeries, i: int, key: str) -> Line | None:
+    pts = tuple((t, y) for t, y in zip(g.t, g.values.get(key, ())) if y is not None)
+    if not pts:
+        return None
+    name = g.name or v.gpu_name(g.gpu)
+    label = f"GPU {g.gpu}" + (f" {name}" if name and len(v.nvml.gpus) == 1 else "")
+    return Line(label, pts, PALETTE[i % len(PALETTE)])

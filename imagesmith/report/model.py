@@ -1,0 +1,301 @@
+"""The records every renderer reads (frozen), and the few words they share.
+
+``parse`` builds them from report.json; ``markdown``, ``junit`` and ``html``
+read only these, never the raw JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from imagesmith import policy
+
+STATUSES = ("pass", "warn", "fail", "skip")
+BUILD_OK = ("built", "cached")
+RELEASE_DONE = ("pushed", "unchanged")
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Characters XML 1.0 forbids (a build log with control codes must not break the JUnit file).
+XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    status: str  # pass | warn | fail | skip
+    title: str = ""
+    value: Any = None
+    threshold: float | None = None
+    unit: str = ""
+    baseline: float | None = None
+    percent_of_baseline: float | None = None
+    detail: str = ""
+    optional: bool = False
+    duration_s: float | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        """A failure that fails the target (optional checks never do)."""
+        return policy.fails_target(self.status, self.optional)
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    """NVML readings of one GPU over the run; ``values[metric][i]`` was read at ``t[i]``."""
+
+    gpu: int
+    name: str
+    t: tuple[float, ...]
+    values: Mapping[str, tuple[float | None, ...]]
+
+
+@dataclass(frozen=True)
+class Nvml:
+    interval_s: float | None = None
+    gpus: tuple[GpuSeries, ...] = ()
+    error: str | None = None
+    present: bool = False  # the report has an NVML block (the host-side sampler ran)
+
+
+@dataclass(frozen=True)
+class Verify:
+    tier: str
+    started_at: str
+    duration_s: float | None
+    image_ref: str
+    environment: Mapping[str, Any]
+    checks: tuple[Check, ...]
+    nvml: Nvml
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the report as read (for the release policy)
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.failed for c in self.checks)
+
+    @property
+    def not_gpu_verified(self) -> bool:
+        """A CUDA build of torch whose verification did not run (or pass) on a GPU."""
+        return bool(self.environment.get("cuda")) and not policy.evidence(self.raw).gpu_verified
+
+    def count(self, status: str) -> int:
+        return sum(c.status == status for c in self.checks)
+
+    def gpu_name(self, index: int) -> str:
+        for gpu in self.environment.get("gpus") or ():
+            if isinstance(gpu, Mapping) and gpu.get("index") == index:
+                return str(gpu.get("name", ""))
+        return ""
+
+
+@dataclass(frozen=True)
+class Built:
+    status: str  # built | cached | failed | skipped | cancelled | queued
+    image: str = ""
+    image_id: str | None = None
+    seconds: float = 0.0
+    size_bytes: int = 0
+    error: str | None = None
+    dockerfile: str = ""
+    log: str = ""
+    mismatches: tuple[str, ...] = ()
+    log_tail: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status in BUILD_OK
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Compressed layer bytes a push sent, and those the registry already had (publish.Traffic)."""
+
+    pushed_bytes: float = 0
+    pushed_layers: float = 0
+    existing_bytes: float = 0
+    existing_layers: float = 0
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """What moved registry to registry for one promoted target (promote.Promotion)."""
+
+    mounted: float = 0
+    copied: float = 0
+    present: float = 0
+    bytes_moved: float = 0
+    seconds: float = 0
+
+
+@dataclass(frozen=True)
+class Released:
+    """One target in release.json (publish.TargetRelease)."""
+
+    status: str  # pushed | unchanged | failed | not-built | not-verified | not-pushed
+    reference: str = ""
+    digest: str | None = None
+    floating: tuple[str, ...] = ()
+    error: str | None = None
+    note: str = ""  # the release policy's word, e.g. "not GPU-verified: ..."
+    target: str = ""
+    versions: Mapping[str, Any] = field(default_factory=dict)
+    verification: Mapping[str, Any] = field(default_factory=dict)
+    gpu_verified: bool | None = None
+    evidence: tuple[Attached, ...] = ()
+    traffic: Traffic | None = None  # what its push sent, and what the registry already had
+    source: str = ""  # the staged image it was promoted from
+    promotion: Promotion | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in RELEASE_DONE
+
+    @property
+    def remark(self) -> str:
+        """The error, else the policy's note (one cell of the release tables)."""
+        return self.error or self.note
+
+    @property
+    def how(self) -> str:
+        return verified_how(self.verification, self.gpu_verified)
+
+
+def verified_how(verification: Mapping[str, Any], gpu_verified: bool | None) -> str:
+    """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'passed (CPU image)', 'failed'."""
+    if not verification.get("ok"):
+        return "failed" if verification else "-"
+    if gpu_verified is None:
+        return "passed (CPU image)"
+    return str(verification.get("gpu_short") or ("GPU-verified" if gpu_verified else policy.NOT_GPU_VERIFIED))
+
+
+@dataclass(frozen=True)
+class Attached:
+    """One evidence artifact attached to a released digest (SBOM, attestation, signature)."""
+
+    kind: str
+    digest: str
+    size: str
+    status: str
+    signed: bool
+
+
+@dataclass(frozen=True)
+class FloatingTag:
+    tag: str
+    action: str  # moved | created | unchanged | kept | failed
+    target: str
+    torch: str
+    digest: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Release:
+    registry: str
+    repository: str
+    date: str
+    ok: bool
+    errors: tuple[str, ...]
+    raw: Mapping[str, Any]
+    targets: tuple[Released, ...] = ()
+    floating: tuple[FloatingTag, ...] = ()
+    pushed: int = 0  # references written
+    unchanged: int = 0
+    traffic: Traffic | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    id: str
+    build: Built | None = None
+    verify: Verify | None = None
+    verify_expected: bool = False  # a run report: a built target without a verify report is not done
+    release: Released | None = None
+
+    @property
+    def status(self) -> str:
+        """One word for people: passed, warnings, failed, build failed, ... ."""
+        if self.build is not None and not self.build.ok:
+            return f"build {self.build.status}"
+        if self.verify is None:
+            return "not verified" if self.verify_expected else (self.build.status if self.build else "unknown")
+        if not self.verify.ok:
+            return "failed"
+        word = "warnings" if self.verify.count("warn") else "passed"
+        return f"{word}, {policy.NOT_GPU_VERIFIED}" if self.verify.not_gpu_verified else word
+
+    @property
+    def ok(self) -> bool:
+        return self.status.split(",")[0] in ("passed", "warnings", *BUILD_OK)
+
+
+@dataclass(frozen=True)
+class Run:
+    kind: str  # build | verify | run
+    source: str
+    started_at: str
+    matrix: str
+    targets: tuple[Target, ...]
+    release: Release | None = None
+    unfinished: tuple[str, ...] = ()  # parts of the run that did not complete ("build interrupted (SIGINT)")
+
+    @property
+    def complete(self) -> bool:
+        return not self.unfinished
+
+    @property
+    def ok(self) -> bool:
+        """Success: a run that completed, every target passed, the release (if any) ok."""
+        return (self.complete and bool(self.targets) and all(t.ok for t in self.targets)
+                and (self.release is None or self.release.ok))
+
+    def failed_targets(self) -> list[Target]:
+        return [t for t in self.targets if not t.ok]
+
+
+# -- words every format shares ---------------------------------------------------------------------------
+
+
+def clean(text: str) -> str:
+    """Without terminal escape codes and characters XML 1.0 forbids."""
+    return XML_INVALID.sub("", ANSI.sub("", text))
+
+
+def fmt_value(value: Any, unit: str = "") -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        text = f"{value:,.1f}" if abs(value) >= 10 else f"{value:.4g}"
+    else:
+        text = str(value)
+    return f"{text} {unit}".strip()
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 2**20:.1f} MiB"
+
+
+def env_line(v: Verify) -> str:
+    env = v.environment
+    parts = [f"{k} {env[k]}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os", "driver") if env.get(k)]
+    names = [str(g.get("name")) for g in env.get("gpus") or () if isinstance(g, Mapping)]
+    if names:
+        parts.append(f"{len(names)} × {names[0]}" if len(set(names)) == 1 else ", ".join(names))
+    return ", ".join(parts) or "no environment recorded"
+
+
+def headline(run: Run) -> str:
+    if not run.complete:
+        return f"not a result: the run did not complete ({'; '.join(run.unfinished)})"
+    n, bad = len(run.targets), len(run.failed_targets())
+    if not n:
+        return "no targets in this report"
+    good, failed = ("built", "did not build") if run.kind == "build" else ("passed", "failed")
+    if n == 1:
+        verdict = f"the target {failed if bad else good}"
+    else:
+        verdict = f"{bad} of {n} targets {failed}" if bad else f"all {n} targets {good}"
+    return verdict + ("; the release failed" if run.release and not run.release.ok else "")

@@ -1,0 +1,305 @@
+"""report.json -> a :class:`Run` of frozen records, with errors that name the file and key path.
+
+Accepted inputs (the ``schema`` key decides), each in the shape its one
+producer writes:
+
+* ``imagesmith.build-report/1``  (``build.BuildReport.to_json()``)
+* ``imagesmith.verify-report/1`` (the payload's report; ``verify.finish`` adds the
+  host's ``image`` and ``nvml``, the latter as ``hostinfo.NvmlSampler.result()``)
+* ``imagesmith.run-report/1``    (:func:`run_report`, written by ``pipeline``)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping, TypeVar
+
+from imagesmith import runstate, schemas
+from imagesmith.errors import UserError
+from imagesmith.report.model import (
+    STATUSES,
+    Attached,
+    Built,
+    Check,
+    FloatingTag,
+    GpuSeries,
+    Nvml,
+    Promotion,
+    Release,
+    Released,
+    Run,
+    Target,
+    Traffic,
+    Verify,
+    clean,
+)
+
+BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA = schemas.BUILD_REPORT, schemas.VERIFY_REPORT, schemas.RUN_REPORT
+SCHEMAS = (BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA)
+LOG_TAIL_LINES = 20
+TARGET_LABEL = "io.imagesmith.target"
+# the metrics the report charts, as hostinfo.read_sensors names them
+NVML_METRICS = ("memory_used_mib", "utilization_gpu_pct", "temperature_c", "power_w")
+
+
+class _Reader:
+    """Typed access to raw JSON; a wrong type names the file and the key path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, message: str) -> UserError:
+        return UserError(f"{self.source}: {where}: {message}")
+
+    def mapping(self, raw: Any, where: str) -> Mapping[str, Any]:
+        if not isinstance(raw, Mapping):
+            raise self.fail(where, f"expected an object, got {_kind(raw)}")
+        return raw
+
+    def items(self, raw: Any, where: str) -> list[Any]:
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise self.fail(where, f"expected a list, got {_kind(raw)}")
+        return raw
+
+    def text(self, d: Mapping[str, Any], key: str, where: str, default: str = "") -> str:
+        value = d.get(key)
+        if value is None:
+            return default
+        if isinstance(value, (Mapping, list)):
+            raise self.fail(f"{where}.{key}", f"expected text, got {_kind(value)}")
+        return str(value)
+
+    def number(self, d: Mapping[str, Any], key: str, where: str) -> float | None:
+        value = d.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(f"{where}.{key}", f"expected a number, got {value!r}")
+        return float(value)
+
+
+def _kind(raw: Any) -> str:
+    return {dict: "an object", list: "a list", str: "text", type(None): "null"}.get(type(raw), type(raw).__name__)
+
+
+def load(path: Path, read_log: Callable[[str], list[str]] | None = None) -> Run:
+    """Read and parse a report file; failed builds get the tail of their log when it is readable."""
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    return parse(raw, str(path), read_log or log_tail)
+
+
+def log_tail(log: str) -> list[str]:
+    """The last lines of a build log (what a failure summary shows)."""
+    try:
+        return Path(log).read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return []
+
+
+def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[str]] | None = None) -> Run:
+    """Raw report JSON (any of SCHEMAS) -> a Run."""
+    r = _Reader(source)
+    doc = r.mapping(raw, "report")
+    schema = doc.get("schema")
+    tail = read_log or (lambda _log: [])
+    if schema == BUILD_SCHEMA:
+        run = _run_from_build(r, doc, tail, "build")
+    elif schema == VERIFY_SCHEMA:
+        verify = _verify(r, doc, "report")
+        run = Run("verify", source, verify.started_at, "", (Target(_verify_target_id(doc, source), verify=verify),))
+    elif schema == RUN_SCHEMA:
+        run = _run(r, doc, tail)
+    else:
+        raise r.fail("schema", f"{schema!r} is not one of {', '.join(SCHEMAS)}; is this an imagesmith report?")
+    return dataclasses.replace(run, unfinished=unfinished(doc))
+
+
+def run_report(build: Mapping[str, Any] | None, verify: Mapping[str, Mapping[str, Any] | None],
+               release: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The combined run report (``imagesmith.run-report/1``) from the three stage artifacts."""
+    return {"schema": RUN_SCHEMA, "build": build, "verify": dict(verify), "release": release}
+
+
+def unfinished(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """Each part of a report (it, and in a run report its build, verify and release
+    parts) whose run did not complete, with its state and why."""
+    parts: list[tuple[str, Any]] = [({BUILD_SCHEMA: "build", VERIFY_SCHEMA: "verification"}.get(str(doc.get("schema")), "run"), doc)]
+    if doc.get("schema") == RUN_SCHEMA:
+        verifies = doc["verify"] if isinstance(doc.get("verify"), Mapping) else {}
+        parts += [("build", doc.get("build")), ("release", doc.get("release"))]
+        parts += [(f"verify of {t}", v) for t, v in verifies.items()]
+    out = []
+    for name, part in parts:
+        if isinstance(part, Mapping) and not runstate.is_complete(part):
+            why = part.get("interrupted_by")
+            out.append(f"{name} {runstate.state_of(part)}" + (f" ({why})" if why else ""))
+    return tuple(out)
+
+
+def _run_from_build(r: _Reader, doc: Mapping[str, Any], tail: Callable[[str], list[str]], kind: str) -> Run:
+    targets = []
+    for i, raw in enumerate(r.items(doc.get("targets"), "targets")):
+        where = f"targets[{i}]"
+        t = r.mapping(raw, where)
+        targets.append(Target(r.text(t, "target", where) or f"target-{i}", build=_built(r, t, where, tail)))
+    return Run(kind, r.source, r.text(doc, "started_at", "report"), r.text(doc, "matrix", "report"), tuple(targets))
+
+
+def _built(r: _Reader, t: Mapping[str, Any], where: str, tail: Callable[[str], list[str]]) -> Built:
+    status = r.text(t, "status", where, "unknown")
+    log = r.text(t, "log", where)
+    return Built(
+        status=status, image=r.text(t, "image", where), image_id=t.get("image_id"),
+        seconds=r.number(t, "seconds", where) or 0.0, size_bytes=int(r.number(t, "size_bytes", where) or 0),
+        error=t.get("error"), dockerfile=r.text(t, "dockerfile", where), log=log,
+        mismatches=tuple(str(m) for m in r.items(t.get("mismatches"), f"{where}.mismatches")),
+        log_tail=tuple(clean(line) for line in tail(log)) if status == "failed" and log else (),
+    )
+
+
+def _run(r: _Reader, doc: Mapping[str, Any], tail: Callable[[str], list[str]]) -> Run:
+    build_doc = doc.get("build")
+    base = _run_from_build(r, r.mapping(build_doc, "build"), tail, "run") if build_doc is not None else Run("run", r.source, "", "", ())
+    verifies = r.mapping(doc.get("verify") or {}, "verify")
+    release, released = release_of(doc.get("release"), r.source, "release")
+    ids = [t.id for t in base.targets] + [tid for tid in verifies if tid not in {t.id for t in base.targets}]
+    builds = {t.id: t.build for t in base.targets}
+    targets = tuple(Target(tid, builds.get(tid), _maybe_verify(r, verifies.get(tid), tid), True, released.get(tid)) for tid in ids)
+    started = base.started_at or next((t.verify.started_at for t in targets if t.verify), "")
+    return Run("run", r.source, started, base.matrix, targets, release)
+
+
+def release_of(raw: Any, source: str = "release.json", where: str = "release") -> tuple[Release | None, dict[str, Released]]:
+    """release.json (``imagesmith.release/1``): the release and each target's part in it."""
+    if raw is None:
+        return None, {}
+    r = _Reader(source)
+    doc = r.mapping(raw, where)
+    targets = [_released(r, item, f"{where}.targets[{i}]") for i, item in enumerate(r.items(doc.get("targets"), f"{where}.targets"))]
+    floating = [_floating(r, item, f"{where}.floating[{i}]") for i, item in enumerate(r.items(doc.get("floating"), f"{where}.floating"))]
+    errors = tuple(str(e) for e in r.items(doc.get("errors"), f"{where}.errors"))
+    ok = bool(doc.get("ok", not errors and all(x.ok for x in targets)))
+    release = Release(r.text(doc, "registry", where), r.text(doc, "repository", where), r.text(doc, "date", where),
+                      ok, errors, doc, tuple(targets), tuple(floating), len(r.items(doc.get("pushed"), f"{where}.pushed")),
+                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc, "traffic", where, Traffic))
+    return release, {t.target: t for t in targets}
+
+
+def _released(r: _Reader, raw: Any, at: str) -> Released:
+    t = r.mapping(raw, at)
+    evidence = r.mapping(t.get("evidence") or {}, f"{at}.evidence")
+    attached = tuple(_attached(r, a, f"{at}.evidence.artifacts[{i}]")
+                     for i, a in enumerate(r.items(evidence.get("artifacts"), f"{at}.evidence.artifacts")))
+    gpu_verified = t.get("gpu_verified")
+    return Released(
+        status=r.text(t, "status", at, "unknown"), reference=r.text(t, "reference", at), digest=t.get("digest"),
+        floating=tuple(str(f) for f in r.items(t.get("floating"), f"{at}.floating")), error=t.get("error"),
+        note=r.text(t, "note", at), target=r.text(t, "target", at),
+        versions=r.mapping(t.get("versions") or {}, f"{at}.versions"),
+        verification=r.mapping(t.get("verification") or {}, f"{at}.verification"),
+        gpu_verified=gpu_verified if isinstance(gpu_verified, bool) else None, evidence=attached,
+        traffic=_counts(r, t, "traffic", at, Traffic), source=r.text(t, "source", at),
+        promotion=_counts(r, t, "promotion", at, Promotion))
+
+
+C = TypeVar("C", Traffic, Promotion)
+
+
+def _counts(r: _Reader, d: Mapping[str, Any], key: str, at: str, kind: type[C]) -> C | None:
+    """An object of numbers (traffic, promotion); None when absent."""
+    if not d.get(key):
+        return None
+    raw = r.mapping(d[key], f"{at}.{key}")
+    return kind(**{f.name: r.number(raw, f.name, f"{at}.{key}") or 0 for f in dataclasses.fields(kind)})
+
+
+def _attached(r: _Reader, raw: Any, at: str) -> Attached:
+    a = r.mapping(raw, at)
+    return Attached(r.text(a, "kind", at), r.text(a, "digest", at), r.text(a, "size", at, "-"), r.text(a, "status", at),
+                    bool(a.get("signed")))
+
+
+def _floating(r: _Reader, raw: Any, at: str) -> FloatingTag:
+    f = r.mapping(raw, at)
+    return FloatingTag(*(r.text(f, key, at) for key in ("tag", "action", "target", "torch", "digest", "reason")))
+
+
+def _maybe_verify(r: _Reader, raw: Any, target_id: str) -> Verify | None:
+    return None if raw is None else _verify(r, raw, f"verify.{target_id}")
+
+
+def _verify_target_id(doc: Mapping[str, Any], source: str) -> str:
+    """The target label of the image, else its reference, else the file name (a --local run has no image)."""
+    image = doc.get("image")
+    image = image if isinstance(image, Mapping) else {}
+    labels = image.get("labels")
+    labels = labels if isinstance(labels, Mapping) else {}
+    return str(labels.get(TARGET_LABEL) or image.get("ref") or Path(source).stem)
+
+
+def _verify(r: _Reader, raw: Any, where: str) -> Verify:
+    doc = r.mapping(raw, where)
+    if doc.get("schema") != VERIFY_SCHEMA:
+        raise r.fail(f"{where}.schema", f"expected {VERIFY_SCHEMA!r}, got {doc.get('schema')!r}")
+    image = r.mapping(doc.get("image") or {}, f"{where}.image")
+    checks = tuple(_check(r, c, f"{where}.checks[{i}]") for i, c in enumerate(r.items(doc.get("checks"), f"{where}.checks")))
+    return Verify(
+        tier=r.text(doc, "tier", where), started_at=r.text(doc, "started_at", where),
+        duration_s=r.number(doc, "duration_s", where), image_ref=r.text(image, "ref", f"{where}.image"),
+        environment=r.mapping(doc.get("environment") or {}, f"{where}.environment"), checks=checks,
+        nvml=_nvml(r, doc.get("nvml"), f"{where}.nvml"), raw=doc,
+    )
+
+
+def _check(r: _Reader, raw: Any, where: str) -> Check:
+    c = r.mapping(raw, where)
+    status = r.text(c, "status", where)
+    if status not in STATUSES:
+        raise r.fail(f"{where}.status", f"expected one of {', '.join(STATUSES)}, got {status!r}")
+    data = c.get("data")
+    return Check(
+        id=r.text(c, "id", where) or where, status=status, title=r.text(c, "title", where), value=c.get("value"),
+        threshold=r.number(c, "threshold", where), unit=r.text(c, "unit", where), baseline=r.number(c, "baseline", where),
+        percent_of_baseline=r.number(c, "percent_of_baseline", where), detail=r.text(c, "detail", where),
+        optional=bool(c.get("optional")), duration_s=r.number(c, "duration_s", where),
+        data=data if isinstance(data, Mapping) else {},
+    )
+
+
+def _nvml(r: _Reader, raw: Any, where: str) -> Nvml:
+    """``hostinfo.NvmlSampler.result()``: {"interval_s", "error", "gpus": [{"index", "name", "series"}]}."""
+    if raw is None:
+        return Nvml()
+    doc = r.mapping(raw, where)
+    gpus = tuple(_series_gpu(r, g, f"{where}.gpus[{i}]") for i, g in enumerate(r.items(doc.get("gpus"), f"{where}.gpus")))
+    error = doc.get("error") and str(doc["error"])
+    return Nvml(r.number(doc, "interval_s", where), tuple(g for g in gpus if g.t), error, present=True)
+
+
+def _series_gpu(r: _Reader, raw: Any, where: str) -> GpuSeries:
+    g = r.mapping(raw, where)
+    series = r.mapping(g.get("series") or {}, f"{where}.series")
+    t = tuple(number(v) or 0.0 for v in r.items(series.get("t"), f"{where}.series.t"))
+    values = {m: tuple(number(v) for v in _column(series.get(m), len(t))) for m in NVML_METRICS}
+    return GpuSeries(int(number(g.get("index")) or 0), str(g.get("name") or ""), t, values)
+
+
+def _column(raw: Any, n: int) -> list[Any]:
+    return raw[:n] if isinstance(raw, list) else [None] * n
+
+
+def number(value: Any) -> float | None:
+    """A finite number from JSON, else None (a sensor NVML could not read)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
