@@ -8,7 +8,7 @@ from imagesmith.report.markdown import release_document
 
 
 def release(**target: Any) -> dict[str, Any]:
-    base = {"target": "2.9.1-base", "status": "pushed", "reference": "r.test/ml/pytorch:t", "digest": "sha256:" + "a" * 64,
+    base: dict[str, Any] = {"target": "2.9.1-base", "status": "pushed", "reference": "r.test/ml/pytorch:t", "digest": "sha256:" + "a" * 64,
             "versions": {"torch": "2.9.1"}, "floating": [], "evidence": None}
     return {"schema": "imagesmith.release/1", "ok": True, "registry": "r.test", "repository": "ml/pytorch", "date": "20261130",
             "pushed": ["r.test/ml/pytorch:t"], "unchanged": [], "floating": [], "errors": [],
