@@ -248,7 +248,7 @@ def cuda_cells(engine: Engine, debian_base: str, trixie_base: str, tmp_path_fact
     factory = MatrixFactory(engine, debian_base, folder)
     include = "  include:\n    - {torch: '2.14', cuda: '13.0', python: '3.13', os: debian13}\n"
     m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", torch="2.14", cuda="13.0", include=include,
-                            bases={"debian13": trixie_base}))
+                            bases={"debian13": trixie_base}), allowed_roots=LOCAL_ROOTS)
     try:
         report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
         assert report.ok, [r.error for r in report.results] + [c["error"] for c in report.cuda_layers]

@@ -160,7 +160,7 @@ def test_a_successful_run_prunes_builder_stages_and_superseded_cache(build_matri
     old_tools = first.results[1]
     assert engine.image(f"imagesmith-cache:{old_tools.context_hash.split(':')[1]}") is not None
     build_matrix("layers:\n  base: {toolchain: false}\n  tools: {packages: ['tabulate==0.9.0', 'six==1.17.0']}\n")
-    m = matrix.load(path)
+    m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     builder = build.Builder(plan.expand(m, DATE), m, engine, tmp_path / "build", jobs=2)
     second = builder.run()
     assert second.ok and second.results[1].image_id != old_tools.image_id

@@ -20,10 +20,12 @@ import pytest
 
 from imagesmith import build, matrix, plan
 from imagesmith.engine import Engine
+from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory
 
 pytestmark = pytest.mark.integration
 DATE = "20261130"
+ALLOW = [arg for root in LOCAL_ROOTS for arg in ("--allow-root", str(root))]  # the local wheels and CA bundle
 SLOW = """\
 ARG PARENT_IMAGE={{ parent_image }}
 FROM ${PARENT_IMAGE}
@@ -33,7 +35,7 @@ RUN sleep 20
 
 
 def run_build(path: Path, engine: Engine, out: Path) -> build.BuildReport:
-    m = matrix.load(path)
+    m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     return build.Builder(plan.expand(m, DATE), m, engine, out, jobs=2).run()
 
 
@@ -63,7 +65,7 @@ def test_sigint_mid_build_leaves_an_interrupted_report_that_nothing_reads_as_suc
     assert ok.ok and json.loads((out / "report.json").read_text())["state"] == "complete"
 
     build_matrix(layers + "  slow: {parent: base, template: slow.Dockerfile.j2}\n", files={"slow.Dockerfile.j2": SLOW})
-    proc = subprocess.Popen([sys.executable, "-m", "imagesmith.cli", "build", "-m", str(path), "--out", str(out), "-q"],
+    proc = subprocess.Popen([sys.executable, "-m", "imagesmith.cli", "build", "-m", str(path), "--out", str(out), "-q", *ALLOW],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "2.13.0-cpu-py3.11-debian12-slow" / "build.log"
     assert wait_for(lambda: log.exists() and "Running in" in log.read_text()), "the slow step never started"
@@ -79,7 +81,7 @@ def test_sigint_mid_build_leaves_an_interrupted_report_that_nothing_reads_as_suc
 
     verify = cli("verify", "--build-report", str(out / "report.json"), "-q")
     assert verify.returncode == 1 and "is from a run that did not complete (state: interrupted, SIGINT)" in verify.stderr, verify.stderr
-    publish = cli("publish", "-m", str(path), "--out", str(out), "-q")
+    publish = cli("publish", "-m", str(path), "--out", str(out), "-q", *ALLOW)
     assert publish.returncode == 1 and "is from a run that did not complete (state: interrupted, SIGINT)" in publish.stderr
     summary = cli("report", str(out / "report.json"))
     assert summary.returncode == 0 and summary.stdout.startswith(
@@ -115,7 +117,7 @@ def test_two_checkouts_sharing_an_engine_never_evict_each_other(build_matrix: Ma
 def test_the_cli_build_with_verify_writes_a_run_report_that_says_its_state(build_matrix: MatrixFactory, tmp_path: Path) -> None:
     path = build_matrix("layers:\n  base: {toolchain: false}\nverify: {tier: quick, gpus: none}\n")
     out = tmp_path / "build"
-    done = cli("build", "-m", str(path), "--out", str(out), "--verify", "-q")
+    done = cli("build", "-m", str(path), "--out", str(out), "--verify", "-q", *ALLOW)
     assert done.returncode == 0, done.stderr
     run = json.loads((out / "run-report.json").read_text())
     target = "2.13.0-cpu-py3.11-debian12-base"
