@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # examples/local.yaml names the host's wheel folder and CA bundle: the roots
 # `make release` allows on the command line (--allow-root).
 LOCAL_ROOTS = (Path("/opt/wheels"), Path("/etc/ssl/certs"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C means KeyboardInterrupt here, as in a terminal. A shell that starts the suite in the
+    background (`make test &`, nohup) leaves SIGINT ignored, children inherit that, and the tests
+    of what Ctrl-C does (a push, a build, a fleet run) would then see nothing happen."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture()

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from imagesmith import policy
+from imagesmith import policy, runstate
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.fleet import report as fleet_report
@@ -183,7 +183,7 @@ class FleetRun:
 
     def _ended(self, cell: Cell, view: JobView, now: float) -> None:
         report = cell.scheduler.report(cell.job, view) if view.phase in (FINISHED, GONE) else None
-        if report is not None:
+        if report is not None and runstate.is_complete(report):
             self._judge(cell, report, now)
             return
         why = WHY_ENDED.get(view.state.split()[0] if view.state else "", "")
@@ -191,6 +191,8 @@ class FleetRun:
             why = "the scheduler no longer knows the job (it left the queue without accounting) and it left no report"
         elif not why:
             why = f"the job ended ({view.state}, {exit_text(view.exit_code)}) without a verify report"
+        if report is not None:  # killed mid-run: the report it started says so, and is no result
+            why += f" (the verify report it started is {runstate.state_of(report)})"
         tail = cell.scheduler.output_tail(cell.job, view)
         self._finish(cell, "fail", why.format(limit=_dur(cell.job.klass.run_limit_s))
                      + (f"; last output: {' | '.join(tail)}" if tail else ""))

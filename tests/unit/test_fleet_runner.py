@@ -134,6 +134,9 @@ CASES = [
     ([(RUNNING, "RUNNING"), (GONE, "UNKNOWN")], None, None, 0, "fail",
      "the scheduler no longer knows the job (it left the queue without accounting) and it left no report"),
     ([(RUNNING, "RUNNING"), (GONE, "UNKNOWN")], good_report(), None, 0, "pass", "every required check passed"),
+    # killed mid-run: the report `verify --json` started says running, and is no result
+    ([(RUNNING, "RUNNING"), (FINISHED, "FAILED")], good_report() | {"state": "running"}, None, 0, "fail",
+     "the job ended (FAILED, exit status 1) without a verify report (the verify report it started is running); last output"),
     ([(RUNNING, "RUNNING"), (PENDING, "PENDING"), (RUNNING, "RUNNING")], None, [0, 1], 0, "fail",
      "preempted: the scheduler requeued the job 1 time(s) and the class allows 0 (max_requeues)"),
     ([(RUNNING, "RUNNING"), (PENDING, "PENDING"), (RUNNING, "RUNNING"), (FINISHED, "COMPLETED")], good_report(), [0, 1], 1,

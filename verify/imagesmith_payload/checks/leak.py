@@ -57,8 +57,11 @@ def live_tensor_bytes(torch: Any) -> int:
     tensor = torch.Tensor
     for obj in gc.get_objects():  # type() not isinstance(): no proxies, no lazy attributes
         if issubclass(type(obj), tensor) and obj.device.type == "cpu":
-            storage = obj.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
+            try:
+                storage = obj.untyped_storage()
+                seen[storage.data_ptr()] = storage.nbytes()
+            except (RuntimeError, NotImplementedError):  # fake/functional/meta tensors (a failed torch.compile
+                continue                                  # leaves some behind): they hold no memory of their own
     return sum(seen.values())
 
 
