@@ -107,7 +107,7 @@ def layout_matrix(src: Path, folder: Path, layout: str, bases: dict[str, str], r
 
 
 def cold_build(path: Path, engine: Engine, out: Path) -> tuple[float, build.BuildReport]:
-    m = matrix.load(path)
+    m = matrix.load(path, allowed_roots=buildbench.LOCAL_ROOTS)
     t0 = time.monotonic()
     report = build.Builder(plan.expand(m, DATE), m, engine, out, jobs=2).run()
     seconds = time.monotonic() - t0
@@ -278,7 +278,7 @@ def estimate(shared: dict[str, Any]) -> dict[str, Any]:
     same kind of target (a CUDA base's own layers, each child layer kind). OS bases are left out
     (tens of MB, the same both ways)."""
     kb = compat.load()
-    local = plan.expand(matrix.load(ROOT / "examples" / "local.yaml"), DATE)
+    local = plan.expand(matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=buildbench.LOCAL_ROOTS), DATE)
     cuda = shared["cuda_layers"][0]
     base = next(t for t in shared["pushes"] if "cu" in t and t.endswith("debian12-base"))
     layers = shared["pushes"][base]["layers"]
@@ -288,7 +288,7 @@ def estimate(shared: dict[str, Any]) -> dict[str, Any]:
     own = sum(layer["size"] for layer in layers[cut:])
     children = {t.rsplit("-", 1)[1]: push["pushed_bytes"] for t, push in shared["pushes"].items()
                 if "cu" in t and t != "sibling" and not t.endswith("base")}
-    prod = plan.expand(matrix.load(ROOT / "matrix.yaml"), DATE)
+    prod = plan.expand(matrix.load(ROOT / "matrix.yaml", allowed_roots=buildbench.LOCAL_ROOTS), DATE)
     est = footprint.estimate(prod, kb)
     cells = [t for t in prod.targets if t.parent is None and t.versions.cuda != "cpu"]
     unknown = [t for t in cells if not footprint.variant_wheels(t, kb)]
