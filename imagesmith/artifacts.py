@@ -90,6 +90,9 @@ class Staged:
         return self.repository.split("/", 1)[1]
 
 
+ONE_LINE = re.compile(r"[^\x00-\x1f\x7f]{1,400}")  # a printable line, bounded
+
+
 @dataclass(frozen=True)
 class BuildRecord:
     """One target after a build job."""
@@ -107,6 +110,7 @@ class BuildRecord:
     host: str = ""
     written_at: str = ""
     state: str = runstate.COMPLETE  # of the build job that wrote it (imagesmith.runstate)
+    interrupted_by: str | None = None  # SIGINT, SIGTERM or the error that stopped that job
 
     @property
     def ok(self) -> bool:
@@ -116,13 +120,18 @@ class BuildRecord:
     def complete(self) -> bool:
         return self.state == runstate.COMPLETE
 
+    def job_state(self) -> dict[str, str | None]:
+        """Its build job's state as runstate reads it (state, interrupted_by)."""
+        return {"state": self.state, "interrupted_by": self.interrupted_by}
 
-def record_of(result: Any, target: plan.Target, release: Release, state: str = runstate.COMPLETE) -> BuildRecord:
+
+def record_of(result: Any, target: plan.Target, release: Release, state: str = runstate.COMPLETE,
+              interrupted_by: str | None = None) -> BuildRecord:
     """A build result (``build.TargetResult``) as its artifact, in its build job's state."""
     staged = Staged(**result.staged) if result.staged else None
     return BuildRecord(target, release, result.status, result.image_id, result.context_hash, result.facts,
                        result.size_bytes, result.seconds, result.error, staged, socket.gethostname(),
-                       dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), state)
+                       dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), state, interrupted_by)
 
 
 def result_fields(record: BuildRecord) -> dict[str, Any]:
@@ -145,7 +154,7 @@ def build_identity(t: plan.Target) -> plan.Target:
 def build_json(record: BuildRecord) -> dict[str, Any]:
     r = record.release
     return {"schema": BUILD_SCHEMA, "imagesmith": __version__, "host": record.host, "written_at": record.written_at,
-            "state": record.state,
+            "state": record.state, **({"interrupted_by": record.interrupted_by} if record.interrupted_by else {}),
             "release": {"matrix": r.matrix, "date": r.date, "registry": r.registry, "repository": r.repository,
                         "tags": policy_json(r.tags)},
             "target": asdict(record.target),
@@ -225,7 +234,7 @@ def read_build(path: Path) -> BuildRecord:
         facts=facts, size_bytes=int(r.number(result, "size_bytes", "result")),
         seconds=float(r.number(result, "seconds", "result")), error=r.text(result, "error", "result", optional=True),
         staged=_staged(r, doc.get("staged")), host=str(doc.get("host") or ""), written_at=str(doc.get("written_at") or ""),
-        state=runstate.state_of(doc))
+        state=runstate.state_of(doc), interrupted_by=r.text(doc, "interrupted_by", "build", ONE_LINE, optional=True))
 
 
 def _target(r: _Reader, raw: Any) -> plan.Target:

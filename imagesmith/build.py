@@ -215,7 +215,7 @@ class Builder:
                 self._prune()
         except BaseException as exc:  # Ctrl-C, SIGTERM, an error: the report says so, with each target's state
             tracked.stop(exc, self._report(started, t0).to_json())
-            self._artifacts(runstate.INTERRUPTED, quiet=True)
+            self._artifacts(runstate.INTERRUPTED, quiet=True, interrupted_by=runstate.stopped_by(exc))
             raise
         self._artifacts(runstate.COMPLETE)
         tracked.complete(report.to_json())
@@ -226,11 +226,12 @@ class Builder:
                            [self.results[t.id] for t in self.plan.targets], self.cuda.report() if self.cuda else [],
                            self.base_bytes)
 
-    def _artifacts(self, state: str, quiet: bool = False) -> None:
+    def _artifacts(self, state: str, quiet: bool = False, interrupted_by: str | None = None) -> None:
         """OUT/<target>/build.json of every target this job builds, in the run's state (``running`` from
         the start, so a stale artifact of an earlier run is never taken for this one's)."""
         release = artifacts.Release.of(self.matrix, self.plan.date)
-        records = [artifacts.record_of(self.results[t.id], t, release, state) for t in self.plan.targets if not self._adopted(t)]
+        records = [artifacts.record_of(self.results[t.id], t, release, state, interrupted_by)
+                   for t in self.plan.targets if not self._adopted(t)]
         try:
             artifacts.write_builds(self.out, records)
         except OSError:

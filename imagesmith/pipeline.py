@@ -137,7 +137,7 @@ def complete(found: list[artifacts.Found]) -> list[artifacts.Found]:
     never read as a build, as OUT/report.json is not)."""
     for f in found:
         if not f.record.complete:
-            raise UserError(f"{f.folder / artifacts.BUILD_FILE}: {runstate.not_complete({'state': f.record.state}, 'this build artifact')}; "
+            raise UserError(f"{f.folder / artifacts.BUILD_FILE}: {runstate.not_complete(f.record.job_state(), 'this build artifact')}; "
                             f"run its build job (imagesmith build --out {f.folder.parent}) again")
     return found
 

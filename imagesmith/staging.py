@@ -73,7 +73,7 @@ def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None
     would build something else)."""
     rec = found.record
     if not rec.complete:
-        return runstate.not_complete({"state": rec.state}, "its build job")
+        return runstate.not_complete(rec.job_state(), "its build job")
     if not rec.ok or rec.staged is None:
         return f"it was not staged ({rec.status})"
     if artifacts.build_identity(rec.target) != artifacts.build_identity(t):

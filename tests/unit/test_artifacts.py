@@ -288,6 +288,24 @@ def test_an_artifact_whose_build_job_did_not_complete_is_never_read_as_a_build(t
     assert not (tmp_path / "release.json").exists() and not (tmp_path / "run-report.json").exists()
 
 
+@pytest.mark.parametrize("by, said", [("SIGINT", "(state: interrupted, SIGINT)"), (None, "(state: interrupted)")])
+def test_an_interrupted_artifact_says_what_stopped_its_job(tmp_path: Path, by: str | None, said: str) -> None:
+    path = tmp_path / PLAN.targets[0].id / "build.json"
+    artifacts.write_build(path, record(0, state="interrupted", interrupted_by=by))
+    assert artifacts.read_build(path).interrupted_by == by
+    with pytest.raises(UserError) as err:
+        pipeline.read_build_input(path)
+    assert f"this build artifact is from a run that did not complete {said}; run its build job" in str(err.value)
+
+
+def test_a_stop_reason_that_is_not_one_line_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / PLAN.targets[0].id / "build.json"
+    artifacts.write_build(path, record(0, state="interrupted", interrupted_by="SIGINT"))
+    path.write_text(path.read_text().replace('"SIGINT"', '"SIGINT\\nforged: ok"'))
+    with pytest.raises(UserError, match=r"build\.interrupted_by"):
+        artifacts.read_build(path)
+
+
 def test_a_verify_report_whose_run_did_not_complete_counts_as_not_verified(tmp_path: Path) -> None:
     from imagesmith import verify
 
