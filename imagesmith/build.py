@@ -12,8 +12,11 @@ Every target not taken from another job gets its artifact, OUT/<target>/build.js
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
+import heapq
+import itertools
 import json
 import queue
 import re
@@ -21,7 +24,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from imagesmith import artifacts, cudabuild, cudalayer, render, runstate, schemas
 from imagesmith.atomic import write_text
@@ -169,6 +172,65 @@ class StageLike(Protocol):
     def push(self, t: Target, result: TargetResult) -> None: ...
 
 
+class Slots:
+    """At most ``n`` docker builds at once; waiting targets are served by priority
+    (lowest first), then by arrival. A target waiting for something else (its
+    CUDA image) lends its slot meanwhile."""
+
+    def __init__(self, n: int, cancel: threading.Event) -> None:
+        self.free, self.cancel = max(1, n), cancel
+        self.cond = threading.Condition()
+        self.waiting: list[tuple[tuple[int, ...], int]] = []  # a heap of (priority, arrival)
+        self.arrival = itertools.count()
+
+    @contextlib.contextmanager
+    def held(self, priority: tuple[int, ...]) -> Iterator[None]:
+        self.acquire(priority)
+        try:
+            yield
+        finally:
+            self.release()
+
+    @contextlib.contextmanager
+    def lent(self, priority: tuple[int, ...]) -> Iterator[None]:
+        self.release()
+        try:
+            yield
+        finally:
+            self.acquire(priority)
+
+    def acquire(self, priority: tuple[int, ...]) -> None:
+        with self.cond:
+            entry = (priority, next(self.arrival))
+            heapq.heappush(self.waiting, entry)
+            try:
+                while self.free == 0 or self.waiting[0] != entry:
+                    if self.cancel.is_set():
+                        raise BuildError("cancelled")
+                    self.cond.wait(timeout=0.5)
+            except BaseException:
+                self.waiting.remove(entry)
+                heapq.heapify(self.waiting)
+                self.cond.notify_all()
+                raise
+            heapq.heappop(self.waiting)
+            self.free -= 1
+            self.cond.notify_all()  # a next waiter may go too, if slots are left
+
+    def release(self) -> None:
+        with self.cond:
+            self.free += 1
+            self.cond.notify_all()
+
+
+def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
+    """Build order among ready targets: shared-CUDA bases first (their builder stages run while
+    the CUDA layer is made), then those with more descendants (the longer chains), then plan order."""
+    def descendants(tid: str) -> int:
+        return sum(1 + descendants(c.id) for c in plan.children(tid))
+    return {t.id: (0 if t.cuda_set is not None else 1, -descendants(t.id), i) for i, t in enumerate(plan.targets)}
+
+
 class Builder:
     def __init__(self, plan: Plan, matrix: Matrix, engine: Engine, out: Path, jobs: int = 2,
                  display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True,
@@ -179,6 +241,8 @@ class Builder:
         self.display = display or QuietDisplay()
         self.environ = environ
         self.cancel = threading.Event()
+        self.slots = Slots(self.jobs, self.cancel)
+        self.priority = priorities(plan)
         self.run_id = f"build-{time.time_ns()}"
         self.results = {t.id: TargetResult(t.id, image=t.image) for t in plan.targets}
         self.contexts: dict[str, render.Context] = {}
@@ -363,9 +427,8 @@ class Builder:
             raise
 
     def _start_ready(self, pending: dict[str, Target], running: set[str], done: "queue.Queue[str]") -> None:
-        for tid, t in list(pending.items()):
-            if len(running) >= self.jobs:
-                return
+        """A thread for every target whose parent is done; :class:`Slots` keeps the engine to ``jobs`` builds."""
+        for tid, t in sorted(pending.items(), key=lambda item: self.priority[item[0]]):
             if t.parent and (t.parent in pending or t.parent in running):
                 continue
             del pending[tid]
@@ -386,9 +449,13 @@ class Builder:
     def _worker(self, t: Target, done: "queue.Queue[str]") -> None:
         result, t0 = self.results[t.id], time.monotonic()
         try:
-            self._build_one(t, result)
+            with self.slots.held(self.priority[t.id]):
+                self._build_one(t, result)
         except Exception as exc:  # isolate: one target's failure never stops the others
-            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+            if self.cancel.is_set():
+                result.status, result.error = "cancelled", "interrupted"
+            else:
+                result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
         result.seconds = round(time.monotonic() - t0, 2)
         self.display.update(t.id, result.status, self._summary(result))
         done.put(t.id)
@@ -458,9 +525,12 @@ class Builder:
         elif not (self.stage is not None and self.stage.find(t, result)):
             if t.cuda_set is not None and self.cuda is not None:  # while its CUDA image is made
                 self._docker_build(t, result, self.base_ids[t.base_image], stage="builder")
-                if result.status == "failed":
+                if result.status in ("failed", "cancelled"):
                     return
-            self._docker_build(t, result, self._parent_id(t))
+            with self.slots.lent(self.priority[t.id]) if t.cuda_set is not None and self.cuda is not None \
+                    else contextlib.nullcontext():
+                parent_id = self._parent_id(t)  # a shared-CUDA base waits for its CUDA image without a slot
+            self._docker_build(t, result, parent_id)
             if t.cuda_set is not None:
                 self.engine.untag(f"{self._prebuild_repository()}:{cache_tag}")
             if result.status != "built":
