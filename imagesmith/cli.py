@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the stages import docker (through the engine) only when a c
     from imagesmith.engine import Engine
     from imagesmith.pipeline import ReleaseOptions, RunReport
     from imagesmith.publish import ReleaseReport
+    from imagesmith.signing import Key
     from imagesmith.verify import VerifyOptions, VerifyOutcome
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
@@ -314,50 +315,34 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
               allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
-    from imagesmith import artifacts, build
+    from imagesmith import artifacts, pipeline
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
     m, date = load_matrix(matrix_file, allow_roots), date or today()
     key = _signing_key(signing_key) if push and with_evidence else None
-    gate = floating_gate(gate_fleet, fleet_reports)
-    full = plan_mod.expand(m, date)
-    p = full.select(only, layers)
-    if not p.targets:
+    release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
+                                      allow_cpu)
+    job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, credentials_file, registry_ca)
+    picked = len(job.plan.select(only, layers).targets)
+    if not picked:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
     engine = Engine()
-    display = make_display(f"building {len(p.targets)} targets", quiet or as_json)
-    with artifacts.locked(out, "imagesmith build", display.note):
-        if push or do_verify:
-            from imagesmith import pipeline
-
-            run = pipeline.RunReport(out)  # replaces the last run's report at once: state running
+    display = make_display(f"building {picked} targets", quiet or as_json)
+    with artifacts.locked(out, "imagesmith build", display.note):  # one writer of OUT, from the build to the release
+        run = pipeline.RunReport(out) if push or do_verify else None  # replaces the last run's report at once: running
         try:
-            stage = None
-            if stage_repo:
-                from imagesmith import staging
-
-                stage = staging.open_stage(stage_repo, m.image.name, engine, out, credentials_file, registry_ca, display)
-                p = stage.prepare(p, full.picked(only, layers), m)
-            report = build.Builder(p, m, engine, out, jobs, display, prune=prune, stage=stage).run()
-            if not only and not layers:
-                for gone in artifacts.remove_stale(out, {t.id for t in full.targets}):
-                    display.note(f"{gone}: no longer planned; its build artifact in {out} was removed (publish will not release it)")
-        except BaseException as exc:
-            if push or do_verify:
-                run.tracked.stop(exc)
-            raise
+            p, report = pipeline.build_stage(engine, job, display, run)
         finally:
             display.close()
-        _print_build(report, out, quiet, as_json and not (push or do_verify))
-        if push or do_verify:
-            release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, gate, allow_cpu)
+        _print_build(report, out, quiet, as_json and run is None)
+        if run is not None:
             _verify_and_release(engine, m, p, report, out, date, push, quiet, as_json, run, release)
-    if not (push or do_verify) and not report.ok:
+    if run is None and not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
-def _signing_key(path: Path | None) -> Any:
+def _signing_key(path: Path | None) -> Key | None:
     from imagesmith import signing
 
     key = signing.load_signing_key(path, os.environ)

@@ -259,6 +259,7 @@ class ReleaseOptions:
     with_evidence: bool = True
     floating_gate: Callable[[str | None], str | None] | None = None
     allow_cpu_verification: bool = False
+    registry: publish.RegistryLike | None = None  # instead of a client for the release's registry (a test's double)
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,49 @@ class RunOutcome:
     @property
     def unbuilt(self) -> int:
         return sum(not r.ok for r in self.results)
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One ``imagesmith build``: the targets of ``plan`` (the whole plan) that ``only``/``layers`` pick, built into
+    ``out``; with ``stage_repo``, pushed to that staging repository and ancestors adopted from other jobs' artifacts."""
+
+    matrix: Matrix
+    plan: Plan
+    out: Path
+    only: tuple[str, ...] = ()
+    layers: tuple[str, ...] = ()
+    jobs: int = 2
+    prune: bool = True
+    stage_repo: str | None = None
+    credentials_file: Path | None = None
+    ca_file: Path | None = None
+
+    @property
+    def whole(self) -> bool:
+        return not self.only and not self.layers
+
+
+def build_stage(engine: Any, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, build.BuildReport]:
+    """Build what ``job`` picks (OUT/report.json, OUT/<target>/build.json); after a build of the whole plan the
+    artifacts of targets it no longer has are removed. The plan built (less what staging adopted) and its
+    report; a stop (an error, Ctrl-C) marks ``run`` interrupted."""
+    try:
+        p, stage = job.plan.select(job.only, job.layers), None
+        if job.stage_repo:
+            from imagesmith import staging
+
+            stage = staging.open_stage(job.stage_repo, job.matrix.image.name, engine, job.out, job.credentials_file,
+                                       job.ca_file, display)
+            p = stage.prepare(p, job.plan.picked(job.only, job.layers), job.matrix)
+        report = build.Builder(p, job.matrix, engine, job.out, job.jobs, display, prune=job.prune, stage=stage).run()
+        for gone in artifacts.remove_stale(job.out, {t.id for t in job.plan.targets}) if job.whole else []:
+            display.note(f"{gone}: no longer planned; its build artifact in {job.out} was removed (publish will not release it)")
+    except BaseException as exc:
+        if run is not None:
+            run.tracked.stop(exc)
+        raise
+    return p, report
 
 
 def records_of(report: build.BuildReport, plan: Plan, spec: artifacts.Release) -> list[artifacts.BuildRecord]:
@@ -347,7 +391,8 @@ def _release(engine: Any, spec: artifacts.Release, records: Sequence[artifacts.B
              date: str | None = None, inventory: Callable[[str], Mapping[str, Any]] | None = None) -> publish.ReleaseReport:
     return publish.release_to(engine, spec, records, outcomes, out, display, date, options.credentials_file, options.ca_file,
                               signing_key=options.signing_key, with_evidence=options.with_evidence, inventory=inventory,
-                              floating_gate=options.floating_gate, allow_cpu_verification=options.allow_cpu_verification)
+                              floating_gate=options.floating_gate, allow_cpu_verification=options.allow_cpu_verification,
+                              client=options.registry)
 
 
 # -- publish from the build artifacts alone ------------------------------------------------------

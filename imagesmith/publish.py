@@ -796,14 +796,15 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
                ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Key | None = None,
                with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
-               allow_cpu_verification: bool = False) -> ReleaseReport:
+               allow_cpu_verification: bool = False, client: RegistryLike | None = None) -> ReleaseReport:
     """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
     tag policy and build date, ``date`` overriding the latter): credentials resolved (``--credentials``, env,
     docker config), a registry client, then :class:`Publisher`. Staged items are promoted registry to registry
     (:mod:`imagesmith.promote`) under the same release policy as pushed ones (GPU-verified CUDA images only
     float; ``floating_gate`` holds back digests the fleet did not pass). With ``with_evidence`` each released
     digest gets its SBOM, attestation and (with ``signing_key``) signatures (:mod:`imagesmith.evidence`);
-    ``inventory`` (image ID -> inventory) replaces running the image for the SBOM."""
+    ``inventory`` (image ID -> inventory) replaces running the image for the SBOM; ``client`` replaces the
+    registry client made for ``spec``'s registry (a test's double)."""
     from imagesmith.promote import registry_promoter
     from imagesmith.registry import Registry, resolve_credentials
 
@@ -811,7 +812,7 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
     if not image.registry:
         raise UserError(f"{spec.matrix}: image.registry is not set; a release needs the registry to push to")
     credentials = resolve_credentials(image.registry, environ, credentials_file)
-    client = Registry(image.registry, credentials, ca_file=ca_file)
+    client = client or Registry(image.registry, credentials, ca_file=ca_file)
     items = items_from(records, outcomes)
     bases = {r.target.id: r.target.base_image for r in records}
     reports = {t: o.report for t, o in outcomes.items()}
