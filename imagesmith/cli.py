@@ -400,8 +400,8 @@ def mode_line(report: dict[str, Any]) -> str:
 
 @cli.command("publish")
 @click.option("--matrix", "-m", "matrix_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="Not needed when OUT holds build artifacts (*/build.json): they carry the plan. Given, it must "
-                   "agree with them; without artifacts (an older build) the plan comes from it.")
+              help="Not needed: the build artifacts (*/build.json) carry the plan. Given, it is only checked to "
+                   "agree with them (the same image and tag policy).")
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the build artifacts (*/build.json, gathered from any number of build jobs) and the verify "
                    "reports beside them are; release.json, release.md and run-report.json go here.")
