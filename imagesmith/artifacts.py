@@ -26,13 +26,16 @@ import re
 import socket
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from imagesmith import __version__, plan, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, Matrix, TagPolicy
 from imagesmith.tags import DOCKER_TAG
+
+if TYPE_CHECKING:
+    from imagesmith.build import TargetResult  # build.py imports this module
 
 BUILD_SCHEMA = schemas.BUILD_ARTIFACT
 BUILD_FILE = "build.json"
@@ -125,9 +128,9 @@ class BuildRecord:
         return {"state": self.state, "interrupted_by": self.interrupted_by}
 
 
-def record_of(result: Any, target: plan.Target, release: Release, state: str = runstate.COMPLETE,
+def record_of(result: TargetResult, target: plan.Target, release: Release, state: str = runstate.COMPLETE,
               interrupted_by: str | None = None) -> BuildRecord:
-    """A build result (``build.TargetResult``) as its artifact, in its build job's state."""
+    """A build result as its artifact, in its build job's state."""
     staged = Staged(**result.staged) if result.staged else None
     return BuildRecord(target, release, result.status, result.image_id, result.context_hash, result.facts,
                        result.size_bytes, result.seconds, result.error, staged, socket.gethostname(),

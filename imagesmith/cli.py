@@ -15,7 +15,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import click
 import yaml
@@ -27,6 +27,14 @@ from imagesmith import render as render_mod
 from imagesmith.errors import ImagesmithError, UsageError, UserError
 from imagesmith.fleet.commands import fleet_group, floating_gate, gate_options
 from imagesmith.table import print_table
+
+if TYPE_CHECKING:  # the stages import docker (through the engine) only when a command needs them
+    from imagesmith.build import BuildReport
+    from imagesmith.engine import Engine
+    from imagesmith.pipeline import ReleaseOptions, RunReport
+    from imagesmith.publish import ReleaseReport
+    from imagesmith.signing import Key
+    from imagesmith.verify import VerifyOptions, VerifyOutcome
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
                              type=click.Path(dir_okay=False, path_type=Path), help="The matrix file.")
@@ -307,52 +315,34 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
               allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
-    from imagesmith import artifacts, build
+    from imagesmith import artifacts, pipeline
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
     m, date = load_matrix(matrix_file, allow_roots), date or today()
     key = _signing_key(signing_key) if push and with_evidence else None
-    gate = floating_gate(gate_fleet, fleet_reports)
-    full = plan_mod.expand(m, date)
-    p = full.select(only, layers)
-    if not p.targets:
+    release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
+                                      allow_cpu)
+    job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, credentials_file, registry_ca)
+    picked = len(job.plan.select(only, layers).targets)
+    if not picked:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
     engine = Engine()
-    display = make_display(f"building {len(p.targets)} targets", quiet or as_json)
-    with artifacts.locked(out, "imagesmith build", display.note):
-        if push or do_verify:
-            from imagesmith import pipeline
-
-            run = pipeline.RunReport(out)  # replaces the last run's report at once: state running
+    display = make_display(f"building {picked} targets", quiet or as_json)
+    with artifacts.locked(out, "imagesmith build", display.note):  # one writer of OUT, from the build to the release
+        run = pipeline.RunReport(out) if push or do_verify else None  # replaces the last run's report at once: running
         try:
-            stage = None
-            if stage_repo:
-                from imagesmith import staging
-
-                stage = staging.open_stage(stage_repo, m.image.name, engine, out, credentials_file, registry_ca, display)
-                p = stage.prepare(p, full.picked(only, layers), m)
-            report = build.Builder(p, m, engine, out, jobs, display, prune=prune, stage=stage).run()
-            if not only and not layers:
-                for gone in artifacts.remove_stale(out, {t.id for t in full.targets}):
-                    display.note(f"{gone}: no longer planned; its build artifact in {out} was removed (publish will not release it)")
-        except BaseException as exc:
-            if push or do_verify:
-                run.tracked.stop(exc)
-            raise
+            p, report = pipeline.build_stage(engine, job, display, run)
         finally:
             display.close()
-        _print_build(report, out, quiet, as_json and not (push or do_verify))
-        if push or do_verify:
-            with run:
-                run.built(report.to_json() | {"state": "complete"})  # as the build wrote it to report.json
-                _verify_and_release(engine, m, p, report, out, date, push, credentials_file, registry_ca, quiet, as_json, run,
-                                    {"signing_key": key, "with_evidence": with_evidence}, gate, allow_cpu)
-    if not (push or do_verify) and not report.ok:
+        _print_build(report, out, quiet, as_json and run is None)
+        if run is not None:
+            _verify_and_release(engine, m, p, report, out, date, push, quiet, as_json, run, release)
+    if run is None and not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
-def _signing_key(path: Path | None) -> Any:
+def _signing_key(path: Path | None) -> Key | None:
     from imagesmith import signing
 
     key = signing.load_signing_key(path, os.environ)
@@ -361,40 +351,31 @@ def _signing_key(path: Path | None) -> Any:
     return key
 
 
-def _verify_and_release(engine: Any, m: Any, p: Any, report: Any, out: Path, date: str, push: bool,
-                        credentials_file: Path | None, registry_ca: Path | None, quiet: bool, as_json: bool,
-                        run: Any, evidence: dict[str, Any], gate: Any = None, allow_cpu: bool = False) -> None:
-    from imagesmith import pipeline
+def _verify_and_release(engine: Engine, m: matrix_mod.Matrix, p: plan_mod.Plan, report: BuildReport, out: Path, date: str,
+                        push: bool, quiet: bool, as_json: bool, run: RunReport, release: ReleaseOptions) -> None:
+    """build --verify/--push: the pipeline verifies (and releases); this prints what it made of the build."""
+    from imagesmith import artifacts, pipeline
     from imagesmith.progress import make_display
 
     display = make_display(f"verifying {sum(r.ok for r in report.results)} images", quiet or as_json)
-    rel = None
     try:
-        options = pipeline.options_from(m, allow_cpu_verification=allow_cpu)
-        outcomes = pipeline.verify_results(engine, report.results, options, out, display, run,
-                                           _staging_auth(report.results, credentials_file))
-        if push:
-            from imagesmith import publish
-
-            rel = publish.release(engine, m, p, report.results, outcomes, date, out, display, credentials_file, registry_ca,
-                                  floating_gate=gate, allow_cpu_verification=allow_cpu, **evidence)
-            run.released(rel.to_json() | {"state": "complete"})  # as the release wrote it to release.json
+        options = pipeline.options_from(m, allow_cpu_verification=release.allow_cpu_verification)
+        done = pipeline.verify_and_release(engine, report, p, artifacts.Release.of(m, date), out, display, run, options,
+                                           release, push)
     finally:
         display.close()
-    path = run.complete()
     if as_json:
-        click.echo(path.read_text())
+        click.echo(done.run_report.read_text())
     elif not quiet:
-        _print_outcomes(outcomes)
-    if rel is not None:
-        finish_release(rel, quiet or as_json)
-    failed = [t for t, o in outcomes.items() if not o.ok]
-    click.echo(f"run report: {path}", err=True)
-    if failed or not report.ok:
-        raise UserError(f"{sum(not r.ok for r in report.results)} targets did not build, {len(failed)} did not verify: {', '.join(failed) or '-'}")
+        _print_outcomes(done.outcomes)
+    if done.release is not None:
+        finish_release(done.release, quiet or as_json)
+    click.echo(f"run report: {done.run_report}", err=True)
+    if done.failed or done.unbuilt:
+        raise UserError(f"{done.unbuilt} targets did not build, {len(done.failed)} did not verify: {', '.join(done.failed) or '-'}")
 
 
-def _print_outcomes(outcomes: dict[str, Any]) -> None:
+def _print_outcomes(outcomes: Mapping[str, VerifyOutcome]) -> None:
     from imagesmith import policy
 
     rows = []
@@ -419,8 +400,8 @@ def mode_line(report: dict[str, Any]) -> str:
 
 @cli.command("publish")
 @click.option("--matrix", "-m", "matrix_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="Not needed when OUT holds build artifacts (*/build.json): they carry the plan. Given, it must "
-                   "agree with them; without artifacts (an older build) the plan comes from it.")
+              help="Not needed: the build artifacts (*/build.json) carry the plan. Given, it is only checked to "
+                   "agree with them (the same image and tag policy).")
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the build artifacts (*/build.json, gathered from any number of build jobs) and the verify "
                    "reports beside them are; release.json, release.md and run-report.json go here.")
@@ -450,36 +431,18 @@ def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, da
 
     m = load_matrix(matrix_file, allow_roots) if matrix_file else None
     key = _signing_key(signing_key) if with_evidence else None
-    evidence = {"credentials_file": credentials_file, "ca_file": registry_ca, "signing_key": key, "with_evidence": with_evidence,
-                "floating_gate": floating_gate(gate_fleet, fleet_reports), "allow_cpu_verification": allow_cpu}
+    release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
+                                      allow_cpu)
     display = make_display("publishing", quiet)
     with artifacts.locked(out, "imagesmith publish", display.note):
         try:
-            if any(out.glob(f"*/{artifacts.BUILD_FILE}")):
-                rel = pipeline.publish_artifacts(out, display, date, run_report, m, **evidence)
-            else:
-                rel = _publish_from_matrix(m, out, run_report, date, display, evidence)
+            rel = pipeline.publish_artifacts(out, display, release, date, run_report, m)
         finally:
             display.close()
     finish_release(rel, quiet)
 
 
-def _publish_from_matrix(m: Any, out: Path, run_report: Path | None, date: str | None, display: Any,
-                         evidence: dict[str, Any]) -> Any:
-    """A build from before the per-target artifacts: the plan from the matrix, results from OUT/report.json."""
-    from imagesmith import pipeline, publish
-    from imagesmith.engine import Engine
-
-    if m is None:
-        raise UserError(f"no build artifacts (*/build.json) in {out}: run imagesmith build --out {out} first "
-                        f"(or give the --matrix of an older build's report.json)")
-    date = date or today()
-    results = pipeline.build_results(pipeline.read_build(out / "report.json"))
-    outcomes = pipeline.read_outcomes(out, [r.target for r in results], run_report)
-    return publish.release(Engine(), m, plan_mod.expand(m, date), results, outcomes, date, out, display, **evidence)
-
-
-def finish_release(rel: Any, quiet: bool) -> None:
+def finish_release(rel: ReleaseReport, quiet: bool) -> None:
     """Print what was released and where the report is; exit 1 if any target was not released."""
     if not quiet:
         print_table(f"release to {rel.registry}/{rel.repository} ({rel.seconds:.1f}s)",
@@ -741,46 +704,23 @@ def _verify_image(image: str, options: Any, no_pull: bool, credentials_file: Pat
                                auth=creds.auth_config() if creds else None)
 
 
-def _verify_build(build_reports: tuple[Path, ...], options: Any, json_out: Path | None, quiet: bool,
+def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_out: Path | None, quiet: bool,
                   credentials_file: Path | None) -> None:
-    """Verify each built/cached target of one or more build reports or artifacts (a staged image by
-    its digest, else by image ID); verify.json beside each target's artifacts, one run report out
-    (``running`` until every image is verified)."""
-    from imagesmith import artifacts, pipeline
-    from imagesmith.engine import Engine
+    """verify --build-report: the pipeline verifies every image the builds made; this prints the outcomes."""
+    from imagesmith import pipeline
     from imagesmith.progress import make_display
 
-    merged = pipeline.merge_inputs([pipeline.read_build_input(p) for p in build_reports])
-    results = merged.results
-    out = build_reports[0].parent if build_reports[0].name != artifacts.BUILD_FILE else build_reports[0].parent.parent
-    auth = _staging_auth(results, credentials_file)
-    display = make_display(f"verifying {sum(r.ok and bool(r.image_id) for r in results)} images", quiet)
-    with artifacts.locked(out, "imagesmith verify", display.note):
-        try:
-            with pipeline.RunReport(out, merged.data) as run:
-                outcomes = pipeline.verify_results(Engine(), results, options, out, display, run, auth, merged.folders)
-                path = run.complete()
-        finally:
-            display.close()
-        if json_out and json_out.resolve() != path.resolve():
-            from imagesmith.atomic import write_text
-
-            write_text(json_out, path.read_text())
+    built = pipeline.read_builds(build_reports)
+    display = make_display(f"verifying {sum(r.ok and bool(r.image_id) for r in built.results)} images", quiet)
+    try:
+        done = pipeline.verify_builds(built, pipeline.out_of(build_reports[0]), options, display, credentials_file, json_out)
+    finally:
+        display.close()
     if not quiet:
-        _print_outcomes(outcomes)
-        click.echo(f"run report: {path}", err=True)
-    failed = [t for t, o in outcomes.items() if not o.ok]
-    if failed:
-        raise UserError(f"verification failed for {len(failed)} of {len(outcomes)} images: {', '.join(failed)}")
-
-
-def _staging_auth(results: list[Any], credentials_file: Path | None) -> dict[str, str] | None:
-    """Pull credentials for the staging registry the results name (environment, --credentials, docker config)."""
-    from imagesmith.registry import resolve_credentials
-
-    hosts = sorted({r.staged["repository"].split("/", 1)[0] for r in results if r.staged})
-    creds = resolve_credentials(hosts[0], None, credentials_file) if hosts else None
-    return creds.auth_config() if creds else None
+        _print_outcomes(done.outcomes)
+        click.echo(f"run report: {done.run_report}", err=True)
+    if done.failed:
+        raise UserError(f"verification failed for {len(done.failed)} of {len(done.outcomes)} images: {', '.join(done.failed)}")
 
 
 def verify_failures(report: dict[str, Any]) -> str:

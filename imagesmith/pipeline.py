@@ -16,13 +16,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from imagesmith import artifacts, build, policy, runstate, verify
+from imagesmith import artifacts, build, policy, publish, runstate, verify
 from imagesmith.artifacts import VERIFY_FILE
+from imagesmith.atomic import write_text
 from imagesmith.errors import UsageError, UserError
 from imagesmith.matrix import Matrix
+from imagesmith.plan import Plan
 from imagesmith.progress import Display
+
+if TYPE_CHECKING:
+    from imagesmith.signing import Key
 
 RUN_REPORT = "run-report.json"
 
@@ -240,27 +245,172 @@ def write_run_report(out: Path, build_data: Mapping[str, Any], outcomes: Mapping
     return run.complete()
 
 
+# -- the stage sequence --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseOptions:
+    """How a release is made (``imagesmith publish``, ``imagesmith build --push``); ``credentials_file``
+    also serves verify's pull of staged images."""
+
+    credentials_file: Path | None = None
+    ca_file: Path | None = None
+    signing_key: Key | None = None
+    with_evidence: bool = True
+    floating_gate: Callable[[str | None], str | None] | None = None
+    allow_cpu_verification: bool = False
+    registry: publish.RegistryLike | None = None  # instead of a client for the release's registry (a test's double)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the stages after a build made of it: each verified image's outcome, the release (when
+    one ran) and the run report that holds all of it."""
+
+    results: tuple[build.TargetResult, ...]
+    outcomes: Mapping[str, verify.VerifyOutcome]
+    release: publish.ReleaseReport | None
+    run_report: Path
+
+    @property
+    def failed(self) -> list[str]:
+        """Targets whose verification failed."""
+        return [t for t, o in self.outcomes.items() if not o.ok]
+
+    @property
+    def unbuilt(self) -> int:
+        return sum(not r.ok for r in self.results)
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One ``imagesmith build``: the targets of ``plan`` (the whole plan) that ``only``/``layers`` pick, built into
+    ``out``; with ``stage_repo``, pushed to that staging repository and ancestors adopted from other jobs' artifacts."""
+
+    matrix: Matrix
+    plan: Plan
+    out: Path
+    only: tuple[str, ...] = ()
+    layers: tuple[str, ...] = ()
+    jobs: int = 2
+    prune: bool = True
+    stage_repo: str | None = None
+    credentials_file: Path | None = None
+    ca_file: Path | None = None
+
+    @property
+    def whole(self) -> bool:
+        return not self.only and not self.layers
+
+
+def build_stage(engine: Any, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, build.BuildReport]:
+    """Build what ``job`` picks (OUT/report.json, OUT/<target>/build.json); after a build of the whole plan the
+    artifacts of targets it no longer has are removed. The plan built (less what staging adopted) and its
+    report; a stop (an error, Ctrl-C) marks ``run`` interrupted."""
+    try:
+        p, stage = job.plan.select(job.only, job.layers), None
+        if job.stage_repo:
+            from imagesmith import staging
+
+            stage = staging.open_stage(job.stage_repo, job.matrix.image.name, engine, job.out, job.credentials_file,
+                                       job.ca_file, display)
+            p = stage.prepare(p, job.plan.picked(job.only, job.layers), job.matrix)
+        report = build.Builder(p, job.matrix, engine, job.out, job.jobs, display, prune=job.prune, stage=stage).run()
+        for gone in artifacts.remove_stale(job.out, {t.id for t in job.plan.targets}) if job.whole else []:
+            display.note(f"{gone}: no longer planned; its build artifact in {job.out} was removed (publish will not release it)")
+    except BaseException as exc:
+        if run is not None:
+            run.tracked.stop(exc)
+        raise
+    return p, report
+
+
+def records_of(report: build.BuildReport, plan: Plan, spec: artifacts.Release) -> list[artifacts.BuildRecord]:
+    """A build job's results as the records it saved (OUT/<target>/build.json), in plan order."""
+    results = {r.target: r for r in report.results}
+    return [artifacts.record_of(results[t.id], t, spec) for t in plan.targets if t.id in results]
+
+
+def verify_and_release(engine: Any, report: build.BuildReport, plan: Plan, spec: artifacts.Release, out: Path,
+                       display: Display, run: RunReport, options: verify.VerifyOptions, release: ReleaseOptions,
+                       push: bool) -> RunOutcome:
+    """After a build of ``plan`` (``imagesmith build --verify/--push``): verify every image it made
+    (OUT/<target>/verify.json), then, with ``push``, release what passed (OUT/release.json) as ``spec``
+    says. ``run`` records each stage and ends ``complete`` (``interrupted`` when a stage raises)."""
+    with run:
+        run.built(report.to_json() | {"state": runstate.COMPLETE})  # as the build wrote it to report.json
+        auth = staging_auth(report.results, release.credentials_file)
+        outcomes = verify_results(engine, report.results, options, out, display, run, auth)
+        rel = _release(engine, spec, records_of(report, plan, spec), outcomes, out, display, release) if push else None
+        if rel is not None:
+            run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
+        return RunOutcome(tuple(report.results), outcomes, rel, run.complete())
+
+
+def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, display: Display,
+                  credentials_file: Path | None = None, json_out: Path | None = None, engine: Any = None) -> RunOutcome:
+    """``imagesmith verify --build-report``: verify each built/cached target of ``built`` (a staged image by its
+    digest, else by image ID), its verify.json in the folder of its build artifact, one run report in ``out``
+    (``running`` until every image is verified), copied to ``json_out`` when given."""
+    if engine is None:
+        from imagesmith.engine import Engine
+
+        engine = Engine()
+    results = built.results
+    auth = staging_auth(results, credentials_file)
+    with artifacts.locked(out, "imagesmith verify", display.note):
+        with RunReport(out, built.data) as run:
+            outcomes = verify_results(engine, results, options, out, display, run, auth, built.folders)
+            path = run.complete()
+        if json_out and json_out.resolve() != path.resolve():
+            write_text(json_out, path.read_text())
+    return RunOutcome(tuple(results), outcomes, None, path)
+
+
+def read_builds(paths: Sequence[Path]) -> BuildInput:
+    """Build reports (OUT/report.json) and build artifacts (OUT/<target>/build.json) of any number of jobs, as one."""
+    return merge_inputs([read_build_input(p) for p in paths])
+
+
+def out_of(path: Path) -> Path:
+    """The output folder of a build report (OUT/report.json) or artifact (OUT/<target>/build.json)."""
+    return path.parent.parent if path.name == artifacts.BUILD_FILE else path.parent
+
+
+def staging_auth(results: Sequence[build.TargetResult], credentials_file: Path | None) -> dict[str, str] | None:
+    """Pull credentials for the staging registry the results name (``--credentials``, environment, docker config)."""
+    from imagesmith.registry import resolve_credentials
+
+    hosts = sorted({r.staged["repository"].split("/", 1)[0] for r in results if r.staged})
+    creds = resolve_credentials(hosts[0], None, credentials_file) if hosts else None
+    return creds.auth_config() if creds else None
+
+
+def _release(engine: Any, spec: artifacts.Release, records: Sequence[artifacts.BuildRecord],
+             outcomes: Mapping[str, verify.VerifyOutcome], out: Path, display: Display, options: ReleaseOptions,
+             date: str | None = None, inventory: Callable[[str], Mapping[str, Any]] | None = None) -> publish.ReleaseReport:
+    return publish.release_to(engine, spec, records, outcomes, out, display, date, options.credentials_file, options.ca_file,
+                              signing_key=options.signing_key, with_evidence=options.with_evidence, inventory=inventory,
+                              floating_gate=options.floating_gate, allow_cpu_verification=options.allow_cpu_verification,
+                              client=options.registry)
+
+
 # -- publish from the build artifacts alone ------------------------------------------------------
 
 
-def publish_artifacts(out: Path, display: Display, date: str | None = None, run_report: Path | None = None,
-                      matrix: Matrix | None = None, engine: Any = None, **release: Any) -> Any:
+def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date: str | None = None,
+                      run_report: Path | None = None, matrix: Matrix | None = None, engine: Any = None) -> publish.ReleaseReport:
     """Publish what OUT's build artifacts (``*/build.json``, gathered from any number of build jobs) and
-    the ``verify.json`` beside each say passed: no matrix needed. Staged images are promoted
-    registry to registry (no engine); the SBOM's inventory comes from the build job's measurement.
-    An artifact whose build job did not complete stops the release; a verify report whose run did
-    not complete counts as not verified. Writes OUT/release.json and OUT/run-report.json (``running``
+    the ``verify.json`` beside each say passed: no matrix needed (one given must agree with them). Staged
+    images are promoted registry to registry (no engine); the SBOM's inventory comes from the build job's
+    measurement. An artifact whose build job did not complete stops the release; a verify report whose run
+    did not complete counts as not verified. Writes OUT/release.json and OUT/run-report.json (``running``
     until the release ends, then ``complete`` or ``interrupted``); returns the release report."""
-    from imagesmith import publish
-    from imagesmith.plan import Plan
-
     found = artifacts.find_builds(out)
     spec = artifacts.one_release(found)
-    if matrix is not None and (matrix.image.name, matrix.tags) != (spec.image.name, spec.tags):
-        raise UserError(f"the build artifacts in {out} release {spec.image.name} ({spec.matrix}), not what {matrix.file.name} "
-                        f"says ({matrix.image.name}); publish without --matrix, or build again from {matrix.file.name}")
+    if matrix is not None:
+        check_agrees(matrix, spec, out)
     ordered = complete(sorted(found.values(), key=lambda f: f.record.target.depth))
-    plan = Plan(spec.matrix, spec.date, tuple(f.record.target for f in ordered))
     built = builds_input(ordered)
     outcomes = read_outcomes(out, list(found), run_report) if run_report is not None else _verify_reports(ordered)
     if engine is None:
@@ -269,11 +419,18 @@ def publish_artifacts(out: Path, display: Display, date: str | None = None, run_
         engine = Engine()  # connects only if an image was not staged (same-host publish)
     with RunReport(out, built.data) as run:
         run.verify = {t: o.report for t, o in outcomes.items()}
-        rel = publish.release_to(engine, spec.image, spec.tags, plan, built.results, outcomes, date or spec.date, out, display,
-                                 inventory=_inventories(ordered, engine), **release)
+        rel = _release(engine, spec, [f.record for f in ordered], outcomes, out, display, release, date,
+                       _inventories(ordered, engine))
         run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
         run.complete()
     return rel
+
+
+def check_agrees(matrix: Matrix, spec: artifacts.Release, out: Path) -> None:
+    """A matrix given to publish only cross-checks the artifacts: the same image and tag policy."""
+    if (matrix.image.name, matrix.tags) != (spec.image.name, spec.tags):
+        raise UserError(f"the build artifacts in {out} release {spec.image.name} ({spec.matrix}), not what {matrix.file.name} "
+                        f"says ({matrix.image.name}); publish without --matrix, or build again from {matrix.file.name}")
 
 
 def _verify_reports(found: list[artifacts.Found]) -> dict[str, verify.VerifyOutcome]:

@@ -33,9 +33,10 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from imagesmith import policy, runstate, schemas, tags
+from imagesmith.artifacts import BuildRecord, Release
 from imagesmith.atomic import write_text
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
@@ -44,6 +45,9 @@ from imagesmith.registry import TRANSIENT_MESSAGE, Credentials, Manifest, Regist
 from imagesmith.report import markdown as release_markdown
 from imagesmith.report.model import verified_how
 from imagesmith.versions import cuda_variant, major, minor
+
+if TYPE_CHECKING:
+    from imagesmith.signing import Key
 
 RELEASE_SCHEMA = schemas.RELEASE
 LABEL = "io.imagesmith."
@@ -105,28 +109,24 @@ class Item:
     source: str | None = None  # the staged image (host/repository@digest): promoted through the registry, no engine
 
 
-def items_from(results: Iterable[Any], plan: Any, outcomes: Mapping[str, Verified]) -> list[Item]:
-    """Build results (``TargetResult``) + the plan + verify outcomes by target id -> items."""
-    index = plan.by_id()
-    unknown = [r.target for r in results if r.target not in index]
-    if unknown:
-        raise UserError(f"the build report has targets the matrix no longer plans ({', '.join(unknown[:3])}); build again, then release")
-    return [_item(r, index[r.target], outcomes.get(r.target)) for r in results]
+def items_from(records: Iterable[BuildRecord], outcomes: Mapping[str, Verified]) -> list[Item]:
+    """What the build saved (``artifacts.BuildRecord``, each with its plan target) + verify outcomes by target id -> items."""
+    return [_item(r, outcomes.get(r.target.id)) for r in records]
 
 
-def _item(result: Any, target: Any, outcome: Verified | None) -> Item:
+def _item(record: BuildRecord, outcome: Verified | None) -> Item:
     summary = verification_summary(outcome)
-    staged = getattr(result, "staged", None)
-    source = f"{staged['repository']}@{staged['digest']}" if staged else None
-    same_image = summary.get("image_id") in (None, result.image_id)
-    same_digest = not staged or summary.get("digest") in (None, staged["digest"])
-    verified = bool(result.ok and outcome is not None and outcome.ok and same_image and same_digest)
-    error = result.error if not result.ok else None
-    if result.ok and outcome is not None and not same_image:
-        error = f"verification ran on image {summary['image_id']}, not the built {result.image_id}"
-    elif result.ok and outcome is not None and not same_digest:
+    staged = record.staged
+    source = staged.reference if staged else None
+    same_image = summary.get("image_id") in (None, record.image_id)
+    same_digest = not staged or summary.get("digest") in (None, staged.digest)
+    verified = bool(record.ok and outcome is not None and outcome.ok and same_image and same_digest)
+    error = record.error if not record.ok else None
+    if record.ok and outcome is not None and not same_image:
+        error = f"verification ran on image {summary['image_id']}, not the built {record.image_id}"
+    elif record.ok and outcome is not None and not same_digest:
         error = f"verification ran on {summary['digest']}, not the staged {source}"
-    return Item(result.target, target.layer, target.cell, result.image_id, result.facts, bool(result.ok),
+    return Item(record.target.id, record.target.layer, record.target.cell, record.image_id, record.facts, record.ok,
                 verified, summary, error, policy.evidence(outcome.report) if outcome is not None else None, source)
 
 
@@ -791,47 +791,35 @@ def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: S
     return Publisher(engine, registry, matrix.image, matrix.tags, date, out_dir, display, credentials, **seams).run(items)
 
 
-def release(engine: EngineLike, matrix: Matrix, plan: Any, results: Iterable[Any], outcomes: Mapping[str, Verified],
-            date: str, out_dir: Path, display: Display | None = None, credentials_file: Path | None = None,
-            ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Any = None,
-            with_evidence: bool = True, floating_gate: Callable[[str | None], str | None] | None = None,
-            allow_cpu_verification: bool = False) -> ReleaseReport:
-    """What the CLI calls: credentials resolved (env, file, docker config), a
-    registry client for ``matrix.image.registry``, items from the build
-    results and verify outcomes, then :func:`publish`; with ``with_evidence``
-    each released digest gets its SBOM, attestation and (with ``signing_key``)
-    signatures (:mod:`imagesmith.evidence`)."""
-    if not matrix.image.registry:
-        raise UserError(f"{matrix.file.name}: image.registry is not set; a release needs the registry to push to")
-    return release_to(engine, matrix.image, matrix.tags, plan, results, outcomes, date, out_dir, display, credentials_file,
-                      ca_file, environ, signing_key, with_evidence, floating_gate=floating_gate,
-                      allow_cpu_verification=allow_cpu_verification)
-
-
-def release_to(engine: EngineLike, image: ImageSpec, tag_policy: TagPolicy, plan: Any, results: Iterable[Any],
-               outcomes: Mapping[str, Verified], date: str, out_dir: Path, display: Display | None = None,
-               credentials_file: Path | None = None, ca_file: Path | None = None, environ: Mapping[str, str] | None = None,
-               signing_key: Any = None, with_evidence: bool = True, inventory: Any = None,
+def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord], outcomes: Mapping[str, Verified],
+               out_dir: Path, display: Display | None = None, date: str | None = None, credentials_file: Path | None = None,
+               ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Key | None = None,
+               with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
-               allow_cpu_verification: bool = False) -> ReleaseReport:
-    """:func:`release` for a release spec (registry, repository, tag policy) that need not come from a
-    matrix (the build artifacts carry it). Staged items are promoted registry to registry
-    (:mod:`imagesmith.promote`) under the same release policy as pushed ones (GPU-verified CUDA images
-    only float; ``floating_gate`` holds back digests the fleet did not pass); ``inventory`` (image ID -> inventory) replaces running the image for the SBOM."""
+               allow_cpu_verification: bool = False, client: RegistryLike | None = None) -> ReleaseReport:
+    """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
+    tag policy and build date, ``date`` overriding the latter): credentials resolved (``--credentials``, env,
+    docker config), a registry client, then :class:`Publisher`. Staged items are promoted registry to registry
+    (:mod:`imagesmith.promote`) under the same release policy as pushed ones (GPU-verified CUDA images only
+    float; ``floating_gate`` holds back digests the fleet did not pass). With ``with_evidence`` each released
+    digest gets its SBOM, attestation and (with ``signing_key``) signatures (:mod:`imagesmith.evidence`);
+    ``inventory`` (image ID -> inventory) replaces running the image for the SBOM; ``client`` replaces the
+    registry client made for ``spec``'s registry (a test's double)."""
     from imagesmith.promote import registry_promoter
     from imagesmith.registry import Registry, resolve_credentials
 
+    image = spec.image
     if not image.registry:
-        raise UserError("the release has no registry (image.registry in the matrix); a release needs the registry to push to")
+        raise UserError(f"{spec.matrix}: image.registry is not set; a release needs the registry to push to")
     credentials = resolve_credentials(image.registry, environ, credentials_file)
-    client = Registry(image.registry, credentials, ca_file=ca_file)
-    items = items_from(results, plan, outcomes)
-    bases = {t.id: t.base_image for t in plan.targets}
+    client = client or Registry(image.registry, credentials, ca_file=ca_file)
+    items = items_from(records, outcomes)
+    bases = {r.target.id: r.target.base_image for r in records}
     reports = {t: o.report for t, o in outcomes.items()}
     step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, inventory) if with_evidence else None
     promote = registry_promoter(client, credentials_file, ca_file, environ)
-    return Publisher(engine, client, image, tag_policy, date, out_dir, display, credentials, evidence=step, promote=promote,
-                     floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification).run(items)
+    return Publisher(engine, client, image, spec.tags, date or spec.date, out_dir, display, credentials, evidence=step,
+                     promote=promote, floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification).run(items)
 
 
 def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],

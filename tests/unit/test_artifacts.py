@@ -284,7 +284,7 @@ def test_an_artifact_whose_build_job_did_not_complete_is_never_read_as_a_build(t
                                         f"complete) \\(state: {state}.*; run its build job"):
         pipeline.read_build_input(path)
     with pytest.raises(UserError, match=f"state: {state}"):
-        pipeline.publish_artifacts(tmp_path, Notes(), engine=object())
+        pipeline.publish_artifacts(tmp_path, Notes(), pipeline.ReleaseOptions(), engine=object())
     assert not (tmp_path / "release.json").exists() and not (tmp_path / "run-report.json").exists()
 
 

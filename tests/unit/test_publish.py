@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from imagesmith import matrix, policy, publish, registry
+from imagesmith import matrix, plan, policy, publish, registry
+from imagesmith.artifacts import BuildRecord, Release, Staged
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.registry import Credentials, Manifest
@@ -509,27 +510,37 @@ def test_an_unverified_tag_in_the_registry_never_holds_a_floating_tag_back(world
 # -- items from the build and verify stages ------------------------------------------------------------
 
 
+LOCAL = matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=LOCAL_ROOTS)
+PLANNED = plan.expand(LOCAL, DATE).targets[:3]
+
+
+def built(i: int, ok: bool = True, image_id: str | None = None, staged: str | None = None) -> BuildRecord:
+    """The build artifact of the i-th planned target (examples/local.yaml)."""
+    t = PLANNED[i]
+    return BuildRecord(t, Release.of(LOCAL, DATE), "built" if ok else "failed", image_id or f"sha256:{t.id}", facts=facts("2.9.1"),
+                       error=None if ok else "boom", staged=Staged("h.test/ml/staging", "ctx-1", staged) if staged else None)
+
+
 def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
-    plan = SimpleNamespace(by_id=lambda: {t: SimpleNamespace(layer="base", cell="c") for t in ("a", "b", "c")})
-    results = [SimpleNamespace(target=t, ok=ok, image_id=f"sha256:{t}", facts=facts("2.9.1"), error=None if ok else "boom")
-               for t, ok in (("a", True), ("b", True), ("c", False))]
+    records = [built(0), built(1), built(2, ok=False)]
+    a, b, c = (t.id for t in PLANNED)
     outcome = lambda ok, image: SimpleNamespace(ok=ok, report={"summary": {"ok": ok}, "image": {"id": image}, "checks": []})  # noqa: E731
-    items = publish.items_from(results, plan, {"a": outcome(True, "sha256:a"), "b": outcome(True, "sha256:OTHER")})
-    assert [(i.target, i.verified, i.error) for i in items] == [
-        ("a", True, None), ("b", False, "verification ran on image sha256:OTHER, not the built sha256:b"), ("c", False, "boom")]
+    items = publish.items_from(records, {a: outcome(True, f"sha256:{a}"), b: outcome(True, "sha256:OTHER")})
+    assert [(i.target, i.layer, i.cell, i.built, i.verified, i.error) for i in items] == [
+        (a, PLANNED[0].layer, PLANNED[0].cell, True, True, None),
+        (b, PLANNED[1].layer, PLANNED[1].cell, True, False, f"verification ran on image sha256:OTHER, not the built sha256:{b}"),
+        (c, PLANNED[2].layer, PLANNED[2].cell, False, False, "boom")]
 
 
 def test_a_staged_item_counts_as_verified_only_for_the_digest_that_was_verified() -> None:
-    plan = SimpleNamespace(by_id=lambda: {t: SimpleNamespace(layer="base", cell="c") for t in ("a", "b", "c")})
-    staged = lambda d: {"repository": "h.test/ml/staging", "digest": d}  # noqa: E731
-    results = [SimpleNamespace(target=t, ok=True, image_id="sha256:i", facts=facts("2.9.1"), error=None, staged=staged(f"sha256:{t}"))
-               for t in ("a", "b", "c")]
+    records = [built(i, image_id="sha256:i", staged=f"sha256:{'abc'[i]}") for i in range(3)]
+    a, b, c = (t.id for t in PLANNED)
     outcome = lambda d: SimpleNamespace(ok=True, report={"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}})  # noqa: E731
-    items = publish.items_from(results, plan, {"a": outcome("sha256:a"), "b": outcome("sha256:OTHER"), "c": outcome(None)})
+    items = publish.items_from(records, {a: outcome("sha256:a"), b: outcome("sha256:OTHER"), c: outcome(None)})
     assert [(i.target, i.verified, i.source, i.error) for i in items] == [
-        ("a", True, "h.test/ml/staging@sha256:a", None),
-        ("b", False, "h.test/ml/staging@sha256:b", "verification ran on sha256:OTHER, not the staged h.test/ml/staging@sha256:b"),
-        ("c", True, "h.test/ml/staging@sha256:c", None)]  # verified by image ID on the build host: the same image
+        (a, True, "h.test/ml/staging@sha256:a", None),
+        (b, False, "h.test/ml/staging@sha256:b", "verification ran on sha256:OTHER, not the staged h.test/ml/staging@sha256:b"),
+        (c, True, "h.test/ml/staging@sha256:c", None)]  # verified by image ID on the build host: the same image
 
 
 def test_a_staged_item_is_promoted_never_pushed_with_the_engine(world: World) -> None:
@@ -602,13 +613,6 @@ def test_the_fleet_gate_holds_back_a_promoted_digest_like_a_pushed_one(world: Wo
     assert seen == [staged_digest] and data["targets"][0]["digest"] == staged_digest
     assert {f["action"] for f in data["floating"]} == {"kept"} and data["targets"][0]["floating"] == []
     assert all("held back by the fleet" in f["reason"] for f in data["floating"])
-
-
-def test_a_build_report_from_another_matrix_is_refused() -> None:
-    plan = SimpleNamespace(by_id=lambda: {"a": SimpleNamespace(layer="base", cell="c")})
-    with pytest.raises(UserError) as err:
-        publish.items_from([SimpleNamespace(target="gone-base")], plan, {})
-    assert str(err.value) == "the build report has targets the matrix no longer plans (gone-base); build again, then release"
 
 
 def test_publish_takes_image_and_tag_policy_from_the_matrix(world: World) -> None:
