@@ -110,6 +110,7 @@ class OSInfo:
     codename: str
     python: str
     image: str
+    glibc: str  # the distro's glibc (major.minor): the newest manylinux tag its wheels may carry
     eol: str | None = None
 
 
@@ -194,7 +195,7 @@ def _cuda(version: str, raw: Mapping[str, Any]) -> CudaInfo:
 
 
 def _os(key: str, raw: Mapping[str, Any]) -> OSInfo:
-    fields = {k: str(raw[k]) for k in ("family", "version", "codename", "python", "image")}
+    fields = {k: str(raw[k]) for k in ("family", "version", "codename", "python", "image", "glibc")}
     return OSInfo(key=key, eol=raw.get("eol"), **fields)
 
 
