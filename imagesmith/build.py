@@ -3,7 +3,8 @@
 Parents first, independent targets in parallel (``jobs``), each child FROM its
 parent's image *ID*. A target whose rendered context (+ build arguments +
 parent ID) hashes to an image that already exists is taken from cache. A
-failed target skips its descendants; the rest go on. After each build the
+failed target skips its descendants; the rest go on (the walk is stdlib
+:class:`graphlib.TopologicalSorter`). After each build the
 image is measured from inside and compared with the plan. With a stage
 (``build --stage``, :mod:`imagesmith.staging`) each image is also pushed to a
 staging repository by digest, and ancestors built by other jobs come from there.
@@ -13,6 +14,7 @@ Every target not taken from another job gets its artifact, OUT/<target>/build.js
 from __future__ import annotations
 
 import datetime as dt
+import graphlib
 import hashlib
 import json
 import queue
@@ -201,10 +203,11 @@ class Builder:
         started, t0 = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), time.monotonic()
         tracked = runstate.Tracked(self.out / "report.json", self._report(started, t0).to_json(), not_ok)
         try:
+            order = self._order()
             self._artifacts(runstate.RUNNING)
             self._prepare()
             try:
-                self._schedule(lambda: tracked.update(self._report(started, t0).to_json()))
+                self._schedule(order, lambda: tracked.update(self._report(started, t0).to_json()))
             finally:
                 if self.server:
                     self.server.stop()
@@ -342,46 +345,56 @@ class Builder:
         return info.id
 
     # -- the DAG ---------------------------------------------------------------------
-    def _schedule(self, progressed: Callable[[], None] = lambda: None) -> None:
+    def _order(self) -> graphlib.TopologicalSorter[str]:
+        """The plan's DAG, ready to walk (parent -> child); a cycle is a broken plan, said in one line."""
+        ids = {t.id for t in self.plan.targets}
+        order = graphlib.TopologicalSorter({t.id: [t.parent] if t.parent in ids else [] for t in self.plan.targets})
+        try:
+            order.prepare()
+        except graphlib.CycleError as exc:
+            raise BuildError(f"the plan's targets form a cycle ({' -> '.join(exc.args[1])}); "
+                             "each target's parent must be built before it: check the layers' parent keys") from None
+        return order
+
+    def _schedule(self, order: graphlib.TopologicalSorter[str], progressed: Callable[[], None] = lambda: None) -> None:
+        """Walk ``order`` (:meth:`_order`) with ``jobs`` workers: a target starts once its parent is
+        done; the descendants of a target that did not succeed are skipped, everything else goes on."""
         done: queue.Queue[str] = queue.Queue()
-        pending = {t.id: t for t in self.plan.targets}
+        rank = {t.id: i for i, t in enumerate(self.plan.targets)}
+        ready: list[str] = []
         running: set[str] = set()
         try:
-            while pending or running:
-                self._start_ready(pending, running, done)
+            while order.is_active():
+                ready = sorted(ready + [tid for tid in order.get_ready() if not self._skipped(tid, order)], key=rank.__getitem__)
+                while ready and len(running) < self.jobs:
+                    running.add(self._start(ready.pop(0), done))
                 if not running:
-                    break
+                    continue  # only skipped targets came ready: their children may be ready now
                 finished = done.get()
                 running.discard(finished)
-                self._skip_descendants(finished, pending)
+                order.done(finished)
                 progressed()
         except KeyboardInterrupt:
             self.cancel.set()
-            for tid in list(pending) + list(running):
+            for tid in sorted(running | {tid for tid, r in self.results.items() if r.status == "queued"}, key=rank.__getitem__):
                 self.results[tid].status, self.results[tid].error = "cancelled", "interrupted"
                 self.display.update(tid, "cancelled")
             raise
 
-    def _start_ready(self, pending: dict[str, Target], running: set[str], done: "queue.Queue[str]") -> None:
-        for tid, t in list(pending.items()):
-            if len(running) >= self.jobs:
-                return
-            if t.parent and (t.parent in pending or t.parent in running):
-                continue
-            del pending[tid]
-            running.add(tid)
-            threading.Thread(target=self._worker, args=(t, done), name=f"build-{tid}", daemon=True).start()
+    def _skipped(self, tid: str, order: graphlib.TopologicalSorter[str]) -> bool:
+        """Skip ``tid`` (and so, in turn, its descendants) when its parent did not succeed."""
+        parent = self.plan.by_id()[tid].parent
+        if parent is None or parent not in self.results or self.results[parent].ok:
+            return False
+        result, why = self.results[tid], self.results[parent].status
+        result.status, result.error = "skipped", f"parent {parent} {why}"
+        self.display.update(tid, "skipped", f"parent {why}")
+        order.done(tid)
+        return True
 
-    def _skip_descendants(self, tid: str, pending: dict[str, Target]) -> None:
-        if self.results[tid].ok:
-            return
-        for child in self.plan.children(tid):
-            if child.id in pending:
-                del pending[child.id]
-                result = self.results[child.id]
-                result.status, result.error = "skipped", f"parent {tid} {self.results[tid].status}"
-                self.display.update(child.id, "skipped", f"parent {self.results[tid].status}")
-                self._skip_descendants(child.id, pending)
+    def _start(self, tid: str, done: "queue.Queue[str]") -> str:
+        threading.Thread(target=self._worker, args=(self.plan.by_id()[tid], done), name=f"build-{tid}", daemon=True).start()
+        return tid
 
     def _worker(self, t: Target, done: "queue.Queue[str]") -> None:
         result, t0 = self.results[t.id], time.monotonic()
