@@ -35,6 +35,7 @@ from imagesmith.progress import Display, QuietDisplay
 from imagesmith.registry import resolve_credentials
 from imagesmith.report import log_tail
 from imagesmith.sources import SourceServer
+from imagesmith.units import gb
 from imagesmith.versions import matches
 
 REPORT_SCHEMA = schemas.BUILD_REPORT
@@ -410,7 +411,7 @@ class Builder:
     def _summary(r: TargetResult) -> str:
         if r.status == "failed":
             return (r.error or "").splitlines()[0][:120]
-        return f"{r.size_bytes / 1e9:.2f} GB" if r.size_bytes else ""
+        return gb(r.size_bytes) if r.size_bytes else ""
 
     # -- one target ------------------------------------------------------------------
     def logical_args(self, t: Target) -> dict[str, str]:
