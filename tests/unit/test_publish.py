@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from imagesmith import matrix, policy, publish, registry
+from imagesmith import matrix, policy, publish, registry, tags
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.registry import Credentials, Manifest
@@ -166,7 +166,7 @@ class World:
         pub = publish.Publisher(self.engine, self.reg, IMAGE, policy, DATE, self.out, credentials=CREDS,
                                 sleep=sleep, clock=lambda: sum(self.sleeps) + 0.25 * len(self.engine.auths), **kw)
         report = pub.run(items)
-        data = json.loads((self.out / "release.json").read_text())
+        data: dict[str, Any] = json.loads((self.out / "release.json").read_text())
         assert data["ok"] == report.ok
         return data
 
@@ -197,7 +197,7 @@ def world(tmp_path: Path) -> World:
 ])
 def test_immutable_tag_comes_from_what_the_image_measured(measured: dict[str, Any], layer: str, tag: str) -> None:
     fields = publish.tag_fields(measured, layer, "cell", DATE)
-    assert publish.tags.render(TagPolicy().immutable, fields) == tag
+    assert tags.render(TagPolicy().immutable, fields) == tag
 
 
 def test_an_image_without_torch_gets_no_tag(world: World) -> None:
@@ -513,7 +513,10 @@ def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
     plan = SimpleNamespace(by_id=lambda: {t: SimpleNamespace(layer="base", cell="c") for t in ("a", "b", "c")})
     results = [SimpleNamespace(target=t, ok=ok, image_id=f"sha256:{t}", facts=facts("2.9.1"), error=None if ok else "boom")
                for t, ok in (("a", True), ("b", True), ("c", False))]
-    outcome = lambda ok, image: SimpleNamespace(ok=ok, report={"summary": {"ok": ok}, "image": {"id": image}, "checks": []})  # noqa: E731
+
+    def outcome(ok: bool, image: str) -> SimpleNamespace:
+        return SimpleNamespace(ok=ok, report={"summary": {"ok": ok}, "image": {"id": image}, "checks": []})
+
     items = publish.items_from(results, plan, {"a": outcome(True, "sha256:a"), "b": outcome(True, "sha256:OTHER")})
     assert [(i.target, i.verified, i.error) for i in items] == [
         ("a", True, None), ("b", False, "verification ran on image sha256:OTHER, not the built sha256:b"), ("c", False, "boom")]
@@ -521,10 +524,16 @@ def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
 
 def test_a_staged_item_counts_as_verified_only_for_the_digest_that_was_verified() -> None:
     plan = SimpleNamespace(by_id=lambda: {t: SimpleNamespace(layer="base", cell="c") for t in ("a", "b", "c")})
-    staged = lambda d: {"repository": "h.test/ml/staging", "digest": d}  # noqa: E731
+
+    def staged(d: str) -> dict[str, str]:
+        return {"repository": "h.test/ml/staging", "digest": d}
+
     results = [SimpleNamespace(target=t, ok=True, image_id="sha256:i", facts=facts("2.9.1"), error=None, staged=staged(f"sha256:{t}"))
                for t in ("a", "b", "c")]
-    outcome = lambda d: SimpleNamespace(ok=True, report={"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}})  # noqa: E731
+
+    def outcome(d: str | None) -> SimpleNamespace:
+        return SimpleNamespace(ok=True, report={"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}})
+
     items = publish.items_from(results, plan, {"a": outcome("sha256:a"), "b": outcome("sha256:OTHER"), "c": outcome(None)})
     assert [(i.target, i.verified, i.source, i.error) for i in items] == [
         ("a", True, "h.test/ml/staging@sha256:a", None),
