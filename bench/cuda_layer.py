@@ -56,6 +56,7 @@ import build as buildbench  # noqa: E402  (bench/build.py: the naive image)
 from imagesmith import bootstrap, build, compat, footprint, matrix, plan, publish  # noqa: E402
 from imagesmith.engine import Engine  # noqa: E402
 from imagesmith.registry import Credentials, Registry  # noqa: E402
+from imagesmith.units import gb  # noqa: E402
 
 LAYOUTS = ("shared", "today")  # shared first: any cache in the proxy helps today's layout, not ours
 DATE = "20261130"
@@ -308,7 +309,6 @@ def figures(results: dict[str, dict[str, Any]], naive: int) -> list[tuple[str, s
     t, s = results["today"], results["shared"]
     second = lambda r: next(v for k, v in r["pushes"].items() if "py3.13" in k and k.endswith("base"))  # noqa: E731
     base = lambda r: next(v for k, v in r["sizes_bytes"].items() if "cu" in k and k.endswith("debian12-base"))  # noqa: E731
-    gb = lambda n: f"{n / 1e9:.2f} GB"  # noqa: E731
     rows = [
         ("registry bytes after the release of examples/local.yaml", gb(t["registry_bytes"]), gb(s["registry_bytes"]),
          f"{s['registry_bytes'] / t['registry_bytes']:.2f}x", "<= 0.6x"),

@@ -3,7 +3,8 @@
 Parents first, independent targets in parallel (``jobs``), each child FROM its
 parent's image *ID*. A target whose rendered context (+ build arguments +
 parent ID) hashes to an image that already exists is taken from cache. A
-failed target skips its descendants; the rest go on. After each build the
+failed target skips its descendants; the rest go on (the walk is stdlib
+:class:`graphlib.TopologicalSorter`). After each build the
 image is measured from inside and compared with the plan. With a stage
 (``build --stage``, :mod:`imagesmith.staging`) each image is also pushed to a
 staging repository by digest, and ancestors built by other jobs come from there.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import graphlib
 import hashlib
 import heapq
 import itertools
@@ -36,6 +38,7 @@ from imagesmith.progress import Display, QuietDisplay
 from imagesmith.registry import resolve_credentials
 from imagesmith.report import log_tail
 from imagesmith.sources import SourceServer
+from imagesmith.units import gb
 from imagesmith.versions import matches
 
 REPORT_SCHEMA = schemas.BUILD_REPORT
@@ -227,7 +230,13 @@ def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
     """Build order among ready targets: shared-CUDA bases first (their builder stages run while
     the CUDA layer is made), then those with more descendants (the longer chains), then plan order."""
     def descendants(tid: str) -> int:
-        return sum(1 + descendants(c.id) for c in plan.children(tid))
+        seen, todo = set(), [tid]
+        while todo:  # (a cyclic plan is refused later, in one line: no recursion here)
+            for child in plan.children(todo.pop()):
+                if child.id not in seen:
+                    seen.add(child.id)
+                    todo.append(child.id)
+        return len(seen)
     return {t.id: (0 if t.cuda_set is not None else 1, -descendants(t.id), i) for i, t in enumerate(plan.targets)}
 
 
@@ -265,10 +274,11 @@ class Builder:
         started, t0 = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), time.monotonic()
         tracked = runstate.Tracked(self.out / "report.json", self._report(started, t0).to_json(), not_ok)
         try:
+            order = self._order()
             self._artifacts(runstate.RUNNING)
             self._prepare()
             try:
-                self._schedule(lambda: tracked.update(self._report(started, t0).to_json()))
+                self._schedule(order, lambda: tracked.update(self._report(started, t0).to_json()))
             finally:
                 if self.server:
                     self.server.stop()
@@ -406,45 +416,55 @@ class Builder:
         return info.id
 
     # -- the DAG ---------------------------------------------------------------------
-    def _schedule(self, progressed: Callable[[], None] = lambda: None) -> None:
+    def _order(self) -> graphlib.TopologicalSorter[str]:
+        """The plan's DAG, ready to walk (parent -> child); a cycle is a broken plan, said in one line."""
+        ids = {t.id for t in self.plan.targets}
+        order = graphlib.TopologicalSorter({t.id: [t.parent] if t.parent in ids else [] for t in self.plan.targets})
+        try:
+            order.prepare()
+        except graphlib.CycleError as exc:
+            raise BuildError(f"the plan's targets form a cycle ({' -> '.join(exc.args[1])}); "
+                             "each target's parent must be built before it: check the layers' parent keys") from None
+        return order
+
+    def _schedule(self, order: graphlib.TopologicalSorter[str], progressed: Callable[[], None] = lambda: None) -> None:
+        """Walk ``order`` (:meth:`_order`): a target's worker starts once its parent is done and
+        builds when :class:`Slots` admits it (``jobs`` at once, by priority); the descendants of a target that did not succeed are skipped, everything else goes on."""
         done: queue.Queue[str] = queue.Queue()
-        pending = {t.id: t for t in self.plan.targets}
+        rank = {t.id: i for i, t in enumerate(self.plan.targets)}
         running: set[str] = set()
         try:
-            while pending or running:
-                self._start_ready(pending, running, done)
+            while order.is_active():
+                ready = [tid for tid in order.get_ready() if not self._skipped(tid, order)]
+                for tid in sorted(ready, key=self.priority.__getitem__):  # the slots (jobs) admit them by priority
+                    running.add(self._start(tid, done))
                 if not running:
-                    break
+                    continue  # only skipped targets came ready: their children may be ready now
                 finished = done.get()
                 running.discard(finished)
-                self._skip_descendants(finished, pending)
+                order.done(finished)
                 progressed()
         except KeyboardInterrupt:
             self.cancel.set()
-            for tid in list(pending) + list(running):
+            for tid in sorted(running | {tid for tid, r in self.results.items() if r.status == "queued"}, key=rank.__getitem__):
                 self.results[tid].status, self.results[tid].error = "cancelled", "interrupted"
                 self.display.update(tid, "cancelled")
             raise
 
-    def _start_ready(self, pending: dict[str, Target], running: set[str], done: "queue.Queue[str]") -> None:
-        """A thread for every target whose parent is done; :class:`Slots` keeps the engine to ``jobs`` builds."""
-        for tid, t in sorted(pending.items(), key=lambda item: self.priority[item[0]]):
-            if t.parent and (t.parent in pending or t.parent in running):
-                continue
-            del pending[tid]
-            running.add(tid)
-            threading.Thread(target=self._worker, args=(t, done), name=f"build-{tid}", daemon=True).start()
+    def _skipped(self, tid: str, order: graphlib.TopologicalSorter[str]) -> bool:
+        """Skip ``tid`` (and so, in turn, its descendants) when its parent did not succeed."""
+        parent = self.plan.by_id()[tid].parent
+        if parent is None or parent not in self.results or self.results[parent].ok:
+            return False
+        result, why = self.results[tid], self.results[parent].status
+        result.status, result.error = "skipped", f"parent {parent} {why}"
+        self.display.update(tid, "skipped", f"parent {why}")
+        order.done(tid)
+        return True
 
-    def _skip_descendants(self, tid: str, pending: dict[str, Target]) -> None:
-        if self.results[tid].ok:
-            return
-        for child in self.plan.children(tid):
-            if child.id in pending:
-                del pending[child.id]
-                result = self.results[child.id]
-                result.status, result.error = "skipped", f"parent {tid} {self.results[tid].status}"
-                self.display.update(child.id, "skipped", f"parent {self.results[tid].status}")
-                self._skip_descendants(child.id, pending)
+    def _start(self, tid: str, done: "queue.Queue[str]") -> str:
+        threading.Thread(target=self._worker, args=(self.plan.by_id()[tid], done), name=f"build-{tid}", daemon=True).start()
+        return tid
 
     def _worker(self, t: Target, done: "queue.Queue[str]") -> None:
         result, t0 = self.results[t.id], time.monotonic()
@@ -464,7 +484,7 @@ class Builder:
     def _summary(r: TargetResult) -> str:
         if r.status == "failed":
             return (r.error or "").splitlines()[0][:120]
-        return f"{r.size_bytes / 1e9:.2f} GB" if r.size_bytes else ""
+        return gb(r.size_bytes) if r.size_bytes else ""
 
     # -- one target ------------------------------------------------------------------
     def logical_args(self, t: Target) -> dict[str, str]:

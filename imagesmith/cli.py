@@ -27,6 +27,7 @@ from imagesmith import render as render_mod
 from imagesmith.errors import ImagesmithError, UsageError, UserError
 from imagesmith.fleet.commands import fleet_group, floating_gate, gate_options
 from imagesmith.table import print_table
+from imagesmith.units import gb
 
 if TYPE_CHECKING:  # the stages import docker (through the engine) only when a command needs them
     from imagesmith.build import BuildReport
@@ -150,15 +151,15 @@ def print_layers(p: plan_mod.Plan, report: dict[str, Any] | None, fmt: str) -> N
     if fmt == "json":
         click.echo(json.dumps({"targets": [r.__dict__ for r in rows], "cuda_wheels": est.__dict__}, indent=2, sort_keys=True))
         return
-    def gb(n: int | None) -> str:
-        return f"{n / 1e9:.2f}" if n else "-"
+    def column(n: int | None) -> str:
+        return gb(n, unit="") if n else "-"
 
     print_table("layers: the CUDA layer (shared by cells) and each target's own bytes",
                 ["target", "CUDA layer", "shared by cells", "CUDA GB", "own GB", "figures"],
-                [[r.target, r.cuda, r.cells or "-", gb(r.cuda_bytes), gb(r.own_bytes),
+                [[r.target, r.cuda, r.cells or "-", column(r.cuda_bytes), column(r.own_bytes),
                   "measured" if r.measured else "estimate (wheel sizes)"] for r in rows])
-    click.echo(f"CUDA wheels a registry stores for {est.cells} CUDA cells: {est.today_bytes / 1e9:.2f} GB with one copy per cell, "
-               f"{est.shared_bytes / 1e9:.2f} GB with {est.sets} shared layer(s)"
+    click.echo(f"CUDA wheels a registry stores for {est.cells} CUDA cells: {gb(est.today_bytes)} with one copy per cell, "
+               f"{gb(est.shared_bytes)} with {est.sets} shared layer(s)"
                + (f"; no wheel set recorded for {', '.join(est.unknown)}" if est.unknown else ""))
 
 
@@ -486,7 +487,7 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
         staged = any(r.staged for r in report.results)
         print_table(f"build: {report.seconds:.1f}s, report in {out / 'report.json'}",
                     ["target", "status", "seconds", "size", "image", *(["staged"] if staged else [])],
-                    [[r.target, r.status, f"{r.seconds:.1f}", f"{r.size_bytes / 1e9:.2f} GB" if r.size_bytes else "-",
+                    [[r.target, r.status, f"{r.seconds:.1f}", gb(r.size_bytes) if r.size_bytes else "-",
                       (r.image_id or "-")[:19], *([_staged_cell(r.staged)] if staged else [])] for r in report.results])
 
 

@@ -28,6 +28,7 @@ from imagesmith.errors import BuildError
 from imagesmith.plan import CudaSet, Plan, Target, cuda_image
 from imagesmith.progress import Display
 from imagesmith.render import cuda_set_folder
+from imagesmith.units import gb
 
 KEY_SCHEMA = "imagesmith.cuda-layer/1"
 LABEL = "io.imagesmith.cuda."
@@ -138,7 +139,7 @@ class CudaImages:
         assert archive.layer is not None
         for t in targets:
             self._check(cuda_set, t, archive)
-        self.display.update(item, "done", f"{archive.layer.size / 1e9:.2f} GB layer {archive.layer.diff_id[:19]}")
+        self.display.update(item, "done", f"{gb(archive.layer.size)} layer {archive.layer.diff_id[:19]}")
 
     def _download(self, cuda_set: CudaSet, t: Target, dest: Path) -> list[Path]:
         tag = f"imagesmith-cuda-wheels:{cuda_set.id}"

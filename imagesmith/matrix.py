@@ -8,6 +8,7 @@ reported together, warnings (legal but suspicious input) come with a fix hint.
 from __future__ import annotations
 
 import difflib
+import graphlib
 import itertools
 import re
 import urllib.parse
@@ -676,21 +677,24 @@ def _sshd(ctx: Ctx, raw: Any, path: KeyPath) -> Sshd:
 
 
 def _ordered(ctx: Ctx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
-    """Parents before children; unknown parents and cycles are errors."""
+    """Parents before children, each generation in the matrix's order (stdlib graphlib);
+    unknown parents and cycles are errors (a cycle leaves no layer order: nothing to build)."""
     for layer in layers.values():
         if layer.parent is not None and layer.parent not in layers:
             ctx.error(("layers", layer.name, "parent"),
                       f"parent {layer.parent!r} is not a layer here; layers: {', '.join(layers)}{_did_you_mean(layer.parent, layers)}")
-    order: list[Layer] = []
-    remaining = dict(layers)
-    while remaining:
-        ready = [layer for layer in remaining.values() if layer.parent is None or layer.parent not in remaining]
-        if not ready:
-            ctx.error(("layers",), f"layers form a cycle: {', '.join(sorted(remaining))}")
-            break
-        for layer in ready:
-            order.append(remaining.pop(layer.name))
-    return tuple(order)
+    graph = graphlib.TopologicalSorter({name: layers.keys() & {layer.parent} for name, layer in layers.items()})
+    try:
+        graph.prepare()
+    except graphlib.CycleError as exc:
+        ctx.error(("layers",), f"layers form a cycle: {', '.join(sorted(set(exc.args[1])))}")
+        return ()
+    rank, order = {name: i for i, name in enumerate(layers)}, []
+    while graph.is_active():
+        generation = sorted(graph.get_ready(), key=rank.__getitem__)
+        order += generation
+        graph.done(*generation)
+    return tuple(layers[name] for name in order)
 
 
 # -- tags, verify, sources ---------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -21,8 +22,12 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class WriteMatrix(Protocol):
+    def __call__(self, text: str, name: str = "matrix.yaml", **files: str) -> Path: ...
+
+
 @pytest.fixture()
-def write_matrix(tmp_path: Path):
+def write_matrix(tmp_path: Path) -> WriteMatrix:
     """Write a matrix file (and optional side files) and return its path."""
 
     def write(text: str, name: str = "matrix.yaml", **files: str) -> Path:

@@ -20,7 +20,8 @@ from markupsafe import Markup
 from imagesmith import __version__, resources
 from imagesmith.report import svg
 from imagesmith.report.chartdata import leak_curves, throughputs
-from imagesmith.report.model import STATUSES, Run, Verify, env_line, fmt_bytes, fmt_value, headline
+from imagesmith.report.model import STATUSES, Run, Verify, env_line, fmt_value, headline
+from imagesmith.units import fmt_bytes
 
 
 @functools.cache

@@ -9,7 +9,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from imagesmith.report.model import Built, Check, Released, Run, Target, clean, fmt_bytes, fmt_value, headline
+from imagesmith.report.model import Built, Check, Released, Run, Target, clean, fmt_value, headline
+from imagesmith.units import fmt_bytes
 
 
 def to_junit(run: Run) -> str:

@@ -14,8 +14,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from imagesmith import policy
 from imagesmith.report.chartdata import throughputs
-from imagesmith.report.model import STATUSES, Release, Run, fmt_bytes, fmt_value, headline
+from imagesmith.report.model import STATUSES, Release, Run, fmt_value, headline
 from imagesmith.report.parse import release_of
+from imagesmith.units import fmt_bytes, gb
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def _traffic_line(rel: Release) -> list[str]:
 
 
 def _gb(n: float | None) -> str:
-    return "-" if n is None else f"{n / 1e9:.2f} GB"
+    return "-" if n is None else gb(n)
 
 
 def _build_failures(run: Run) -> list[str]:

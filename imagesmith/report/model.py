@@ -274,10 +274,6 @@ def fmt_value(value: Any, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
-def fmt_bytes(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 2**20:.1f} MiB"
-
-
 def env_line(v: Verify) -> str:
     env = v.environment
     parts = [f"{k} {env[k]}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os", "driver") if env.get(k)]

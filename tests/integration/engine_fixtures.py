@@ -204,11 +204,11 @@ class BuiltImages:
     repository: str
 
 
-def _build_base(engine: Engine, debian_base: str, folder: Path, **cell: str) -> tuple[str, MatrixFactory]:
+def _build_base(engine: Engine, debian_base: str, folder: Path) -> tuple[str, MatrixFactory]:
     from imagesmith import build, matrix, plan
 
     factory = MatrixFactory(engine, debian_base, folder)
-    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", **cell), allowed_roots=LOCAL_ROOTS)
+    m = matrix.load(factory("layers:\n  base: {toolchain: false}\n"), allowed_roots=LOCAL_ROOTS)
     report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
     assert report.ok, [r.error for r in report.results]
     return report.results[0].image_id or "", factory

@@ -422,7 +422,7 @@ def test_imagesmith_accepts_an_att_that_cosign_made(release: Release) -> None:
     pushed into the real registry and read by `imagesmith evidence`; then one changed byte in its envelope."""
     repo, fixture = "golden/attestation-sidecar-key", Path(__file__).parent.parent / "fixtures" / "cosign-att"
     subject_layer, empty = b"ocx-golden-subject", b"{}"
-    image = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    image: dict[str, Any] = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
              "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(empty), "size": 2},
              "layers": [{"mediaType": "application/octet-stream", "digest": sha(subject_layer), "size": len(subject_layer)}]}
     raw_image = json.dumps(image).encode()

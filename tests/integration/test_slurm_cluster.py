@@ -23,6 +23,7 @@ import pytest
 
 from imagesmith.engine import Engine
 from imagesmith.fleet import config, runner
+from imagesmith.fleet.report import FleetReport
 from imagesmith.fleet.slurm import Slurm
 from tests.integration.slurm_fixtures import FleetImages, SlurmCluster
 
@@ -166,7 +167,7 @@ def _eventually(check: Callable[[], bool], seconds: float) -> bool:
 
 
 def run_one(tmp_path: Path, klass_yaml: str, ref: str, on_line: Callable[[str], None] = lambda line: None,
-            **kwargs: Any) -> tuple[runner.FleetReport, list[str]]:
+            **kwargs: Any) -> tuple[FleetReport, list[str]]:
     fleet = config.load(fleet_file(tmp_path, "classes:\n  c:\n    gpus: 0\n" + klass_yaml))
     lines: list[str] = []
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -26,7 +26,7 @@ CPU_MODE = verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300)
 
 
 @pytest.fixture()
-def planted(engine: Engine, tmp_path: Path) -> Iterator:
+def planted(engine: Engine, tmp_path: Path) -> Iterator[Callable[[str], str]]:
     made: list[str] = []
 
     def make(dockerfile: str) -> str:
@@ -39,7 +39,7 @@ def planted(engine: Engine, tmp_path: Path) -> Iterator:
         engine.remove_image(tag)
 
 
-def checks(outcome: verify.VerifyOutcome) -> dict[str, dict]:
+def checks(outcome: verify.VerifyOutcome) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in outcome.report["checks"]}
 
 

@@ -55,7 +55,7 @@ def planted(engine: Engine, tmp_path: Path) -> Iterator[Callable[..., str]]:
         engine.remove_image(tag)
 
 
-def checks(outcome: verify.VerifyOutcome) -> dict[str, dict]:
+def checks(outcome: verify.VerifyOutcome) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in outcome.report["checks"]}
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from imagesmith import build, matrix, plan
 from imagesmith.engine import BuildOutcome, ImageInfo, RunResult, RunSpec
-from imagesmith.errors import UserError
+from imagesmith.errors import BuildError, UserError
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 BASE = "2.13.0-cpu-py3.11-debian12-base"
@@ -218,3 +218,89 @@ def test_build_arguments_reach_the_loopback_server_and_the_proxy(tmp_path: Path)
             builder.server.stop()
     assert args["PIP_FIND_LINKS"].startswith(f"http://127.0.0.1:{port}/local/") and args["PIP_TRUSTED_HOST"] == "127.0.0.1"
     assert args["BASE_IMAGE"] == "sha256:p" and "HTTP_PROXY" not in args
+
+
+@dataclass
+class CountingEngine(EngineDouble):
+    """An EngineDouble that counts the builds running at once; with ``meet``, the first
+    ``meet.parties`` builds wait for each other (a scheduler that runs them one by one
+    breaks the barrier: its timeout only keeps a wrong scheduler from hanging the test)."""
+
+    meet: threading.Barrier | None = None
+    started: int = 0
+    now: int = 0
+    most: int = 0
+
+    def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
+              network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
+              target: str | None = None) -> BuildOutcome:
+        with self.lock:
+            self.started, self.now = self.started + 1, self.now + 1
+            self.most = max(self.most, self.now)
+            first = self.meet is not None and self.started <= self.meet.parties
+        try:
+            if first and self.meet is not None:
+                self.meet.wait()
+            return super().build(context, tag, buildargs, labels, network_mode, on_line, cancel, target)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def counting_engine(p: plan.Plan, meet: threading.Barrier | None = None) -> CountingEngine:
+    plain = engine_for(p)
+    engine = CountingEngine(plain.facts, meet=meet)
+    engine.images.update(plain.images)
+    return engine
+
+
+def built_order(p: plan.Plan, engine: EngineDouble) -> list[str]:
+    return [next(t.id for t in p.targets if t.image == tag) for tag in engine.built]
+
+
+def test_one_job_builds_one_target_at_a_time_parents_first(tmp_path: Path) -> None:
+    m, p = load()
+    engine = counting_engine(p)
+    report = build.Builder(p, m, engine, tmp_path, jobs=1, prune=False).run()  # type: ignore[arg-type]
+    order = built_order(p, engine)
+    assert report.ok and engine.most == 1 and sorted(order) == sorted(t.id for t in p.targets)
+    assert all(order.index(t.parent) < order.index(t.id) for t in p.targets if t.parent)
+
+
+def test_two_jobs_build_two_independent_targets_at_once(tmp_path: Path) -> None:
+    m, p = load()
+    engine = counting_engine(p, threading.Barrier(2, timeout=60))
+    report = build.Builder(p, m, engine, tmp_path, jobs=2, prune=False).run()  # type: ignore[arg-type]
+    assert report.ok and engine.most == 2
+    order = built_order(p, engine)
+    assert all(order.index(t.parent) < order.index(t.id) for t in p.targets if t.parent)
+
+
+def test_a_plan_whose_targets_form_a_cycle_is_refused_before_anything_builds(tmp_path: Path) -> None:
+    m, p = load()
+    looped = tuple(dataclasses.replace(t, parent=NLP) if t.id == BASE else t for t in p.targets)
+    engine = engine_for(p)
+    with pytest.raises(BuildError) as err:
+        build.Builder(dataclasses.replace(p, targets=looped), m, engine, tmp_path).run()  # type: ignore[arg-type]
+    assert str(err.value) == (f"the plan's targets form a cycle ({BASE} -> {NLP} -> {BASE}); each target's parent "
+                              "must be built before it: check the layers' parent keys")
+    assert engine.built == []
+
+
+def test_an_interrupt_cancels_what_has_not_finished_and_keeps_what_has(tmp_path: Path) -> None:
+    m, p = load()
+    builder = build.Builder(p, m, engine_for(p), tmp_path, jobs=1, prune=False)  # type: ignore[arg-type]
+    builder._prepare()
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        builder._schedule(builder._order(), interrupt)
+    got = {tid: (r.status, r.error) for tid, r in builder.results.items()}
+    assert builder.cancel.is_set()
+    # the one that finished before the interrupt stays built; a build the slot had already
+    # admitted may finish too (this double ignores the cancel event); nothing else is left open
+    finished = [tid for tid, state in got.items() if state == ("built", None)]
+    assert 1 <= len(finished) <= 2 and all(p.by_id()[tid].parent is None for tid in finished)
+    assert set(got.values()) - {("built", None)} == {("cancelled", "interrupted")}

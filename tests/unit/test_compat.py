@@ -10,7 +10,7 @@ import yaml
 from imagesmith import compat
 
 KB = compat.load()
-RAW = yaml.safe_load(resources.files("imagesmith.compat").joinpath("data", "compat.yaml").read_text())
+RAW = yaml.safe_load(resources.files("imagesmith.compat").joinpath("data").joinpath("compat.yaml").read_text())
 
 
 def test_every_patch_release_from_2_0_to_2_14_is_there() -> None:

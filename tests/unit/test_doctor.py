@@ -8,7 +8,7 @@ import os
 import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypeVar
 
 import pytest
 
@@ -16,6 +16,8 @@ from imagesmith import doctor
 from imagesmith.doctor import FAIL, GB, OK, WARN, Disk, Facts, Needs, Result
 from imagesmith.errors import EngineError
 from imagesmith.hostinfo import HostGpu, HostInfo
+
+T = TypeVar("T")
 
 H200 = HostGpu(0, "NVIDIA H200", "GPU-0", "0000:19:00.0", 143771, "9.0")
 TWO_H200 = HostInfo("580.126.20", "13.0", (H200, replace(H200, index=1, uuid="GPU-1")))
@@ -31,18 +33,18 @@ CDI_ON = {**INFO, "CDISpecDirs": ["/etc/cdi", "/var/run/cdi"]}
 class FakeHost:
     """The Host seam with canned answers; an exception as an answer is raised."""
 
-    version: Any = field(default_factory=lambda: VERSION)
-    info: Any = field(default_factory=lambda: INFO)
+    version: Mapping[str, Any] | BaseException = field(default_factory=lambda: VERSION)
+    info: Mapping[str, Any] | BaseException | None = field(default_factory=lambda: INFO)  # None: never asked
     gpus: HostInfo = TWO_H200
-    disk: Any = field(default_factory=lambda: Disk("/var/lib/docker", 2000 * GB, 500 * GB))
-    config: Any = field(default_factory=dict)
+    disk: Disk | BaseException = field(default_factory=lambda: Disk("/var/lib/docker", 2000 * GB, 500 * GB))
+    config: Mapping[str, Any] | BaseException = field(default_factory=dict)
     specs: Sequence[str] = ()
     hook: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict)
     asked_cdi: list[tuple[str, ...]] = field(default_factory=list)
 
     @staticmethod
-    def _answer(value: Any) -> Any:
+    def _answer(value: T | BaseException) -> T:
         if isinstance(value, BaseException):
             raise value
         return value
@@ -51,7 +53,9 @@ class FakeHost:
         return self._answer(self.version)
 
     def engine_info(self) -> Mapping[str, Any]:
-        return self._answer(self.info)
+        info = self._answer(self.info)
+        assert info is not None, "this case says the engine is never asked for its info"
+        return info
 
     def nvml(self) -> HostInfo:
         return self.gpus

@@ -6,6 +6,7 @@ No API server runs here: see the README for what ran against a real cluster."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from imagesmith import verify
 from imagesmith.errors import UserError
 from imagesmith.fleet import config, kubernetes, runner
 from imagesmith.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
+from imagesmith.fleet.report import FleetReport
 
 DIGEST = "sha256:" + "ab" * 32
 REF = config.parse_ref(f"harbor.example.com/ml/pytorch@{DIGEST}")
@@ -109,7 +111,7 @@ def test_the_config_map_carries_the_payload_and_a_gpu_config() -> None:
     cm = kubernetes.to_dict(kubernetes.config_map(job, "n"))
     items = dig(as_dict(), SPEC + ".volumes.0.configMap.items")
     assert sorted(i["key"] for i in items) == sorted(cm["data"])
-    assert all(config.re.fullmatch(r"[-._a-zA-Z0-9]+", k) for k in cm["data"])
+    assert all(re.fullmatch(r"[-._a-zA-Z0-9]+", k) for k in cm["data"])
     assert {i["path"] for i in items} == set(verify.payload_files()) | {"config.json"}
     assert cm["data"]["imagesmith_payload.checks.gemm.py"] == verify.payload_files()["imagesmith_payload/checks/gemm.py"].decode()
     conf = json.loads(cm["data"]["config.json"])
@@ -219,7 +221,7 @@ def marker(ok: bool) -> str:
     return "progress line\n" + verify.MARKER + json.dumps(report) + "\n"
 
 
-def fleet_run(tmp_path: Path, cluster: FakeCluster) -> runner.FleetReport:
+def fleet_run(tmp_path: Path, cluster: FakeCluster) -> FleetReport:
     path = tmp_path / "fleet.yaml"
     path.write_text(L40S)
     fleet = config.load(path)

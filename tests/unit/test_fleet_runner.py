@@ -11,7 +11,9 @@ import pytest
 
 from imagesmith.errors import UserError
 from imagesmith.fleet import config, runner
+from imagesmith.fleet import report as fleet_report
 from imagesmith.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
+from imagesmith.fleet.report import CellResult, FleetReport
 
 DIGEST = "sha256:" + "ab" * 32
 REF = config.parse_ref(f"127.0.0.1:5000/ml/pytorch@{DIGEST}")
@@ -87,18 +89,18 @@ class Scripted:
 
 
 def run(tmp_path: Path, scheduler: Scripted, requeues: int = 0, fleet_text: str = FLEET,
-        refs: Sequence[config.DigestRef] = (REF,)) -> tuple[runner.FleetReport, list[str], Clock]:
+        refs: Sequence[config.DigestRef] = (REF,)) -> tuple[FleetReport, list[str], Clock]:
     path = tmp_path / "fleet.yaml"
     path.write_text(fleet_text % {"requeues": requeues})
     fleet = config.load(path)
-    clock, lines = Clock(), []
+    clock, lines = Clock(), list[str]()
     jobs = runner.cell_jobs(fleet, refs, tmp_path / "out", "run1", None)
     rep = runner.FleetRun(jobs, {"slurm": scheduler}, tmp_path / "out", fleet, lines.append, poll_s=5,
                           clock=clock, sleep=clock.sleep, grace_s=60, cancel_wait_s=30).run()
     return rep, lines, clock
 
 
-def only(rep: runner.FleetReport) -> runner.CellResult:
+def only(rep: FleetReport) -> CellResult:
     (cell,) = rep.cells
     return cell
 
@@ -297,7 +299,7 @@ def test_a_real_two_h200_report_is_judged_against_the_class_and_its_baseline(tmp
     h200 = config.parse("classes:\n  h200:\n    gpu: NVIDIA H200\n    gpus: 2\n    slurm: {partition: p}\n", tmp_path / "f.yaml")
     (job,) = runner.cell_jobs(h200, [REF], tmp_path, "r", None)
     assert runner.judge(job, real) == []
-    figures = {f.check: f for f in runner.fleet_report.figures_of(real)}
+    figures = {f.check: f for f in fleet_report.figures_of(real)}
     assert figures["gemm.bf16"].baseline == 784.0 and figures["gemm.bf16"].percent is not None and figures["gemm.bf16"].percent > 90
     l40s = config.parse("classes:\n  l40s:\n    gpu: NVIDIA L40S\n    gpus: 4\n    slurm: {partition: p}\n", tmp_path / "g.yaml")
     (job,) = runner.cell_jobs(l40s, [REF], tmp_path, "r", None)

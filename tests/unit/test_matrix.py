@@ -218,6 +218,16 @@ def test_layer_cycle_is_an_error(write_matrix: Callable[..., Path]) -> None:
     assert "layers form a cycle: a, b" in messages(path)[0]
 
 
+def test_each_generation_of_layers_keeps_the_matrix_order(write_matrix: Callable[..., Path]) -> None:
+    path = write_matrix(BASE + "layers:\n  project: {parent: nlp}\n  tools: {parent: cv}\n  nlp: {}\n  cv: {}\n  base: {}\n")
+    assert [layer.name for layer in matrix.load(path).layers] == ["base", "nlp", "cv", "project", "tools"]
+
+
+def test_a_layer_cycle_names_its_layers_not_their_children(write_matrix: Callable[..., Path]) -> None:
+    path = write_matrix(BASE + "layers:\n  base: {}\n  a: {parent: b}\n  b: {parent: a}\n  c: {parent: a}\n")
+    assert messages(path) == ["matrix.yaml:7 layers: layers form a cycle: a, b"]
+
+
 # -- values that reach files, and paths ----------------------------------------------------
 
 LAYERS = "layers:\n  base: {}\n  project: {parent: base, requirements: r.txt}\n"

@@ -44,17 +44,17 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: int) -> str:
         return f"GPU-{h:08d}"
 
-    def nvmlDeviceGetPciInfo(self, h: int):
+    def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
         return SimpleNamespace(busId=f"00000000:{h + 0x18:02X}:00.0".encode())
 
-    def nvmlDeviceGetMemoryInfo(self, h: int):
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
         self.calls += 1
         return SimpleNamespace(total=143771 * 2**20, used=(1000 + self.calls) * 2**20)
 
-    def nvmlDeviceGetCudaComputeCapability(self, h: int):
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
         return (9, 0)
 
-    def nvmlDeviceGetUtilizationRates(self, h: int):
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
         return SimpleNamespace(gpu=97, memory=40)
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -15,7 +15,7 @@ VERIFY = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "ve
 
 
 @pytest.fixture
-def fake_cuda_torch(tmp_path: Path):
+def fake_cuda_torch(tmp_path: Path) -> Path:
     """site/torch: version.py says CUDA 12.8; importing it fails as without cuDNN."""
     torch = tmp_path / "site" / "torch"
     (torch / "lib").mkdir(parents=True)
@@ -65,7 +65,7 @@ def record_line(site: Any, rel: str) -> str:
 
 
 @pytest.fixture
-def fake_cudnn_wheel(tmp_path: Path):
+def fake_cudnn_wheel(tmp_path: Path) -> Path:
     """site/nvidia/cudnn/lib with three loadable libraries (copies of libz) and the
     dist-info of nvidia-cudnn-cu13 whose RECORD lists them."""
     import shutil
@@ -86,7 +86,7 @@ def fake_cudnn_wheel(tmp_path: Path):
 
 
 def integrity(site: Any, tmp_path: Path) -> dict[str, Any]:
-    return run(site, tmp_path, "libs.integrity")["libs.integrity"]
+    return cast(dict[str, Any], run(site, tmp_path, "libs.integrity")["libs.integrity"])
 
 
 def test_intact_wheel_libraries_pass(fake_cudnn_wheel: Any, tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -81,11 +81,11 @@ def test_parse_expect_errors(text: str, message: str) -> None:
 
 
 # ------------------------------------------------------------------------ sshd
-def fake_fs(files: dict[str, Any]):
-    def read(path: str):
+def fake_fs(files: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[str], list[str]]]:
+    def read(path: str) -> Any:
         return files.get(path)
 
-    def glob(pattern: str):
+    def glob(pattern: str) -> list[str]:
         import fnmatch
         return [p for p in files if fnmatch.fnmatch(p, pattern)]
     return read, glob

@@ -109,8 +109,13 @@ def test_optional_failures_do_not_fail_the_run() -> None:
 
 def test_a_hung_check_is_reported_by_the_watchdog() -> None:
     import time
-    seen = []
-    s = CheckSpec("t.hang", "hangs", lambda ctx: time.sleep(0.5) or passed("late"), timeout_s=0.1,
+    seen: list[Any] = []
+
+    def hang(ctx: Context) -> Any:
+        time.sleep(0.5)
+        return passed("late")
+
+    s = CheckSpec("t.hang", "hangs", hang, timeout_s=0.1,
                   needs="nothing")
     runner.run_checks([s], Context(Config(), {}), lambda *a: None, seen.append)
     assert seen and seen[0][-1]["status"] == "fail" and "did not finish within 0 s" in seen[0][-1]["detail"]

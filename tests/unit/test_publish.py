@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from imagesmith import matrix, plan, policy, publish, registry
+from imagesmith import matrix, plan, policy, publish, registry, tags
 from imagesmith.artifacts import BuildRecord, Release, Staged
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
@@ -167,7 +167,7 @@ class World:
         pub = publish.Publisher(self.engine, self.reg, IMAGE, policy, DATE, self.out, credentials=CREDS,
                                 sleep=sleep, clock=lambda: sum(self.sleeps) + 0.25 * len(self.engine.auths), **kw)
         report = pub.run(items)
-        data = json.loads((self.out / "release.json").read_text())
+        data: dict[str, Any] = json.loads((self.out / "release.json").read_text())
         assert data["ok"] == report.ok
         return data
 
@@ -198,7 +198,7 @@ def world(tmp_path: Path) -> World:
 ])
 def test_immutable_tag_comes_from_what_the_image_measured(measured: dict[str, Any], layer: str, tag: str) -> None:
     fields = publish.tag_fields(measured, layer, "cell", DATE)
-    assert publish.tags.render(TagPolicy().immutable, fields) == tag
+    assert tags.render(TagPolicy().immutable, fields) == tag
 
 
 def test_an_image_without_torch_gets_no_tag(world: World) -> None:
@@ -524,7 +524,10 @@ def built(i: int, ok: bool = True, image_id: str | None = None, staged: str | No
 def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
     records = [built(0), built(1), built(2, ok=False)]
     a, b, c = (t.id for t in PLANNED)
-    outcome = lambda ok, image: SimpleNamespace(ok=ok, report={"summary": {"ok": ok}, "image": {"id": image}, "checks": []})  # noqa: E731
+
+    def outcome(ok: bool, image: str) -> SimpleNamespace:
+        return SimpleNamespace(ok=ok, report={"summary": {"ok": ok}, "image": {"id": image}, "checks": []})
+
     items = publish.items_from(records, {a: outcome(True, f"sha256:{a}"), b: outcome(True, "sha256:OTHER")})
     assert [(i.target, i.layer, i.cell, i.built, i.verified, i.error) for i in items] == [
         (a, PLANNED[0].layer, PLANNED[0].cell, True, True, None),
@@ -535,7 +538,10 @@ def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
 def test_a_staged_item_counts_as_verified_only_for_the_digest_that_was_verified() -> None:
     records = [built(i, image_id="sha256:i", staged=f"sha256:{'abc'[i]}") for i in range(3)]
     a, b, c = (t.id for t in PLANNED)
-    outcome = lambda d: SimpleNamespace(ok=True, report={"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}})  # noqa: E731
+
+    def outcome(d: str | None) -> SimpleNamespace:
+        return SimpleNamespace(ok=True, report={"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}})
+
     items = publish.items_from(records, {a: outcome("sha256:a"), b: outcome("sha256:OTHER"), c: outcome(None)})
     assert [(i.target, i.verified, i.source, i.error) for i in items] == [
         (a, True, "h.test/ml/staging@sha256:a", None),

@@ -8,7 +8,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
@@ -25,7 +25,7 @@ MIB = 2**20
 
 
 def raw(name: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / f"{name}.json").read_text())
+    return cast(dict[str, Any], json.loads((FIXTURES / f"{name}.json").read_text()))
 
 
 def run_of(name: str, doc: dict[str, Any] | None = None) -> report.Run:

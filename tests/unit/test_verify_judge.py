@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -25,7 +25,7 @@ def entry(check_id: str, status: str = "pass", optional: bool = False) -> dict[s
 def genuine(**changes: object) -> dict[str, Any]:
     checks = [entry("versions.torch"), entry("security.user"), entry("libs.optional", "fail", True)]
     report = payload_module("report").build_report("quick", "t", 1.0, {}, checks, "n0nce")
-    return report | changes
+    return cast(dict[str, Any], report) | changes
 
 
 def output(report: object, before: str = "progress\n", after: str = "") -> str:
@@ -37,8 +37,8 @@ def test_a_genuine_report_is_accepted() -> None:
     assert problem is None and report is not None and report["summary"]["ok"] is True
 
 
-def summary(checks: list[dict]) -> dict[str, Any]:
-    return payload_module("report").summarize(checks)
+def summary(checks: list[dict[str, Any]]) -> dict[str, Any]:
+    return cast(dict[str, Any], payload_module("report").summarize(checks))
 
 
 @pytest.mark.parametrize("report, problem", [
