@@ -28,6 +28,7 @@ import docker
 import docker.auth
 import docker.errors
 import requests
+import urllib3.exceptions
 from docker.types import DeviceRequest, LogConfig
 
 from imagesmith.errors import (
@@ -345,7 +346,7 @@ class Engine:
                 self._build_event(event, outcome, on_line)
         except docker.errors.APIError as exc:
             outcome.error = said(exc)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        except FOREIGN as exc:
             raise engine_error(exc, f"building {context}") from None
         if outcome.image_id is None and outcome.error is None:
             outcome.error = "the engine reported no image"
@@ -506,7 +507,7 @@ class Running:
                     keep += chunk
                     del keep[:-STDERR_LIMIT]
                 result.append((api.exec_inspect(exec_id).get("ExitCode"), bytes(keep).decode(errors="replace")))
-            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            except FOREIGN as exc:
                 result.append((None, said(exc)))
 
         worker = threading.Thread(target=call, name="container-exec", daemon=True)
@@ -534,7 +535,7 @@ def _tail_logs(container: Any, limit: int, stdout: bool, stderr: bool | None = N
             keep += chunk
             if len(keep) > 2 * limit:
                 del keep[:-limit]
-    except (docker.errors.APIError, OSError):
+    except (*FOREIGN, OSError):
         pass  # what was read so far is what there is
     return bytes(keep[-limit:]).decode(errors="replace"), total
 
@@ -648,6 +649,10 @@ def _strings(value: Any) -> tuple[str, ...]:
 # -- docker's errors as ours ---------------------------------------------------------------------
 # The engine's words are read here and nowhere else: what they mean becomes a type or an HTTP status.
 
+# What the SDK lets through: its own errors and its transport's (requests, and urllib3 while a stream is read).
+FOREIGN = (docker.errors.DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError)
+CONNECTION_LOST = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.ChunkedEncodingError,
+                   urllib3.exceptions.ProtocolError, urllib3.exceptions.TimeoutError)
 NO_GPU_RUNTIME = "could not select device driver"  # --gpus on an engine without the NVIDIA runtime
 COMMAND_NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|no such file or directory)', re.I)
 # The status a registry answered, as the engine quotes it in a push error (its push stream has no code).
@@ -678,7 +683,7 @@ def engine_error(exc: BaseException, doing: str, kind: type[EngineError] = Engin
     the image (:class:`CommandNotFound`); ``kind`` for the rest (:class:`ContainerRefused` when a
     container was being created or started)."""
     words, answer = said(exc), _words(exc) if isinstance(exc, docker.errors.APIError) else ""
-    if isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+    if isinstance(exc, CONNECTION_LOST):
         return EngineConnectionLost(f"{doing}: the Docker engine stopped answering ({_socket_reason(exc)}); "
                                     "check that it runs (docker info), then try again")
     if NO_GPU_RUNTIME in answer:
@@ -696,7 +701,7 @@ def docker_errors(doing: str, kind: type[EngineError] = EngineError) -> Iterator
         yield
     except ImagesmithError:
         raise
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+    except FOREIGN as exc:
         raise engine_error(exc, doing, kind) from None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import docker.errors
 import pytest
 import requests
+import urllib3.exceptions
 
 from imagesmith import engine
 from imagesmith.engine import docker_errors, engine_error, push_error, said
@@ -57,6 +58,9 @@ CLASSIFIED = [
     (requests.exceptions.ReadTimeout("UnixHTTPConnectionPool(host='localhost', port=None): Read timed out. (read timeout=60)"),
      EngineError, EngineConnectionLost,
      "creating x: the Docker engine stopped answering (timed out); check that it runs (docker info), then try again"),
+    (urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(10 bytes read)"), EngineError, EngineConnectionLost,
+     "creating x: the Docker engine stopped answering (Connection broken: IncompleteRead(10 bytes read)); "
+     "check that it runs (docker info), then try again"),
     (docker.errors.DockerException("Error while fetching server API version: ('Connection aborted.', "
                                    "ConnectionRefusedError(111, 'Connection refused'))"), EngineError, EngineError,
      "creating x: Connection refused"),
