@@ -3,7 +3,11 @@
 ``docker.from_env()`` honours ``DOCKER_HOST`` (unix://, tcp://, ssh://),
 ``DOCKER_TLS_VERIFY`` and ``DOCKER_CERT_PATH``, so remote engines work.
 Everything here speaks in plain values (ids, dicts, lines) so that callers and
-tests never touch docker objects.
+tests never touch docker objects, and every docker SDK exception (and its
+transport's, requests) leaves as one of ours (:func:`engine_error`): the
+engine's own words in the message, cases a caller must tell apart as types
+(:class:`GpuRuntimeMissing`, :class:`CommandNotFound`, :class:`RegistryHTTPError`
+with its HTTP status). No caller reads docker's messages.
 """
 
 from __future__ import annotations
@@ -23,11 +27,22 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import docker
 import docker.auth
 import docker.errors
+import requests
+import urllib3.exceptions
 from docker.types import DeviceRequest, LogConfig
 
-from imagesmith.errors import EngineError, RegistryError, UserError
-from imagesmith.errors import short as _short
-from imagesmith.registry import ENV_PASSWORD, ENV_USER, TRANSIENT_MESSAGE, TRANSIENT_STATUS, RegistryHTTPError, status_in
+from imagesmith.errors import (
+    CommandNotFound,
+    ContainerRefused,
+    EngineConnectionLost,
+    EngineError,
+    GpuRuntimeMissing,
+    ImagesmithError,
+    RegistryError,
+    UserError,
+    one_line,
+)
+from imagesmith.registry import ENV_PASSWORD, ENV_USER, RegistryHTTPError, RegistryUnreachable
 
 LineSink = Callable[[str], None]
 RUN_LABEL = "io.imagesmith.run"  # on every container imagesmith starts: which run made it
@@ -158,84 +173,84 @@ class Engine:
             try:
                 self._client = docker.from_env(timeout=self._timeout)
                 self._client.ping()
-            except (docker.errors.DockerException, ValueError) as exc:  # ValueError: a DOCKER_HOST that is no URL
+            except (docker.errors.DockerException, requests.exceptions.RequestException, ValueError) as exc:  # ValueError: a DOCKER_HOST that is no URL
                 self._client = None
                 raise EngineError(unreachable(os.environ.get("DOCKER_HOST", ""), _socket_reason(exc))) from None
         return self._client
 
     # -- facts ---------------------------------------------------------------
     def version(self) -> dict[str, Any]:
-        return dict(self.client.version())
+        with docker_errors("asking the Docker engine for its version"):
+            return dict(self.client.version())
 
     def info(self) -> dict[str, Any]:
-        return dict(self.client.info())
+        with docker_errors("asking the Docker engine for its facts (docker info)"):
+            return dict(self.client.info())
 
     def image(self, ref: str) -> ImageInfo | None:
-        try:
-            img = self.client.images.get(ref)
-        except docker.errors.ImageNotFound:
-            return None
-        except docker.errors.APIError as exc:
-            if exc.status_code == 404 or "invalid reference" in str(exc):
+        with docker_errors(f"inspecting {ref}"):
+            try:
+                img = self.client.images.get(ref)
+            except docker.errors.ImageNotFound:
                 return None
-            raise EngineError(f"inspecting {ref}: {_short(exc)}") from None
-        return _info(img.attrs)
+            except docker.errors.APIError as exc:
+                if exc.status_code in (400, 404):  # 400: no valid reference, so no such image
+                    return None
+                raise
+            return _info(img.attrs)
 
     def images_with_label(self, key: str, value: str | None = None) -> list[ImageInfo]:
         """Tagged images with this label (children inherit labels, so this
         also finds descendants)."""
         flt = f"{key}={value}" if value is not None else key
-        return [_info(i.attrs) for i in self.client.images.list(filters={"label": flt})]
+        with docker_errors(f"listing the images labelled {flt}"):
+            return [_info(i.attrs) for i in self.client.images.list(filters={"label": flt})]
 
     def history(self, ref: str) -> list[dict[str, Any]]:
-        return list(self.client.api.history(ref))
+        with docker_errors(f"reading the history of {ref}"):
+            return list(self.client.api.history(ref))
 
     # -- images ----------------------------------------------------------------
     def tag(self, image_id: str, repository: str, tag: str) -> None:
-        if not self.client.api.tag(image_id, repository, tag, force=True):
-            raise EngineError(f"could not tag {image_id[:19]} as {repository}:{tag}")
+        with docker_errors(f"tagging {image_id[:19]} as {repository}:{tag}"):
+            if not self.client.api.tag(image_id, repository, tag, force=True):
+                raise EngineError(f"could not tag {image_id[:19]} as {repository}:{tag}")
 
     def untag(self, ref: str) -> None:
         """Remove one tag; the image stays while other tags or children use it."""
-        try:
-            self.client.api.remove_image(ref, force=False, noprune=False)
-        except docker.errors.ImageNotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # in use by a container: leave it
-                raise EngineError(f"removing {ref}: {_short(exc)}") from None
+        self._remove_image(ref, f"removing {ref}", force=False, noprune=False, keep=(404, 409))
 
     def tags_in(self, repository: str) -> list[str]:
         """Every ``repository:tag`` reference in the engine."""
-        try:
+        with docker_errors(f"listing {repository}"):
             images = self.client.api.images(name=repository)
-        except docker.errors.APIError as exc:
-            raise EngineError(f"listing {repository}: {_short(exc)}") from None
         return sorted(t for i in images for t in i.get("RepoTags") or () if t.rsplit(":", 1)[0] == repository)
 
     def remove_unused(self, image_id: str) -> bool:
         """Remove an image (and its untagged parents) unless it is tagged, has children or
         is in use; True when it went."""
-        try:
-            self.client.api.remove_image(image_id, force=False, noprune=False)
-        except docker.errors.ImageNotFound:
-            return False
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409:
-                return False
-            raise EngineError(f"removing {image_id[:19]}: {_short(exc)}") from None
-        return True
+        return self._remove_image(image_id, f"removing {image_id[:19]}", force=False, noprune=False, keep=(404, 409))
 
     def remove_image(self, ref: str, force: bool = True, keep_parents: bool = False) -> None:
         """Remove an image; ``keep_parents``: not its untagged parents (other builds may stand on them)."""
-        try:
-            self.client.api.remove_image(ref, force=force, noprune=keep_parents)
-        except docker.errors.ImageNotFound:
-            pass
+        self._remove_image(ref, f"removing {ref}", force=force, noprune=keep_parents, keep=(404,))
+
+    def _remove_image(self, ref: str, doing: str, force: bool, noprune: bool, keep: tuple[int, ...]) -> bool:
+        """True when it went; False when the engine answered a status in ``keep`` (404: not there;
+        409: in use by a container, a child or another tag)."""
+        with docker_errors(doing):
+            try:
+                self.client.api.remove_image(ref, force=force, noprune=noprune)
+            except docker.errors.APIError as exc:
+                if exc.status_code in keep:
+                    return False
+                raise
+        return True
 
     def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str]) -> str:
         """``docker import``: a root file system tarball becomes an image."""
-        out = self.client.api.import_image_from_file(str(tar_path), repository=repository, tag=tag, changes=changes)
+        with docker_errors(f"docker import of {tar_path} as {repository}:{tag}"):
+            out = self.client.api.import_image_from_file(str(tar_path), repository=repository, tag=tag, changes=changes)
         status = json.loads(out.strip().splitlines()[-1]) if isinstance(out, str) else out
         if "error" in status:
             raise EngineError(f"docker import failed: {status['error']}")
@@ -251,58 +266,48 @@ class Engine:
         if info is None:
             raise EngineError(f"image {ref} is not in the engine")
         name = info.id.split(":", 1)[1] + ".json"
-        try:
-            with tarfile.open(fileobj=_ChunkReader(self.client.api.get_image(info.id)), mode="r|") as tar:
-                for member in tar:
-                    if member.name == name:
-                        data = tar.extractfile(member)
-                        return dict(json.loads(data.read())) if data else {}
-        except docker.errors.APIError as exc:
-            raise EngineError(f"reading the config of {ref}: {_short(exc)}") from None
+        with docker_errors(f"reading the config of {ref}"), \
+                tarfile.open(fileobj=_ChunkReader(self.client.api.get_image(info.id)), mode="r|") as tar:
+            for member in tar:
+                if member.name == name:
+                    data = tar.extractfile(member)
+                    return dict(json.loads(data.read())) if data else {}
         raise EngineError(f"docker save of {ref} holds no {name}")
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         """``docker load`` of an archive streamed from ``chunks``; the images it loaded."""
         loaded = []
-        try:
+        with docker_errors("docker load failed"):
             for event in self.client.api.load_image(chunks):
                 if "error" in event or "errorDetail" in event:
                     raise EngineError(f"docker load failed: {event.get('error') or event.get('errorDetail')}")
                 text = str(event.get("stream", ""))
                 if text.startswith("Loaded image"):
                     loaded.append(text.split(":", 1)[1].strip())
-        except docker.errors.APIError as exc:
-            raise EngineError(f"docker load failed: {_short(exc)}") from None
         return loaded
 
     def export_dir(self, image: str, path: str, dest: Path) -> list[Path]:
         """Copy folder ``path`` of ``image`` (a container is created, never started) into ``dest``."""
-        container = self.client.containers.create(image, ["true"], labels={RUN_LABEL: "export"})
-        try:
-            stream, _ = container.get_archive(path.rstrip("/") + "/.")
-            dest.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
-                for member in tar:
-                    if member.isfile():
-                        target = dest / Path(member.name).name
-                        data = tar.extractfile(member)
-                        assert data is not None
-                        with target.open("wb") as fh:
-                            while block := data.read(1 << 20):
-                                fh.write(block)
-            return sorted(p for p in dest.iterdir() if p.is_file())
-        except docker.errors.APIError as exc:
-            raise EngineError(f"copying {path} out of {image[:19]}: {_short(exc)}") from None
-        finally:
-            _remove(container)
+        with docker_errors(f"copying {path} out of {image[:19]}"):
+            container = self.client.containers.create(image, ["true"], labels={RUN_LABEL: "export"})
+            try:
+                stream, _ = container.get_archive(path.rstrip("/") + "/.")
+                dest.mkdir(parents=True, exist_ok=True)
+                with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
+                    for member in (m for m in tar if m.isfile()):
+                        _extract(tar, member, dest / Path(member.name).name)
+                return sorted(p for p in dest.iterdir() if p.is_file())
+            finally:
+                _remove(container)
 
     def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
         repo, tag = split_ref(ref)
-        try:
-            self.client.api.pull(repo, tag=tag, auth_config=dict(auth) if auth else None)
-        except docker.errors.APIError as exc:
-            status = exc.status_code if exc.status_code in (401, 403, 404) else _status_of(_short(exc), {})
-            raise RegistryError(registry_hint(ref, status, _short(exc), "pull")) from None
+        with docker_errors(f"pulling {ref}"):
+            try:
+                self.client.api.pull(repo, tag=tag, auth_config=dict(auth) if auth else None)
+            except docker.errors.APIError as exc:
+                status = exc.status_code if exc.status_code in (401, 403, 404) else _status_of(said(exc), {})
+                raise RegistryError(registry_hint(ref, status, said(exc), "pull")) from None
         info = self.image(ref)
         if info is None:
             raise RegistryError(f"pulled {ref} but it is not in the engine")
@@ -310,20 +315,17 @@ class Engine:
 
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: LineSink) -> str:
         """Push; return the manifest digest the registry answered with."""
-        digest = ""
-        stream = self.client.api.push(repository, tag=tag, auth_config=dict(auth) if auth else None, stream=True, decode=True)
-        try:
-            for event in stream:
-                if "error" in event:
-                    raise push_error(f"{repository}:{tag}", str(event["error"]), event.get("errorDetail") or {})
-                digest = event.get("aux", {}).get("Digest", digest)
-                if event.get("status") and not event.get("progressDetail"):
-                    on_line(f"{event.get('id', '')} {event['status']}".strip())
-        finally:
-            stream.close()  # interrupted (Ctrl-C): the engine stops a push whose client went away
+        digest, ref = "", f"{repository}:{tag}"
+        with docker_errors(f"push {ref}"):
+            try:
+                stream = self.client.api.push(repository, tag=tag, auth_config=dict(auth) if auth else None, stream=True, decode=True)
+            except docker.errors.APIError as exc:  # refused before it started (no such tag here, a bad name)
+                raise push_error(ref, said(exc), {"code": exc.status_code} if exc.status_code else {}) from None
+            digest = _push_stream(stream, ref, on_line)
         if not digest:
-            raise RegistryError(f"push of {repository}:{tag} ended without a digest from the registry")
+            raise RegistryError(f"push of {ref} ended without a digest from the registry")
         return str(digest)
+
 
     # -- build -------------------------------------------------------------------
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
@@ -343,7 +345,9 @@ class Engine:
                     return outcome
                 self._build_event(event, outcome, on_line)
         except docker.errors.APIError as exc:
-            outcome.error = _short(exc)
+            outcome.error = said(exc)
+        except FOREIGN as exc:
+            raise engine_error(exc, f"building {context}") from None
         if outcome.image_id is None and outcome.error is None:
             outcome.error = "the engine reported no image"
         return outcome
@@ -374,15 +378,16 @@ class Engine:
     # -- containers ----------------------------------------------------------------
     def run(self, spec: RunSpec) -> RunResult:
         """Create, copy files in, start, wait (with a timeout), collect logs, always remove.
-        ``spec.command`` is what runs: its first word replaces the image's ENTRYPOINT."""
+        ``spec.command`` is what runs: its first word replaces the image's ENTRYPOINT.
+        Raises :class:`ContainerRefused` (:class:`GpuRuntimeMissing`, :class:`CommandNotFound`)
+        when the engine would not create or start it."""
         container = self._create(spec)
         try:
-            if spec.files:
-                container.put_archive("/", tar_files(spec.files, spec.files_dir))
-            container.start()
+            self._start(container, spec)
             if spec.on_stderr is not None:
                 _follow(container, spec.on_stderr)
-            return self._wait(container, spec.timeout_s)
+            with docker_errors(f"waiting for a container of {spec.image[:19]}"):
+                return self._wait(container, spec.timeout_s)
         finally:
             _remove(container)
 
@@ -390,22 +395,29 @@ class Engine:
         """The container for ``spec``; the image's ENTRYPOINT never runs unless it is the command."""
         if not spec.command:
             raise EngineError(f"nothing to run in {spec.image[:19]}: empty command")
-        return self.client.containers.create(
+        with docker_errors(f"creating a container of {spec.image[:19]}", ContainerRefused):
+            return self.client.containers.create(
             spec.image, spec.command[1:], entrypoint=spec.command[:1], detach=True,
             environment=dict(spec.environment), device_requests=device_requests(spec.gpus), shm_size=spec.shm_size,
             mem_limit=spec.mem_limit, nano_cpus=spec.nano_cpus, labels=dict(spec.labels), user=spec.user or "",
-            log_config=LOG_CONFIG, pids_limit=spec.pids_limit,
-            **({"network_mode": spec.network_mode} if spec.network_mode else {"network_disabled": spec.network_disabled}),
-        )
+                log_config=LOG_CONFIG, pids_limit=spec.pids_limit,
+                **({"network_mode": spec.network_mode} if spec.network_mode else {"network_disabled": spec.network_disabled}),
+            )
+
+    @staticmethod
+    def _start(container: Any, spec: RunSpec) -> None:
+        """Copy ``spec.files`` in and start it (the engine checks the command and devices here)."""
+        with docker_errors(f"starting a container of {spec.image[:19]}", ContainerRefused):
+            if spec.files:
+                container.put_archive("/", tar_files(spec.files, spec.files_dir))
+            container.start()
 
     @contextlib.contextmanager
     def started(self, spec: RunSpec) -> Iterator["Running"]:
         """A container left running (services probed with ``exec``); always removed."""
         container = self._create(spec)
         try:
-            if spec.files:
-                container.put_archive("/", tar_files(spec.files, spec.files_dir))
-            container.start()
+            self._start(container, spec)
             yield Running(container)
         finally:
             _remove(container)
@@ -416,23 +428,25 @@ class Engine:
         try:
             status = container.wait(timeout=timeout_s)
             code = int(status.get("StatusCode", -1))
-        except Exception:  # requests' ReadTimeout/ConnectionError: the container outlived its time
+        except requests.exceptions.RequestException:  # ReadTimeout/ConnectionError: the container outlived its time
             timed_out, code = True, -1
-            container.kill()
+            _kill(container)
         out, total = _tail_logs(container, OUTPUT_LIMIT, stdout=True)
         err, _ = _tail_logs(container, STDERR_LIMIT, stdout=False)
         return RunResult(code, out, err, timed_out, container.id, total)
 
     def remove_containers(self, label: str, value: str) -> int:
         """Remove every container (running or not) with ``label=value``."""
-        found = self.client.containers.list(all=True, filters={"label": f"{label}={value}"})
+        with docker_errors(f"listing the containers labelled {label}={value}"):
+            found = self.client.containers.list(all=True, filters={"label": f"{label}={value}"})
         for container in found:
             _remove(container)
         return len(found)
 
     def containers_with_label(self, label: str, value: str | None = None) -> list[str]:
         flt = f"{label}={value}" if value is not None else label
-        return [c.id for c in self.client.containers.list(all=True, filters={"label": flt})]
+        with docker_errors(f"listing the containers labelled {flt}"):
+            return [c.id for c in self.client.containers.list(all=True, filters={"label": flt})]
 
 
 class _ChunkReader(io.RawIOBase):
@@ -464,10 +478,11 @@ class Running:
         self._container = container
 
     def running(self) -> bool:
-        try:
-            self._container.reload()
-        except docker.errors.NotFound:
-            return False
+        with docker_errors(f"inspecting container {str(self._container.id)[:12]}"):
+            try:
+                self._container.reload()
+            except docker.errors.NotFound:
+                return False
         return self._container.status in ("created", "running", "restarting")
 
     def exit_code(self) -> int | None:
@@ -492,13 +507,21 @@ class Running:
                     keep += chunk
                     del keep[:-STDERR_LIMIT]
                 result.append((api.exec_inspect(exec_id).get("ExitCode"), bytes(keep).decode(errors="replace")))
-            except docker.errors.APIError as exc:
-                result.append((None, _short(exc)))
+            except FOREIGN as exc:
+                result.append((None, said(exc)))
 
         worker = threading.Thread(target=call, name="container-exec", daemon=True)
         worker.start()
         worker.join(timeout_s)
         return result[0] if result else (None, f"no answer within {timeout_s:.0f} s")
+
+
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
+    data = tar.extractfile(member)
+    assert data is not None
+    with target.open("wb") as fh:
+        while block := data.read(1 << 20):
+            fh.write(block)
 
 
 def _tail_logs(container: Any, limit: int, stdout: bool, stderr: bool | None = None) -> tuple[str, int]:
@@ -512,7 +535,7 @@ def _tail_logs(container: Any, limit: int, stdout: bool, stderr: bool | None = N
             keep += chunk
             if len(keep) > 2 * limit:
                 del keep[:-limit]
-    except (docker.errors.APIError, OSError):
+    except (*FOREIGN, OSError):
         pass  # what was read so far is what there is
     return bytes(keep[-limit:]).decode(errors="replace"), total
 
@@ -545,13 +568,39 @@ def _follow(container: Any, sink: LineSink) -> None:
 
 
 def _remove(container: Any) -> None:
+    with docker_errors(f"removing container {str(container.id)[:12]}"):
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress
+                raise
+
+
+def _kill(container: Any) -> None:
+    """Stop a container that outlived its time (it may have ended meanwhile: then nothing to do)."""
+    with docker_errors(f"stopping container {str(container.id)[:12]}"):
+        try:
+            container.kill()
+        except docker.errors.APIError as exc:
+            if exc.status_code not in (404, 409):  # gone, or no longer running
+                raise
+
+
+def _push_stream(stream: Any, ref: str, on_line: LineSink) -> str:
+    """The digest a push stream ends with; its lines to ``on_line``; its error as a :class:`RegistryHTTPError`."""
+    digest = ""
     try:
-        container.remove(force=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        if "already in progress" not in str(exc):
-            raise
+        for event in stream:
+            if "error" in event:
+                raise push_error(ref, str(event["error"]), event.get("errorDetail") or {})
+            digest = event.get("aux", {}).get("Digest", digest)
+            if event.get("status") and not event.get("progressDetail"):
+                on_line(f"{event.get('id', '')} {event['status']}".strip())
+    finally:
+        stream.close()  # interrupted (Ctrl-C): the engine stops a push whose client went away
+    return str(digest)
 
 
 SOCKET_REASONS = re.compile(r"Connection refused|No such file or directory|Permission denied|Name or service not known"
@@ -560,7 +609,7 @@ SOCKET_REASONS = re.compile(r"Connection refused|No such file or directory|Permi
 
 def _socket_reason(exc: BaseException) -> str:
     found = SOCKET_REASONS.search(str(exc))
-    return found.group(0) if found else _short(exc)
+    return found.group(0) if found else said(exc)
 
 
 def unreachable(docker_host: str, why: str) -> str:
@@ -597,23 +646,85 @@ def _strings(value: Any) -> tuple[str, ...]:
     return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)
 
 
+# -- docker's errors as ours ---------------------------------------------------------------------
+# The engine's words are read here and nowhere else: what they mean becomes a type or an HTTP status.
+
+# What the SDK lets through: its own errors and its transport's (requests, and urllib3 while a stream is read).
+FOREIGN = (docker.errors.DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError)
+CONNECTION_LOST = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.ChunkedEncodingError,
+                   urllib3.exceptions.ProtocolError, urllib3.exceptions.TimeoutError)
+NO_GPU_RUNTIME = "could not select device driver"  # --gpus on an engine without the NVIDIA runtime
+COMMAND_NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|no such file or directory)', re.I)
+# The status a registry answered, as the engine quotes it in a push error (its push stream has no code).
+HTTP_STATUS = re.compile(r"(?:HTTP status:?|HTTP)\s+(\d{3})\b", re.I)
+STATUS_WORDS = (("unauthorized", 401), ("authentication required", 401), ("no basic auth credentials", 401),
+                ("denied", 403), ("forbidden", 403), ("not found", 404),
+                ("toomanyrequests", 429), ("too many requests", 429), ("internal server error", 500),
+                ("bad gateway", 502), ("service unavailable", 503), ("gateway time", 504))
+# The engine's words for a registry that did not answer at all (refused, reset, timed out).
+NO_ANSWER = re.compile(r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|timed? ?out|TLS handshake timeout"
+                       r"|temporarily unavailable", re.I)
+
+
+def said(exc: BaseException) -> str:
+    """What the engine (or the SDK) said, on one line: an API error's explanation (the daemon's own
+    words, without the SDK's "500 Server Error for http+docker://..."), else the exception's cause."""
+    return one_line(_words(exc), type(exc).__name__)
+
+
+def _words(exc: BaseException) -> str:
+    return str(getattr(exc, "explanation", None) or exc)
+
+
+def engine_error(exc: BaseException, doing: str, kind: type[EngineError] = EngineError) -> EngineError:
+    """A docker SDK exception (or one of requests, its transport) as one of ours: ``doing`` and the
+    engine's words. The cases a caller must tell apart are types: the engine stopped answering
+    (:class:`EngineConnectionLost`), no GPU runtime (:class:`GpuRuntimeMissing`), a command not in
+    the image (:class:`CommandNotFound`); ``kind`` for the rest (:class:`ContainerRefused` when a
+    container was being created or started)."""
+    words, answer = said(exc), _words(exc) if isinstance(exc, docker.errors.APIError) else ""
+    if isinstance(exc, CONNECTION_LOST):
+        return EngineConnectionLost(f"{doing}: the Docker engine stopped answering ({_socket_reason(exc)}); "
+                                    "check that it runs (docker info), then try again")
+    if NO_GPU_RUNTIME in answer:
+        return GpuRuntimeMissing(f"{doing}: {words} ({GpuRuntimeMissing.fix})")
+    missing = COMMAND_NOT_FOUND.search(answer)
+    if missing:
+        return CommandNotFound(f"{doing}: {words}", missing.group(1))
+    return kind(f"{doing}: {words}")
+
+
+@contextlib.contextmanager
+def docker_errors(doing: str, kind: type[EngineError] = EngineError) -> Iterator[None]:
+    """Inside: every docker SDK or requests exception leaves as :func:`engine_error`'s (ours pass)."""
+    try:
+        yield
+    except ImagesmithError:
+        raise
+    except FOREIGN as exc:
+        raise engine_error(exc, doing, kind) from None
+
+
 def _status_of(message: str, detail: Mapping[str, Any]) -> int:
+    """The HTTP status behind the engine's words: the error detail's code, a quoted status, else the words."""
     if "code" in detail:
         return int(detail["code"])
+    quoted = HTTP_STATUS.search(message)
+    if quoted:
+        return int(quoted.group(1))
     lowered = message.lower()
-    for needle, code in (("unauthorized", 401), ("authentication required", 401), ("denied", 403),
-                         ("forbidden", 403), ("not found", 404), ("no basic auth credentials", 401)):
-        if needle in lowered:
-            return code
-    return 0
+    return next((code for needle, code in STATUS_WORDS if needle in lowered), 0)
 
 
 def push_error(ref: str, message: str, detail: Mapping[str, Any]) -> RegistryHTTPError:
-    """What the engine said about a failed push, with the HTTP status it quotes (when
-    it quotes one) deciding whether retrying may help."""
-    status = _status_of(message, detail) or status_in(message) or None
-    transient = status in TRANSIENT_STATUS if status else bool(TRANSIENT_MESSAGE.search(message))
-    return RegistryHTTPError(registry_hint(ref, status, message, "push"), status, transient, said=message.strip())
+    """What the engine said about a failed push as a :class:`RegistryHTTPError` with the HTTP status
+    it quotes (its ``transient`` follows the status), or :class:`RegistryUnreachable` when the
+    registry did not answer at all."""
+    status = _status_of(message, detail) or None
+    hint = registry_hint(ref, status, message, "push")
+    if status is None and NO_ANSWER.search(message):
+        return RegistryUnreachable(hint, said=message.strip())
+    return RegistryHTTPError(hint, status, said=message.strip())
 
 
 def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None) -> str:
@@ -642,7 +753,7 @@ def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | 
             found = auth.resolve_authconfig(host)
             helper = auth.get_credential_store(host) if found and "Username" in found else None
     except (docker.errors.DockerException, ValueError, TypeError) as exc:
-        raise UserError(f"docker config: the login for {host} cannot be read ({_short(exc)}); "
+        raise UserError(f"docker config: the login for {host} cannot be read ({said(exc)}); "
                         f"run docker login {host} again (install its credential helper if the config names one), "
                         f"or set {ENV_USER}/{ENV_PASSWORD}") from None
     user = (found or {}).get("Username") or (found or {}).get("username")

@@ -60,7 +60,30 @@ class BuildError(UserError):
 
 
 class EngineError(UserError):
-    """The Docker engine is unreachable or refused a request."""
+    """The Docker engine is unreachable or refused a request; the message carries what it said."""
+
+
+class EngineConnectionLost(EngineError):
+    """The engine stopped answering in the middle of a request (reset, refused, timed out)."""
+
+
+class ContainerRefused(EngineError):
+    """The engine would not create or start a container (the image's command, a device, a limit)."""
+
+
+class CommandNotFound(ContainerRefused):
+    """The container's command is not in the image (``exec: "python3": executable file not found``)."""
+
+    def __init__(self, message: str, command: str) -> None:
+        super().__init__(message)
+        self.command = command
+
+
+class GpuRuntimeMissing(ContainerRefused):
+    """GPUs were asked for but the engine has no NVIDIA container runtime to give them."""
+
+    fix = ("the Docker engine has no NVIDIA container runtime: install nvidia-container-toolkit, then "
+           "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker")
 
 
 class RegistryError(UserError):
@@ -71,13 +94,18 @@ _CAUSE = re.compile(r"\[Errno -?\d+\] ([^'\")]+)|(Connection refused|Connection 
 
 
 def short(exc: BaseException) -> str:
-    """One line for a foreign exception (docker, requests, OS): the daemon's
-    explanation, else the OS-level cause buried in a urllib3 chain, else the last line."""
-    text = str(getattr(exc, "explanation", None) or exc).strip()
+    """One line for a foreign exception (requests, OS; engine.py passes docker's own words to
+    :func:`one_line`): the OS-level cause buried in a urllib3 chain, else the last line."""
+    return one_line(str(exc), type(exc).__name__)
+
+
+def one_line(text: str, fallback: str) -> str:
+    """The OS-level cause in ``text`` (a urllib3 chain), else its last line cut at 200; ``fallback`` when empty."""
+    text = text.strip()
     m = _CAUSE.search(text)
     if m:
         return (m.group(1) or m.group(2)).strip()
-    return text.splitlines()[-1][:200] if text else type(exc).__name__
+    return text.splitlines()[-1][:200] if text else fallback
 
 
 class Redactor:

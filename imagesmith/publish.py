@@ -35,13 +35,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
+import tenacity
+
 from imagesmith import policy, runstate, schemas, tags
 from imagesmith.artifacts import BuildRecord, Release
 from imagesmith.atomic import write_text
-from imagesmith.errors import ImagesmithError, RegistryError, UserError
+from imagesmith.errors import EngineConnectionLost, ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.progress import Display, QuietDisplay
-from imagesmith.registry import TRANSIENT_MESSAGE, Credentials, Manifest, RegistryHTTPError, redact
+from imagesmith.registry import Credentials, Manifest, RegistryHTTPError, redact
 from imagesmith.report import markdown as release_markdown
 from imagesmith.report.model import verified_how
 from imagesmith.versions import cuda_variant, major, minor
@@ -54,8 +56,6 @@ LABEL = "io.imagesmith."
 DONE = ("pushed", "unchanged")
 SWAP_ROUNDS = 5  # a floating tag rewritten this often under one release: stop, say so
 T = TypeVar("T")
-
-TRANSIENT = TRANSIENT_MESSAGE  # how the docker engine words a push error retrying may help
 
 
 # -- seams ------------------------------------------------------------------------------------
@@ -191,19 +191,24 @@ class Backoff:
     def delays(self) -> list[float]:
         return [min(self.cap, self.first * self.factor**i) for i in range(max(0, self.tries - 1))]
 
+    def wait(self) -> tenacity.wait.wait_base:
+        """The same schedule as :meth:`delays`, for tenacity."""
+        return tenacity.wait_exponential(multiplier=self.first, exp_base=self.factor, min=0, max=self.cap)
+
 
 def transient(exc: BaseException) -> bool:
-    """May retrying help? Connection refused/reset, timeouts, 5xx, 429: yes.
-    401/403/404, TLS problems, a bad request: no."""
-    flag = getattr(exc, "transient", None)
-    if flag is not None:
-        return bool(flag)
-    return bool(TRANSIENT.search(str(getattr(exc, "explanation", None) or exc)))
+    """May retrying help? Decided by type and HTTP status, never by a message's words: a registry
+    that answered 408/425/429/5xx (:data:`imagesmith.registry.TRANSIENT_STATUS`; a 500 whose body
+    says its storage is full is not) or did not answer at all (:class:`RegistryUnreachable`),
+    the engine's connection lost, a connection reset or timed out: yes. 400/401/403/404, TLS
+    problems, anything else: no."""
+    if isinstance(exc, RegistryHTTPError):
+        return exc.transient
+    return isinstance(exc, (EngineConnectionLost, ConnectionError, TimeoutError))
 
 
 def message_of(exc: BaseException) -> str:
-    text = str(getattr(exc, "explanation", None) or exc).strip()
-    return text or type(exc).__name__
+    return str(exc).strip() or type(exc).__name__
 
 
 # -- what a push sent ---------------------------------------------------------------------------
@@ -748,22 +753,27 @@ class Publisher:
 
     # -- retries, redaction, files ----------------------------------------------------------
     def _retry(self, what: str, action: Callable[[], T]) -> T:
-        """``action`` with backoff on transient errors; a permanent or final one stops the release."""
-        delays, t0 = self.backoff.delays(), self.clock()
-        for attempt in range(len(delays) + 1):
-            try:
-                return action()
-            except (ImagesmithError, OSError) as exc:
-                last = self._clean(message_of(exc))
-                if not transient(exc):
-                    raise ReleaseStopped(self._with_source(last if what in last else f"{what}: {last}")) from None
-                if attempt == len(delays):
-                    break
-                self.display.note(f"{what}: {last}; retry {attempt + 1} of {len(delays)} in {delays[attempt]:g}s")
-                self.sleep(delays[attempt])
+        """``action`` with backoff (tenacity) on :func:`transient` errors; a permanent or final one stops the release."""
+        t0, tries = self.clock(), max(1, self.backoff.tries)
+
+        def note(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0.0
+            self.display.note(f"{what}: {self._clean(message_of(exc or Exception()))}; "
+                              f"retry {state.attempt_number} of {tries - 1} in {wait:g}s")
+
+        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(transient), stop=tenacity.stop_after_attempt(tries),
+                                     wait=self.backoff.wait(), sleep=self.sleep, before_sleep=note, reraise=True)
+        try:
+            return retrying(action)
+        except (ImagesmithError, OSError) as exc:
+            last = self._clean(message_of(exc))
+            if not transient(exc):
+                raise ReleaseStopped(self._with_source(last if what in last else f"{what}: {last}")) from None
+            waited = float(retrying.statistics.get("idle_for", 0.0))
         last = last.removeprefix(f"{what} failed: ")
-        raise ReleaseStopped(f"{what} failed {len(delays) + 1} times in {self.clock() - t0:.1f}s "
-                             f"({sum(delays):g}s of it waiting between tries); last error: {last}. "
+        raise ReleaseStopped(f"{what} failed {tries} times in {self.clock() - t0:.1f}s "
+                             f"({waited:g}s of it waiting between tries); last error: {last}. "
                              f"The registry {self.registry.host} looks down or overloaded: check it, then run the release again "
                              f"(what was pushed stays; a re-run pushes only the rest)")
 

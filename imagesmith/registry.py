@@ -156,15 +156,25 @@ def from_docker_config(host: str, config: Path | Mapping[str, Any]) -> Credentia
 
 
 class RegistryHTTPError(RegistryError):
-    """A registry answered with an error (or not at all); ``transient`` errors may be retried."""
+    """A registry answered with an error (or not at all); ``transient`` errors may be retried.
+    ``transient`` follows the HTTP status (:data:`TRANSIENT_STATUS`) unless the caller read more
+    in the registry's answer (a 500 saying its storage is full is not transient)."""
 
-    def __init__(self, message: str, status: int | None = None, transient: bool = False, said: str = "",
+    def __init__(self, message: str, status: int | None = None, transient: bool | None = None, said: str = "",
                  hint: str = "") -> None:
         super().__init__(message)
         self.status = status
-        self.transient = transient
+        self.transient = status in TRANSIENT_STATUS if transient is None else transient
         self.said = said or message  # what the registry (or the engine) said, without our advice
         self.hint = hint  # our advice, when there is some beyond "check the registry"
+
+
+class RegistryUnreachable(RegistryHTTPError):
+    """The registry (or its token service) did not answer at all: refused, reset, timed out.
+    Retrying may help."""
+
+    def __init__(self, message: str, said: str = "") -> None:
+        super().__init__(message, None, transient=True, said=said)
 
 
 # What retrying may help: a registry down, overloaded, rate limiting or restarting.
@@ -173,16 +183,6 @@ TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 # transient: storage full, over quota, read-only.
 STORAGE_ERRNOS = {28: "no space left on device", 122: "disk quota exceeded", 30: "read-only file system"}
 STORAGE_WORDS = re.compile(r"no space left on device|disk quota exceeded|read-only file system|insufficient storage", re.I)
-# How the docker engine words what it could not push (its messages carry no error body).
-TRANSIENT_MESSAGE = re.compile(
-    r"connection refused|connection reset|broken pipe|\bEOF\b|i/o timeout|timed? ?out|TLS handshake timeout"
-    r"|temporarily unavailable|too ?many ?requests|unexpected HTTP status: (?:429|5\d\d)|HTTP (?:429|5\d\d)\b"
-    r"|Service Unavailable|Bad Gateway|Gateway Time-?out|Internal Server Error|cannot reach the registry",
-    re.IGNORECASE,
-)
-HTTP_STATUS = re.compile(r"(?:HTTP status:?|HTTP)\s+(\d{3})\b", re.I)
-
-
 @dataclass(frozen=True)
 class RegistryAnswer:
     """A registry's own error answer: the HTTP status and its ``errors`` body
@@ -267,12 +267,6 @@ def _errno(detail: Any, depth: int = 0) -> int | None:
     if isinstance(err, int) and not isinstance(err, bool):
         return err
     return next((e for e in (_errno(v, depth + 1) for v in detail.values()) if e is not None), None)
-
-
-def status_in(message: str) -> int | None:
-    """The HTTP status the docker engine quotes in a push error ('unexpected HTTP status: 500 ...')."""
-    found = HTTP_STATUS.search(message)
-    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -532,8 +526,7 @@ class Registry:
         except requests.exceptions.SSLError as exc:
             raise RegistryHTTPError(self._tls_hint(exc)) from None
         except requests.exceptions.RequestException as exc:
-            raise RegistryHTTPError(f"cannot reach the registry {self.host}: {_short(exc)}; check that it runs and is reachable",
-                                    transient=True) from None
+            raise RegistryUnreachable(f"cannot reach the registry {self.host}: {_short(exc)}; check that it runs and is reachable") from None
 
     def _base(self) -> str:
         if self._scheme is None:
@@ -552,8 +545,7 @@ class Registry:
         except requests.exceptions.ConnectionError as exc:
             if self.insecure and self._speaks_http():
                 return "http"
-            raise RegistryHTTPError(f"cannot reach the registry {self.host}: {_short(exc)}; check that it runs and is reachable",
-                                    transient=True) from None
+            raise RegistryUnreachable(f"cannot reach the registry {self.host}: {_short(exc)}; check that it runs and is reachable") from None
 
     def _speaks_http(self) -> bool:
         try:
@@ -583,7 +575,7 @@ class Registry:
         try:
             resp = self.session.get(params["realm"], params=query, auth=auth, timeout=self.timeout, verify=self.verify)
         except requests.exceptions.RequestException as exc:
-            raise RegistryHTTPError(f"token service {params['realm']} unreachable: {_short(exc)}", transient=True) from None
+            raise RegistryUnreachable(f"token service {params['realm']} unreachable: {_short(exc)}") from None
         if resp.status_code >= 400:
             raise self._error(resp, "GET", repo, False)
         body = resp.json()

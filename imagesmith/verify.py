@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from imagesmith import compat, runstate, schemas
-from imagesmith.errors import BuildError, UsageError, UserError
+from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
 from imagesmith.resources import payload_dir, payload_module
 
 REPORT_SCHEMA, CONFIG_SCHEMA = schemas.VERIFY_REPORT, schemas.VERIFY_CONFIG
@@ -352,20 +352,16 @@ def _run_with_sampler(run: Callable[[], dict[str, Any]], sampler: Sampler | None
     return report, nvml
 
 
-NO_GPU_RUNTIME = "could not select device driver"
-GPU_RUNTIME_FIX = ("the Docker engine has no NVIDIA container runtime: install nvidia-container-toolkit, then "
-                   "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker")
+GPU_RUNTIME_FIX = GpuRuntimeMissing.fix
 
 
 def _container_report(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
     try:
         result = engine.run(spec)
-    except UserError:
-        raise
-    except Exception as exc:  # the engine refused to create or start it
-        if NO_GPU_RUNTIME in str(exc) and spec.gpus != "none":
+    except ContainerRefused as exc:  # the engine would not create or start it (the engine unreachable is no check's failure)
+        if isinstance(exc, GpuRuntimeMissing) and spec.gpus != "none":
             return _without_gpus(engine, spec, options, request, image)
-        return failed_report("payload.start", _why_no_start(str(exc)), options.tier)
+        return failed_report("payload.start", _why_no_start(exc), options.tier)
     if result.timed_out:
         return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s (verify.timeout / --timeout)", options.tier)
     report, problem = judge_output(result.stdout, request)
@@ -397,12 +393,12 @@ def _without_gpus(engine: Any, spec: Any, options: VerifyOptions, request: Reque
 NO_PYTHON = "the image has no python3 on its PATH, so nothing in it can be verified"
 
 
-def _why_no_start(error: str) -> str:
-    if NO_GPU_RUNTIME in error:
+def _why_no_start(refused: ContainerRefused) -> str:
+    if isinstance(refused, GpuRuntimeMissing):
         return GPU_RUNTIME_FIX
-    if "executable file not found" in error and "python3" in error:
+    if isinstance(refused, CommandNotFound) and refused.command == "python3":
         return NO_PYTHON
-    return f"the container did not start: {error}"
+    return f"the container did not start: {refused}"
 
 
 def _why_no_report(code: int, output: str, image: Any = None) -> str:

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagesmith.errors import Redactor, short
-
-
-class Explained(Exception):
-    """Like docker.errors.APIError: the daemon's words in ``explanation``."""
-
-    def __init__(self, message: str, explanation: str) -> None:
-        super().__init__(message)
-        self.explanation = explanation
-
+from imagesmith.errors import Redactor, one_line, short
 
 SHORT = [
     (OSError("HTTPConnectionPool(host='x', port=1): Max retries exceeded (Caused by NewConnectionError("
@@ -21,7 +12,6 @@ SHORT = [
      "Connection refused"),
     (OSError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate (_ssl.c:1000)"),
      "CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate (_ssl.c:1000"),
-    (Explained("500 Server Error", "manifest unknown\nno such image"), "no such image"),
     (ValueError("first line\nlast line"), "last line"),
     (ValueError(""), "ValueError"),
     (ValueError("x" * 300), "x" * 200),
@@ -31,6 +21,10 @@ SHORT = [
 @pytest.mark.parametrize("exc, expected", SHORT)
 def test_short(exc: BaseException, expected: str) -> None:
     assert short(exc) == expected
+
+
+def test_one_line_of_a_text_falls_back_when_it_is_empty() -> None:
+    assert (one_line("  manifest unknown\nno such image ", "APIError"), one_line(" ", "APIError")) == ("no such image", "APIError")
 
 
 REDACT = [

@@ -18,7 +18,7 @@ import pytest
 from imagesmith import artifacts, build, pipeline
 from imagesmith.artifacts import BuildRecord, Release
 from imagesmith.engine import RunResult, RunSpec
-from imagesmith.errors import UserError
+from imagesmith.errors import ContainerRefused, UserError
 from tests.unit.test_build_scheduler import BASE, engine_for, load, true_facts
 from tests.unit.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
 from tests.unit.test_publish import FakeEngine, FakeRegistry, image_labels
@@ -161,7 +161,7 @@ def test_verify_builds_writes_verify_json_beside_each_artifact_and_one_run_repor
 def test_an_image_the_engine_cannot_run_fails_its_verification(tmp_path: Path) -> None:
     path = saved(tmp_path)
     done = pipeline.verify_builds(pipeline.read_builds([path]), tmp_path, OPTIONS, Recorder(),
-                                  engine=EngineDouble(tmp_path, RuntimeError("500 Server Error")))
+                                  engine=EngineDouble(tmp_path, ContainerRefused("creating a container of sha256:a: 500 Server Error")))
     assert done.failed == [BASE] and done.release is None
 
 

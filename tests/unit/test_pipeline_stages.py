@@ -13,7 +13,7 @@ import pytest
 
 from imagesmith import build, pipeline, policy, verify
 from imagesmith.engine import ImageInfo, RunResult, RunSpec
-from imagesmith.errors import RegistryError, UsageError, UserError
+from imagesmith.errors import ContainerRefused, EngineConnectionLost, RegistryError, UsageError, UserError
 from imagesmith.resources import payload_module
 
 OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",))
@@ -79,7 +79,10 @@ def test_verify_results_verifies_what_built_and_writes_each_report(tmp_path: Pat
 
 @pytest.mark.parametrize("error, detail", [
     (RegistryError("registry 127.0.0.1:5000 refused the pull"), "registry 127.0.0.1:5000 refused the pull"),
-    (RuntimeError("500 Server Error"), "the container did not start: 500 Server Error"),
+    (ContainerRefused("creating a container of sha256:a: no space left on device"),
+     "the container did not start: creating a container of sha256:a: no space left on device"),
+    (EngineConnectionLost("creating a container of sha256:a: the Docker engine stopped answering (Connection refused)"),
+     "creating a container of sha256:a: the Docker engine stopped answering (Connection refused)"),
 ])
 def test_an_image_that_cannot_be_verified_is_a_failed_report_not_a_stop(tmp_path: Path, error: Exception, detail: str) -> None:
     outcomes = pipeline.verify_results(EngineDouble(tmp_path, error), RESULTS[:1], OPTIONS, tmp_path, Recorder())

@@ -18,8 +18,10 @@ import pytest
 
 from imagesmith import matrix, plan, policy, publish, registry, tags
 from imagesmith.artifacts import BuildRecord, Release, Staged
-from imagesmith.errors import RegistryError, UserError
+from imagesmith.engine import push_error
+from imagesmith.errors import EngineConnectionLost, EngineError, RegistryError, UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.progress import QuietDisplay
 from imagesmith.registry import Credentials, Manifest
 from tests.conftest import LOCAL_ROOTS, ROOT
 
@@ -396,29 +398,59 @@ def test_backoff_schedule(backoff: publish.Backoff, delays: list[float]) -> None
     assert backoff.delays() == delays
 
 
+# The retry predicate reads types and HTTP statuses only. The engine's push words become one of
+# those in engine.push_error (the push stream has no status of its own), so they are given through it.
 @pytest.mark.parametrize("error, retry", [
-    (RegistryError('push x failed: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused (check it)'), True),
-    (RegistryError("push x failed: read tcp: connection reset by peer"), True),
-    (RegistryError("push x failed: received unexpected HTTP status: 503 Service Unavailable"), True),
-    (RegistryError("push x failed: toomanyrequests: rate limit"), True),
-    (registry.RegistryHTTPError("HTTP 502", 502, transient=True), True),
+    (push_error("x", 'Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', {}), True),
+    (push_error("x", "read tcp: connection reset by peer", {}), True),
+    (push_error("x", "received unexpected HTTP status: 503 Service Unavailable", {}), True),
+    (push_error("x", "toomanyrequests: rate limit", {}), True),
+    (push_error("x", "something the engine says", {"code": 502}), True),
+    (registry.RegistryHTTPError("HTTP 502", 502), True),
+    (registry.RegistryHTTPError("HTTP 429 TOOMANYREQUESTS", 429), True),
+    (registry.RegistryHTTPError("HTTP 408", 408), True),
+    (registry.RegistryUnreachable("cannot reach the registry r: Connection refused"), True),
+    (EngineConnectionLost("push x: the Docker engine stopped answering (Connection reset by peer)"), True),
     (ConnectionError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))"), True),
-    (RegistryError("push x failed: unauthorized: authentication required (not logged in to 127.0.0.1:5000 ...)"), False),
-    (RegistryError("push x failed: denied: requested access to the resource is denied"), False),
+    (TimeoutError("timed out"), True),
+    (push_error("x", "unauthorized: authentication required", {}), False),
+    (push_error("x", "denied: requested access to the resource is denied", {}), False),
+    (push_error("x", "received unexpected HTTP status: 507 Insufficient Storage", {}), False),
     (registry.RegistryHTTPError("HTTP 404 NAME_UNKNOWN", 404), False),
+    (registry.RegistryHTTPError("HTTP 400 MANIFEST_INVALID", 400), False),
+    (registry.RegistryHTTPError("HTTP 401", 401), False),
+    (registry.RegistryHTTPError("HTTP 403", 403), False),
+    (registry.RegistryHTTPError("HTTP 500 storage full", 500, transient=False), False),  # the body said: storage full
+    (registry.RegistryHTTPError("TLS to the registry r failed"), False),
+    (RegistryError("push x failed: connection refused"), False),  # words are not a type: never retried on them
+    (EngineError("tagging x: No such image"), False),
+    (OSError("[Errno 28] No space left on device"), False),
+    (ValueError("a bug"), False),
 ])
 def test_which_errors_are_retried(error: Exception, retry: bool) -> None:
     assert publish.transient(error) is retry
 
 
+class Notes(QuietDisplay):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
 def test_a_transient_push_error_is_retried_with_backoff_then_succeeds(world: World) -> None:
-    world.engine.fail = [RegistryError("push failed: connect: connection refused")] * 2
-    data = world.release([item("2.9.1")])
+    world.engine.fail = [registry.RegistryUnreachable("push failed: connect: connection refused")] * 2
+    display = Notes()
+    data = world.release([item("2.9.1")], display=display)
     assert world.sleeps == [1.0, 2.0] and data["ok"] and len(world.engine.pushes) == 1
+    ref = "reg.test:5000/ml/pytorch:2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-20261130"
+    assert display.notes[:2] == [f"push {ref}: push failed: connect: connection refused; retry 1 of 4 in 1s",
+                             f"push {ref}: push failed: connect: connection refused; retry 2 of 4 in 2s"]
 
 
 def test_a_registry_that_stays_down_fails_clearly_after_n_tries(world: World) -> None:
-    world.engine.fail = [RegistryError("push failed: connect: connection refused")] * 10
+    world.engine.fail = [registry.RegistryUnreachable("push failed: connect: connection refused")] * 10
     data = world.release([item("2.9.1"), item("2.9.2")], backoff=publish.Backoff(tries=3))
     assert world.sleeps == [1.0, 2.0] and len(world.engine.auths) == 3
     assert data["errors"] == [
@@ -849,8 +881,6 @@ def test_a_full_registry_stops_the_release_at_once_with_its_answer(world: World)
 
 
 def test_a_push_the_registry_refuses_shows_its_answer_and_is_not_retried(world: World) -> None:
-    from imagesmith.engine import push_error
-
     world.engine.fail = [push_error("reg.test:5000/ml/pytorch:t", "received unexpected HTTP status: 500 Internal Server Error", {})]
     world.reg.upload_fail = [None, storage_full()]  # fine before the push; full when asked why it failed
     data = world.release([item("2.9.1")])
@@ -863,8 +893,6 @@ def test_a_push_the_registry_refuses_shows_its_answer_and_is_not_retried(world: 
 
 
 def test_a_transient_server_error_the_registry_no_longer_shows_is_retried(world: World) -> None:
-    from imagesmith.engine import push_error
-
     world.engine.fail = [push_error("r:t", "received unexpected HTTP status: 503 Service Unavailable", {})]
     data = world.release([item("2.9.1")])
     assert data["ok"] and world.sleeps == [1.0] and len(world.engine.pushes) == 1

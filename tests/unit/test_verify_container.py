@@ -13,7 +13,7 @@ import pytest
 
 from imagesmith import compat, verify
 from imagesmith.engine import ImageConfig, ImageInfo, RunResult, RunSpec
-from imagesmith.errors import UserError
+from imagesmith.errors import CommandNotFound, ContainerRefused, EngineConnectionLost, GpuRuntimeMissing, UserError
 from imagesmith.resources import payload_module
 
 LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
@@ -75,17 +75,21 @@ def failed(report: dict[str, Any]) -> tuple[str, str]:
     return check["id"], check["detail"]
 
 
-def raises(message: str) -> Callable[[RunSpec], RunResult]:
+def raises(error: Exception) -> Callable[[RunSpec], RunResult]:
     def run(spec: RunSpec) -> RunResult:
-        raise RuntimeError(message)
+        raise error
     return run
+
+
+NO_PYTHON3 = CommandNotFound('starting a container of sha256:abc: failed to create task for container: exec: "python3": '
+                             "executable file not found in $PATH: unknown", "python3")
 
 
 @pytest.mark.parametrize("outcome, check, detail", [
     (lambda s: RunResult(137, "", "", timed_out=True), "payload.timeout", "killed after 900 s (verify.timeout / --timeout)"),
-    (raises('exec: "python3": executable file not found in $PATH'), "payload.start", verify.NO_PYTHON),
-    (raises("500 Server Error: no space left on device"), "payload.start",
-     "the container did not start: 500 Server Error: no space left on device"),
+    (raises(NO_PYTHON3), "payload.start", verify.NO_PYTHON),
+    (raises(ContainerRefused("creating a container of sha256:abc: no space left on device")), "payload.start",
+     "the container did not start: creating a container of sha256:abc: no space left on device"),
     (lambda s: RunResult(127, "", "/bin/sh: 1: python3: not found"), "payload.report", verify.NO_PYTHON),
     (lambda s: RunResult(1, "a\nb\nc\nd\n", ""), "payload.report",
      "the payload exited 1 without a report (verify ran python3 run.py in place of the image's ENTRYPOINT "
@@ -107,7 +111,7 @@ def test_a_run_without_a_genuine_report_is_one_failed_check_saying_why(outcome: 
 def test_no_gpu_runtime_runs_again_without_gpus_and_tells_the_payload() -> None:
     def run(spec: RunSpec) -> RunResult:
         if spec.gpus != "none":
-            raise RuntimeError("could not select device driver \"\" with capabilities: [[gpu]]")
+            raise GpuRuntimeMissing("creating a container of sha256:abc: could not select device driver \"\" with capabilities: [[gpu]]")
         return RunResult(0, answer(spec), "")
 
     report, engine = verify_with(run, verify.VerifyOptions(tier="quick", gpus="all", sample_gpus=False, only=("versions",)))
@@ -122,12 +126,24 @@ def test_an_image_not_in_the_engine_with_no_pull_is_a_user_error() -> None:
 
 
 @pytest.mark.parametrize("error, why", [
-    ("could not select device driver", verify.GPU_RUNTIME_FIX),
-    ('exec: "python3": executable file not found in $PATH', verify.NO_PYTHON),
-    ("executable file not found: bash", "the container did not start: executable file not found: bash"),
+    (GpuRuntimeMissing("creating a container of x: could not select device driver"), verify.GPU_RUNTIME_FIX),
+    (NO_PYTHON3, verify.NO_PYTHON),
+    (CommandNotFound('starting x: exec: "bash": executable file not found', "bash"),
+     'the container did not start: starting x: exec: "bash": executable file not found'),
+    (ContainerRefused("starting x: python3 is mentioned but is not the matter"),
+     "the container did not start: starting x: python3 is mentioned but is not the matter"),  # the type decides, not words
 ])
-def test_why_no_start(error: str, why: str) -> None:
+def test_why_no_start(error: ContainerRefused, why: str) -> None:
     assert verify._why_no_start(error) == why
+
+
+@pytest.mark.parametrize("error", [
+    EngineConnectionLost("creating a container of sha256:abc: the Docker engine stopped answering (Connection refused)"),
+    RuntimeError("a bug in a double is no failed check"),
+])
+def test_only_a_refused_container_is_a_failed_check(error: Exception) -> None:
+    with pytest.raises(type(error)):
+        verify_with(raises(error))
 
 
 def test_why_no_report_without_an_entrypoint_keeps_the_last_three_lines_cut_at_300() -> None:
