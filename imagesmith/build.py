@@ -20,15 +20,18 @@ import hashlib
 import heapq
 import itertools
 import json
+import os
 import queue
 import re
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 
-from imagesmith import artifacts, cudabuild, cudalayer, render, runstate, schemas
+from imagesmith import artifacts, compat, cudabuild, cudalayer, render, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.engine import RUN_LABEL, BuildOutcome, Engine, registry_host
 from imagesmith.errors import BuildError, Redactor, UserError
@@ -378,23 +381,35 @@ class Builder:
         if any(t.cuda_set for t in self.plan.targets):
             epoch = cudalayer.source_date_epoch(dict(self.environ) if self.environ is not None else None)
             self.cuda = cudabuild.CudaImages(self.plan, self.matrix.image.repository, self.engine, self.out, self.base_ids,
-                                             self._build_context, self.display, epoch, CACHE_REPOSITORY)
+                                             self._download_wheels, self.display, epoch, CACHE_REPOSITORY)
             self.cuda.start()
 
-    def _build_context(self, folder: str, tag: str, t: Target, base_id: str) -> str:
-        """Build a rendered context that is not a target (a CUDA wheel set) with ``t``'s sources."""
-        log_path = self.out / folder / "build.log"
+    def _download_wheels(self, t: Target, pins: Sequence[str], dest: Path, log_path: Path) -> None:
+        """A CUDA wheel set's download, with imagesmith's own pip on this host, from ``t``'s package
+        sources as its build reaches them (local folders and credentials through the loopback server)."""
+        argv = cudabuild.download_argv(sys.executable, pins, dest, self._source_args(t), compat.load().os[t.versions.os].glibc,
+                                       t.versions.python, self.matrix.sources.ca_bundle)
+        env = dict(os.environ if self.environ is None else self.environ, PIP_CONFIG_FILE=os.devnull, **self._proxy_args())
+        log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("w") as log:
-            def on_line(line: str) -> None:
-                log.write(self.redact(line) + "\n")
-                log.flush()
-            outcome = self.engine.build(self.out / folder, tag, self._real_args(t, base_id), {},
-                                        "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel)
-        with self._lock:  # the caller removes the image itself, keeping its parents: they go with the prune
-            self.stages += outcome.stages + outcome.made[-2:-1]
-        if outcome.error or outcome.image_id is None:
-            raise BuildError(f"{folder} failed: {self.redact(outcome.error or 'no image')}; log: {log_path}")
-        return outcome.image_id
+            log.write("$ pip download " + " ".join(argv[4:]) + "\n")
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                    start_new_session=True)
+            threading.Thread(target=self._pump, args=(proc, log), daemon=True).start()
+            while proc.poll() is None:
+                if self.cancel.wait(0.2):
+                    proc.terminate()
+                    proc.wait()
+                    raise BuildError("cancelled")
+        if proc.returncode:
+            tail = "; ".join(log_tail(str(log_path))[-3:])
+            raise BuildError(f"pip download of the CUDA wheels failed (exit {proc.returncode}): {tail}; log: {log_path}")
+
+    def _pump(self, proc: "subprocess.Popen[str]", log: TextIO) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(self.redact(line.rstrip("\n")) + "\n")
+            log.flush()
 
     def _sources(self) -> SourceServer | None:
         with self._lock:
@@ -493,14 +508,19 @@ class Builder:
         return {"PIP_INDEX_URL": pip.torch_index_url, "PIP_EXTRA_INDEX_URL": " ".join(pip.extras()),
                 "PIP_FIND_LINKS": " ".join(pip.find_links), "PIP_TRUSTED_HOST": " ".join(pip.trusted_hosts)}
 
-    def _real_args(self, t: Target, parent_id: str) -> dict[str, str]:
+    def _source_args(self, t: Target) -> dict[str, str]:
+        """The PIP_* arguments as the build reaches them: local folders and indexes with credentials
+        rewritten to the loopback server."""
         args = self.logical_args(t)
         server = self._sources()
         if server:
             rewrite = server.rewrite
             args = {k: " ".join(rewrite(u) for u in v.split()) if k != "PIP_TRUSTED_HOST" else v for k, v in args.items()}
             args["PIP_TRUSTED_HOST"] = " ".join(filter(None, [args["PIP_TRUSTED_HOST"], "127.0.0.1"]))
-        args.update(self._proxy_args())
+        return args
+
+    def _real_args(self, t: Target, parent_id: str) -> dict[str, str]:
+        args = self._source_args(t) | self._proxy_args()
         args["PARENT_IMAGE" if t.parent else "BASE_IMAGE"] = parent_id
         if t.cuda_set is not None:  # the builder stage runs on the OS base, the final stage on the CUDA image
             args["OS_IMAGE"] = self.base_ids[t.base_image]

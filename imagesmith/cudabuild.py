@@ -1,10 +1,11 @@
 """The build's CUDA step: for every CUDA wheel set of the plan, the image each
 of its cells builds FROM: the cell's OS base plus one layer holding the set.
 
-Per set, once: build its rendered context (``build/cuda-<set>/``: the OS's
-python3 downloads the pinned wheels into /wheels), copy the wheels out, write
-the layer (``imagesmith.cudalayer``) and ``docker load`` one image per OS base
-from a single streamed archive. The image ID is the sha256 of a canonical
+Per set, once: download the pinned wheels (``pip download --no-deps
+--only-binary=:all:`` with imagesmith's own pip, from the cells' package
+sources only, for the wheel platforms the OS's glibc accepts; log in
+``build/cuda-<set>/download.log``), write the layer (``imagesmith.cudalayer``)
+and ``docker load`` one image per OS base from a single streamed archive. The image ID is the sha256 of a canonical
 config, so the same base and the same set give the same image, layer and ID on
 any engine. A cache tag per (base image, set, SOURCE_DATE_EPOCH) makes warm
 runs a single lookup. Runs beside the DAG: a base target waits only for its own
@@ -20,20 +21,54 @@ import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith import cudalayer
 from imagesmith.engine import Engine
 from imagesmith.errors import BuildError
 from imagesmith.plan import CudaSet, Plan, Target, cuda_image
 from imagesmith.progress import Display
-from imagesmith.render import cuda_set_folder
 from imagesmith.units import gb
 
 KEY_SCHEMA = "imagesmith.cuda-layer/1"
 LABEL = "io.imagesmith.cuda."
-# Builds a rendered context that is not a target: (folder, tag, target whose sources it uses, base image ID) -> image ID
-ContextBuilder = Callable[[str, str, Target, str], str]
+# Downloads a set's wheels: (a target whose package sources it uses, pins, destination folder, log file)
+Downloader = Callable[[Target, Sequence[str], Path, Path], None]
+ARCH = "x86_64"  # the knowledge base's wheels are Linux x86_64 ones
+LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}  # PEP 600's aliases, by glibc 2.N
+
+
+def cuda_set_folder(cuda_set: CudaSet) -> str:
+    """The set's folder under the build's output (its download log) and its line in the progress display."""
+    return f"cuda-{cuda_set.id}"
+
+
+def platforms(glibc: str, arch: str = ARCH) -> list[str]:
+    """The wheel platform tags an OS with this glibc (``major.minor``) accepts, newest first."""
+    major, minor = (int(part) for part in glibc.split(".")[:2])
+    if major != 2 or minor < 5:
+        raise BuildError(f"glibc {glibc}: manylinux wheels need glibc 2.5 or newer")
+    return [f"manylinux_2_{m}_{arch}" for m in range(minor, 4, -1)] + \
+           [f"{name}_{arch}" for m, name in LEGACY_MANYLINUX.items() if m <= minor]
+
+
+def download_argv(python: str, pins: Sequence[str], dest: Path, sources: Mapping[str, str], glibc: str,
+                  python_version: str, ca_bundle: Path | None) -> list[str]:
+    """pip download of exactly ``pins`` (no dependencies, wheels only) from ``sources`` (the build's
+    PIP_* arguments) alone: ``--isolated`` and PIP_CONFIG_FILE=/dev/null (the caller's environment)
+    keep the host's pip configuration out, as the build container never saw it."""
+    argv = [python, "-m", "pip", "download", "--isolated", "--no-cache-dir", "--disable-pip-version-check",
+            "--progress-bar", "off", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
+            "--python-version", python_version, *(f"--platform={tag}" for tag in platforms(glibc))]
+    if sources.get("PIP_INDEX_URL"):
+        argv += ["--index-url", sources["PIP_INDEX_URL"]]
+    for option, key in (("--extra-index-url", "PIP_EXTRA_INDEX_URL"), ("--find-links", "PIP_FIND_LINKS"),
+                        ("--trusted-host", "PIP_TRUSTED_HOST")):
+        for value in sources.get(key, "").split():
+            argv += [option, value]
+    if ca_bundle is not None:
+        argv += ["--cert", str(ca_bundle)]
+    return argv + list(pins)
 
 
 @dataclass
@@ -73,10 +108,10 @@ def users(plan: Plan) -> dict[CudaSet, list[Target]]:
 
 class CudaImages:
     def __init__(self, plan: Plan, repository: str, engine: Engine, out: Path, base_ids: Mapping[str, str],
-                 build_context: ContextBuilder, display: Display, epoch: int | None, cache_repository: str) -> None:
+                 download: Downloader, display: Display, epoch: int | None, cache_repository: str) -> None:
         self.plan, self.repository, self.engine, self.out = plan, repository, engine, out
         self.cache_repository = cache_repository
-        self.base_ids, self.build_context, self.display, self.epoch = base_ids, build_context, display, epoch
+        self.base_ids, self.download, self.display, self.epoch = base_ids, download, display, epoch
         self.futures: dict[tuple[str, str], Future[str]] = {}
         self.results: dict[tuple[str, str], CudaResult] = {}
         for cuda_set, targets in users(plan).items():
@@ -142,13 +177,10 @@ class CudaImages:
         self.display.update(item, "done", f"{gb(archive.layer.size)} layer {archive.layer.diff_id[:19]}")
 
     def _download(self, cuda_set: CudaSet, t: Target, dest: Path) -> list[Path]:
-        tag = f"imagesmith-cuda-wheels:{cuda_set.id}"
-        image = self.build_context(cuda_set_folder(cuda_set), tag, t, self.base_ids[t.base_image])
-        try:
-            shutil.rmtree(dest, ignore_errors=True)
-            wheels = [p for p in self.engine.export_dir(image, "/wheels", dest) if p.suffix == ".whl"]
-        finally:  # its 2 GB of wheels; the steps below it are shared with other builder stages (layer cache)
-            self.engine.remove_image(tag, keep_parents=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        self.download(t, cuda_set.pins, dest, self.out / cuda_set_folder(cuda_set) / "download.log")
+        wheels = sorted(dest.glob("*.whl"))
         if len(wheels) != len(cuda_set.wheels):
             raise BuildError(f"cuda set {cuda_set.id}: pip downloaded {len(wheels)} wheels, the set has {len(cuda_set.wheels)}")
         return wheels

@@ -29,7 +29,7 @@ from imagesmith.atomic import write_bytes
 from imagesmith.errors import ValidationError
 from imagesmith.matrix import TEMPLATE_LIMIT, Layer, Matrix, is_shipped_template
 from imagesmith.paths import PathProblem, Roots, confined, read_text
-from imagesmith.plan import CudaSet, Plan, Target, cuda_image
+from imagesmith.plan import Plan, Target, cuda_image
 from imagesmith.resources import templates_dir
 
 UV_VERSION = "0.9.30"
@@ -41,17 +41,15 @@ DOCKERIGNORE = "# build outputs that live beside the context\n" + "".join(f"{p}\
 
 @dataclass(frozen=True)
 class Context:
-    """One target's build context: relative path -> bytes (and which files are executable).
-    A CUDA wheel set's context (``name`` cuda-<set id>) renders for the first target using it."""
+    """One target's build context: relative path -> bytes (and which files are executable)."""
 
     target: Target
     files: Mapping[str, bytes]
     executable: frozenset[str] = field(default=EXECUTABLE)
-    name: str = ""
 
     @property
     def folder(self) -> str:
-        return self.name or self.target.id
+        return self.target.id
 
     def mode(self, rel: str) -> int:
         return 0o755 if rel in self.executable else 0o644
@@ -166,8 +164,7 @@ class Renderer:
             "cuda_pth": cudalayer.PTH_NAME,
         }
 
-    def _render(self, t: Target, name: str, variables: dict[str, object], kind: str, rel: str,
-                folder: str | None = None) -> bytes:
+    def _render(self, t: Target, name: str, variables: dict[str, object], kind: str, rel: str) -> bytes:
         users = bool(self.layers[t.layer].template_path) and name == t.template
         where = ("layers", t.layer, "template") if users else ("layers", t.layer)
         try:
@@ -181,7 +178,7 @@ class Renderer:
         findings = self.guard.check(kind, marked, trusted_macros=users)
         if findings:
             raise ValidationError(problems=[self.matrix.problem(where, (
-                f"{folder or t.id}/{rel}:{f.line}: {f.why}; nothing was written (template {name})" + (
+                f"{t.id}/{rel}:{f.line}: {f.why}; nothing was written (template {name})" + (
                     "" if users else ": a gap in imagesmith's validation or escaping, please report it with the matrix")))
                 for f in findings])
         return guard.unmark(marked).encode()
@@ -219,35 +216,14 @@ class Renderer:
         return self._services[layer.name]
 
 
-    def cuda_set(self, cuda_set: CudaSet) -> Context:
-        """The context that downloads a CUDA wheel set (for the first base target using it)."""
-        users = [t for t in self.plan.targets if t.cuda_set == cuda_set]
-        folder = cuda_set_folder(cuda_set)
-        variables = self.variables(users[0]) | {"set": cuda_set, "users": [t.cell for t in users]}
-        files = {"Dockerfile": self._render(users[0], "cuda.Dockerfile.j2", variables, "dockerfile", "Dockerfile", folder),
-                 ".dockerignore": DOCKERIGNORE.encode()}
-        if self.matrix.sources.ca_bundle:
-            files["certs/extra-ca.pem"] = self.matrix.sources.ca_bundle_data
-        return Context(users[0], dict(sorted(files.items())), name=folder)
-
-
 def render_target(plan: Plan, matrix: Matrix, t: Target, kb: compat.KnowledgeBase | None = None) -> Context:
     return Renderer(plan, matrix, kb).target(t)
-
-
-def cuda_set_folder(cuda_set: CudaSet) -> str:
-    return f"cuda-{cuda_set.id}"
-
-
-def render_cuda_set(plan: Plan, matrix: Matrix, cuda_set: CudaSet, kb: compat.KnowledgeBase | None = None) -> Context:
-    return Renderer(plan, matrix, kb).cuda_set(cuda_set)
 
 
 def render_all(plan: Plan, matrix: Matrix, kb: compat.KnowledgeBase | None = None) -> list[Context]:
     """Every target's context, then one per CUDA wheel set (``cuda-<set id>``)."""
     renderer = Renderer(plan, matrix, kb)
-    sets = list(dict.fromkeys(t.cuda_set for t in plan.targets if t.cuda_set))
-    return [renderer.target(t) for t in plan.targets] + [renderer.cuda_set(s) for s in sets]
+    return [renderer.target(t) for t in plan.targets]
 
 
 def user_templates(matrix: Matrix) -> list[tuple[str, Path, list[str]]]:
@@ -303,7 +279,7 @@ def _on_disk(folder: Path) -> dict[str, os.stat_result]:
 
 
 def write(contexts: list[Context], out: Path) -> list[Path]:
-    """Write every context under ``out/<folder>/`` (target id, or cuda-<set id>): exactly its files, with
+    """Write every context under ``out/<target id>/``: exactly its files, with
     their modes; anything else there (but build outputs) is removed. In a new
     context, a file whose bytes another new context already holds is a hard
     link to it: most files repeat across targets, and a link costs the disk
