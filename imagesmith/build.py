@@ -230,8 +230,8 @@ class Slots:
 
 
 def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
-    """Build order among ready targets: shared-CUDA bases first (their builder stages run while
-    the CUDA layer is made), then those with more descendants (the longer chains), then plan order."""
+    """Build order among ready targets: more descendants first (the longer chains), then shared-CUDA
+    bases (their builder stages run while the CUDA layer is made), then plan order."""
     def descendants(tid: str) -> int:
         seen, todo = set(), [tid]
         while todo:  # (a cyclic plan is refused later, in one line: no recursion here)
@@ -240,7 +240,7 @@ def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
                     seen.add(child.id)
                     todo.append(child.id)
         return len(seen)
-    return {t.id: (0 if t.cuda_set is not None else 1, -descendants(t.id), i) for i, t in enumerate(plan.targets)}
+    return {t.id: (-descendants(t.id), 0 if t.cuda_set is not None else 1, i) for i, t in enumerate(plan.targets)}
 
 
 class Builder:
@@ -482,9 +482,11 @@ class Builder:
         return tid
 
     def _worker(self, t: Target, done: "queue.Queue[str]") -> None:
-        result, t0 = self.results[t.id], time.monotonic()
+        result = self.results[t.id]
+        t0 = time.monotonic()
         try:
             with self.slots.held(self.priority[t.id]):
+                t0 = time.monotonic()  # a target's seconds count from its admission
                 self._build_one(t, result)
         except Exception as exc:  # isolate: one target's failure never stops the others
             if self.cancel.is_set():

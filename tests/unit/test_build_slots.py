@@ -105,10 +105,10 @@ def local_plan() -> plan.Plan:
     return plan.expand(matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=LOCAL_ROOTS), "20261130")
 
 
-def test_shared_cuda_bases_first_then_longer_chains(local_plan: plan.Plan) -> None:
+def test_longer_chains_first_then_shared_cuda_bases(local_plan: plan.Plan) -> None:
     prio = build.priorities(local_plan)
     bases = sorted((t.id for t in local_plan.targets if t.parent is None), key=prio.__getitem__)
-    assert bases == ["2.14.1-cu130-py3.11-debian12-base", "2.14.1-cu130-py3.13-debian13-base",
-                     "2.13.0-cpu-py3.11-debian12-base"]
+    assert bases == ["2.14.1-cu130-py3.11-debian12-base", "2.13.0-cpu-py3.11-debian12-base",  # 3 and 1 descendants
+                     "2.14.1-cu130-py3.13-debian13-base"]
     cv, nlp = prio["2.14.1-cu130-py3.11-debian12-cv"], prio["2.14.1-cu130-py3.11-debian12-nlp"]
     assert cv < nlp  # cv has a child (project), nlp none
