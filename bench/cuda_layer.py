@@ -265,9 +265,12 @@ def run_layout(layout: str, src: Path, engine: Engine, bases: dict[str, str], ru
 
 
 def cleanup_layout(engine: Engine, result: dict[str, Any]) -> None:
-    refs = [result.get("sibling_image") or ""] + result["cleanup"] + result["cache_tags"]
-    refs += [c["image_id"] for c in result.get("cuda_layers", []) if c.get("image_id")]
-    buildbench.cleanup(engine, [r for r in refs if r])
+    """Every image the layout made, by ID (a forced removal drops all its tags: the repository's,
+    the cache index's and the checkout's owner tags), children before parents, CUDA images last."""
+    ids = [result.get("sibling_image") or ""]
+    ids += [t["image_id"] or "" for t in reversed(result["build_report"]["targets"])]
+    ids += [c["image_id"] for c in result.get("cuda_layers", []) if c.get("image_id")]
+    buildbench.cleanup(engine, [i for i in dict.fromkeys(ids) if i] + result["cleanup"] + result["cache_tags"])
 
 
 # -- the production estimate ----------------------------------------------------------------------
