@@ -339,6 +339,14 @@ def print_table(rows: list[tuple[str, ...]], est: dict[str, Any]) -> None:
           f"(CUDA wheels {est['cuda_today_bytes'] / 1e9:.1f} -> {est['cuda_shared_bytes'] / 1e9:.1f} GB)")
 
 
+def write_partial(path: Path, matrix_path: Path, results: dict[str, dict[str, Any]]) -> None:
+    drop = ("build_report", "cleanup", "cache_tags")
+    layouts = {name: {k: v for k, v in r.items() if k not in drop} for name, r in results.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": "imagesmith.bench-cuda-layer/1", "matrix": str(matrix_path), "partial": True,
+                                "layouts": layouts}, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--matrix", default="examples/local.yaml", type=Path)
@@ -354,6 +362,7 @@ def main() -> None:
         try:
             for layout in LAYOUTS:
                 results[layout] = run_layout(layout, args.matrix.resolve(), engine, bases, run, Path(tmp), args.keep)
+                write_partial(args.json, args.matrix, results)  # a stopped run keeps what it measured
             torch = "2.14.1"
             _, naive = buildbench.naive_build(engine, bases["debian12"], f"torch=={torch}", naive_tag,
                                               Path("/etc/ssl/certs/ca-certificates.crt"))
