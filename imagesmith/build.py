@@ -395,12 +395,14 @@ class Builder:
             log.write("$ pip download " + " ".join(argv[4:]) + "\n")
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                     start_new_session=True)
-            threading.Thread(target=self._pump, args=(proc, log), daemon=True).start()
+            pump = threading.Thread(target=self._pump, args=(proc, log), daemon=True)
+            pump.start()
             while proc.poll() is None:
                 if self.cancel.wait(0.2):
                     proc.terminate()
                     proc.wait()
                     raise BuildError("cancelled")
+            pump.join()  # every line is in the log before it closes and its tail is read
         if proc.returncode:
             tail = "; ".join(log_tail(str(log_path))[-3:])
             raise BuildError(f"pip download of the CUDA wheels failed (exit {proc.returncode}): {tail}; log: {log_path}")
