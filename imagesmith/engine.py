@@ -286,20 +286,6 @@ class Engine:
                     loaded.append(text.split(":", 1)[1].strip())
         return loaded
 
-    def export_dir(self, image: str, path: str, dest: Path) -> list[Path]:
-        """Copy folder ``path`` of ``image`` (a container is created, never started) into ``dest``."""
-        with docker_errors(f"copying {path} out of {image[:19]}"):
-            container = self.client.containers.create(image, ["true"], labels={RUN_LABEL: "export"})
-            try:
-                stream, _ = container.get_archive(path.rstrip("/") + "/.")
-                dest.mkdir(parents=True, exist_ok=True)
-                with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
-                    for member in (m for m in tar if m.isfile()):
-                        _extract(tar, member, dest / Path(member.name).name)
-                return sorted(p for p in dest.iterdir() if p.is_file())
-            finally:
-                _remove(container)
-
     def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
         repo, tag = split_ref(ref)
         with docker_errors(f"pulling {ref}"):
@@ -514,14 +500,6 @@ class Running:
         worker.start()
         worker.join(timeout_s)
         return result[0] if result else (None, f"no answer within {timeout_s:.0f} s")
-
-
-def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
-    data = tar.extractfile(member)
-    assert data is not None
-    with target.open("wb") as fh:
-        while block := data.read(1 << 20):
-            fh.write(block)
 
 
 def _tail_logs(container: Any, limit: int, stdout: bool, stderr: bool | None = None) -> tuple[str, int]:
