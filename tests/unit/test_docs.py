@@ -98,3 +98,16 @@ def test_check_table_matches_the_payload_registry() -> None:
     text = (DOCS / "verification.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `([a-z0-9_.]+)` \| (quick|standard) \| (\w+) \| ", text, re.MULTILINE)
     assert rows == [(s.id, s.tier, s.needs) for s in REGISTRY.values()]
+
+
+def test_matrix_reference_documents_every_key() -> None:
+    """Every key the loader accepts (imagesmith/matrix.py) has its entry in docs/matrix.md."""
+    from imagesmith import matrix
+
+    text = (DOCS / "matrix.md").read_text(encoding="utf-8")
+    wanted = [f"## {key}\n" for key in matrix.TOP_KEYS]
+    wanted += [f"| `matrix.{key}` |" for key in (*matrix.AXES, "cudnn", "include", "exclude")]
+    wanted += [f"| `sources.{key}` |" for key in matrix.SOURCE_KEYS]
+    wanted += [f"| `{key}` |" for key in matrix.LAYER_KEYS if key != "services"] + ["| `services.jupyter` |", "| `services.sshd` |"]
+    wanted += [f"`{{{field}}}`" for field in matrix.TAG_FIELDS]
+    assert [w for w in wanted if w not in text] == []
