@@ -19,7 +19,7 @@ REGISTRY_CREDENTIALS := .cache/registry/credentials
 # take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
 ALLOW_CPU ?= --allow-cpu-verification
 
-.PHONY: release test unit lint bench host install base registry clean evidence
+.PHONY: release test unit lint bench host install base registry clean evidence docs
 
 host:                      ## Debian packages + a running Docker engine (idempotent)
 	bash scripts/ensure-host.sh
@@ -79,6 +79,14 @@ lint: install              ## ruff (rules in pyproject.toml) and mypy --strict o
 bench: base install        ## build benchmark against a naive Dockerfile; the shared CUDA layer against today's layout (tables)
 	$(BIN)/python bench/build.py --matrix $(MATRIX)
 	$(BIN)/python bench/cuda_layer.py --matrix $(MATRIX)
+
+# The documentation site: mkdocs, mkdocs-material and mkdocs-click from the `docs` extra, installed once.
+$(BIN)/mkdocs: $(BIN)/imagesmith pyproject.toml
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(BIN)/mkdocs        ## the documentation site into site/ (git-ignored): mkdocs build --strict, a broken link or a page missing from nav fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache

@@ -1,5 +1,5 @@
 """The package's structure, read from its source: no import cycle, docker behind engine.py only,
-planning code (matrix, compat, plan, tags, render) free of the engine (DESIGN.md)."""
+planning code (matrix, compat, plan, tags, render) free of the engine (docs/architecture.md)."""
 
 from __future__ import annotations
 
