@@ -761,8 +761,12 @@ def _gpus(ctx: Ctx, raw: Any, path: KeyPath) -> str:
     return value
 
 
+THRESHOLD_KEYS = ("baseline", "fail_fraction", "warn_fraction")
+
+
 def _threshold(ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, float]:
-    d = ctx.mapping(raw, path, ("baseline", "fail_fraction", "warn_fraction", "min", "max"))
+    # the keys the payload reads (verify/imagesmith_payload/config.py THRESHOLD_KEYS): a key it would refuse is refused here
+    d = ctx.mapping(raw, path, THRESHOLD_KEYS)
     out = {}
     for key, value in d.items():
         try:
