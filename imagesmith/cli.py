@@ -15,7 +15,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import click
 import yaml
@@ -550,13 +550,19 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--reuse-evidence", is_flag=True,
               help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
                    "(or CPU mode), signed by --key.")
+@click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the figures as Prometheus metrics to this FILE.prom (atomically), for node_exporter's "
+                   "textfile collector (docs/metrics.md).")
+@click.option("--pushgateway", metavar="URL", default=None,
+              help="Also push the figures to this Prometheus Pushgateway, one group per image "
+                   "(job=imagesmith, instance=this host, digest=the image's).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
                json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
                timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
-               quiet: bool) -> None:
+               metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -573,8 +579,9 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         only=tuple(filter(None, (s.strip() for s in only.split(",")))),
         skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
+    export = _metrics_export(metrics_file, pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
     if build_reports:
-        _verify_build(build_reports, options, json_out, quiet, credentials_file)
+        _verify_build(build_reports, options, json_out, quiet, credentials_file, export)
         return
     if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
@@ -590,6 +597,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         tracked.complete(outcome.report)
     if not quiet:
         print_verify(outcome.report, json_out)
+    export(outcome.report, str(json_out or "the verify report"))
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
 
@@ -706,7 +714,7 @@ def _verify_image(image: str, options: Any, no_pull: bool, credentials_file: Pat
 
 
 def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_out: Path | None, quiet: bool,
-                  credentials_file: Path | None) -> None:
+                  credentials_file: Path | None, export: Callable[[Any, str], None]) -> None:
     """verify --build-report: the pipeline verifies every image the builds made; this prints the outcomes."""
     from imagesmith import pipeline
     from imagesmith.progress import make_display
@@ -720,8 +728,29 @@ def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_
     if not quiet:
         _print_outcomes(done.outcomes)
         click.echo(f"run report: {done.run_report}", err=True)
+    export(Path(done.run_report), str(done.run_report))
     if done.failed:
         raise UserError(f"verification failed for {len(done.failed)} of {len(done.outcomes)} images: {', '.join(done.failed)}")
+
+
+def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> Callable[[Any, str], None]:
+    """verify --metrics/--pushgateway, checked now; the function exports a report (raw JSON or its file; its name)."""
+    from imagesmith import metrics
+
+    if metrics_file is not None:
+        metrics.check_textfile(metrics_file)
+    if pushgateway is not None:
+        metrics.check_gateway(pushgateway)
+
+    def export(report: Any, source: str) -> None:
+        if metrics_file is None and pushgateway is None:
+            return
+        from imagesmith.report import load, parse
+
+        run = load(report) if isinstance(report, Path) else parse(report, source)
+        metrics.export_run(run, metrics_file, pushgateway,
+                           say=(lambda line: None) if quiet else (lambda line: click.echo(line, err=True)))
+    return export
 
 
 def verify_failures(report: dict[str, Any]) -> str:
