@@ -816,11 +816,13 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 
 @cli.command("report")
 @click.argument("report_file", metavar="REPORT.json", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["md", "junit", "html"]), default="md", show_default=True,
-              help="md: a summary for CI job pages; junit: one testcase per target x check; html: a page with charts.")
+@click.option("--format", "fmt", type=click.Choice(["md", "junit", "html", "prom"]), default="md", show_default=True,
+              help="md: a summary for CI job pages; junit: one testcase per target x check; html: a page with charts; "
+                   "prom: Prometheus text exposition format (docs/metrics.md).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here (atomically); default: standard output.")
-def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
+@click.option("--hostname", default=None, help="prom: the Hostname label (the host the verification ran on); default this host's name.")
+def report_cmd(report_file: Path, fmt: str, out: Path | None, hostname: str | None) -> None:
     """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
     from imagesmith.fleet import render as fleet_render
@@ -828,9 +830,18 @@ def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
 
     if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
         fleet = fleet_report.load(report_file)
+        if fmt == "prom":
+            raise UserError(f"{report_file}: --format prom exports verify, run and build reports; a fleet run's metrics come "
+                            "from imagesmith fleet verify --metrics FILE.prom")
         _emit(fleet_render.render(fleet, fmt), out, f"{fmt} fleet report of {len(fleet.cells)} cells", fleet.ok)
         return
     run = report.load(report_file)
+    if fmt == "prom":
+        from imagesmith import metrics
+
+        text = metrics.exposition(metrics.run_metrics(run, hostname or metrics.hostname()).registry)
+        _emit(text, out, f"Prometheus metrics of {sum(t.verify is not None for t in run.targets)} verified targets", run.ok)
+        return
     _emit(report.render(run, fmt), out, f"{fmt} report of {len(run.targets)} targets", run.ok)
 
 

@@ -146,14 +146,14 @@ class VerifyMetrics:
             self.set("check_duration_seconds", "How long the check ran.", c.duration_s, **labels)
         if c.percent_of_baseline is not None:
             self.set("baseline_ratio", "Measured figure as a fraction of this GPU model's baseline (1.0: on baseline).",
-                     c.percent_of_baseline / 100.0, **labels)
+                     scaled(c.percent_of_baseline, 0.01), **labels)
         unit = UNITS.get(c.unit)
         value = lab.number(c.value, f"{where}.value")
         if unit is not None and value is not None:
-            self.set(unit[0], unit[2], value * unit[1], **labels)
+            self.set(unit[0], unit[2], scaled(value, unit[1]), **labels)
         for key, (name, factor, doc) in PER_GPU.items():
             for gpu, figure in _per_gpu(c.data.get(key), lab, f"{where}.data.{key}"):
-                self.set(name, doc, figure * factor, **labels, **_gpu_labels(gpu, gpus))
+                self.set(name, doc, scaled(figure, factor), **labels, **_gpu_labels(gpu, gpus))
 
 
 class _Sharing:
@@ -232,6 +232,11 @@ class _Labels:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1024:
             raise self.fail(where, f"expected a GPU index (0 to 1023), got {value!r}"[:200])
         return value
+
+
+def scaled(value: float, factor: float) -> float:
+    """``value * factor`` to 12 significant digits (4282.4 GB/s is 4.2824e12 bytes/s, not 4.2823999999999995e12)."""
+    return float(f"{value * factor:.12g}")
 
 
 def _info(v: Verify, lab: _Labels) -> dict[str, str]:
