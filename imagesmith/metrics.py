@@ -7,6 +7,7 @@ What the series are is ``imagesmith.report.prom``; this module only writes and s
 
 from __future__ import annotations
 
+import os
 import socket
 import urllib.error
 import urllib.parse
@@ -27,8 +28,9 @@ PUSH_TIMEOUT_S = 10.0
 
 
 def hostname() -> str:
-    """This host's name: the ``Hostname`` label (the DCGM exporter's) and the pushgateway's ``instance``."""
-    return socket.gethostname()
+    """The ``Hostname`` label and the Pushgateway's ``instance``: ``$NODE_NAME`` when set (as the DCGM
+    exporter takes it, e.g. from the Kubernetes downward API), else this host's name."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
 def check_textfile(path: Path) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
@@ -288,3 +289,10 @@ def test_report_format_prom_prints_the_exposition(tmp_path: Path) -> None:
 def test_report_format_prom_of_a_build_report_has_no_series() -> None:
     result = CliRunner().invoke(cli, ["report", str(REPORTS / "build-failed.json"), "--format", "prom"])
     assert result.exit_code == 0 and [f.name for f in text_string_to_metric_families(result.output) if f.samples] == []
+
+
+def test_hostname_is_node_name_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "gpu-node-3")
+    assert metrics.hostname() == "gpu-node-3"
+    monkeypatch.delenv("NODE_NAME")
+    assert metrics.hostname() == socket.gethostname()
