@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest, push_to_gatewa
 from imagesmith.atomic import write_bytes
 from imagesmith.errors import UserError
 from imagesmith.fleet.report import CellResult, FleetReport
-from imagesmith.report.model import Run
+from imagesmith.report.model import Run, Verify
 from imagesmith.report.parse import load
 from imagesmith.report.prom import Subject, VerifyMetrics, image_digest
 
@@ -87,19 +87,25 @@ def export_run(run: Run, textfile: Path | None, gateway: str | None, host: str |
     name = host or hostname()
     if textfile is not None:
         say(f"metrics: {write_textfile(run_metrics(run, name).registry, textfile)}")
-    for v in [t.verify for t in run.targets if t.verify is not None] if gateway is not None else []:
+    if gateway is None:
+        return
+    for target, v in _verified(run):
         one = VerifyMetrics()
-        one.add(v, Subject(name, image_digest(v)), run.source)
-        say(f"metrics pushed to {gateway}: {push(one.registry, gateway or '', {'instance': name, 'digest': image_digest(v)})}")
+        one.add(v, Subject(name, image_digest(v)), run.source, target)
+        say(f"metrics pushed to {gateway}: {push(one.registry, gateway, {'instance': name, 'digest': image_digest(v)})}")
 
 
 def run_metrics(run: Run, host: str) -> VerifyMetrics:
     """Every verified target of a report, as run on ``host``."""
     out = VerifyMetrics()
-    for t in run.targets:
-        if t.verify is not None:
-            out.add(t.verify, Subject(host, image_digest(t.verify)), run.source)
+    for target, v in _verified(run):
+        out.add(v, Subject(host, image_digest(v)), run.source, target)
     return out
+
+
+def _verified(run: Run) -> list[tuple[str, Verify]]:
+    """(target id, verification) of each verified target; the id only from a run report (a verify report's is a guess)."""
+    return [(t.id if run.kind == "run" else "", t.verify) for t in run.targets if t.verify is not None]
 
 
 def exposition(registry: CollectorRegistry) -> str:

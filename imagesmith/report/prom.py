@@ -105,11 +105,12 @@ class VerifyMetrics:
             raise UserError(f"more than {MAX_SERIES} metric series: refusing the cardinality; export fewer reports at once")
         self.gauge(name, doc, tuple(k for k in labels if k not in self.base)).labels(**labels).set(value)
 
-    def add(self, v: Verify, subject: Subject, source: str) -> None:
-        """Every series of one verify report (``source`` names it in errors)."""
+    def add(self, v: Verify, subject: Subject, source: str, target: str = "") -> None:
+        """Every series of one verify report (``source`` names it in errors; ``target``: its id in a run
+        report, else the image's target label)."""
         lab = _Labels(source)
-        base = {k: lab.value(val, f"image ({k})") for k, val in subject.labels().items()}
-        self._info.labels(**base).info(_info(v, lab))
+        base = _subject(subject, source)
+        self._info.labels(**base).info(_info(v, lab, target))
         ended = _ended_at(v, lab)
         if ended is not None:
             self.set("last_run_timestamp_seconds", "When the verification finished (Unix time): alert when it is old.", ended, **base)
@@ -127,8 +128,7 @@ class VerifyMetrics:
 
     def add_cell(self, subject: Subject, status: str, queued_s: float | None, ran_s: float | None, source: str) -> None:
         """One fleet cell (digest x class): its outcome and how long it queued and ran."""
-        lab = _Labels(source)
-        base = {k: lab.value(val, f"cell ({k})") for k, val in subject.labels().items()}
+        base = _subject(subject, source)
         for outcome in FLEET_OUTCOMES:
             self.set("imagesmith_fleet_cell_status", "1 for the outcome of the fleet cell (pass, fail, cancelled), 0 for the others.",
                      float(status == outcome), **base, outcome=outcome)
@@ -234,14 +234,22 @@ class _Labels:
         return value
 
 
+def _subject(subject: Subject, source: str) -> dict[str, str]:
+    """The labels every series of a report has (Hostname, digest, class), bounded like any other."""
+    for k, value in subject.labels().items():
+        if len(value) > MAX_LABEL_CHARS or not value.isprintable():
+            raise UserError(f"{source}: the {k} label {value[:40]!r}: more than {MAX_LABEL_CHARS} characters or not printable text")
+    return subject.labels()
+
+
 def scaled(value: float, factor: float) -> float:
     """``value * factor`` to 12 significant digits (4282.4 GB/s is 4.2824e12 bytes/s, not 4.2823999999999995e12)."""
     return float(f"{value * factor:.12g}")
 
 
-def _info(v: Verify, lab: _Labels) -> dict[str, str]:
+def _info(v: Verify, lab: _Labels, target: str) -> dict[str, str]:
     env = v.environment
-    out = {"image": v.image_ref, "tier": v.tier, "target": _target(v)}
+    out = {"image": v.image_ref, "tier": v.tier, "target": target or _target(v)}
     out.update({k: str(env[k]) for k in INFO_KEYS if env.get(k) is not None and not isinstance(env[k], (Mapping, list))})
     return {k: lab.value(val, f"environment.{k}" if k in INFO_KEYS else f"image ({k})") for k, val in out.items()}
 

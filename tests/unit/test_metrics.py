@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -296,3 +298,31 @@ def test_hostname_is_node_name_when_set(monkeypatch: pytest.MonkeyPatch) -> None
     assert metrics.hostname() == "gpu-node-3"
     monkeypatch.delenv("NODE_NAME")
     assert metrics.hostname() == socket.gethostname()
+
+
+def test_a_run_report_names_each_target_in_its_info() -> None:
+    got = samples(raw("run-report.json"), "h")
+    info = [dict(labels) for name, labels in got if name == "imagesmith_verify_info"]
+    assert [(i["target"], i["digest"]) for i in info] == [("2.14.1-cu130-py3.11-debian12-base", "sha256:" + "2b" * 32)]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["verify", "img:1", "--metrics", "m.txt"],
+     "error: --metrics m.txt: the file name must end in .prom (node_exporter's textfile collector reads only *.prom files); "
+     "e.g. --metrics /var/lib/node_exporter/textfile/imagesmith.prom\n"),
+    (["verify", "--local", "--pushgateway", "pushgateway:9091"],
+     "error: --pushgateway 'pushgateway:9091': give the Pushgateway's base URL, e.g. http://pushgateway.example.com:9091\n"),
+    (["fleet", "verify", "--fleet", "examples/fleet-local.yaml", "harbor.example.com/ml/x@sha256:" + "ab" * 32, "--metrics", "m"],
+     "error: --metrics m: the file name must end in .prom (node_exporter's textfile collector reads only *.prom files); "
+     "e.g. --metrics /var/lib/node_exporter/textfile/imagesmith.prom\n"),
+    (["fleet", "verify", "--fleet", "examples/fleet-local.yaml", "harbor.example.com/ml/x@sha256:" + "ab" * 32, "--pushgateway", "ftp://x"],
+     "error: --pushgateway 'ftp://x': give the Pushgateway's base URL, e.g. http://pushgateway.example.com:9091\n"),
+    (["report", str(REPORTS / "verify-gpu.json"), "--format", "prom", "--hostname", "h" * 129],
+     f"error: {REPORTS / 'verify-gpu.json'}: the Hostname label {'h' * 40!r}: more than 128 characters or not printable text\n"),
+    (["report", str(REPORTS / "verify-gpu.json"), "--format", "prom", "--hostname", "gpu\n1"],
+     f"error: {REPORTS / 'verify-gpu.json'}: the Hostname label 'gpu\\n1': more than 128 characters or not printable text\n"),
+])
+def test_bad_metrics_options_exit_1_before_anything_runs(args: list[str], message: str) -> None:
+    """Nothing runs: no container, no payload, no job submitted (the fleet file names Slurm, absent here)."""
+    done = subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, cwd=REPORTS.parents[2])
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", message)
