@@ -36,7 +36,7 @@ MAX_LABEL_CHARS = 128  # a check id, a version, an image reference: anything lon
 MAX_CHECKS = 512  # the standard tier runs ~50, soak ~60
 MAX_GPUS = 64  # one host
 MAX_FOREIGN = 4096  # sharing.foreign entries one report may list
-MAX_SERIES = 20000  # one registry (a fleet's whole run included)
+MAX_SERIES = 10000  # from one report (the standard tier on 2 GPUs makes ~300)
 GPU_LABELS = ("gpu", "UUID", "modelName")  # with Hostname (a base label): the DCGM exporter's
 
 # A check's unit -> (metric name after the prefix, factor to the base unit, help)
@@ -88,7 +88,7 @@ class VerifyMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.base = ("Hostname", "digest", "class") if fleet else ("Hostname", "digest")
         self._gauges: dict[str, Gauge] = {}
-        self._series = 0
+        self._left, self._source = MAX_SERIES, ""
         self._info = Info(PREFIX, "The image a verification ran on and what it measured inside it (versions); value 1.",
                           self.base, registry=self.registry)
 
@@ -100,15 +100,15 @@ class VerifyMetrics:
         return self._gauges[name]
 
     def set(self, name: str, doc: str, value: float, **labels: str) -> None:
-        self._series += 1
-        if self._series > MAX_SERIES:
-            raise UserError(f"more than {MAX_SERIES} metric series: refusing the cardinality; export fewer reports at once")
+        self._left -= 1
+        if self._left < 0:
+            raise UserError(f"{self._source}: more than {MAX_SERIES} metric series from one report: refusing the cardinality")
         self.gauge(name, doc, tuple(k for k in labels if k not in self.base)).labels(**labels).set(value)
 
     def add(self, v: Verify, subject: Subject, source: str, target: str = "") -> None:
         """Every series of one verify report (``source`` names it in errors; ``target``: its id in a run
         report, else the image's target label)."""
-        lab = _Labels(source)
+        lab, self._left, self._source = _Labels(source), MAX_SERIES, source
         base = _subject(subject, source)
         self._info.labels(**base).info(_info(v, lab, target))
         ended = _ended_at(v, lab)
@@ -128,6 +128,7 @@ class VerifyMetrics:
 
     def add_cell(self, subject: Subject, status: str, queued_s: float | None, ran_s: float | None, source: str) -> None:
         """One fleet cell (digest x class): its outcome and how long it queued and ran."""
+        self._left, self._source = MAX_SERIES, source
         base = _subject(subject, source)
         for outcome in FLEET_OUTCOMES:
             self.set("imagesmith_fleet_cell_status", "1 for the outcome of the fleet cell (pass, fail, cancelled), 0 for the others.",
