@@ -175,8 +175,9 @@ class _Sharing:
         if raw.get("allowed") is not None:
             self.out.set("gpu_sharing_allowed", "1 when the run was told sharing the GPUs is expected (figures then are not baselines).",
                          float(self.lab.flag(raw["allowed"], "sharing.allowed")), **self.base)
-        counts = {gpu: 0 for gpu in self.gpus}
-        uuids = {gpu: uuid for gpu, (uuid, _model) in self.gpus.items()}
+        # a 0 for every GPU only when the payload could tell (exclusive not null); else only what it saw
+        counts = {gpu: 0 for gpu in self.gpus} if exclusive is not None else {}
+        uuids = {gpu: uuid for gpu, (uuid, _model) in self.gpus.items() if uuid}
         foreign = raw.get("foreign") or []
         if not isinstance(foreign, list) or len(foreign) > MAX_FOREIGN:
             raise self.lab.fail("sharing.foreign", f"expected a list of at most {MAX_FOREIGN} processes")
@@ -184,8 +185,8 @@ class _Sharing:
             gpu, uuid = self._process(item, f"sharing.foreign[{i}]")
             counts[gpu] = counts.get(gpu, 0) + 1
             uuids.setdefault(gpu, uuid)
+        _check_gpu_count(len(counts), self.lab)
         for gpu, n in sorted(counts.items()):
-            _check_gpu_count(len(counts), self.lab)
             model = self.gpus.get(gpu, ("", ""))[1]
             self.out.set("foreign_processes", "Processes of other users seen on the GPU during the verification.", float(n),
                          **self.base, gpu=str(gpu), UUID=uuids.get(gpu, ""), modelName=model)

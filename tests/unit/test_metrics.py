@@ -113,17 +113,23 @@ SHARING = {"exclusive": False, "allowed": False, "foreign": [
      {("imagesmith_verify_gpu_exclusive", ()): 1.0, ("imagesmith_verify_gpu_sharing_allowed", ()): 0.0,
       ("imagesmith_verify_foreign_processes", (("gpu", "0"), ("UUID", "GPU-0"))): 0.0,
       ("imagesmith_verify_foreign_processes", (("gpu", "1"), ("UUID", "GPU-1"))): 0.0}),
+    # the payload could not tell (exclusive null): no gpu_exclusive, and no 0 for GPUs it may not have seen
     ({"exclusive": None, "allowed": True, "foreign": [{"gpu": 7, "uuid": "GPU-7", "pid": 1, "name": "x", "used_bytes": 1, "seen": "start"}]},
      {("imagesmith_verify_gpu_sharing_allowed", ()): 1.0,
-      ("imagesmith_verify_foreign_processes", (("gpu", "0"), ("UUID", "GPU-0"))): 0.0,
-      ("imagesmith_verify_foreign_processes", (("gpu", "1"), ("UUID", "GPU-1"))): 0.0,
       ("imagesmith_verify_foreign_processes", (("gpu", "7"), ("UUID", "GPU-7"))): 1.0}),
+    # the NVML sampler did not run (no UUIDs from it): the UUID the sharing block names is used
+    ({"exclusive": False, "allowed": False, "foreign": [{"gpu": 0, "uuid": "GPU-0", "pid": 1, "name": None, "used_bytes": None, "seen": "end"}]},
+     {("imagesmith_verify_gpu_exclusive", ()): 0.0, ("imagesmith_verify_gpu_sharing_allowed", ()): 0.0,
+      ("imagesmith_verify_foreign_processes", (("gpu", "0"), ("UUID", "GPU-0"))): 1.0,
+      ("imagesmith_verify_foreign_processes", (("gpu", "1"), ("UUID", ""))): 0.0}),
     (None, {}),
 ])
 def test_sharing(sharing: Any, expected: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> None:
     doc = raw("verify-gpu.json")
     if sharing is not None:
         doc["sharing"] = sharing
+    if sharing and sharing["foreign"] and sharing["foreign"][0]["gpu"] == 0:
+        del doc["nvml"]
     got = {(name, tuple((k, v) for k, v in sorted(labels, key=lambda kv: ("gpu", "UUID").index(kv[0]) if kv[0] in ("gpu", "UUID") else 9)
                         if k in ("gpu", "UUID"))): value
            for (name, labels), value in samples(doc).items()
