@@ -821,7 +821,7 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
                    "prom: Prometheus text exposition format (docs/metrics.md).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here (atomically); default: standard output.")
-@click.option("--hostname", default=None, help="prom: the Hostname label (the host the verification ran on); default this host's name.")
+@click.option("--hostname", default=None, help="prom: the Hostname label (the host the verification ran on); default $NODE_NAME, else this host's name.")
 def report_cmd(report_file: Path, fmt: str, out: Path | None, hostname: str | None) -> None:
     """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
