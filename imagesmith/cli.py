@@ -15,7 +15,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import click
 import yaml
@@ -550,13 +550,19 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--reuse-evidence", is_flag=True,
               help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
                    "(or CPU mode), signed by --key.")
+@click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the figures as Prometheus metrics to this FILE.prom (atomically), for node_exporter's "
+                   "textfile collector (docs/metrics.md).")
+@click.option("--pushgateway", metavar="URL", default=None,
+              help="Also push the figures to this Prometheus Pushgateway, one group per image "
+                   "(job=imagesmith, instance=this host, digest=the image's).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
                json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
                timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
-               quiet: bool) -> None:
+               metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -573,8 +579,9 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         only=tuple(filter(None, (s.strip() for s in only.split(",")))),
         skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
+    export = _metrics_export(metrics_file, pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
     if build_reports:
-        _verify_build(build_reports, options, json_out, quiet, credentials_file)
+        _verify_build(build_reports, options, json_out, quiet, credentials_file, export)
         return
     if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
@@ -590,6 +597,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         tracked.complete(outcome.report)
     if not quiet:
         print_verify(outcome.report, json_out)
+    export(outcome.report, str(json_out or "the verify report"))
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
 
@@ -706,7 +714,7 @@ def _verify_image(image: str, options: Any, no_pull: bool, credentials_file: Pat
 
 
 def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_out: Path | None, quiet: bool,
-                  credentials_file: Path | None) -> None:
+                  credentials_file: Path | None, export: Callable[[Any, str], None]) -> None:
     """verify --build-report: the pipeline verifies every image the builds made; this prints the outcomes."""
     from imagesmith import pipeline
     from imagesmith.progress import make_display
@@ -720,8 +728,29 @@ def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_
     if not quiet:
         _print_outcomes(done.outcomes)
         click.echo(f"run report: {done.run_report}", err=True)
+    export(Path(done.run_report), str(done.run_report))
     if done.failed:
         raise UserError(f"verification failed for {len(done.failed)} of {len(done.outcomes)} images: {', '.join(done.failed)}")
+
+
+def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> Callable[[Any, str], None]:
+    """verify --metrics/--pushgateway, checked now; the function exports a report (raw JSON or its file; its name)."""
+    from imagesmith import metrics
+
+    if metrics_file is not None:
+        metrics.check_textfile(metrics_file)
+    if pushgateway is not None:
+        metrics.check_gateway(pushgateway)
+
+    def export(report: Any, source: str) -> None:
+        if metrics_file is None and pushgateway is None:
+            return
+        from imagesmith.report import load, parse
+
+        run = load(report) if isinstance(report, Path) else parse(report, source)
+        metrics.export_run(run, metrics_file, pushgateway,
+                           say=(lambda line: None) if quiet else (lambda line: click.echo(line, err=True)))
+    return export
 
 
 def verify_failures(report: dict[str, Any]) -> str:
@@ -787,11 +816,13 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
 
 @cli.command("report")
 @click.argument("report_file", metavar="REPORT.json", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["md", "junit", "html"]), default="md", show_default=True,
-              help="md: a summary for CI job pages; junit: one testcase per target x check; html: a page with charts.")
+@click.option("--format", "fmt", type=click.Choice(["md", "junit", "html", "prom"]), default="md", show_default=True,
+              help="md: a summary for CI job pages; junit: one testcase per target x check; html: a page with charts; "
+                   "prom: Prometheus text exposition format (docs/metrics.md).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here (atomically); default: standard output.")
-def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
+@click.option("--hostname", default=None, help="prom: the Hostname label (the host the verification ran on); default $NODE_NAME, else this host's name.")
+def report_cmd(report_file: Path, fmt: str, out: Path | None, hostname: str | None) -> None:
     """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
     from imagesmith.fleet import render as fleet_render
@@ -799,9 +830,18 @@ def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
 
     if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
         fleet = fleet_report.load(report_file)
+        if fmt == "prom":
+            raise UserError(f"{report_file}: --format prom exports verify, run and build reports; a fleet run's metrics come "
+                            "from imagesmith fleet verify --metrics FILE.prom")
         _emit(fleet_render.render(fleet, fmt), out, f"{fmt} fleet report of {len(fleet.cells)} cells", fleet.ok)
         return
     run = report.load(report_file)
+    if fmt == "prom":
+        from imagesmith import metrics
+
+        text = metrics.exposition(metrics.run_metrics(run, hostname or metrics.hostname()).registry)
+        _emit(text, out, f"Prometheus metrics of {sum(t.verify is not None for t in run.targets)} verified targets", run.ok)
+        return
     _emit(report.render(run, fmt), out, f"{fmt} report of {len(run.targets)} targets", run.ok)
 
 

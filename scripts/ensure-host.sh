@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make this host ready for imagesmith's builds and tests, idempotently:
 # Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd,
-# Slurm's slurmctld/slurmd/client and munge) and a running Docker engine.
+# Slurm's slurmctld/slurmd/client and munge, Prometheus's promtool, node_exporter
+# and pushgateway) and a running Docker engine.
 # Safe to run again and again.
 set -euo pipefail
 
@@ -17,6 +18,10 @@ command -v slurmctld >/dev/null || need+=(slurmctld)
 command -v slurmd >/dev/null || need+=(slurmd)
 command -v sbatch >/dev/null || need+=(slurm-client)
 command -v munged >/dev/null || need+=(munge)
+# Prometheus's tools for the metrics tests: promtool (rules), node_exporter (textfile collector), pushgateway
+command -v promtool >/dev/null || need+=(prometheus)
+command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
+command -v prometheus-pushgateway >/dev/null || need+=(prometheus-pushgateway)
 if [ ${#need[@]} -gt 0 ]; then
     echo "ensure-host: installing ${need[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

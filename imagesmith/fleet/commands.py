@@ -106,14 +106,26 @@ def render_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, out: P
 @click.option("--credentials", "credentials_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="user:password file the Slurm jobs pull with (on the shared filesystem); Kubernetes uses the class's image_pull_secret.")
 @click.option("--poll", "poll_s", default=5.0, show_default=True, type=click.FloatRange(0.2, 300), help="Seconds between status polls.")
+@click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write every cell's figures as Prometheus metrics to this FILE.prom (atomically), for "
+                   "node_exporter's textfile collector (docs/metrics.md).")
+@click.option("--pushgateway", metavar="URL", default=None,
+              help="Also push every cell's figures to this Prometheus Pushgateway, one group per class and image "
+                   "(job=imagesmith, class=CLASS, digest=DIGEST).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classes: tuple[str, ...], release: Path | None,
-               out: Path, credentials_file: Path | None, poll_s: float, quiet: bool) -> None:
+               out: Path, credentials_file: Path | None, poll_s: float, metrics_file: Path | None, pushgateway: str | None,
+               quiet: bool) -> None:
     """Verify each REF@sha256:... on every GPU class of the fleet file: one
     job per (digest x class), progress as it goes, one fleet report at the end.
     Exit 0 only if every cell passed; Ctrl-C cancels every job (exit 130)."""
+    from imagesmith import metrics
     from imagesmith.fleet import runner
 
+    if metrics_file is not None:
+        metrics.check_textfile(metrics_file)
+    if pushgateway is not None:
+        metrics.check_gateway(pushgateway)
     fleet = load_fleet(fleet_file)
     jobs = runner.cell_jobs(fleet, _refs(refs, release), out, runner.run_id(), tier, classes, credentials_file)
     say = (lambda line: None) if quiet else _say
@@ -129,6 +141,8 @@ def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classe
         sys.exit(130)
     _print_cells(rep.cells, quiet)
     click.echo(f"fleet report: {out / runner.REPORT_NAME}")
+    if metrics_file is not None or pushgateway is not None:
+        metrics.export_fleet(rep, out, metrics_file, pushgateway, say)
     failed = [c for c in rep.cells if not c.ok]
     if failed:
         raise UserError(f"fleet verification failed in {len(failed)} of {len(rep.cells)} cells: "

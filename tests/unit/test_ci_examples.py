@@ -263,7 +263,7 @@ CHECKER = [
     ("imagesmith matrix validate", ["imagesmith matrix validate: missing argument FILE"]),
     ("imagesmith matrix validate a.yaml b.yaml", ["imagesmith matrix validate: unexpected argument 'b.yaml'"]),
     ("imagesmith build --out", ["imagesmith build: --out needs a value"]),
-    ("imagesmith report r.json --format pdf", ["imagesmith report: --format 'pdf' is not one of md, junit, html"]),
+    ("imagesmith report r.json --format pdf", ["imagesmith report: --format 'pdf' is not one of md, junit, html, prom"]),
     ("imagesmith report r.json --format md >> \"$GITHUB_STEP_SUMMARY\"", []),
     ("imagesmith build --out b 2>&1", []),
     ("imagesmith doctor --matrx m.yaml", ["imagesmith doctor: no option --matrx"]),
