@@ -53,6 +53,7 @@ class VerifyOptions:
     skip: tuple[str, ...] = ()
     sample_gpus: bool = True
     require_non_root: bool = False  # root fails for any image (imagesmith's own images always)
+    allow_shared_gpu: bool = False  # judge throughput on a GPU another process uses (the tenant's share)
     probe_s: float = 60.0  # security.service: how long the image's own command may take to start its services
 
 
@@ -156,7 +157,7 @@ def payload_config(labels: Mapping[str, str], options: VerifyOptions, kb: compat
     require_gpu, allow_cpu = gpu_policy(labels, options)
     config: dict[str, Any] = {
         "schema": CONFIG_SCHEMA, "tier": options.tier, "require_gpu": require_gpu,
-        "gpus": options.gpus, "allow_cpu": allow_cpu,
+        "gpus": options.gpus, "allow_cpu": allow_cpu, "allow_shared_gpu": options.allow_shared_gpu,
         "expected": expected, "layers": [layer for layer in lineage if layer in LAYER_CHECKS],
         "thresholds": {k: dict(v) for k, v in options.thresholds.items()},
     }
@@ -220,7 +221,8 @@ def failed_report(check_id: str, detail: str, tier: str) -> dict[str, Any]:
     """A report for a payload that never reported: one failed check saying why."""
     check = check_entry(check_id, "payload ran and reported", "fail", detail)
     return {"schema": REPORT_SCHEMA, "tier": tier, "environment": {}, "checks": [check],
-            "summary": {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "ok": False}}
+            "summary": {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False},
+            "sharing": {"exclusive": None, "allowed": False, "foreign": []}}
 
 
 def with_checks(report: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -234,7 +236,7 @@ def with_checks(report: dict[str, Any], entries: list[dict[str, Any]]) -> dict[s
 def running_report(ref: str | None, tier: str) -> dict[str, Any]:
     """What a verify report says while its run goes on (and, interrupted, after)."""
     return {"schema": REPORT_SCHEMA, "tier": tier, "started_at": _now(), "environment": {}, "checks": [],
-            "summary": {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "ok": False},
+            "summary": {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "inconclusive": 0, "ok": False},
             "image": {"ref": ref} if ref else None}
 
 

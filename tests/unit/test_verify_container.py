@@ -71,7 +71,7 @@ def test_a_genuine_answer_is_the_report_with_the_hosts_view() -> None:
 
 def failed(report: dict[str, Any]) -> tuple[str, str]:
     (check,) = report["checks"]
-    assert report["summary"] == {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "ok": False}
+    assert report["summary"] == {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False}
     return check["id"], check["detail"]
 
 
@@ -160,7 +160,7 @@ def test_check_entry_and_with_checks_recount_the_summary() -> None:
     assert verify.with_checks(base, []) is base
     more = verify.with_checks(base, [entry])
     assert [c["id"] for c in more["checks"]] == ["payload.report", "security.service"]
-    assert more["summary"] == {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "ok": False}
+    assert more["summary"] == {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False}
     assert "data" not in verify.check_entry("x", "t", "skip", "d")
 
 

@@ -20,6 +20,8 @@ from .parsers import parse_expect
 from .registry import REGISTRY, select
 from .report import build_report, emit_marker, write_report
 from .runner import progress_printer, run_checks, run_soak
+from .sharing import judge_throughput_entries, verdict_line
+from .watch import SharingWatch
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -36,6 +38,8 @@ def parser() -> argparse.ArgumentParser:
                                   "whatever is visible)")
     p.add_argument("--allow-cpu", action="store_true", default=None,
                    help="with --gpus all and no GPU visible: CPU mode instead of a failure")
+    p.add_argument("--allow-shared-gpu", action="store_true", default=None,
+                   help="judge throughput even when another process uses the GPU (measures the tenant's share)")
     p.add_argument("--expect", help="NAME=VERSION,... e.g. torch=2.9.1,cuda=12.8,torchvision=0.24")
     p.add_argument("--out", help="write the report JSON here")
     p.add_argument("--emit-marker", action="store_true",
@@ -59,7 +63,7 @@ def make_config(args: argparse.Namespace) -> Config:
     config = load_config_file(args.config)
     gpus = _gpus_flag(args.gpus)
     config = with_overrides(config, tier=args.tier, require_gpu=args.require_gpu, gpus=gpus,
-                            allow_cpu=args.allow_cpu,
+                            allow_cpu=args.allow_cpu, allow_shared_gpu=args.allow_shared_gpu,
                             soak_minutes=args.soak_minutes, only=_ids(args.only),
                             skip=_ids(args.skip))
     if args.expect:
@@ -113,8 +117,10 @@ class Session:
         self.started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
         self.environment: Dict[str, Any] = {}
+        self.watch = SharingWatch(self.ctx)
 
     def run(self, specs: Sequence[Any]) -> int:
+        self.watch.begin()  # before any CUDA context of ours: whatever NVML lists now is foreign
         self.environment = collect(self.ctx)
         self._header(len(specs))
         progress = progress_printer()
@@ -125,12 +131,16 @@ class Session:
         return self._finish(entries)
 
     def _finish(self, entries: List[Dict[str, Any]]) -> int:
+        self.watch.end()
         self._finished.acquire()  # held for good: if the watchdog has it, it reports and exits
         return self._report(entries)
 
     def _report(self, entries: List[Dict[str, Any]]) -> int:
+        sharing, detail = self.watch.verdict()
+        entries = judge_throughput_entries(entries, sharing, {s.id for s in REGISTRY.values() if s.throughput})
+        self.environment["gpu_sharing"] = detail
         report = build_report(self.config.tier, self.started, time.monotonic() - self.t0,
-                              self.environment, entries, self.config.nonce)
+                              self.environment, entries, self.config.nonce, sharing)
         report["mode"] = mode_summary(run_mode(self.ctx), entries)
         if self.out:
             write_report(self.out, report)
@@ -138,7 +148,8 @@ class Session:
             emit_marker(report)
         s = report["summary"]
         print(f"imagesmith payload: {s['pass']} pass, {s['warn']} warn, {s['fail']} fail, "
-              f"{s['skip']} skip in {report['duration_s']:.1f} s -> "
+              f"{s['skip']} skip, {s['inconclusive']} inconclusive in {report['duration_s']:.1f} s; "
+              f"{verdict_line(sharing)} -> "
               f"{'OK' if s['ok'] else 'FAILED'}", file=sys.stderr, flush=True)
         return EXIT_OK if s["ok"] else EXIT_FAILED
 
@@ -163,7 +174,7 @@ class Session:
 
 def mode_summary(mode: Mode, entries: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The run's mode and how its GPU checks (needs gpu / multi_gpu) ended."""
-    counts = {status: 0 for status in ("pass", "warn", "fail", "skip")}
+    counts = {status: 0 for status in ("pass", "warn", "fail", "skip", "inconclusive")}
     for entry in entries:
         spec = REGISTRY.get(entry["id"])
         if spec is not None and spec.needs in ("gpu", "multi_gpu"):
