@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 23 on the device machine (one H200), in one call, from a copy of this checkout:
-#   bash bench/device_issue23.sh LABEL
+#   bash bench/device_issue23.sh LABEL [quick]     (quick: steps 1 and 2, then serial vs workers on the same machine)
 # 1. the quick tier cold then warm (bench/quick_tier.py) -> $OUT/quick-tier-LABEL.json
 # 2. where the quick tier's time goes (imports, CUDA init, cProfile of the payload) -> $OUT/profile-LABEL.txt
 # 3. a noisy neighbour (a second process looping bf16 GEMMs on GPU 0): quick, standard (no burn/contention)
@@ -31,7 +31,18 @@ P="$O/profile-$LABEL.txt"
   echo "--- topology"
   nvidia-smi topo -m 2>&1 | head -20
   nvidia-smi nvlink -s 2>&1 | head -25
+  python3 -c "
+import pynvml as n; n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0)
+for link in range(18):
+    try: print('nvlink', link, n.nvmlDeviceGetNvLinkState(h, link))
+    except n.NVMLError as e: print('nvlink', link, 'error', e)
+"
 } > "$P" 2>&1
+if [ "$2" = quick ]; then  # the same machine, caches dropped, .pyc written: every check in one process, then workers
+  IMAGESMITH_PAYLOAD_SERIAL=1 timeout 100 python3 bench/quick_tier.py --runs 2 --label "$LABEL-serial" --out "$O/quick-tier-$LABEL-serial.json"
+  timeout 100 python3 bench/quick_tier.py --runs 2 --label "$LABEL-again" --out "$O/quick-tier-$LABEL-again.json"
+  exit 0
+fi
 
 setsid python3 -c "
 import time, torch

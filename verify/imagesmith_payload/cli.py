@@ -16,6 +16,7 @@ from .config import Config, ConfigError, load_config_file, parse_config, with_ex
 from .context import Context
 from .environment import collect
 from .gpumode import Mode
+from .offload import Offload, write_entries
 from .parsers import parse_expect
 from .registry import REGISTRY, select
 from .report import build_report, emit_marker, write_report
@@ -24,6 +25,7 @@ from .sharing import judge_throughput_entries, verdict_line
 from .watch import SharingWatch
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SERIAL = "IMAGESMITH_PAYLOAD_SERIAL"  # set: every check in this process, one after another (no workers)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -48,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", help="comma-separated check ids, groups or patterns to leave out")
     p.add_argument("--soak-minutes", type=float)
     p.add_argument("--list", action="store_true", help="list the checks and exit")
+    p.add_argument("--worker-checks", help=argparse.SUPPRESS)  # offload.py: run these checks, write entries
+    p.add_argument("--worker-out", help=argparse.SUPPRESS)
     return p
 
 
@@ -92,7 +96,8 @@ def list_checks() -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parser().parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(raw)
     if args.list:
         return list_checks()
     try:
@@ -101,17 +106,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         print(f"verify/run.py: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.worker_checks:
+        return run_worker(config, args.worker_checks.split(","), args.worker_out)
     if not specs and config.checks is None:  # the host may ask for none (it runs its own checks)
         print("verify/run.py: error: --only/--skip leave no check to run", file=sys.stderr)
         return EXIT_USAGE
-    return Session(config, args.out, args.emit_marker).run(specs)
+    return Session(config, args.out, args.emit_marker, raw).run(specs)
+
+
+def run_worker(config: Config, ids: Sequence[str], out: Optional[str]) -> int:
+    """A worker process (offload.py): these checks, their entries to `out`, nothing on stdout."""
+    if not out or any(i not in REGISTRY for i in ids):
+        print("verify/run.py: error: --worker-checks needs known check ids and --worker-out", file=sys.stderr)
+        return EXIT_USAGE
+    ctx = Context(config)
+
+    def hung(entries: List[Dict[str, Any]]) -> None:
+        write_entries(out, entries)
+        os._exit(EXIT_FAILED)
+    write_entries(out, run_checks([REGISTRY[i] for i in ids], ctx, lambda *_: None, hung))
+    return EXIT_OK
 
 
 class Session:
     """One payload run: environment, checks, report."""
 
-    def __init__(self, config: Config, out: Optional[str], marker: bool) -> None:
-        self.config, self.out, self.marker = config, out, marker
+    def __init__(self, config: Config, out: Optional[str], marker: bool, args: Sequence[str] = ()) -> None:
+        self.config, self.out, self.marker, self.args = config, out, marker, list(args)
+        self.offload: Optional[Offload] = None
         self._finished = threading.Lock()  # the watchdog and the main thread: one report only
         self.ctx = Context(config)
         self.started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -121,13 +143,15 @@ class Session:
 
     def run(self, specs: Sequence[Any]) -> int:
         self.watch.begin()  # before any CUDA context of ours: whatever NVML lists now is foreign
+        if self.config.tier != "soak" and not os.environ.get(SERIAL):  # soak repeats each check in this process
+            self.offload = Offload(specs, self.ctx, self.args)  # their workers start now, beside torch's import
         self.environment = collect(self.ctx)
         self._header(len(specs))
         progress = progress_printer()
         if self.config.tier == "soak":
             entries = run_soak(specs, self.ctx, self.config.soak_minutes, progress, self._hung)
         else:
-            entries = run_checks(specs, self.ctx, progress, self._hung)
+            entries = run_checks(specs, self.ctx, progress, self._hung, self.offload)
         return self._finish(entries)
 
     def _finish(self, entries: List[Dict[str, Any]]) -> int:
@@ -158,6 +182,8 @@ class Session:
         (unless the main thread is reporting already)."""
         if not self._finished.acquire(blocking=False):
             return
+        if self.offload is not None:
+            self.offload.kill_all()
         try:
             self._report(entries)
         finally:
