@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from imagesmith import policy
 
-STATUSES = ("pass", "warn", "fail", "skip")
+STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")
 BUILD_OK = ("built", "cached")
 RELEASE_DONE = ("pushed", "unchanged")
 
@@ -82,6 +82,11 @@ class Verify:
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)
+
+    @property
+    def sharing(self) -> str:
+        """'not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (...)', '' when the report has no sharing key."""
+        return policy.sharing_line(self.raw)
 
     def gpu_name(self, index: int) -> str:
         for gpu in self.environment.get("gpus") or ():

@@ -72,7 +72,7 @@ BAD = [
                  "x.json: schema: 'imagesmith.plan/1' is not one of imagesmith.build-report/1, imagesmith.verify-report/1, "
                  "imagesmith.run-report/1; is this an imagesmith report?", id="other-schema"),
     pytest.param(_with(("checks",), {"id": "x"}), "x.json: report.checks: expected a list, got an object", id="checks-not-list"),
-    pytest.param(_with(("checks", 2, "status"), "ok"), "x.json: report.checks[2].status: expected one of pass, warn, fail, skip, got 'ok'",
+    pytest.param(_with(("checks", 2, "status"), "ok"), "x.json: report.checks[2].status: expected one of pass, warn, fail, skip, inconclusive, got 'ok'",
                  id="bad-status"),
     pytest.param(_with(("checks", 4, "baseline"), "784"), "x.json: report.checks[4].baseline: expected a number, got '784'",
                  id="baseline-text"),
