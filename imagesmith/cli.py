@@ -533,6 +533,10 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="Judge throughput checks even when another process uses the GPU: they then measure this tenant's "
                    "share (the report says so). Without it they end inconclusive on a shared GPU. Either way a run "
                    "that was not exclusive earns no floating tag.")
+@click.option("--through-entrypoint", is_flag=True,
+              help="Run the payload through the image's ENTRYPOINT (as its arguments, e.g. an /entry.sh that activates "
+                   "a venv or conda, then exec \"$@\"), so it checks the environment users get. Default: python3 in place "
+                   "of the ENTRYPOINT (the verdict then names the one it bypassed).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="Write the verify report here.")
 @click.option("--local", is_flag=True, help="Run the payload on this host's Python (no Docker), e.g. on a GPU host.")
 @click.option("--python", "python_exe", default=None, help="With --local: the Python to run the payload with.")
@@ -556,7 +560,7 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
                    "(or CPU mode), signed by --key.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
-               allow_shared_gpu: bool, json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
+               allow_shared_gpu: bool, through_entrypoint: bool, json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
                timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
@@ -572,7 +576,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
     options = verify.VerifyOptions(
         tier=tier, gpus=gpus, expect=expect, require_gpu=require_gpu, allow_cpu=allow_cpu, shm_size=shm_size,
-        require_non_root=require_non_root, allow_shared_gpu=allow_shared_gpu,
+        require_non_root=require_non_root, allow_shared_gpu=allow_shared_gpu, through_entrypoint=through_entrypoint,
         memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
         only=tuple(filter(None, (s.strip() for s in only.split(",")))),
         skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))

@@ -117,7 +117,8 @@ def test_no_gpu_runtime_runs_again_without_gpus_and_tells_the_payload() -> None:
     report, engine = verify_with(run, verify.VerifyOptions(tier="quick", gpus="all", sample_gpus=False, only=("versions",)))
     assert [s.gpus for s in engine.specs] == ["all", "none"]
     assert json.loads(engine.specs[1].files["config.json"])["gpu_unavailable"] == verify.GPU_RUNTIME_FIX
-    assert report["notes"] == [f"ran without GPUs: {verify.GPU_RUNTIME_FIX}"] and report["summary"]["ok"] is True
+    assert report["notes"][0] == f"ran without GPUs: {verify.GPU_RUNTIME_FIX}" and report["summary"]["ok"] is True
+    assert report["notes"][1].startswith("the payload ran python3 in place of the image's ENTRYPOINT")
 
 
 def test_an_image_not_in_the_engine_with_no_pull_is_a_user_error() -> None:
