@@ -61,6 +61,27 @@ class Nvml:
 
 
 @dataclass(frozen=True)
+class Tenant:
+    """A foreign process on a GPU during a verify run (the report's sharing.foreign[i])."""
+
+    gpu: int
+    uuid: str
+    pid: int
+    name: str | None
+    used_bytes: int | None
+    seen: str  # start | end | both
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """Whether the GPUs were the run's alone (the report's sharing key; exclusive None: not measured)."""
+
+    exclusive: bool | None
+    allowed: bool
+    foreign: tuple[Tenant, ...] = ()
+
+
+@dataclass(frozen=True)
 class Verify:
     tier: str
     started_at: str
@@ -70,6 +91,7 @@ class Verify:
     checks: tuple[Check, ...]
     nvml: Nvml
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the report as read (for the release policy)
+    shared: Sharing | None = None  # None: a report written before the sharing key
 
     @property
     def ok(self) -> bool:
