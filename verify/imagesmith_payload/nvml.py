@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .judge import cuda_version_string, decode_throttle_reasons
 from .parsers import parse_proc_driver_version
@@ -16,6 +16,7 @@ NVML_ERROR_INSUFFICIENT_SIZE = 7
 NVML_VALUE_NOT_AVAILABLE = 2**64 - 1  # usedGpuMemory where the driver will not say (e.g. no permission)
 CLOCK_SM, CLOCK_MEM = 1, 2
 TEMPERATURE_GPU = 0
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
 
 
 class Nvml:
@@ -110,6 +111,54 @@ class Nvml:
             if fn is not None:
                 return _list_processes(fn, dev, f"nvmlDeviceGet{kind}RunningProcesses{suffix}")
         raise OSError(f"this driver's NVML has no nvmlDeviceGet{kind}RunningProcesses_v2/_v3")
+
+
+    def pci_bus_id(self, dev: ctypes.c_void_p) -> str:
+        info = PciInfo()
+        fn = getattr(self.lib, "nvmlDeviceGetPciInfo_v3", None) or self.lib.nvmlDeviceGetPciInfo_v2
+        if fn(dev, ctypes.byref(info)) != NVML_SUCCESS:
+            raise OSError("nvmlDeviceGetPciInfo failed")
+        return info.busId.decode()
+
+    def name(self, dev: ctypes.c_void_p) -> str:
+        buf = ctypes.create_string_buffer(96)
+        self._call("nvmlDeviceGetName", dev, buf, ctypes.c_uint(96))
+        return buf.value.decode()
+
+    def common_ancestor(self, a: ctypes.c_void_p, b: ctypes.c_void_p) -> Optional[int]:
+        level = ctypes.c_int()
+        rc = self.lib.nvmlDeviceGetTopologyCommonAncestor(a, b, ctypes.byref(level))
+        return int(level.value) if rc == NVML_SUCCESS else None
+
+    def nvlinks(self, dev: ctypes.c_void_p, count: int = NVLINK_MAX_LINKS) -> List[Tuple[Optional[bool], Optional[str]]]:
+        """(active, or None where the link is not supported; the remote end's PCI bus id) per link."""
+        out: List[Tuple[Optional[bool], Optional[str]]] = []
+        for link in range(count):
+            state, remote = ctypes.c_int(), PciInfo()
+            if self.lib.nvmlDeviceGetNvLinkState(dev, ctypes.c_uint(link), ctypes.byref(state)) != NVML_SUCCESS:
+                out.append((None, None))
+                continue
+            fn = getattr(self.lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None)
+            ok = fn is not None and fn(dev, ctypes.c_uint(link), ctypes.byref(remote)) == NVML_SUCCESS
+            out.append((bool(state.value), remote.busId.decode() if ok else None))
+        return out
+
+    def cpu_affinity(self, dev: ctypes.c_void_p, words: int = 16) -> Set[int]:
+        """The CPUs NVML says are close to the device (its ideal affinity)."""
+        mask = (ctypes.c_ulong * words)()
+        if self.lib.nvmlDeviceGetCpuAffinity(dev, ctypes.c_uint(words), mask) != NVML_SUCCESS:
+            return set()
+        bits = 8 * ctypes.sizeof(ctypes.c_ulong)
+        return {w * bits + b for w in range(words) for b in range(bits) if mask[w] >> b & 1}
+
+
+
+class PciInfo(ctypes.Structure):
+    """nvmlPciInfo_t (nvml.h)."""
+
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
 
 
 class Utilization(ctypes.Structure):
