@@ -67,10 +67,20 @@ def verification_predicate(report: Mapping[str, Any]) -> dict[str, Any]:
         "gpu": gpu_summary(env.get("gpus") or []),
         "driver": env.get("driver"),
         "measured": {k: _scalar_text(env.get(k)) for k in MEASURED},
-        "summary": {k: int(summary.get(k) or 0) for k in ("pass", "warn", "fail", "skip")},
+        "summary": {k: int(summary.get(k) or 0) for k in ("pass", "warn", "fail", "skip", "inconclusive")},
+        "sharing": sharing_summary(report.get("sharing")),
         "checks": [_check(c) for c in report.get("checks") or [] if isinstance(c, Mapping)],
         "notes": [str(n) for n in report.get("notes") or []],
     }
+
+
+def sharing_summary(raw: Any) -> dict[str, Any] | None:
+    """Whether the GPUs were the run's alone (the report's sharing key, foreign processes counted); None when absent."""
+    if not isinstance(raw, Mapping):
+        return None
+    exclusive, foreign = raw.get("exclusive"), raw.get("foreign")
+    return {"exclusive": exclusive if isinstance(exclusive, bool) else None, "allowed": raw.get("allowed") is True,
+            "foreign": len(foreign) if isinstance(foreign, list) else 0}
 
 
 def gpu_summary(gpus: list[Mapping[str, Any]]) -> dict[str, Any] | None:

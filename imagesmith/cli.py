@@ -529,6 +529,14 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
                    "(cuda=cpu: a CPU-only torch), also cudnn, nccl, python, os, torchvision, ... or pip:NAME=VERSION.")
 @click.option("--require-non-root", is_flag=True,
               help="Fail (not warn) when a foreign image runs as root (images imagesmith built always fail as root).")
+@click.option("--allow-shared-gpu", is_flag=True,
+              help="Judge throughput checks even when another process uses the GPU: they then measure this tenant's "
+                   "share (the report says so). Without it they end inconclusive on a shared GPU. Either way a run "
+                   "that was not exclusive earns no floating tag.")
+@click.option("--through-entrypoint", is_flag=True,
+              help="Run the payload through the image's ENTRYPOINT (as its arguments, e.g. an /entry.sh that activates "
+                   "a venv or conda, then exec \"$@\"), so it checks the environment users get. Default: python3 in place "
+                   "of the ENTRYPOINT (the verdict then names the one it bypassed).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="Write the verify report here.")
 @click.option("--local", is_flag=True, help="Run the payload on this host's Python (no Docker), e.g. on a GPU host.")
 @click.option("--python", "python_exe", default=None, help="With --local: the Python to run the payload with.")
@@ -558,7 +566,7 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
                    "(job=imagesmith, instance=this host, digest=the image's).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
-               json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
+               allow_shared_gpu: bool, through_entrypoint: bool, json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
                timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
@@ -566,7 +574,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
-    from imagesmith import verify
+    from imagesmith import policy, verify
 
     if [bool(image), local, bool(build_reports)].count(True) != 1:
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
@@ -574,7 +582,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
     options = verify.VerifyOptions(
         tier=tier, gpus=gpus, expect=expect, require_gpu=require_gpu, allow_cpu=allow_cpu, shm_size=shm_size,
-        require_non_root=require_non_root,
+        require_non_root=require_non_root, allow_shared_gpu=allow_shared_gpu, through_entrypoint=through_entrypoint,
         memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
         only=tuple(filter(None, (s.strip() for s in only.split(",")))),
         skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
@@ -600,6 +608,9 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
     export(outcome.report, str(json_out or "the verify report"))
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
+    if policy.evidence(outcome.report).exclusive is False and not allow_shared_gpu:
+        raise UserError(f"not verified: {policy.sharing_line(outcome.report)}; run it again with the GPU to itself, "
+                        "or pass --allow-shared-gpu to measure this tenant's share")
 
 
 def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_file: Path | None, options: Any,
@@ -765,14 +776,27 @@ def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
     s = report.get("summary", {})
     title = (f"verify {image} ({report.get('tier')}), {mode_line(report)}: torch {env.get('torch')} cuda {env.get('cuda')} "
              f"driver {env.get('driver')} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
-             f"{s.get('skip', 0)} skip in {report.get('wall_s', 0):.1f}s" + (f"; report {json_out}" if json_out else ""))
+             f"{s.get('skip', 0)} skip, {s.get('inconclusive', 0)} inconclusive in {report.get('wall_s', 0):.1f}s"
+             + (f"; report {json_out}" if json_out else ""))
     rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",
              _fmt(c.get("percent_of_baseline")), (c.get("detail") or "")[:110]] for c in report.get("checks", [])]
     print_table(title, ["check", "status", "value", "threshold", "unit", "% base", "detail"], rows)
-    for digest in (report.get("image") or {}).get("digests", []):
-        click.echo(f"verified {digest}")
+    print_verdict(report)
     for note in report.get("notes", []):
         click.secho(f"note: {note}", fg="yellow", err=True)
+
+
+def print_verdict(report: dict[str, Any]) -> None:
+    """The last lines: which digest passed or failed, and whether the GPUs were this run's alone."""
+    from imagesmith import policy, verify
+
+    passed = verify.VerifyOutcome(report).ok
+    digests = (report.get("image") or {}).get("digests", [])
+    for digest in digests:
+        click.echo(f"verified {digest}" if passed else f"FAILED verification: {digest}")
+    sharing = policy.sharing_line(report)
+    if sharing:
+        click.secho(sharing, fg="yellow" if "not exclusive" in sharing else None)
 
 
 def _fmt(value: Any) -> str:

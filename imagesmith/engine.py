@@ -125,6 +125,7 @@ class RunSpec:
     on_stderr: LineSink | None = None  # live lines of the container's stderr (progress)
     network_mode: str | None = None  # "none": loopback only
     pids_limit: int | None = None
+    entrypoint: list[str] | None = None  # None: command[0] replaces the image's ENTRYPOINT; else this runs command
 
 
 OUTPUT_LIMIT = 64 << 20  # bytes of a container's stdout kept (the tail: the payload's report is its last line)
@@ -378,12 +379,13 @@ class Engine:
             _remove(container)
 
     def _create(self, spec: RunSpec) -> Any:
-        """The container for ``spec``; the image's ENTRYPOINT never runs unless it is the command."""
+        """The container for ``spec``; the image's ENTRYPOINT runs only where ``spec.entrypoint`` names it."""
         if not spec.command:
             raise EngineError(f"nothing to run in {spec.image[:19]}: empty command")
+        entrypoint, args = (spec.command[:1], spec.command[1:]) if spec.entrypoint is None else (spec.entrypoint, spec.command)
         with docker_errors(f"creating a container of {spec.image[:19]}", ContainerRefused):
             return self.client.containers.create(
-            spec.image, spec.command[1:], entrypoint=spec.command[:1], detach=True,
+            spec.image, args, entrypoint=entrypoint, detach=True,
             environment=dict(spec.environment), device_requests=device_requests(spec.gpus), shm_size=spec.shm_size,
             mem_limit=spec.mem_limit, nano_cpus=spec.nano_cpus, labels=dict(spec.labels), user=spec.user or "",
                 log_config=LOG_CONFIG, pids_limit=spec.pids_limit,

@@ -662,6 +662,7 @@ def reusable(found: Evidence, tier: str, gpu_model: str | None, gpu_count: int) 
         p = a.statement.predicate if a.statement else {}
         gpu = p.get("gpu") or {}
         same_gpu = gpu.get("model") == gpu_model and (gpu_model is None or gpu.get("count") == gpu_count)
-        if a.signed_by and not a.problems and p.get("passed") is True and p.get("tier") == tier and same_gpu:
+        shared = (p.get("sharing") or {}).get("exclusive") is False  # a run on a shared GPU is no evidence to reuse
+        if a.signed_by and not a.problems and p.get("passed") is True and p.get("tier") == tier and same_gpu and not shared:
             return a
     return None

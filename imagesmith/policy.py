@@ -23,6 +23,7 @@ NOT_GPU_VERIFIED = "not GPU-verified"
 CPU_VERIFIED_SUFFIX = "-not-gpu-verified"
 ALLOW_FLAG = "--allow-cpu-verification"
 GOOD = ("pass", "warn")
+SHARED = "the GPU was not exclusive to the run"
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,14 @@ class Evidence:
     reason: str
     devices: str | None  # GPUs as asked? (the mode's status = gpu.devices')
     gpu_checks: Mapping[str, int]  # status -> count of checks that need a GPU
+    exclusive: bool | None = None  # the report's sharing.exclusive: None where not measured (older reports too)
+    shared_with: str = ""  # 'GPU 0 shared with PID 4242 python3, 1.6 GiB' when not exclusive
 
     @property
     def gpu_verified(self) -> bool:
         ran = self.gpu_checks.get("pass", 0) + self.gpu_checks.get("warn", 0) if self.gpu_checks else 1
         return (self.ok and self.mode == "gpu" and self.gpus >= 1 and self.devices in GOOD
-                and not self.gpu_checks.get("fail", 0) and ran >= 1)
+                and not self.gpu_checks.get("fail", 0) and ran >= 1 and self.exclusive is not False)
 
     def describe(self) -> str:
         """One line: 'GPU-verified on 2 GPUs' or 'not GPU-verified: <why>'."""
@@ -53,10 +56,14 @@ class Evidence:
         if self.gpu_verified:
             return self.describe()
         failed = self.gpu_checks.get("fail", 0)
+        if self.exclusive is False and self.mode == "gpu" and not failed:
+            return f"{NOT_GPU_VERIFIED} ({SHARED})"
         return f"{NOT_GPU_VERIFIED} ({self._why() if self.mode == 'gpu' and failed else self.mode.upper() + ' mode'})"
 
     def _why(self) -> str:
         failed = self.gpu_checks.get("fail", 0)
+        if self.exclusive is False and self.mode == "gpu" and not failed:
+            return f"{SHARED}: {self.shared_with}"
         if self.mode == "gpu" and failed:
             return f"{failed} GPU check{'s' if failed != 1 else ''} failed"
         reason = self.reason.removesuffix(f": {NOT_GPU_VERIFIED}")
@@ -83,6 +90,8 @@ def evidence(report: Mapping[str, Any]) -> Evidence:
     seen = len(env.get("gpus") or ())
     checks = {c.get("id"): c for c in report.get("checks") or () if isinstance(c, Mapping)}
     counts = _mapping(mode.get("gpu_checks"))
+    sharing = _mapping(report.get("sharing"))
+    exclusive = sharing.get("exclusive")
     return Evidence(
         ok=bool((report.get("summary") or {}).get("ok")),
         mode=str(mode.get("mode") or ("gpu" if seen else "cpu")),
@@ -90,7 +99,40 @@ def evidence(report: Mapping[str, Any]) -> Evidence:
         reason=str(mode.get("reason") or ""),
         devices=mode.get("status") or (checks.get("gpu.devices") or {}).get("status") or ("pass" if seen else None),
         gpu_checks={str(k): int(v) for k, v in counts.items() if isinstance(v, int)},
+        exclusive=exclusive if isinstance(exclusive, bool) else None,
+        shared_with=describe_foreign(sharing.get("foreign")),
     )
+
+
+def describe_foreign(foreign: Any, limit: int = 3) -> str:
+    """'GPU 0 shared with PID 4242 python3, 1.6 GiB; ...' from a report's sharing.foreign (untrusted: types checked)."""
+    rows = [f for f in foreign if isinstance(f, Mapping)] if isinstance(foreign, list) else []
+    parts = []
+    for f in rows[:limit]:
+        name = f" {f['name']}" if isinstance(f.get("name"), str) and f["name"] else ""
+        used = f.get("used_bytes")
+        size = f", {used / 2**30:.1f} GiB" if isinstance(used, int) and not isinstance(used, bool) else ""
+        parts.append(f"GPU {_int(f.get('gpu'))} shared with PID {_int(f.get('pid'))}{name}{size}")
+    return "; ".join(parts) + (f" (and {len(rows) - limit} more)" if len(rows) > limit else "")
+
+
+def _int(value: Any) -> str:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
+def sharing_line(report: Mapping[str, Any]) -> str:
+    """One line for tables and the CLI: exclusive, not measured, or with whom the GPU was shared."""
+    sharing = report.get("sharing")
+    if not isinstance(sharing, Mapping):
+        return ""
+    exclusive = sharing.get("exclusive")
+    if exclusive is True:
+        return "GPUs exclusive to this run"
+    if exclusive is not False:
+        return "GPU exclusivity not measured"
+    how = ("--allow-shared-gpu: throughput measured this tenant's share" if sharing.get("allowed") is True
+           else "throughput checks inconclusive")
+    return f"not exclusive: {describe_foreign(sharing.get('foreign'))} ({how}; not verified: no floating tag)"
 
 
 @dataclass(frozen=True)
@@ -107,6 +149,8 @@ def grant(cuda_image: bool, ev: Evidence, allow_cpu: bool) -> Grant:
     """The policy table: image kind x how it was verified x --allow-cpu-verification."""
     if not ev.ok:
         return Grant(False, False, "", "verification failed")
+    if cuda_image and ev.exclusive is False:
+        return Grant(False, False, "", f"{ev.describe()}; not tagged: verify it again with the GPU to itself")
     if not cuda_image or ev.gpu_verified:
         return Grant(True, True, "", "")
     what = ev.describe()

@@ -53,6 +53,8 @@ class VerifyOptions:
     skip: tuple[str, ...] = ()
     sample_gpus: bool = True
     require_non_root: bool = False  # root fails for any image (imagesmith's own images always)
+    allow_shared_gpu: bool = False  # judge throughput on a GPU another process uses (the tenant's share)
+    through_entrypoint: bool = False  # run the payload as the image's ENTRYPOINT's arguments (its environment)
     probe_s: float = 60.0  # security.service: how long the image's own command may take to start its services
 
 
@@ -156,7 +158,7 @@ def payload_config(labels: Mapping[str, str], options: VerifyOptions, kb: compat
     require_gpu, allow_cpu = gpu_policy(labels, options)
     config: dict[str, Any] = {
         "schema": CONFIG_SCHEMA, "tier": options.tier, "require_gpu": require_gpu,
-        "gpus": options.gpus, "allow_cpu": allow_cpu,
+        "gpus": options.gpus, "allow_cpu": allow_cpu, "allow_shared_gpu": options.allow_shared_gpu,
         "expected": expected, "layers": [layer for layer in lineage if layer in LAYER_CHECKS],
         "thresholds": {k: dict(v) for k, v in options.thresholds.items()},
     }
@@ -220,7 +222,8 @@ def failed_report(check_id: str, detail: str, tier: str) -> dict[str, Any]:
     """A report for a payload that never reported: one failed check saying why."""
     check = check_entry(check_id, "payload ran and reported", "fail", detail)
     return {"schema": REPORT_SCHEMA, "tier": tier, "environment": {}, "checks": [check],
-            "summary": {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "ok": False}}
+            "summary": {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False},
+            "sharing": {"exclusive": None, "allowed": False, "foreign": []}}
 
 
 def with_checks(report: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -231,10 +234,53 @@ def with_checks(report: dict[str, Any], entries: list[dict[str, Any]]) -> dict[s
     return report | {"checks": checks, "summary": payload_module("report").summarize(checks)}
 
 
+THROUGH_FLAG = "--through-entrypoint"
+
+
+def entrypoint_note(image: Any, options: VerifyOptions) -> str | None:
+    """What the verdict says of the image's ENTRYPOINT: run (--through-entrypoint) or bypassed."""
+    entrypoint = list(getattr(image, "entrypoint", ()) or ())
+    if not entrypoint:
+        return None
+    shown = json.dumps(entrypoint)[:200]
+    if options.through_entrypoint:
+        return f"the payload ran through the image's ENTRYPOINT {shown} ({THROUGH_FLAG})"
+    return (f"the payload ran python3 in place of the image's ENTRYPOINT {shown}: an environment it sets up "
+            f"(PATH, a venv, conda) was not used; {THROUGH_FLAG} runs the payload through it")
+
+
+def expect_conflicts(labels: Mapping[str, str], expect: Mapping[str, str]) -> list[str]:
+    """--expect values that differ from what the image's labels declare (both named: one of them is wrong)."""
+    pins = {n: v for n, _, v in (s.partition("==") for s in labels.get(LABEL + "packages", "").split()) if v}
+    out = []
+    for key, value in expect.items():
+        label = LABEL + key.replace("_", ".") if key in CORE else LABEL + "packages"
+        declared = labels.get(label) if key in CORE else pins.get(key)
+        if declared and str(declared).lower() != str(value).lower():
+            out.append(f"--expect {key}={value} overrides the image's label {label} ({key} {declared}): "
+                       "the checks compare against the --expect value; one of the two is wrong")
+    return out
+
+
+def with_notes(report: dict[str, Any], image: Any, options: VerifyOptions, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The report with the host's notes: the ENTRYPOINT's fate, --expect against lying labels; a
+    torch that did not import in an image whose ENTRYPOINT was bypassed names that ENTRYPOINT and the flag."""
+    note = entrypoint_note(image, options)
+    notes = [*(report.get("notes") or []), *([note] if note else []), *expect_conflicts(labels, options.expect)]
+    checks = [_blame_entrypoint(c, note) if note and not options.through_entrypoint else c for c in report.get("checks") or []]
+    return report | {"notes": notes, "checks": checks} if notes else report
+
+
+def _blame_entrypoint(check: Any, note: str) -> Any:
+    if not isinstance(check, dict) or check.get("id") != "versions.torch" or "not importable" not in str(check.get("detail")):
+        return check
+    return check | {"detail": f"{check.get('detail')} ({note})"}
+
+
 def running_report(ref: str | None, tier: str) -> dict[str, Any]:
     """What a verify report says while its run goes on (and, interrupted, after)."""
     return {"schema": REPORT_SCHEMA, "tier": tier, "started_at": _now(), "environment": {}, "checks": [],
-            "summary": {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "ok": False},
+            "summary": {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "inconclusive": 0, "ok": False},
             "image": {"ref": ref} if ref else None}
 
 
@@ -310,6 +356,7 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
     sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
     report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options, request, info.config), sampler)
     report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
+    report = with_notes(report, info.config, options, info.labels)
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
     return VerifyOutcome(finish(report, image, nvml, started, time.monotonic() - t0))
 
@@ -323,7 +370,8 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
     config = payload_config(info.labels, options, kb, request, info.config)
     files = payload_files() | {"config.json": json.dumps(config, indent=2).encode()}
     command = ["python3", f"{IN_CONTAINER}/run.py", *payload_args(options, f"{IN_CONTAINER}/config.json")]
-    return RunSpec(image=info.id, command=command, gpus=options.gpus, files=files, files_dir=IN_CONTAINER,
+    entrypoint = list(info.config.entrypoint) if options.through_entrypoint and info.config.entrypoint else None
+    return RunSpec(image=info.id, command=command, entrypoint=entrypoint, gpus=options.gpus, files=files, files_dir=IN_CONTAINER,
                    shm_size=options.shm_size, mem_limit=options.memory,
                    nano_cpus=int(options.cpus * 1e9) if options.cpus else None,
                    network_disabled=True, timeout_s=options.timeout_s,

@@ -117,6 +117,8 @@ def _check_case(target: str, c: Check) -> ET.Element:
         ET.SubElement(case, "skipped", message=xml_text(f"optional check failed: {c.detail}"))
     elif c.status == "skip":
         ET.SubElement(case, "skipped", message=xml_text(c.detail or "skipped"))
+    elif c.status == "inconclusive":  # measured on a shared GPU: neither a pass nor the GPU's failure
+        ET.SubElement(case, "skipped", message=xml_text(c.detail or "inconclusive"))
     else:
         note = ("WARN: " if c.status == "warn" else "") + "\n".join([c.detail, *figures])
         ET.SubElement(case, "system-out").text = xml_text(note.strip())

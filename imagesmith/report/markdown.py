@@ -54,6 +54,8 @@ def to_markdown(run: Run) -> str:
     lines += _targets(run)
     lines += section("Failed checks", ["target", "check", "detail"], _checks(run, "fail"))
     lines += section("Warnings", ["target", "check", "detail"], _checks(run, "warn"))
+    lines += section("Inconclusive (a shared GPU)", ["target", "check", "detail"], _checks(run, "inconclusive"))
+    lines += section("GPU sharing", ["target", "GPUs during the run"], _sharing(run))
     lines += section("Measured against baseline",
                      ["target", "check", "GPU", "value", "baseline", "% of baseline", "fail line", "status"], _rates(run))
     lines += _build_failures(run)
@@ -69,9 +71,14 @@ def _targets(run: Run) -> list[str]:
     for t in run.targets:
         b, v = t.build, t.verify
         build = (f"{b.status} {b.seconds:.0f} s" + (f", {fmt_bytes(b.size_bytes)}" if b.size_bytes else "")) if b else "-"
-        counts = [v.count(s) for s in STATUSES] if v else ["-"] * 4
+        counts = [v.count(s) for s in STATUSES] if v else ["-"] * len(STATUSES)
         rows.append([f"{'✅' if t.ok else '❌'} {t.id}", t.status, *([build] if has_build else []), *(counts if has_verify else [])])
     return [*table(headers, rows), ""]
+
+
+def _sharing(run: Run) -> list[list[Any]]:
+    """A row per verified target whose report measured who else used its GPUs."""
+    return [[t.id, t.verify.sharing] for t in run.targets if t.verify and t.verify.sharing]
 
 
 def _checks(run: Run, status: str) -> list[list[Any]]:

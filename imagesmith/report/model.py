@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from imagesmith import policy
 
-STATUSES = ("pass", "warn", "fail", "skip")
+STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")
 BUILD_OK = ("built", "cached")
 RELEASE_DONE = ("pushed", "unchanged")
 
@@ -61,6 +61,27 @@ class Nvml:
 
 
 @dataclass(frozen=True)
+class Tenant:
+    """A foreign process on a GPU during a verify run (the report's sharing.foreign[i])."""
+
+    gpu: int
+    uuid: str
+    pid: int
+    name: str | None
+    used_bytes: int | None
+    seen: str  # start | end | both
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """Whether the GPUs were the run's alone (the report's sharing key; exclusive None: not measured)."""
+
+    exclusive: bool | None
+    allowed: bool
+    foreign: tuple[Tenant, ...] = ()
+
+
+@dataclass(frozen=True)
 class Verify:
     tier: str
     started_at: str
@@ -70,6 +91,7 @@ class Verify:
     checks: tuple[Check, ...]
     nvml: Nvml
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the report as read (for the release policy)
+    shared: Sharing | None = None  # None: a report written before the sharing key
 
     @property
     def ok(self) -> bool:
@@ -82,6 +104,11 @@ class Verify:
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)
+
+    @property
+    def sharing(self) -> str:
+        """'not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (...)', '' when the report has no sharing key."""
+        return policy.sharing_line(self.raw)
 
     def gpu_name(self, index: int) -> str:
         for gpu in self.environment.get("gpus") or ():

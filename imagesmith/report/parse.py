@@ -31,7 +31,9 @@ from imagesmith.report.model import (
     Release,
     Released,
     Run,
+    Sharing,
     Target,
+    Tenant,
     Traffic,
     Verify,
     clean,
@@ -257,8 +259,39 @@ def _verify(r: _Reader, raw: Any, where: str) -> Verify:
         tier=r.text(doc, "tier", where), started_at=r.text(doc, "started_at", where),
         duration_s=r.number(doc, "duration_s", where), image_ref=r.text(image, "ref", f"{where}.image"),
         environment=r.mapping(doc.get("environment") or {}, f"{where}.environment"), checks=checks,
-        nvml=_nvml(r, doc.get("nvml"), f"{where}.nvml"), raw=doc,
+        nvml=_nvml(r, doc.get("nvml"), f"{where}.nvml"), raw=doc, shared=_sharing(r, doc.get("sharing"), f"{where}.sharing"),
     )
+
+
+SEEN = ("start", "end", "both")
+
+
+def _sharing(r: _Reader, raw: Any, where: str) -> Sharing | None:
+    """The payload's sharing key: {exclusive: bool|null, allowed: bool, foreign: [...]}."""
+    if raw is None:
+        return None
+    doc = r.mapping(raw, where)
+    exclusive, allowed = doc.get("exclusive"), doc.get("allowed")
+    if exclusive is not None and not isinstance(exclusive, bool):
+        raise r.fail(f"{where}.exclusive", f"expected true, false or null, got {exclusive!r}")
+    if not isinstance(allowed, bool):
+        raise r.fail(f"{where}.allowed", f"expected true or false, got {allowed!r}")
+    foreign = tuple(_tenant(r, t, f"{where}.foreign[{i}]") for i, t in enumerate(r.items(doc.get("foreign"), f"{where}.foreign")))
+    return Sharing(exclusive, allowed, foreign)
+
+
+def _tenant(r: _Reader, raw: Any, where: str) -> Tenant:
+    t = r.mapping(raw, where)
+    ints = {k: t.get(k) for k in ("gpu", "pid", "used_bytes")}
+    for key, value in ints.items():
+        if not (isinstance(value, int) and not isinstance(value, bool)) and not (key == "used_bytes" and value is None):
+            raise r.fail(f"{where}.{key}", f"expected an integer{' or null' if key == 'used_bytes' else ''}, got {value!r}")
+    name = t.get("name")
+    if name is not None and not isinstance(name, str):
+        raise r.fail(f"{where}.name", f"expected text or null, got {name!r}")
+    if t.get("seen") not in SEEN:
+        raise r.fail(f"{where}.seen", f"expected one of {', '.join(SEEN)}, got {t.get('seen')!r}")
+    return Tenant(int(t["gpu"]), r.text(t, "uuid", where), int(t["pid"]), name, t.get("used_bytes"), str(t["seen"]))
 
 
 def _check(r: _Reader, raw: Any, where: str) -> Check:

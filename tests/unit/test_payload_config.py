@@ -47,7 +47,7 @@ def test_every_key_is_optional(data: Any) -> None:
     ([], "config key '': expected an object, got []"),
     ({"tier": "fast"}, "config key 'tier': expected one of quick, standard, soak, got 'fast'"),
     ({"schema": "v2"}, "config key 'schema': expected 'imagesmith.verify-config/1', got 'v2'"),
-    ({"tiers": "quick"}, "config key 'tiers': unknown key; known: tier, require_gpu, expect_gpus, gpus, allow_cpu, gpu_unavailable, soak_minutes, "
+    ({"tiers": "quick"}, "config key 'tiers': unknown key; known: tier, require_gpu, expect_gpus, gpus, allow_cpu, allow_shared_gpu, gpu_unavailable, soak_minutes, "
      "leak_inject_mib, burn_seconds, contention_processes, collective_timeout_s, schema, expected, driver, "
      "layers, security, thresholds, nonce, checks, image"),
     ({"require_gpu": "yes"}, "config key 'require_gpu': expected true or false, got 'yes'"),

@@ -29,11 +29,11 @@ def entry(check_id: str, status: str, optional: bool = False, value: Any=None) -
 
 
 @pytest.mark.parametrize("statuses, summary", [
-    ([("pass", False), ("skip", False)], {"pass": 1, "warn": 0, "fail": 0, "skip": 1, "ok": True}),
-    ([("pass", False), ("warn", False)], {"pass": 1, "warn": 1, "fail": 0, "skip": 0, "ok": True}),
-    ([("fail", False), ("pass", False)], {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "ok": False}),
-    ([("fail", True), ("pass", False)], {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "ok": True}),
-    ([], {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "ok": True}),
+    ([("pass", False), ("skip", False)], {"pass": 1, "warn": 0, "fail": 0, "skip": 1, "inconclusive": 0, "ok": True}),
+    ([("pass", False), ("warn", False)], {"pass": 1, "warn": 1, "fail": 0, "skip": 0, "inconclusive": 0, "ok": True}),
+    ([("fail", False), ("pass", False)], {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False}),
+    ([("fail", True), ("pass", False)], {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": True}),
+    ([], {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "inconclusive": 0, "ok": True}),
 ])
 def test_summary(statuses: list[Any], summary: dict[str, Any]) -> None:
     checks_ = [entry(f"c{i}", s, o) for i, (s, o) in enumerate(statuses)]
@@ -52,7 +52,18 @@ def test_a_built_report_follows_the_schema_and_is_strict_json() -> None:
     (lambda r: r.pop("summary"), "report: missing key 'summary'"),
     (lambda r: r.update(schema="x"), "report.schema: expected 'imagesmith.verify-report/1', got 'x'"),
     (lambda r: r["checks"][0].update(status="ok"),
-     "report.checks[0].status: expected one of pass, warn, fail, skip, got 'ok'"),
+     "report.checks[0].status: expected one of pass, warn, fail, skip, inconclusive, got 'ok'"),
+    (lambda r: r.pop("sharing"), "report: missing key 'sharing'"),
+    (lambda r: r["sharing"].update(exclusive="yes"), "report.sharing.exclusive: expected true, false or null"),
+    (lambda r: r["sharing"].update(extra=1), "report.sharing: unexpected key 'extra'"),
+    (lambda r: r["sharing"].update(foreign=[{"gpu": 0}]),
+     "report.sharing.foreign[0]: expected an object with keys gpu, uuid, pid, name, used_bytes, seen"),
+    (lambda r: r["sharing"].update(exclusive=True, foreign=[
+        {"gpu": 0, "uuid": "GPU-1", "pid": 7, "name": None, "used_bytes": None, "seen": "start"}]),
+     "report.sharing: exclusive is true but foreign processes are listed"),
+    (lambda r: r["sharing"].update(foreign=[
+        {"gpu": True, "uuid": "GPU-1", "pid": "7", "name": 3, "used_bytes": 1.5, "seen": "later"}]),
+     "report.sharing.foreign[0].gpu: expected an integer"),
     (lambda r: r["checks"][0].pop("unit"), "report.checks[0]: missing key 'unit'"),
     (lambda r: r["checks"][0].update(detail="two\nlines"), "report.checks[0].detail: expected one line of text"),
     (lambda r: r["summary"].update(fail=3), "report.summary: does not match the checks"),

@@ -18,6 +18,10 @@ GPU_CHECK_FAILED = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)
 NOTHING_RAN = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus 0)", "pass", {"skip": 20})
 FAILED = policy.Evidence(False, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 19, "fail": 1})
 ALLOWED = "; immutable tag only, marked -not-gpu-verified, no floating tags (--allow-cpu-verification)"
+SHARED = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 20}, False,
+                        "GPU 0 shared with PID 4242 python3, 1.6 GiB")
+SHARED_NOTE = ("not GPU-verified: the GPU was not exclusive to the run: GPU 0 shared with PID 4242 python3, 1.6 GiB; "
+               "not tagged: verify it again with the GPU to itself")
 REFUSED = ("; not tagged: verify it on a GPU host, or pass --allow-cpu-verification to push its immutable tag marked "
            "-not-gpu-verified (no floating tags)")
 
@@ -32,6 +36,8 @@ REFUSED = ("; not tagged: verify it on a GPU host, or pass --allow-cpu-verificat
     (True, GPU_CHECK_FAILED, True, True, False, "-not-gpu-verified", f"not GPU-verified: 1 GPU check failed{ALLOWED}"),
     (True, NOTHING_RAN, False, False, False, "", f"not GPU-verified: {NOTHING_RAN.reason}{REFUSED}"),
     (True, FAILED, True, False, False, "", "verification failed"),
+    (True, SHARED, False, False, False, "", SHARED_NOTE),  # a shared GPU: not verified, whatever the flags
+    (True, SHARED, True, False, False, "", SHARED_NOTE),
     (False, CPU_ASKED, False, True, True, "", ""),  # a CPU-only image is vetted on a CPU
     (False, GPU, False, True, True, "", ""),
     (False, FAILED, True, False, False, "", "verification failed"),
@@ -114,3 +120,26 @@ FAILED_REQUIRED = [
 @pytest.mark.parametrize("report, expected", FAILED_REQUIRED)
 def test_failed_required(report: dict[str, Any], expected: list[str]) -> None:
     assert policy.failed_required(report) == expected
+
+
+FOREIGN = [{"gpu": 0, "uuid": "GPU-1", "pid": 4242, "name": "python3", "used_bytes": 1717986918, "seen": "both"}]
+
+
+@pytest.mark.parametrize("sharing, exclusive, line", [
+    ({"exclusive": False, "allowed": False, "foreign": FOREIGN}, False,
+     "not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (throughput checks inconclusive; not verified: "
+     "no floating tag)"),
+    ({"exclusive": False, "allowed": True, "foreign": FOREIGN}, False,
+     "not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (--allow-shared-gpu: throughput measured this "
+     "tenant's share; not verified: no floating tag)"),
+    ({"exclusive": False, "allowed": False, "foreign": [{"gpu": "x", "pid": None, "name": 7, "used_bytes": True}]}, False,
+     "not exclusive: GPU ? shared with PID ? (throughput checks inconclusive; not verified: no floating tag)"),
+    ({"exclusive": True, "allowed": False, "foreign": []}, True, "GPUs exclusive to this run"),
+    ({"exclusive": None, "allowed": False, "foreign": []}, None, "GPU exclusivity not measured"),
+    ("garbage", None, ""),
+])
+def test_sharing_in_the_evidence(sharing: Any, exclusive: Any, line: str) -> None:
+    rep = report(mode={"mode": "gpu", "gpus": 1, "gpu_checks": {"pass": 9}}, checks=[{"id": "gpu.devices", "status": "pass"}],
+                 sharing=sharing)
+    ev = policy.evidence(rep)
+    assert (ev.exclusive, policy.sharing_line(rep), ev.gpu_verified) == (exclusive, line, exclusive is not False)

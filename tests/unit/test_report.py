@@ -72,8 +72,16 @@ BAD = [
                  "x.json: schema: 'imagesmith.plan/1' is not one of imagesmith.build-report/1, imagesmith.verify-report/1, "
                  "imagesmith.run-report/1; is this an imagesmith report?", id="other-schema"),
     pytest.param(_with(("checks",), {"id": "x"}), "x.json: report.checks: expected a list, got an object", id="checks-not-list"),
-    pytest.param(_with(("checks", 2, "status"), "ok"), "x.json: report.checks[2].status: expected one of pass, warn, fail, skip, got 'ok'",
+    pytest.param(_with(("checks", 2, "status"), "ok"), "x.json: report.checks[2].status: expected one of pass, warn, fail, skip, inconclusive, got 'ok'",
                  id="bad-status"),
+    pytest.param(_with(("sharing",), {"exclusive": "no", "allowed": False, "foreign": []}),
+                 "x.json: report.sharing.exclusive: expected true, false or null, got 'no'", id="sharing-exclusive"),
+    pytest.param(_with(("sharing",), {"exclusive": False, "allowed": False, "foreign": [
+        {"gpu": 0, "uuid": "GPU-1", "pid": "4242", "name": None, "used_bytes": None, "seen": "both"}]}),
+                 "x.json: report.sharing.foreign[0].pid: expected an integer, got '4242'", id="sharing-pid"),
+    pytest.param(_with(("sharing",), {"exclusive": False, "allowed": False, "foreign": [
+        {"gpu": 0, "uuid": "GPU-1", "pid": 1, "name": None, "used_bytes": None, "seen": "later"}]}),
+                 "x.json: report.sharing.foreign[0].seen: expected one of start, end, both, got 'later'", id="sharing-seen"),
     pytest.param(_with(("checks", 4, "baseline"), "784"), "x.json: report.checks[4].baseline: expected a number, got '784'",
                  id="baseline-text"),
     pytest.param(_with(("targets", 1, "status"), ["failed"], "build-failed"), "x.json: targets[1].status: expected text, got a list",
@@ -512,3 +520,23 @@ def test_a_hostile_value_cannot_break_a_markdown_table() -> None:
     assert rows and all(cell in row for row in rows)
     assert all(row.count(" | ") == row.replace("\\|", "").count(" | ") for row in rows)  # every pipe of the value escaped
     assert "<script" not in md
+
+
+SHARED_REPORT = Path(__file__).resolve().parents[2] / "bench" / "results" / "issue23" / "shared-standard.json"
+
+
+def test_a_shared_gpu_run_shows_in_the_tables() -> None:
+    """The H200 run beside a bf16 GEMM loop (bench/device_issue23.sh): inconclusive checks, the tenant named."""
+    run = report.load(SHARED_REPORT)
+    (target,) = run.targets
+    assert target.verify is not None and target.verify.shared is not None
+    assert "GPU 0 shared with PID 977" in report.to_html(run)
+    assert (target.verify.shared.exclusive, [(t.pid, t.name, t.seen) for t in target.verify.shared.foreign]) == \
+        (False, [(977, "python3", "both")])
+    assert target.verify.count("inconclusive") == 6 and target.verify.ok
+    text = report.to_markdown(run)
+    line = "not exclusive: GPU 0 shared with PID 977 python3, 1.0 GiB (throughput checks inconclusive; not verified: no floating tag)"
+    assert "## Inconclusive (a shared GPU)" in text and line in text
+    assert text.count("inconclusive: GPU 0 shared with PID 977 python3, 1.0 GiB") == 6
+    xml = report.to_junit(run)
+    assert xml.count('<skipped message="inconclusive: GPU 0 shared with PID 977') == 6

@@ -71,7 +71,7 @@ def test_a_genuine_answer_is_the_report_with_the_hosts_view() -> None:
 
 def failed(report: dict[str, Any]) -> tuple[str, str]:
     (check,) = report["checks"]
-    assert report["summary"] == {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "ok": False}
+    assert report["summary"] == {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False}
     return check["id"], check["detail"]
 
 
@@ -117,7 +117,8 @@ def test_no_gpu_runtime_runs_again_without_gpus_and_tells_the_payload() -> None:
     report, engine = verify_with(run, verify.VerifyOptions(tier="quick", gpus="all", sample_gpus=False, only=("versions",)))
     assert [s.gpus for s in engine.specs] == ["all", "none"]
     assert json.loads(engine.specs[1].files["config.json"])["gpu_unavailable"] == verify.GPU_RUNTIME_FIX
-    assert report["notes"] == [f"ran without GPUs: {verify.GPU_RUNTIME_FIX}"] and report["summary"]["ok"] is True
+    assert report["notes"][0] == f"ran without GPUs: {verify.GPU_RUNTIME_FIX}" and report["summary"]["ok"] is True
+    assert report["notes"][1].startswith("the payload ran python3 in place of the image's ENTRYPOINT")
 
 
 def test_an_image_not_in_the_engine_with_no_pull_is_a_user_error() -> None:
@@ -160,7 +161,7 @@ def test_check_entry_and_with_checks_recount_the_summary() -> None:
     assert verify.with_checks(base, []) is base
     more = verify.with_checks(base, [entry])
     assert [c["id"] for c in more["checks"]] == ["payload.report", "security.service"]
-    assert more["summary"] == {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "ok": False}
+    assert more["summary"] == {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False}
     assert "data" not in verify.check_entry("x", "t", "skip", "d")
 
 

@@ -57,10 +57,10 @@ def summary(checks: list[dict[str, Any]]) -> dict[str, Any]:
     (genuine(checks=[entry("versions.torch"), entry("security.user", "fail", True), entry("libs.optional", optional=True)],
              summary=summary([entry("versions.torch"), entry("security.user", "fail", True), entry("libs.optional", optional=True)])),
      "the report was rejected: report.checks: optional flag differs from the registry: security.user"),
-    (genuine(summary={"pass": 3, "warn": 0, "fail": 0, "skip": 0, "ok": True}),
+    (genuine(summary={"pass": 3, "warn": 0, "fail": 0, "skip": 0, "inconclusive": 0, "ok": True}),
      "the report was rejected: report.summary: does not match the checks"),
     (genuine(checks=[entry("versions.torch", "great"), entry("security.user"), entry("libs.optional", optional=True)]),
-     "the report was rejected: report.checks[0].status: expected one of pass, warn, fail, skip, got 'great'"),
+     "the report was rejected: report.checks[0].status: expected one of pass, warn, fail, skip, inconclusive, got 'great'"),
 ])
 def test_a_report_that_does_not_answer_this_run_is_rejected(report: dict[str, Any], problem: str) -> None:
     got, why = verify.judge_output(output(report), REQUEST)

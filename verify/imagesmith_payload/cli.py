@@ -16,12 +16,16 @@ from .config import Config, ConfigError, load_config_file, parse_config, with_ex
 from .context import Context
 from .environment import collect
 from .gpumode import Mode
+from .offload import Offload, write_entries
 from .parsers import parse_expect
 from .registry import REGISTRY, select
 from .report import build_report, emit_marker, write_report
 from .runner import progress_printer, run_checks, run_soak
+from .sharing import judge_throughput_entries, verdict_line
+from .watch import SharingWatch
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SERIAL = "IMAGESMITH_PAYLOAD_SERIAL"  # set: every check in this process, one after another (no workers)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
                                   "whatever is visible)")
     p.add_argument("--allow-cpu", action="store_true", default=None,
                    help="with --gpus all and no GPU visible: CPU mode instead of a failure")
+    p.add_argument("--allow-shared-gpu", action="store_true", default=None,
+                   help="judge throughput even when another process uses the GPU (measures the tenant's share)")
     p.add_argument("--expect", help="NAME=VERSION,... e.g. torch=2.9.1,cuda=12.8,torchvision=0.24")
     p.add_argument("--out", help="write the report JSON here")
     p.add_argument("--emit-marker", action="store_true",
@@ -44,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", help="comma-separated check ids, groups or patterns to leave out")
     p.add_argument("--soak-minutes", type=float)
     p.add_argument("--list", action="store_true", help="list the checks and exit")
+    p.add_argument("--worker-checks", help=argparse.SUPPRESS)  # offload.py: run these checks, write entries
+    p.add_argument("--worker-out", help=argparse.SUPPRESS)
     return p
 
 
@@ -59,7 +67,7 @@ def make_config(args: argparse.Namespace) -> Config:
     config = load_config_file(args.config)
     gpus = _gpus_flag(args.gpus)
     config = with_overrides(config, tier=args.tier, require_gpu=args.require_gpu, gpus=gpus,
-                            allow_cpu=args.allow_cpu,
+                            allow_cpu=args.allow_cpu, allow_shared_gpu=args.allow_shared_gpu,
                             soak_minutes=args.soak_minutes, only=_ids(args.only),
                             skip=_ids(args.skip))
     if args.expect:
@@ -88,7 +96,8 @@ def list_checks() -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parser().parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(raw)
     if args.list:
         return list_checks()
     try:
@@ -97,40 +106,65 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         print(f"verify/run.py: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.worker_checks:
+        return run_worker(config, args.worker_checks.split(","), args.worker_out)
     if not specs and config.checks is None:  # the host may ask for none (it runs its own checks)
         print("verify/run.py: error: --only/--skip leave no check to run", file=sys.stderr)
         return EXIT_USAGE
-    return Session(config, args.out, args.emit_marker).run(specs)
+    return Session(config, args.out, args.emit_marker, raw).run(specs)
+
+
+def run_worker(config: Config, ids: Sequence[str], out: Optional[str]) -> int:
+    """A worker process (offload.py): these checks, their entries to `out`, nothing on stdout."""
+    if not out or any(i not in REGISTRY for i in ids):
+        print("verify/run.py: error: --worker-checks needs known check ids and --worker-out", file=sys.stderr)
+        return EXIT_USAGE
+    ctx = Context(config)
+
+    def hung(entries: List[Dict[str, Any]]) -> None:
+        write_entries(out, entries)
+        os._exit(EXIT_FAILED)
+    write_entries(out, run_checks([REGISTRY[i] for i in ids], ctx, lambda *_: None, hung))
+    return EXIT_OK
 
 
 class Session:
     """One payload run: environment, checks, report."""
 
-    def __init__(self, config: Config, out: Optional[str], marker: bool) -> None:
-        self.config, self.out, self.marker = config, out, marker
+    def __init__(self, config: Config, out: Optional[str], marker: bool, args: Sequence[str] = ()) -> None:
+        self.config, self.out, self.marker, self.args = config, out, marker, list(args)
+        self.offload: Optional[Offload] = None
         self._finished = threading.Lock()  # the watchdog and the main thread: one report only
         self.ctx = Context(config)
         self.started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.monotonic()
         self.environment: Dict[str, Any] = {}
+        self.watch = SharingWatch(self.ctx)
 
     def run(self, specs: Sequence[Any]) -> int:
+        self.watch.begin()  # before any CUDA context of ours: whatever NVML lists now is foreign
+        if self.config.tier != "soak" and not os.environ.get(SERIAL):  # soak repeats each check in this process
+            self.offload = Offload(specs, self.ctx, self.args)  # their workers start now, beside torch's import
         self.environment = collect(self.ctx)
         self._header(len(specs))
         progress = progress_printer()
         if self.config.tier == "soak":
             entries = run_soak(specs, self.ctx, self.config.soak_minutes, progress, self._hung)
         else:
-            entries = run_checks(specs, self.ctx, progress, self._hung)
+            entries = run_checks(specs, self.ctx, progress, self._hung, self.offload)
         return self._finish(entries)
 
     def _finish(self, entries: List[Dict[str, Any]]) -> int:
+        self.watch.end()
         self._finished.acquire()  # held for good: if the watchdog has it, it reports and exits
         return self._report(entries)
 
     def _report(self, entries: List[Dict[str, Any]]) -> int:
+        sharing, detail = self.watch.verdict()
+        entries = judge_throughput_entries(entries, sharing, {s.id for s in REGISTRY.values() if s.throughput})
+        self.environment["gpu_sharing"] = detail
         report = build_report(self.config.tier, self.started, time.monotonic() - self.t0,
-                              self.environment, entries, self.config.nonce)
+                              self.environment, entries, self.config.nonce, sharing)
         report["mode"] = mode_summary(run_mode(self.ctx), entries)
         if self.out:
             write_report(self.out, report)
@@ -138,7 +172,8 @@ class Session:
             emit_marker(report)
         s = report["summary"]
         print(f"imagesmith payload: {s['pass']} pass, {s['warn']} warn, {s['fail']} fail, "
-              f"{s['skip']} skip in {report['duration_s']:.1f} s -> "
+              f"{s['skip']} skip, {s['inconclusive']} inconclusive in {report['duration_s']:.1f} s; "
+              f"{verdict_line(sharing)} -> "
               f"{'OK' if s['ok'] else 'FAILED'}", file=sys.stderr, flush=True)
         return EXIT_OK if s["ok"] else EXIT_FAILED
 
@@ -147,6 +182,8 @@ class Session:
         (unless the main thread is reporting already)."""
         if not self._finished.acquire(blocking=False):
             return
+        if self.offload is not None:
+            self.offload.kill_all()
         try:
             self._report(entries)
         finally:
@@ -163,7 +200,7 @@ class Session:
 
 def mode_summary(mode: Mode, entries: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The run's mode and how its GPU checks (needs gpu / multi_gpu) ended."""
-    counts = {status: 0 for status in ("pass", "warn", "fail", "skip")}
+    counts = {status: 0 for status in ("pass", "warn", "fail", "skip", "inconclusive")}
     for entry in entries:
         spec = REGISTRY.get(entry["id"])
         if spec is not None and spec.needs in ("gpu", "multi_gpu"):

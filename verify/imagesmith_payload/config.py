@@ -56,6 +56,7 @@ class Config:
     expect_gpus: Optional[int] = None
     gpus: str = "auto"  # what was asked: all | none | 0,1 (imagesmith always says); auto: whatever is visible
     allow_cpu: bool = False  # gpus all with none visible: CPU mode instead of a failure
+    allow_shared_gpu: bool = False  # judge throughput on a GPU another process uses (the tenant's share)
     gpu_unavailable: Optional[str] = None  # the host's reason it could not attach GPUs
     expected: Expected = field(default_factory=Expected)
     toolkit_driver: Optional[str] = None
@@ -141,6 +142,7 @@ _TOP: Dict[str, Callable[[str, Any], Any]] = {
     "expect_gpus": _optional(_positive(_int)),
     "gpus": _gpus,
     "allow_cpu": _bool,
+    "allow_shared_gpu": _bool,
     "gpu_unavailable": _optional(_str),
     "soak_minutes": _positive(_num),
     "leak_inject_mib": _positive(_num),

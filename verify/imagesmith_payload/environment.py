@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from typing import Any, Callable, Dict, List, Optional
 
 from .context import Context
@@ -78,6 +79,7 @@ def collect(ctx: Context) -> Dict[str, Any]:
     packages = {n: package_version(n) for n in names}
     return {
         "python": platform.python_version(),
+        "python_executable": sys.executable,  # which python3 ran: the one the PATH (or an ENTRYPOINT) chose
         "os": _guard(os_name),
         "torch": ctx.torch.__version__ if torch_ok else None,
         "torch_error": None if torch_ok else ctx.torch_error,

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Tuple
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-STATUSES = (PASS, WARN, FAIL, SKIP)
-_SEVERITY = {SKIP: 0, PASS: 1, WARN: 2, FAIL: 3}
+# A throughput check on a GPU another process shared: it measured the share, not the GPU.
+INCONCLUSIVE = "inconclusive"
+STATUSES = (PASS, WARN, FAIL, SKIP, INCONCLUSIVE)
+_SEVERITY = {SKIP: 0, PASS: 1, INCONCLUSIVE: 2, WARN: 3, FAIL: 4}
 
 # Relative Frobenius error ||out - ref|| / ||ref|| against a float64 product
 # of the same (already rounded) inputs, K = 1024.  Typical values on an H200:

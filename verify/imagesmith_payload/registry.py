@@ -29,6 +29,8 @@ class CheckSpec:
     needs: str = "torch"
     optional: bool = False
     timeout_s: Timeout = 300.0
+    throughput: bool = False  # judged against a rate: inconclusive on a shared GPU
+    worker: str = ""  # runs in this named worker process beside the main one (offload.py)
 
     def timeout_for(self, ctx: "Context") -> float:
         return float(self.timeout_s(ctx) if callable(self.timeout_s) else self.timeout_s)
@@ -39,7 +41,8 @@ REGISTRY: Dict[str, CheckSpec] = {}
 
 def check(check_id: str, title: str, *, tier: str = "quick", unit: str = "",
           needs: str = "torch", optional: bool = False,
-          timeout_s: Timeout = 300.0) -> Callable[[CheckFunc], CheckFunc]:
+          timeout_s: Timeout = 300.0, throughput: bool = False,
+          worker: str = "") -> Callable[[CheckFunc], CheckFunc]:
     """Register `func` as check `check_id` (ids are unique)."""
     if tier not in ("quick", "standard") or needs not in NEEDS:
         raise ValueError(f"check {check_id}: bad tier {tier!r} or needs {needs!r}")
@@ -47,7 +50,8 @@ def check(check_id: str, title: str, *, tier: str = "quick", unit: str = "",
     def register(func: CheckFunc) -> CheckFunc:
         if check_id in REGISTRY:
             raise ValueError(f"check {check_id} registered twice")
-        REGISTRY[check_id] = CheckSpec(check_id, title, func, tier, unit, needs, optional, timeout_s)
+        REGISTRY[check_id] = CheckSpec(check_id, title, func, tier, unit, needs, optional, timeout_s,
+                                       throughput, worker)
         return func
     return register
 

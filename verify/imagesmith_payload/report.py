@@ -10,12 +10,14 @@ import tempfile
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from .judge import FAIL, STATUSES
+from .sharing import validate as validate_sharing
 
 SCHEMA = "imagesmith.verify-report/1"
 MARKER = "@@IMAGESMITH-REPORT@@ "
 CHECK_KEYS = ("id", "title", "status", "value", "threshold", "unit", "baseline",
               "percent_of_baseline", "detail", "optional", "duration_s")
-TOP_KEYS = ("schema", "nonce", "tier", "started_at", "duration_s", "environment", "checks", "summary")
+TOP_KEYS = ("schema", "nonce", "tier", "started_at", "duration_s", "environment", "checks", "summary", "sharing")
+NOT_MEASURED = {"exclusive": None, "allowed": False, "foreign": []}
 
 Report = Dict[str, Any]
 
@@ -30,11 +32,13 @@ def summarize(checks: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def build_report(tier: str, started_at: str, duration_s: float, environment: Dict[str, Any],
-                 checks: List[Dict[str, Any]], nonce: Optional[str] = None) -> Report:
+                 checks: List[Dict[str, Any]], nonce: Optional[str] = None,
+                 sharing: Optional[Dict[str, Any]] = None) -> Report:
     return sanitize({
         "schema": SCHEMA, "nonce": nonce, "tier": tier, "started_at": started_at,
         "duration_s": round(duration_s, 2), "environment": environment,
         "checks": checks, "summary": summarize(checks),
+        "sharing": dict(NOT_MEASURED) if sharing is None else sharing,
     })
 
 
@@ -60,6 +64,8 @@ def validate_report(report: Any) -> List[str]:
         problems.append(f"report.schema: expected {SCHEMA!r}, got {_short(report.get('schema'))}")
     if not isinstance(report.get("nonce"), (str, type(None))):
         problems.append(f"report.nonce: expected text, got {_short(report.get('nonce'))}")
+    if "sharing" in report:
+        problems += validate_sharing(report["sharing"])
     if not isinstance(report.get("checks"), list):
         return problems + [f"report.checks: expected a list, got {_short(report.get('checks'))}"]
     for i, entry in enumerate(report["checks"]):

@@ -60,24 +60,32 @@ def finish(spec: CheckSpec, result: Result, seconds: float) -> Dict[str, Any]:
 
 
 def run_checks(specs: Sequence[CheckSpec], ctx: Context, progress: Progress,
-               on_hang: OnHang) -> List[Dict[str, Any]]:
-    """Each check in turn under a watchdog; on a hang, on_hang gets the results so far."""
+               on_hang: OnHang, offload: Optional[Any] = None) -> List[Dict[str, Any]]:
+    """Each check in turn under a watchdog; on a hang, on_hang gets the results so far.
+    With `offload` (offload.Offload), its checks run in worker processes meanwhile and are
+    collected after the others; the entries come back in the order of `specs`."""
+    order = {spec.id: n for n, spec in enumerate(specs)}
+    here = [s for s in specs if offload is None or s.id not in offload]
+    ordered = here + [s for s in specs if offload is not None and s.id in offload]
     done: List[Dict[str, Any]] = []
-    for i, spec in enumerate(specs, 1):
+    for i, spec in enumerate(ordered, 1):
         t0 = time.monotonic()
         timeout = spec.timeout_for(ctx)
-        rest = specs[i:]
+        rest = ordered[i:]
         dog = threading.Timer(timeout, lambda s=spec, t=timeout, r=rest: on_hang(
             done + [_hung(s, t)] + [_not_run(x, s) for x in r]))
         dog.daemon = True
         dog.start()
         try:
-            result = call_check(spec, ctx)
+            if offload is not None and spec.id in offload:
+                entry = offload.entry(spec, finish)
+            else:
+                entry = finish(spec, call_check(spec, ctx), time.monotonic() - t0)
         finally:
             dog.cancel()
-        done.append(finish(spec, result, time.monotonic() - t0))
+        done.append(entry)
         progress(done[-1], i, len(specs))
-    return done
+    return sorted(done, key=lambda e: order.get(e["id"], len(order)))
 
 
 def _hung(spec: CheckSpec, timeout: float) -> Dict[str, Any]:

@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     libs,
     driver,
     devices,
+    topo,
     matmul,
     amp,
     sdpa,

@@ -70,11 +70,12 @@ def _grad_scaler(torch: Any) -> Any:
     return torch.cuda.amp.GradScaler()
 
 
-@check("amp.bf16", "autocast bf16 training steps: finite, loss falls", needs="gpu")
+@check("amp.bf16", "autocast bf16 training steps: finite, loss falls", needs="gpu", worker="amp")
 def bf16(ctx: Context) -> Result:
     return amp_check(ctx, "bfloat16", use_scaler=False)
 
 
-@check("amp.fp16", "autocast fp16 + GradScaler training steps: finite, loss falls", needs="gpu")
+@check("amp.fp16", "autocast fp16 + GradScaler training steps: finite, loss falls", needs="gpu",
+       worker="amp")
 def fp16(ctx: Context) -> Result:
     return amp_check(ctx, "float16", use_scaler=True)

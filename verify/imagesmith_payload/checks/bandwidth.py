@@ -74,16 +74,16 @@ def bandwidth_check(ctx: Context, check_id: str, measure: Callable[[Any, Any, in
 
 
 @check("bandwidth.d2d", "HBM device-to-device copy (read + write)", tier="standard",
-       unit="GB/s", needs="gpu")
+       unit="GB/s", needs="gpu", throughput=True)
 def device_copy(ctx: Context) -> Result:
     return bandwidth_check(ctx, "bandwidth.d2d", d2d, "2 GiB device copy")
 
 
-@check("bandwidth.h2d", "pinned host-to-device copy", tier="standard", unit="GB/s", needs="gpu")
+@check("bandwidth.h2d", "pinned host-to-device copy", tier="standard", unit="GB/s", needs="gpu", throughput=True)
 def host_to_device(ctx: Context) -> Result:
     return bandwidth_check(ctx, "bandwidth.h2d", h2d, "512 MiB pinned H2D")
 
 
-@check("bandwidth.d2h", "device-to-pinned-host copy", tier="standard", unit="GB/s", needs="gpu")
+@check("bandwidth.d2h", "device-to-pinned-host copy", tier="standard", unit="GB/s", needs="gpu", throughput=True)
 def device_to_host(ctx: Context) -> Result:
     return bandwidth_check(ctx, "bandwidth.d2h", d2h, "512 MiB pinned D2H")

@@ -85,7 +85,7 @@ def nvml_sampler(torch: Any, count: int) -> Optional[Sampler]:
 
 @check("burn.gemm", "sustained bf16 GEMMs equal to the first result; clocks, heat",
        tier="standard", unit="TFLOP/s", needs="gpu",
-       timeout_s=lambda ctx: ctx.config.burn_seconds + 120.0)
+       timeout_s=lambda ctx: ctx.config.burn_seconds + 120.0, throughput=True)
 def burn_gemm(ctx: Context) -> Result:
     torch, seed = ctx.torch, fresh_seed()
     burners = [Burner(torch, d, seed) for d in ctx.devices()]

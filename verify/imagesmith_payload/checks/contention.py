@@ -87,7 +87,7 @@ def run_group(n: int) -> List[Dict[str, Any]]:
 
 
 @check("contention.shared_gpu", "2-4 processes share GPU 0: aggregate and fairness vs solo",
-       tier="standard", unit="x solo", needs="gpu", timeout_s=400.0)
+       tier="standard", unit="x solo", needs="gpu", timeout_s=400.0, throughput=True)
 def shared_gpu(ctx: Context) -> Result:
     ctx.release_memory()
     n = max(2, min(4, ctx.config.contention_processes))

@@ -83,24 +83,24 @@ def judge_gemm(ctx: Context, kind: str, n: int, per_gpu: Dict[int, float],
 
 
 @check("gemm.bf16", "bf16 GEMM 8192^3 throughput per GPU", tier="standard", unit="TFLOP/s",
-       needs="gpu")
+       needs="gpu", throughput=True)
 def bf16(ctx: Context) -> Result:
     return gemm_check(ctx, "bf16")
 
 
 @check("gemm.fp16", "fp16 GEMM 8192^3 throughput per GPU", tier="standard", unit="TFLOP/s",
-       needs="gpu")
+       needs="gpu", throughput=True)
 def fp16(ctx: Context) -> Result:
     return gemm_check(ctx, "fp16")
 
 
 @check("gemm.tf32", "tf32 GEMM 10000^3 throughput per GPU", tier="standard", unit="TFLOP/s",
-       needs="gpu")
+       needs="gpu", throughput=True)
 def tf32(ctx: Context) -> Result:
     return gemm_check(ctx, "tf32")
 
 
 @check("gemm.fp32", "fp32 GEMM 10000^3 throughput per GPU", tier="standard", unit="TFLOP/s",
-       needs="gpu")
+       needs="gpu", throughput=True)
 def fp32(ctx: Context) -> Result:
     return gemm_check(ctx, "fp32")

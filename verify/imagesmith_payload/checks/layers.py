@@ -173,7 +173,7 @@ def _judge_decode(q: dict) -> Result:
 
 
 # ------------------------------------------------------------------------ nlp
-@check("layers.nlp.import", "nlp layer: tokenizers and transformers import")
+@check("layers.nlp.import", "nlp layer: tokenizers and transformers import", worker="imports")
 def nlp_import(ctx: Context) -> Result:
     modules, problem = load_layer(ctx, "nlp")
     if problem:

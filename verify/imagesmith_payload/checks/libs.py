@@ -91,7 +91,7 @@ def origin(ctx: Context) -> Result:
 
 
 @check("libs.integrity", "every shared library of the nvidia-* wheels present, as installed, loadable",
-       needs="nothing", timeout_s=600.0)
+       needs="nothing", timeout_s=600.0, worker="integrity")
 def integrity(ctx: Context) -> Result:
     per_dist = {d: recorded_libraries(d) for d in cuda_distributions()}
     dists = [d for d, libs in per_dist.items() if libs]  # nvidia-ml-py has none

@@ -43,7 +43,8 @@ def smoke(ctx: Context) -> Result:
 
 
 @check("nccl.allreduce", "all-reduce bus bandwidth, 1 GiB int32, exact every iteration",
-       tier="standard", unit="GB/s", needs="multi_gpu", timeout_s=collective_timeout)
+       tier="standard", unit="GB/s", needs="multi_gpu", timeout_s=collective_timeout,
+       throughput=True)
 def allreduce(ctx: Context) -> Result:
     seed = fresh_seed() % (1 << 30)
     run = run_collective(ctx, "allreduce", ["--bytes", str(ALLREDUCE_BYTES), "--seed", str(seed)])

@@ -115,7 +115,7 @@ def time_sdpa(torch: Any, device: Any, backend: Optional[str], seed: int) -> flo
 
 
 @check("sdpa.perf", "causal SDPA bf16 forward throughput", tier="standard", unit="TFLOP/s",
-       needs="gpu")
+       needs="gpu", throughput=True)
 def perf(ctx: Context) -> Result:
     torch, seed = ctx.torch, fresh_seed()
     value = time_sdpa(torch, ctx.device, None, seed)

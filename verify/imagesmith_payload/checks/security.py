@@ -31,10 +31,21 @@ def non_root(ctx: Context) -> Result:
         return passed(f"runs as {label}", who["uid"])
     fix = "add a non-root USER to the Dockerfile"
     if ctx.config.expect_non_root:
-        return failed(f"runs as root ({label}) but the image declares a non-root user; {fix}", 0)
+        return failed(f"runs as root ({label}) but a non-root user is required (verify --require-non-root, or an "
+                      f"image imagesmith built) and {declared_user(ctx)}; {fix}", 0)
     if ctx.config.expect_non_root is False:
         return passed(f"runs as root ({label}); allowed by security.expect_non_root=false", 0)
     return warned(f"runs as root ({label}); {fix}", 0)
+
+
+def declared_user(ctx: Context) -> str:
+    """What the image's USER says, in words (the payload knows it only from the host's config)."""
+    image = ctx.config.image
+    if image is None:
+        return "the image's USER is not known here"
+    if image.user.split(":")[0] in ("", "root", "0"):
+        return f"the image declares {'USER ' + image.user if image.user else 'no USER'} (root)"
+    return f"the image declares USER {image.user}, yet the payload ran as root"
 
 
 # --------------------------------------------------------------------- jupyter

@@ -1,0 +1,142 @@
+"""Independent checks in worker processes, started with the run and collected at its end.
+
+A check registered with ``worker="NAME"`` runs, with the other checks of that name, in one
+child process of the payload (``run.py --worker-checks ID,... --worker-out FILE``, the same
+arguments otherwise, so the same config): the same Python, environment and image, on other
+CPU cores while the main process imports torch and runs the GPU checks. What a worker
+costs mostly is imports (torch._dynamo through torch.optim, transformers) and hashing, so
+running them side by side shortens the wall time without dropping or shrinking a check.
+
+A worker that crashes, prints no result or runs past its checks' timeouts fails each of
+its checks with the reason; it never passes one. Workers are the payload's children: the
+shared-GPU rule counts them as the payload's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from .procs import child_env, kill_group
+from .registry import CheckSpec
+from .report import sanitize
+from .results import failed
+
+RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
+STRIP = {"--out": 2, "--emit-marker": 1}  # the parent's own outputs: never a worker's
+
+
+def worker_argv(args: Sequence[str], ids: Sequence[str], out: str) -> List[str]:
+    """The parent's arguments without its outputs, plus the worker's checks and result file."""
+    kept, i = [], 0
+    while i < len(args):
+        flag = args[i].split("=", 1)[0]
+        if flag in STRIP:
+            i += 1 if "=" in args[i] else STRIP[flag]
+            continue
+        kept.append(args[i])
+        i += 1
+    return [sys.executable, RUN_PY, *kept, "--worker-checks", ",".join(ids), "--worker-out", out]
+
+
+class Worker:
+    def __init__(self, name: str, specs: Sequence[CheckSpec], args: Sequence[str], timeout_s: float) -> None:
+        self.name, self.specs, self.timeout_s = name, list(specs), timeout_s
+        self.dir = tempfile.mkdtemp(prefix=f"imagesmith-worker-{name}-")
+        self.out, self.log = os.path.join(self.dir, "entries.json"), os.path.join(self.dir, "stderr.log")
+        with open(self.log, "wb") as err:
+            self.proc = subprocess.Popen(worker_argv(args, [s.id for s in specs], self.out),
+                                         stdout=subprocess.DEVNULL, stderr=err, env=child_env(),
+                                         start_new_session=True)
+        self.t0 = time.monotonic()
+        self._entries: Optional[Dict[str, Dict[str, Any]]] = None
+        self._why = ""
+
+    def entries(self) -> Dict[str, Dict[str, Any]]:
+        """Each check's report entry (waits for the worker once)."""
+        if self._entries is None:
+            self._entries = self._collect()
+        return self._entries
+
+    def _collect(self) -> Dict[str, Dict[str, Any]]:
+        try:
+            return self._read()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _read(self) -> Dict[str, Dict[str, Any]]:
+        try:
+            code = self.proc.wait(timeout=max(1.0, self.timeout_s - (time.monotonic() - self.t0)))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self._why = f"its worker process ({self.name}) ran past {self.timeout_s:.0f} s and was killed"
+            return {}
+        try:
+            with open(self.out, encoding="utf-8") as fh:
+                got = json.load(fh)
+            return {e["id"]: e for e in got if isinstance(e, dict) and isinstance(e.get("id"), str)}
+        except (OSError, ValueError, TypeError):
+            self._why = f"its worker process ({self.name}) exited {code} without a result: {self._tail()}"
+            return {}
+
+    def result(self, spec: CheckSpec) -> Optional[Dict[str, Any]]:
+        """The worker's entry for `spec`, or None (then `problem` says why)."""
+        return self.entries().get(spec.id)
+
+    def problem(self) -> str:
+        return self._why or f"its worker process ({self.name}) reported no result for it: {self._tail()}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            kill_group(self.proc)
+            self.proc.wait()
+
+    def _tail(self) -> str:
+        try:
+            with open(self.log, encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().strip().splitlines()
+        except OSError:
+            return "no output"
+        return " | ".join(line.strip() for line in lines[-3:]) or "no output"
+
+
+class Offload:
+    """The run's workers, one per worker name among the chosen checks."""
+
+    def __init__(self, specs: Sequence[CheckSpec], ctx: Any, args: Sequence[str]) -> None:
+        groups: Dict[str, List[CheckSpec]] = {}
+        for spec in specs:
+            if spec.worker:
+                groups.setdefault(spec.worker, []).append(spec)
+        self.workers = {name: Worker(name, group, args, sum(s.timeout_for(ctx) for s in group))
+                        for name, group in groups.items()}
+        self.by_id = {s.id: self.workers[s.worker] for s in specs if s.worker}
+
+    def __contains__(self, check_id: str) -> bool:
+        return check_id in self.by_id
+
+    def entry(self, spec: CheckSpec, finish: Any) -> Dict[str, Any]:
+        """The worker's entry for `spec`, or a failed one saying why there is none."""
+        worker = self.by_id[spec.id]
+        got = worker.result(spec)
+        if got is None:
+            return finish(spec, failed(f"not run: {worker.problem()}"), time.monotonic() - worker.t0)
+        return got
+
+    def kill_all(self) -> None:
+        for worker in self.workers.values():
+            worker.kill()
+
+
+def write_entries(path: str, entries: List[Dict[str, Any]]) -> None:
+    """A worker's result, atomically (the parent never reads half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(sanitize(entries), fh, allow_nan=False)
+    os.replace(tmp, path)
