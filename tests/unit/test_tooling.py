@@ -10,9 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hatchling.build
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the lock pins tomli for Python 3.10
+    import tomli as tomllib
 
 BIN = Path(sys.executable).parent
 # An unused import: ruff reports F401 wherever it reads this file.
@@ -71,3 +79,37 @@ def test_pytest_collects_only_tests(tmp_path: Path) -> None:
                                 cwd=root, capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
         assert [line for line in result.stdout.splitlines() if "::" in line] == ["tests/test_one.py::test_one"], result.stdout
+
+
+# ---------------------------------------------------------------- the lock (requirements/lock.txt)
+def locked() -> dict[str, list[str]]:
+    """Each requirement line of the lock (name==version ; markers) -> its hash options."""
+    entries: dict[str, list[str]] = {}
+    current = ""
+    for line in (ROOT / "requirements" / "lock.txt").read_text().splitlines():
+        if line and not line[0].isspace() and not line.startswith("#"):
+            current = line.rstrip(" \\")
+            entries[current] = []
+        elif line.strip().startswith("--hash="):
+            entries[current].append(line.strip().rstrip(" \\"))
+    return entries
+
+
+def test_every_locked_requirement_is_pinned_with_hashes_from_an_index() -> None:
+    entries = locked()
+    assert len(entries) > 50
+    for line, hashes in entries.items():
+        requirement = Requirement(line)
+        assert [str(s.operator) for s in requirement.specifier] == ["=="], line
+        assert hashes and all(h.startswith("--hash=sha256:") for h in hashes), line
+    assert "file:" not in (ROOT / "requirements" / "lock.txt").read_text()
+
+
+def test_the_lock_names_every_dependency_pyproject_and_the_build_need() -> None:
+    """Offline, by name only: `make lock-check` (CI) compares what a resolution would pin."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    wanted = [*project["project"]["dependencies"], *project["build-system"]["requires"],
+              *[r for extra in project["project"]["optional-dependencies"].values() for r in extra],
+              *hatchling.build.get_requires_for_build_editable()]
+    names = {canonicalize_name(Requirement(line).name) for line in locked()}
+    assert sorted({canonicalize_name(Requirement(r).name) for r in wanted} - names) == []
