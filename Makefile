@@ -19,18 +19,87 @@ REGISTRY_CREDENTIALS := .cache/registry/credentials
 # take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
 ALLOW_CPU ?= --allow-cpu-verification
 
-.PHONY: release test unit lint bench host install base registry clean evidence docs
+.PHONY: release test unit lint bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs
 
 host:                      ## Debian packages + a running Docker engine (idempotent)
 	bash scripts/ensure-host.sh
 
-$(BIN)/imagesmith: pyproject.toml
+# ---- Dependencies: every one pinned with hashes in $(LOCK) (docs/development.md) ------------------
+# The lock holds the runtime dependencies, every extra (test, docs, kubernetes, ...) and the build
+# backend, for every Python the project supports. uv writes it; uv itself is pinned with hashes in
+# $(LOCK_TOOL_LOCK) and lives in its own venv. pip and uv read only PyPI ($(INDEX_URL)) and what is
+# written here: the machine's pip configuration and PIP_*/UV_* index settings (local wheel folders,
+# local indexes, a constraints file) are ignored, so the lock never records a machine-local URL and
+# installs the same on a fresh machine.
+LOCK := requirements/lock.txt
+LOCK_TOOL_IN := requirements/uv.in
+LOCK_TOOL_LOCK := requirements/uv.txt
+LOCK_TOOL_VENV := .cache/uv
+UV := $(LOCK_TOOL_VENV)/bin/uv
+INDEX_URL ?= https://pypi.org/simple
+# `make lock UPGRADE=ruff` (or UPGRADE="ruff mypy") moves those packages to their newest allowed
+# release and keeps every other pin; UPGRADE=all moves everything.
+UPGRADE ?=
+PIP = env PIP_CONFIG_FILE=/dev/null $(1)/python -m pip --isolated --disable-pip-version-check install -q --index-url $(INDEX_URL)
+UV_ENV := env -u UV_INDEX -u UV_INDEX_URL -u UV_DEFAULT_INDEX -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS \
+  -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PYTHON -u UV_NO_BINARY -u UV_NO_BUILD
+# the oldest Python the lock must install on: pyproject.toml's requires-python (">=3.10" -> 3.10)
+LOCK_PYTHON := $(shell sed -n 's/^requires-python *= *">=\([0-9.]*\)".*/\1/p' pyproject.toml)
+UV_COMPILE = $(UV_ENV) $(UV) pip compile --quiet --no-config --universal --python-version $(or $(LOCK_PYTHON),$(error pyproject.toml: no requires-python = ">=X.Y" line to lock for)) \
+  --generate-hashes --index-url $(INDEX_URL)
+LOCK_INPUTS := pyproject.toml .cache/lock/build-system.in
+LOCK_COMPILE = $(UV_COMPILE) --all-extras --custom-compile-command 'make lock' $(LOCK_INPUTS)
+# the requirement lines of a lock file (name==version ; markers), without hashes and comments
+pins = sed -n 's/^\([A-Za-z0-9][^ ]*==[^\\]*\) *\\\?$$/\1/p' $(1) | sed 's/ *$$//'
+
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+
+$(BIN)/imagesmith: $(LOCK) pyproject.toml | $(VENV)/bin/python
+	$(call PIP,$(BIN)) --require-hashes -r $(LOCK)
+	$(call PIP,$(BIN)) --no-deps --no-build-isolation -e .
 	touch $@
 
-install: $(BIN)/imagesmith  ## imagesmith and its test tools in .venv
+install: $(BIN)/imagesmith  ## imagesmith and every locked dependency (tests, docs) in .venv, from $(LOCK)
+
+$(UV): $(LOCK_TOOL_LOCK)
+	$(PYTHON) -m venv $(LOCK_TOOL_VENV)
+	$(call PIP,$(LOCK_TOOL_VENV)/bin) --require-hashes -r $(LOCK_TOOL_LOCK)
+	touch $@
+
+# The build backend (pyproject.toml [build-system] requires) is locked too: `make install` builds
+# the editable imagesmith without build isolation, from locked packages only. An editable build
+# with hatchling also needs what hatchling.build.get_requires_for_build_editable() names
+# (tests/unit/test_tooling.py checks that the lock holds it).
+EDITABLE_REQUIRES := editables~=0.3
+.cache/lock/build-system.in: pyproject.toml Makefile | $(UV)
+	@mkdir -p $(dir $@)
+	@$(LOCK_TOOL_VENV)/bin/python -c 'import sys, tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"] + sys.argv[1:]))' $(EDITABLE_REQUIRES) > $@
+
+lock: $(UV) .cache/lock/build-system.in  ## rewrite $(LOCK) from pyproject.toml, keeping every pin it can (UPGRADE=ruff, UPGRADE=all)
+	@if grep -q '^<<<<<<< ' $(LOCK) 2>/dev/null; then \
+	  echo "make: $(LOCK) has merge conflict markers: starting from HEAD's lock, resolving again from pyproject.toml"; \
+	  git show HEAD:$(LOCK) > $(LOCK); fi
+	$(LOCK_COMPILE) $(if $(filter all,$(UPGRADE)),--upgrade,$(UPGRADE:%=--upgrade-package %)) -o $(LOCK)
+	@echo "$(LOCK) written; commit it with pyproject.toml"
+
+lock-tool: $(UV)            ## rewrite $(LOCK_TOOL_LOCK) (the pinned uv) from $(LOCK_TOOL_IN)
+	$(UV_COMPILE) --custom-compile-command 'make lock-tool' $(LOCK_TOOL_IN) -o $(LOCK_TOOL_LOCK)
+
+# Resolves again with the committed pins preferred (nothing is upgraded) and compares the pins:
+# a dependency added to, removed from or re-bounded in pyproject.toml without `make lock` fails here.
+lock-check: $(UV) .cache/lock/build-system.in  ## fails when pyproject.toml and $(LOCK) disagree (CI runs it first)
+	@cp $(LOCK) .cache/lock/check.txt && cp $(LOCK_TOOL_LOCK) .cache/lock/check-uv.txt
+	@$(LOCK_COMPILE) -o .cache/lock/check.txt
+	@$(UV_COMPILE) --custom-compile-command 'make lock-tool' $(LOCK_TOOL_IN) -o .cache/lock/check-uv.txt
+	@status=0; \
+	for pair in "$(LOCK) .cache/lock/check.txt make lock" "$(LOCK_TOOL_LOCK) .cache/lock/check-uv.txt make lock-tool"; do \
+	  set -- $$pair; \
+	  if ! diff -u --label "$$1 (committed)" --label "$$1 (what $${*:3} would write)" <($(call pins,$$1)) <($(call pins,$$2)); then \
+	    echo "make: $$1 does not match its inputs (lines above: - locked now, + needed). Run '$${*:3}' and commit $$1." >&2; status=1; \
+	  fi; \
+	done; \
+	[ $$status -eq 0 ] && echo "$(LOCK) and $(LOCK_TOOL_LOCK) match pyproject.toml and $(LOCK_TOOL_IN)"; exit $$status
 
 base: host install         ## the Debian bases examples/local.yaml builds on (debootstrap, once)
 	@for os in debian12 debian13; do \
@@ -76,17 +145,20 @@ lint: install              ## ruff (rules in pyproject.toml) and mypy --strict o
 	$(BIN)/ruff check imagesmith tests verify bench
 	$(BIN)/python -m mypy
 
+# make release's outputs must not change what the linters read: render $(MATRIX) into $(OUT) (build
+# contexts with .py files, as `make release` leaves them) and lint again. .ci/run runs it after `make test`.
+lint-outputs: install      ## render $(MATRIX) into $(OUT), then `make lint` on the populated tree
+	$(BIN)/imagesmith render --matrix $(MATRIX) --out $(OUT) $(ALLOW_ROOTS:%=--allow-root %)
+	@find $(OUT) -name '*.py' | grep -q . || { echo "make: $(OUT) holds no .py file after render: this check proves nothing" >&2; exit 1; }
+	$(MAKE) --no-print-directory lint
+
 bench: base install        ## build benchmark against a naive Dockerfile; the shared CUDA layer against today's layout (tables)
 	$(BIN)/python bench/build.py --matrix $(MATRIX)
 	$(BIN)/python bench/cuda_layer.py --matrix $(MATRIX)
 
-# The documentation site: mkdocs, mkdocs-material and mkdocs-click from the `docs` extra, installed once.
-$(BIN)/mkdocs: $(BIN)/imagesmith pyproject.toml
-	$(BIN)/pip install -q -e '.[docs]'
-	touch $@
-
-docs: $(BIN)/mkdocs        ## the documentation site into site/ (git-ignored): mkdocs build --strict, a broken link or a page missing from nav fails
+# The documentation site: mkdocs, mkdocs-material and mkdocs-click come with `make install` (the lock holds the docs extra).
+docs: install              ## the documentation site into site/ (git-ignored): mkdocs build --strict, a broken link or a page missing from nav fails
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(OUT) .pytest_cache .mypy_cache
+	rm -rf $(OUT) .pytest_cache .mypy_cache .cache/lock

@@ -52,7 +52,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import build as buildbench  # noqa: E402  (bench/build.py: the naive image)
-
 from imagesmith import bootstrap, build, compat, footprint, matrix, plan, publish  # noqa: E402
 from imagesmith.engine import Engine  # noqa: E402
 from imagesmith.registry import Credentials, Registry  # noqa: E402

@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from imagesmith import compat, cudalayer, schemas, tags
 from imagesmith.atomic import write_text
 from imagesmith.errors import Problem, ValidationError
@@ -37,6 +40,7 @@ class Versions:
     arch: tuple[str, ...] = ()
     driver_min: str | None = None
     driver_toolkit: str | None = None
+    numpy: str | None = None  # pinned in the base layer (the knowledge base's numpy table)
 
     @property
     def accel(self) -> str:
@@ -179,6 +183,7 @@ def resolve(cell: Cell, kb: compat.KnowledgeBase) -> Versions:
         arch=variant.arch,
         driver_min=cuda.min_driver if cuda else None,
         driver_toolkit=cuda.toolkit_driver if cuda else None,
+        numpy=kb.numpy_for(release.version, cell.python),
     )
 
 
@@ -216,9 +221,12 @@ def pip_sources(matrix: Matrix, v: Versions, kb: compat.KnowledgeBase) -> PipSou
 
 
 def layer_packages(matrix: Matrix, layer: Layer, v: Versions) -> tuple[str, ...]:
-    """The layer's pip specs with torch, torchvision, torchaudio pinned from the KB."""
-    pins = {"torch": v.torch, "torchvision": v.torchvision, "torchaudio": v.torchaudio}
-    out = []
+    """The layer's pip specs with torch, torchvision, torchaudio and numpy pinned from the KB. The
+    base layer (no parent) installs the KB's numpy beside torch, unless its packages name numpy
+    (a bare ``numpy`` takes the KB's pin; ``numpy==X`` is the matrix's own choice)."""
+    pins = {"torch": v.torch, "torchvision": v.torchvision, "torchaudio": v.torchaudio, "numpy": v.numpy}
+    names_numpy = any(canonicalize_name(Requirement(spec).name) == "numpy" for spec in layer.packages)
+    out = [f"numpy=={v.numpy}"] if layer.parent is None and v.numpy and not names_numpy else []
     for i, spec in enumerate(layer.packages):
         name = spec.strip().lower()
         if name in pins and pins[name] is None:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from imagesmith.versions import version_key
 
@@ -115,11 +117,30 @@ class OSInfo:
 
 
 @dataclass(frozen=True)
+class NumpyRow:
+    """The numpy a base layer pins, per Python, for the torch releases in ``torch`` (a PEP 440 range)."""
+
+    torch: str
+    python: Mapping[str, str]
+
+    def holds(self, torch: str) -> bool:
+        """``torch`` ("2.13.0+cpu" counts as 2.13.0) is in this row's range."""
+        return SpecifierSet(self.torch).contains(Version(torch).base_version)
+
+
+@dataclass(frozen=True)
 class KnowledgeBase:
     torch: Mapping[str, TorchRelease]
     cuda: Mapping[str, CudaInfo]
     os: Mapping[str, OSInfo]
     gpus: Mapping[str, str]
+    numpy: tuple[NumpyRow, ...] = ()
+
+    def numpy_for(self, torch: str, python: str) -> str | None:
+        """The numpy pin of a cell (``torch`` "2.14.1", ``python`` "3.11"): the first row whose range
+        holds ``torch``; None where the knowledge base has none (a replacement file without the table)."""
+        row = next((r for r in self.numpy if r.holds(torch)), None)
+        return row.python.get(python) if row else None
 
     # -- torch ---------------------------------------------------------
     def torch_versions(self) -> list[str]:
@@ -205,6 +226,7 @@ def parse(raw: Mapping[str, Any]) -> KnowledgeBase:
         cuda={v: _cuda(v, r) for v, r in raw["cuda"].items()},
         os={k: _os(k, r) for k, r in raw["os"].items()},
         gpus=dict(raw.get("gpus", {})),
+        numpy=tuple(NumpyRow(str(r["torch"]), {str(p): str(v) for p, v in r["python"].items()}) for r in raw.get("numpy", ())),
     )
 
 

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from imagesmith import compat
+from imagesmith.versions import version_key
 
 KB = compat.load()
 RAW = yaml.safe_load(resources.files("imagesmith.compat").joinpath("data").joinpath("compat.yaml").read_text())
@@ -113,3 +114,35 @@ def test_cuda_releases_for_the_payload_carry_the_minor_compat_minimum() -> None:
     rows = {r["release"]: r for r in compat.load().cuda_releases()}
     assert rows["12.8.1"] == {"release": "12.8.1", "cudart": "12.8.90", "driver": "570.124.06", "min_driver": "525.60.13"}
     assert rows["13.0.2"] == {"release": "13.0.2", "cudart": "13.0.96", "driver": "580.95.05", "min_driver": "580.65.06"}
+
+
+# numpy: each pin's Linux x86_64 wheels exist for these Pythons (PyPI, `pip index versions numpy
+# --python-version X --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64`).
+NUMPY_WHEELS = {"1.24.4": ("3.8", "3.11"), "1.26.4": ("3.9", "3.12"), "2.0.2": ("3.9", "3.12"),
+                "2.2.6": ("3.10", "3.13"), "2.3.5": ("3.11", "3.14"), "2.4.6": ("3.11", "3.14")}
+
+
+@pytest.mark.parametrize("version", sorted(KB.torch))
+def test_every_cell_has_a_numpy_with_wheels_and_the_abi_of_its_torch(version: str) -> None:
+    for python in KB.torch[version].python:
+        pin = KB.numpy_for(version, python)
+        assert pin in NUMPY_WHEELS, f"torch {version}, Python {python}: numpy {pin}"
+        lo, hi = NUMPY_WHEELS[pin]
+        assert version_key(lo) <= version_key(python) <= version_key(hi), f"numpy {pin} has no wheel for Python {python}"
+        # torch < 2.3 was built against numpy 1.x (numpy 2 breaks its ABI); Python 3.8 has no numpy 2
+        numpy_1 = version_key(version) < version_key("2.3") or python == "3.8"
+        assert pin.split(".")[0] == ("1" if numpy_1 else "2"), f"torch {version}, Python {python}: numpy {pin}"
+
+
+@pytest.mark.parametrize("torch, python, numpy", [
+    ("2.2.2", "3.12", "1.26.4"), ("2.3.0", "3.8", "1.24.4"), ("2.3.0", "3.10", "2.0.2"), ("2.4.1", "3.9", "2.0.2"),
+    ("2.5.0", "3.9", "2.0.2"), ("2.8.0", "3.13", "2.2.6"), ("2.9.1", "3.14", "2.3.5"), ("2.10.0", "3.11", "2.4.6"),
+    ("2.13.0+cpu", "3.11", "2.4.6"), ("2.14.1", "3.10", "2.2.6"), ("2.15.0", "3.13", "2.4.6"),
+    ("2.14.1", "3.7", None), ("1.13.1", "3.10", None),
+])
+def test_numpy_for(torch: str, python: str, numpy: str | None) -> None:
+    assert KB.numpy_for(torch, python) == numpy
+
+
+def test_a_knowledge_base_without_a_numpy_table_pins_none() -> None:
+    assert compat.parse({k: v for k, v in RAW.items() if k != "numpy"}).numpy_for("2.14.1", "3.11") is None

@@ -223,3 +223,32 @@ def test_validate_lists_the_templates_of_the_matrix_folder_it_runs(write_matrix:
     assert exit_info.value.code == 0
     assert out.splitlines()[1] == (f"runs template {path.parent / 't' / 'mine.j2'} (with t/part.j2) for layer mine: "
                                    "code from the matrix's folder, rendered in Jinja's sandbox")
+
+
+# ------------------------------------------------------------------ numpy in the base layer
+def test_base_layers_install_the_knowledge_bases_numpy_beside_torch() -> None:
+    m, p = load("examples/local.yaml")
+    bases = [t for t in p.targets if t.parent is None]
+    assert [(t.id, t.packages) for t in bases] == [
+        ("2.13.0-cpu-py3.11-debian12-base", ("numpy==2.4.6",)),
+        ("2.14.1-cu130-py3.11-debian12-base", ("numpy==2.4.6",)),
+        ("2.14.1-cu130-py3.13-debian13-base", ("numpy==2.4.6",)),
+    ]
+    assert all("numpy" not in " ".join(t.packages) for t in p.targets if t.parent)  # children inherit it
+    dockerfiles = {ctx.target.id: ctx.files["Dockerfile"].decode() for ctx in render.render_all(p, m)}
+    assert 'RUN /opt/venv/bin/python -m pip install --no-cache-dir "torch==2.13.0" numpy==2.4.6 \\\n' in dockerfiles[bases[0].id]
+    assert ' && /opt/venv/bin/python -m pip install --no-cache-dir "torch==2.14.1" numpy==2.4.6 \\\n' in dockerfiles[bases[2].id]
+
+
+@pytest.mark.parametrize("base, cv, expected", [
+    ("{}", "{}", (("numpy==2.3.5",), ())),
+    ("{packages: [numpy]}", "{}", (("numpy==2.3.5",), ())),  # a bare numpy takes the knowledge base's pin, once
+    ("{packages: [numpy==1.26.4]}", "{}", (("numpy==1.26.4",), ())),  # the matrix's own pin wins
+    ("{packages: [NumPy>=2.0]}", "{}", (("NumPy>=2.0",), ())),  # named in any spelling: no second numpy
+    ("{}", "{packages: [numpy]}", (("numpy==2.3.5",), ("numpy==2.3.5",))),
+])
+def test_numpy_pin_of_the_base_layer(write_matrix: Callable[..., Path], base: str, cv: str, expected: tuple[tuple[str, ...], ...]) -> None:
+    text = 'version: 1\nmatrix: {torch: ["2.9"], cuda: ["12.8"], python: ["3.11"], os: [ubuntu22.04]}\n'
+    path = write_matrix(text + f"layers:\n  base: {base}\n  cv: {cv}\n")
+    p = plan.expand(matrix.load(path), DATE)
+    assert tuple(t.packages for t in p.targets) == expected
