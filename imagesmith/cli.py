@@ -88,10 +88,29 @@ def validate_cmd(file: Path, date: str | None, allow_roots: tuple[Path, ...]) ->
     m = load_matrix(file, allow_roots)
     p = plan_mod.expand(m, date or today())
     render_mod.render_all(p, m)
+    _early_vulnerabilities(m, p, dt.datetime.strptime(date or today(), "%Y%m%d").date())
     click.echo(f"OK: {len(m.cells)} cells, {len(p.targets)} targets")
     for layer, path, refs in render_mod.user_templates(m):
         uses = f" (with {', '.join(refs)})" if refs else ""
         click.echo(f"runs template {path}{uses} for layer {layer}: code from the matrix's folder, rendered in Jinja's sandbox")
+
+
+def _early_vulnerabilities(m: matrix_mod.Matrix, p: plan_mod.Plan, on: dt.date) -> None:
+    """The advisories of sources.advisories that hit the plan's pins: warnings, or errors (exit 1)
+    at or above vulnerabilities.threshold and not allowed."""
+    from imagesmith import vulngate
+    from imagesmith.errors import ValidationError
+
+    if not m.sources.advisories:
+        return
+    found = vulngate.early(m, p, on, vulngate.load_snapshots(m))
+    for s in found.snapshots:
+        click.echo(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'})"
+                   + "".join(f"; {n}" for n in s.notes))
+    for w in found.warnings:
+        click.secho(str(w), fg="yellow", err=True)
+    if found.errors:
+        raise ValidationError(problems=list(found.errors))
 
 
 @cli.command("plan")
