@@ -342,7 +342,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     m, date = load_matrix(matrix_file, allow_roots), date or today()
     key = _signing_key(signing_key) if push and with_evidence else None
     release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
-                                      allow_cpu)
+                                      allow_cpu, vulnerabilities=_vulnerability_gate(m) if push else None)
     job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, credentials_file, registry_ca)
     picked = len(job.plan.select(only, layers).targets)
     if not picked:
@@ -360,6 +360,17 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
             _verify_and_release(engine, m, p, report, out, date, push, quiet, as_json, run, release)
     if run is None and not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
+
+
+def _vulnerability_gate(m: matrix_mod.Matrix) -> Any:
+    """The release gate of sources.advisories (snapshots read once, before anything is pushed); None without one."""
+    from imagesmith import vulngate
+
+    gate = vulngate.Gate.of(m)
+    for s in gate.snapshots if gate else ():
+        click.echo(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'}); "
+                   f"release threshold {m.vulnerabilities.threshold}", err=True)
+    return gate
 
 
 def _signing_key(path: Path | None) -> Key | None:
@@ -452,7 +463,7 @@ def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, da
     m = load_matrix(matrix_file, allow_roots) if matrix_file else None
     key = _signing_key(signing_key) if with_evidence else None
     release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
-                                      allow_cpu)
+                                      allow_cpu, vulnerabilities=_vulnerability_gate(m) if m else None)
     display = make_display("publishing", quiet)
     with artifacts.locked(out, "imagesmith publish", display.note):
         try:
@@ -676,6 +687,9 @@ def print_evidence(found: Any) -> None:
         c = counts(a.statement.predicate) if a.statement else {}
         click.echo(f"sbom: CycloneDX {c.get('spec_version')}, {c.get('components')} components: {c.get('python')} Python "
                    f"distributions, {c.get('deb')} Debian packages; base image {c.get('base_image')}")
+    for v in data.get("vulnerabilities") or []:
+        by = ", ".join(f"{v.get(k, 0)} {k}" for k in ("critical", "high", "medium", "low", "unknown"))
+        click.echo(f"vulnerabilities: {by} ({v.get('allowed', 0)} allowed by the matrix)")
     for problem in found.all_problems():
         click.secho(f"MISMATCH: {problem}", fg="red", err=True)
 

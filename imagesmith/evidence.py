@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from securesystemslib.signer import SSlibKey
 
-from imagesmith import attestation, policy, sbom, signing
+from imagesmith import attestation, policy, sbom, signing, vex
 from imagesmith.atomic import write_text
 from imagesmith.attestation import Statement, StatementError
 from imagesmith.errors import RegistryError, UserError
@@ -43,9 +43,11 @@ from imagesmith.registry import OCI_INDEX, OCI_MANIFEST, Manifest, PushedManifes
 
 SBOM_ARTIFACT = "application/vnd.imagesmith.sbom.v1+json"
 VERIFICATION_ARTIFACT = "application/vnd.imagesmith.verification.v1+json"
-KINDS = {attestation.SBOM_PREDICATE: "sbom", attestation.VERIFICATION_PREDICATE: "verification"}
+VEX_ARTIFACT = "application/vnd.imagesmith.vulnerabilities.v1+json"  # CycloneDX VEX: the known vulnerabilities matched
+KINDS = {attestation.SBOM_PREDICATE: "sbom", attestation.VERIFICATION_PREDICATE: "verification",
+         attestation.VEX_PREDICATE: "vulnerabilities"}
 PREDICATES = {kind: uri for uri, kind in KINDS.items()}
-ARTIFACT_TYPES = {"sbom": SBOM_ARTIFACT, "verification": VERIFICATION_ARTIFACT}
+ARTIFACT_TYPES = {"sbom": SBOM_ARTIFACT, "verification": VERIFICATION_ARTIFACT, "vulnerabilities": VEX_ARTIFACT}
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
 CREATED_ANNOTATION = "org.opencontainers.image.created"
 EMPTY_CONFIG = {"mediaType": "application/vnd.oci.empty.v1+json", "data": "e30="}
@@ -99,6 +101,8 @@ class Document:
     def same_as(self, st: Statement, payload: bytes) -> bool:
         if self.kind == "sbom":
             return payload == self.statement
+        if self.kind == "vulnerabilities":
+            return vex_identity(attestation.parse_statement(self.statement).predicate) == vex_identity(st.predicate)
         mine = attestation.parse_statement(self.statement).predicate
         return verification_identity(mine) == verification_identity(st.predicate)
 
@@ -108,6 +112,25 @@ def verification_identity(predicate: Mapping[str, Any]) -> tuple[Any, ...]:
     and count, verdict (a re-run on the same kind of machine adds nothing)."""
     gpu = predicate.get("gpu") or {}
     return (predicate.get("tier"), predicate.get("mode"), gpu.get("model"), gpu.get("count"), predicate.get("passed"))
+
+
+def vex_identity(doc: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two vulnerability documents of one digest the same evidence: the snapshots
+    matched and each vulnerability with its analysis (a re-run on the same snapshots adds nothing)."""
+    meta: Any = doc.get("metadata")
+    props = sorted(str(p.get("value")) for p in _list(meta.get("properties") if isinstance(meta, Mapping) else None) if isinstance(p, Mapping))
+    entries = _list(doc.get("vulnerabilities"))
+    found = sorted((str(v.get("bom-ref")), str((v.get("analysis") or {}).get("detail"))) for v in entries if isinstance(v, Mapping))
+    return tuple(props), tuple(found)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def vex_document(name: str, digest: str, vex: bytes, created: str) -> Document:
+    st = Statement(name, digest, attestation.VEX_PREDICATE, json.loads(vex))
+    return Document("vulnerabilities", attestation.statement_bytes(st), created)
 
 
 def sbom_document(name: str, digest: str, bom: bytes, created: str) -> Document:
@@ -299,6 +322,7 @@ class Evidence:
                                         "attestations": [a.to_json() for a in self.cosign]},
                 "verification": [verification_summary(a) for a in self.of_kind("verification")],
                 "sbom": [sbom.counts(a.statement.predicate) for a in self.of_kind("sbom") if a.statement],
+                "vulnerabilities": [vex.counts(a.statement.predicate) for a in self.of_kind("vulnerabilities") if a.statement],
                 "problems": self.all_problems()}
 
 
@@ -574,6 +598,20 @@ class InventoryRunner(Protocol):
     def __call__(self, image_id: str) -> Mapping[str, Any]: ...
 
 
+class VulnerabilityResult(Protocol):
+    findings: Sequence[Any]  # imagesmith.vulns.Finding
+    snapshots: Sequence[Mapping[str, Any]]
+    matched_at: Any  # datetime
+
+    def predicate(self) -> dict[str, Any]: ...
+
+
+class VulnerabilityCheck(Protocol):
+    """An SBOM (CycloneDX JSON) -> its known vulnerabilities (imagesmith.vulngate.Gate)."""
+
+    def __call__(self, bom: Mapping[str, Any]) -> VulnerabilityResult: ...
+
+
 @dataclass(frozen=True)
 class Subject:
     """A released image as the evidence step sees it."""
@@ -592,9 +630,9 @@ class ReleaseEvidence:
     per image ID under ``out/<target>/inventory.json``), build both documents, attach."""
 
     def __init__(self, registry: RegistryLike, repo: str, key: signing.Key | None, inventory: InventoryRunner,
-                 out_dir: Path) -> None:
+                 out_dir: Path, vulnerabilities: VulnerabilityCheck | None = None) -> None:
         self.attacher = Attacher(registry, repo, key)
-        self.inventory, self.out = inventory, out_dir
+        self.inventory, self.out, self.vulnerabilities = inventory, out_dir, vulnerabilities
 
     def __call__(self, subject: Subject) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -602,9 +640,16 @@ class ReleaseEvidence:
         measured = time.monotonic() - t0
         identity = sbom.ImageIdentity(self.attacher.name, subject.digest, subject.image_id, subject.base_image,
                                       subject.created, subject.versions)
-        docs = [sbom_document(self.attacher.name, subject.digest, sbom.build_bom(inv, identity), subject.created)]
-        if subject.report is not None:
-            docs.append(verification_document(self.attacher.name, subject.digest, subject.report))
+        bom = sbom.build_bom(inv, identity)
+        docs = [sbom_document(self.attacher.name, subject.digest, bom, subject.created)]
+        report = subject.report
+        if self.vulnerabilities is not None:
+            found = self.vulnerabilities(json.loads(bom))
+            docs.append(vex_document(self.attacher.name, subject.digest, vex.document(
+                self.attacher.name, subject.digest, found.findings, found.snapshots, found.matched_at), found.matched_at.isoformat()))
+            report = None if report is None else dict(report) | {"vulnerabilities": found.predicate()}
+        if report is not None:
+            docs.append(verification_document(self.attacher.name, subject.digest, report))
         return self.attacher.attach(subject.digest, docs).to_json() | {"inventory_seconds": round(measured, 2)}
 
     def _inventory(self, subject: Subject) -> Mapping[str, Any]:

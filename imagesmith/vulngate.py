@@ -120,8 +120,10 @@ def _warning(p: Problem) -> Problem:
 @dataclass(frozen=True)
 class ImageResult:
     findings: tuple[vulns.Finding, ...]
-    failures: tuple[str, ...]  # why the target may not be released ("" when it may)
+    failures: tuple[str, ...]  # why the target may not be released (empty: it may)
     snapshots: tuple[Mapping[str, Any], ...]
+    matched_at: dt.datetime
+    threshold: str
 
     def counts(self) -> dict[str, int]:
         return vulns.counts(self.findings)
@@ -129,12 +131,35 @@ class ImageResult:
     def predicate(self) -> dict[str, Any]:
         """The small, additive field of the verification predicate: which snapshots were matched
         and what was found, by severity."""
-        return {"snapshots": [dict(s) for s in self.snapshots], "counts": self.counts(),
-                "blocking": len(self.failures)}
+        return {"snapshots": [dict(s) for s in self.snapshots], "matched_at": self.matched_at.isoformat(timespec="seconds"),
+                "threshold": self.threshold, "counts": self.counts(), "blocking": len(self.failures)}
+
+    def reason(self) -> str | None:
+        """Why the target is not released, in one line (None: it may be)."""
+        if not self.failures:
+            return None
+        more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
+        return f"known vulnerabilities at or above {self.threshold}: {self.failures[0]}{more}"
 
 
-def image(bom: Mapping[str, Any], snapshots: Sequence[advisories.Snapshot], policy: vulns.Policy, today: dt.date) -> ImageResult:
+def image(bom: Mapping[str, Any], snapshots: Sequence[advisories.Snapshot], policy: vulns.Policy, now: dt.datetime) -> ImageResult:
     """The SBOM's components matched, judged by the matrix's policy."""
-    verdicts = vulns.judge(vulns.match(all_advisories(snapshots), vulns.packages_from_bom(bom)), policy, today)
+    verdicts = vulns.judge(vulns.match(all_advisories(snapshots), vulns.packages_from_bom(bom)), policy, now.date())
     return ImageResult(tuple(v.finding for v in verdicts), tuple(v.failure for v in verdicts if v.failure),
-                       tuple(s.summary() for s in snapshots))
+                       tuple(s.summary() for s in snapshots), now, policy.threshold)
+
+
+class Gate:
+    """The release gate of one run: the snapshots read once, every image's SBOM matched against them."""
+
+    def __init__(self, snapshots: Sequence[advisories.Snapshot], policy: vulns.Policy,
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
+        self.snapshots, self.policy, self.clock = tuple(snapshots), policy, clock
+
+    def __call__(self, bom: Mapping[str, Any]) -> ImageResult:
+        return image(bom, self.snapshots, self.policy, self.clock())
+
+    @classmethod
+    def of(cls, m: Matrix) -> "Gate | None":
+        """The gate a matrix asks for (None: it names no advisory source)."""
+        return cls(load_snapshots(m), m.vulnerabilities) if m.sources.advisories else None
