@@ -579,14 +579,17 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @PUBLIC_KEY_OPTION
 @click.option("--reuse-evidence", is_flag=True,
               help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
-                   "(or CPU mode), signed by --key.")
+                   "(or CPU mode), signed by --key (with --max-age-from, also a recent enough vulnerability match).")
+@click.option("--max-age-from", "age_matrix", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="With --reuse-evidence: a matrix whose vulnerabilities.max_age_days bounds how old the reused "
+                   "result's known-vulnerability match may be.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
                json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
                timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
-               quiet: bool) -> None:
+               age_matrix: Path | None, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -608,7 +611,8 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         return
     if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
-    if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet):
+    max_age = load_matrix(age_matrix).vulnerabilities.max_age_days if age_matrix else None
+    if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet, max_age):
         return
     from imagesmith.runstate import Tracked
 
@@ -625,7 +629,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
 
 
 def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_file: Path | None, options: Any,
-                       reuse: bool, quiet: bool) -> bool:
+                       reuse: bool, quiet: bool, max_age_days: int | None = None) -> bool:
     """Print what is attached to IMAGE's digest (a registry reference); True when a signed
     attestation for this tier and GPU model makes running again unnecessary (--reuse-evidence)."""
     from imagesmith import evidence, signing
@@ -642,7 +646,10 @@ def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_fi
     if not quiet:
         print_evidence(found)
     model, count = _gpu_model(options.gpus)
-    match = evidence.reusable(found, options.tier, model, count) if reuse else None
+    match = evidence.reusable(found, options.tier, model, count, max_age_days) if reuse else None
+    if reuse and match is None and max_age_days is not None and evidence.reusable(found, options.tier, model, count) is not None:
+        click.echo(f"not reusing the signed verification: its known-vulnerability match is missing or older than "
+                   f"{max_age_days} days (vulnerabilities.max_age_days); running again")
     if match is not None:
         click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
                    f"({options.tier} tier, {model or 'CPU mode'}): not run again")

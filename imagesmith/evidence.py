@@ -26,6 +26,7 @@ signature already there, signed by the same key, and pushes nothing; the
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import time
@@ -700,13 +701,34 @@ def read(reference: str, keys: Sequence[SSlibKey], credentials_file: Path | None
     return Reader(client, where.repo, keys).read(where.ref)
 
 
-def reusable(found: Evidence, tier: str, gpu_model: str | None, gpu_count: int) -> Attestation | None:
+def reusable(found: Evidence, tier: str, gpu_model: str | None, gpu_count: int, max_age_days: int | None = None,
+             now: dt.datetime | None = None) -> Attestation | None:
     """A verification that passed, of this digest, on this tier and GPU model (or CPU mode when
-    ``gpu_model`` is None), signed by a given key: evidence enough not to run again."""
+    ``gpu_model`` is None), signed by a given key: evidence enough not to run again. With
+    ``max_age_days`` (the matrix's vulnerabilities.max_age_days) its known-vulnerability match must
+    also be that recent: an older one (or none) is not reused."""
     for a in found.of_kind("verification"):
         p = a.statement.predicate if a.statement else {}
         gpu = p.get("gpu") or {}
         same_gpu = gpu.get("model") == gpu_model and (gpu_model is None or gpu.get("count") == gpu_count)
-        if a.signed_by and not a.problems and p.get("passed") is True and p.get("tier") == tier and same_gpu:
+        fresh = max_age_days is None or stale_vulnerabilities(p, max_age_days, now or dt.datetime.now(dt.timezone.utc)) is None
+        if a.signed_by and not a.problems and p.get("passed") is True and p.get("tier") == tier and same_gpu and fresh:
             return a
+    return None
+
+
+def stale_vulnerabilities(predicate: Mapping[str, Any], max_age_days: int, now: dt.datetime) -> str | None:
+    """Why a verification's vulnerability match is too old to reuse (None: recent enough)."""
+    field_ = predicate.get("vulnerabilities")
+    stamp = field_.get("matched_at") if isinstance(field_, Mapping) else None
+    if not isinstance(stamp, str):
+        return "it carries no known-vulnerability match"
+    try:
+        when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return f"its vulnerability match time {stamp[:40]!r} is not a time"
+    when = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+    age = now - when
+    if age > dt.timedelta(days=max_age_days):
+        return f"its vulnerabilities were matched {age.days} days ago, more than the {max_age_days} the matrix allows (vulnerabilities.max_age_days)"
     return None

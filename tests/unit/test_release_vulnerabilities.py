@@ -142,3 +142,29 @@ def test_what_counts_as_the_same_vulnerability_document(other: str, same: bool) 
                          base.matched_at + dt.timedelta(days=1))
     st = Statement("h/r", "sha256:" + "ab" * 32, attestation.VEX_PREDICATE, json.loads(later))
     assert doc.same_as(st, b"") is same
+
+
+# -- verify --reuse-evidence: the vulnerability match must be recent enough ------------------------------------
+
+
+def signed_verification(vulnerabilities: Any) -> evidence.Attestation:
+    p = {"tier": "quick", "mode": "cpu", "passed": True, "gpu": None, "started_at": "2026-11-01T00:00:00Z"}
+    if vulnerabilities is not None:
+        p["vulnerabilities"] = vulnerabilities
+    st = Statement("h/r", "sha256:" + "ab" * 32, attestation.VERIFICATION_PREDICATE, p)
+    return evidence.Attestation("sha256:" + "cd" * 32, evidence.VERIFICATION_ARTIFACT, 10, "verification", signed_by=("k1",), statement=st)
+
+
+@pytest.mark.parametrize(("vulnerabilities", "max_age", "why"), [
+    ({"matched_at": "2026-11-25T12:00:00+00:00"}, 7, None),
+    ({"matched_at": "2026-11-20T12:00:00+00:00"}, 7, "its vulnerabilities were matched 11 days ago, more than the 7 the matrix allows (vulnerabilities.max_age_days)"),
+    ({"matched_at": "2026-11-20T12:00:00Z"}, 30, None),
+    (None, 7, "it carries no known-vulnerability match"),
+    ({"matched_at": "yesterday"}, 7, "its vulnerability match time 'yesterday' is not a time"),
+])
+def test_reuse_refuses_a_vulnerability_match_older_than_the_policy(vulnerabilities: Any, max_age: int, why: str | None) -> None:
+    a = signed_verification(vulnerabilities)
+    assert evidence.stale_vulnerabilities(a.statement.predicate if a.statement else {}, max_age, NOW) == why
+    found = evidence.Evidence("h/r", "sha256:" + "ab" * 32, "m", 1, "referrers API", ("k1",), [a])
+    assert (evidence.reusable(found, "quick", None, 0, max_age, NOW) is a) is (why is None)
+    assert evidence.reusable(found, "quick", None, 0) is a  # without a policy, age is not asked
