@@ -168,3 +168,33 @@ def test_reuse_refuses_a_vulnerability_match_older_than_the_policy(vulnerabiliti
     found = evidence.Evidence("h/r", "sha256:" + "ab" * 32, "m", 1, "referrers API", ("k1",), [a])
     assert (evidence.reusable(found, "quick", None, 0, max_age, NOW) is a) is (why is None)
     assert evidence.reusable(found, "quick", None, 0) is a  # without a policy, age is not asked
+
+
+# -- the reports list the findings -------------------------------------------------------------------------------
+
+
+def run_of(release_json: dict[str, Any]) -> Any:
+    from imagesmith.report.model import Run, Target
+    from imagesmith.report.parse import release_of
+
+    rel, targets = release_of(release_json)
+    return Run("run", "run-report.json", "", "matrix.yaml", tuple(Target(t, release=r) for t, r in targets.items()), rel)
+
+
+def test_the_reports_list_the_findings(world: World) -> None:
+    from imagesmith import report
+    from imagesmith.report import markdown
+
+    allow = vulns.Allowance("CVE-2023-45853", "no MiniZip <script>", dt.date(2027, 3, 1))
+    allowed = release(world, vulns.Policy(allow=(allow,)), item("2.9.1"))
+    md = markdown.release_document(allowed)
+    assert ("| 2.9.1-base | DEBIAN-CVE-2023-45853 | critical | zlib | 1:1.2.13.dfsg-1 | - | until 2027-03-01: no MiniZip <script> |"
+            in md.replace("\\<", "<").replace("&lt;", "<").replace("&gt;", ">")), md
+    blocked_world = World(FakeRegistry(), FakeEngine(FakeRegistry()), world.out / "b", [])
+    blocked = release(blocked_world, vulns.Policy(), item("2.9.1"))
+    assert "| 2.9.1-base | DEBIAN-CVE-2023-45853 | critical | zlib | 1:1.2.13.dfsg-1 | - | blocks |" in markdown.release_document(blocked)
+    xml = report.to_junit(run_of(blocked))
+    assert "DEBIAN-CVE-2023-45853 critical: zlib 1:1.2.13.dfsg-1, fixed in -" in xml and 'type="release"' in xml
+    page = report.to_html(run_of(allowed))
+    assert "<h3>Known vulnerabilities</h3>" in page and "DEBIAN-CVE-2023-45853" in page
+    assert "no MiniZip &lt;script&gt;" in page and "no MiniZip <script>" not in page
