@@ -600,9 +600,14 @@ class InventoryRunner(Protocol):
 
 
 class VulnerabilityResult(Protocol):
-    findings: Sequence[Any]  # imagesmith.vulns.Finding
-    snapshots: Sequence[Mapping[str, Any]]
-    matched_at: Any  # datetime
+    @property
+    def findings(self) -> Sequence[Any]: ...  # imagesmith.vulns.Finding
+
+    @property
+    def snapshots(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def matched_at(self) -> dt.datetime: ...
 
     def predicate(self) -> dict[str, Any]: ...
 
