@@ -431,8 +431,9 @@ def mode_line(report: dict[str, Any]) -> str:
 
 @cli.command("publish")
 @click.option("--matrix", "-m", "matrix_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="Not needed: the build artifacts (*/build.json) carry the plan. Given, it is only checked to "
-                   "agree with them (the same image and tag policy).")
+              help="Not needed: the build artifacts (*/build.json) carry the plan. Given, it is checked to "
+                   "agree with them (the same image and tag policy), and its sources.advisories and vulnerabilities "
+                   "gate the release (known vulnerabilities at or above the threshold: not pushed).")
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the build artifacts (*/build.json, gathered from any number of build jobs) and the verify "
                    "reports beside them are; release.json, release.md and run-report.json go here.")

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from imagesmith import advisories, cli
+from imagesmith import advisories, cli, vulns
 from imagesmith.advisories import Limits, SnapshotError
 
 OSV = Path(__file__).resolve().parents[1] / "fixtures" / "osv"
@@ -152,3 +154,49 @@ def test_matrix_validate_exits_1_on_a_hostile_snapshot(tmp_path: Path, members: 
     assert info.value.code == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path}/all.zip: ") and len(err.splitlines()) == 1
+
+
+CAPS = ("entries, over the cap", "uncompressed, over the cap", "-byte cap of one record")
+
+
+@pytest.mark.parametrize(("members", "message"), [h for h in HOSTILE if not any(c in h[1] for c in CAPS)])
+def test_the_hostile_corpus_exits_1_through_the_cli(tmp_path: Path, members: dict[str, bytes], message: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / Z).write_bytes(zip_of(members))
+    (tmp_path / "matrix.yaml").write_text('version: 1\nmatrix: {torch: ["2.9"], cuda: [cpu], python: ["3.11"], os: [debian12]}\n'
+                                          f"sources: {{advisories: [{Z}]}}\n")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["matrix", "validate", str(tmp_path / "matrix.yaml")])
+    assert info.value.code == 1
+    assert capsys.readouterr().err == f"error: {tmp_path}/{message}\n"
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+FIELDS = st.fixed_dictionaries({}, optional={
+    "id": JSON | st.just("X-1"), "modified": JSON | st.just("2025-01-01T00:00:00Z"), "aliases": JSON,
+    "withdrawn": JSON, "severity": JSON | st.just([{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N"}]),
+    "database_specific": JSON | st.just({"severity": "HIGH"}),
+    "affected": JSON | st.lists(st.fixed_dictionaries({"package": st.fixed_dictionaries({"ecosystem": st.sampled_from(["PyPI", "Debian:12", 7]),
+                                                                                        "name": st.sampled_from(["torch", "zlib", ""])}),
+                                                       "ranges": JSON | st.lists(st.fixed_dictionaries({
+                                                           "type": st.sampled_from(["ECOSYSTEM", "SEMVER", "GIT", "X"]),
+                                                           "events": st.lists(st.dictionaries(st.sampled_from(["introduced", "fixed", "last_affected", "limit", "x"]),
+                                                                                              st.text(max_size=6) | st.just("0") | st.just("1:1.2-1"),
+                                                                                              min_size=1, max_size=2), max_size=3)}), max_size=2),
+                                                       "versions": JSON | st.lists(st.text(max_size=6), max_size=3)}), max_size=2)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(FIELDS)
+def test_any_record_is_read_or_refused_never_a_crash(doc: dict[str, Any]) -> None:
+    """Records of every shape: either an Advisory that matches without an error, or a SnapshotError."""
+    try:
+        adv = advisories.advisory_from(doc, "all.zip", "r.json")
+    except SnapshotError as exc:
+        assert str(exc).startswith("all.zip: r.json")
+        return
+    packages = [vulns.Package("PyPI", "torch", "2.5.1+cu124", "t"), vulns.Package("Debian:12", "zlib", "1:1.2.13.dfsg-1", "z"),
+                vulns.Package("PyPI", "torch", "not a version", "n")]
+    for f in vulns.match([adv], packages):
+        assert f.severity in vulns.SEVERITIES
