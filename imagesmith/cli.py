@@ -101,9 +101,9 @@ def _early_vulnerabilities(m: matrix_mod.Matrix, p: plan_mod.Plan, on: dt.date) 
     from imagesmith import vulngate
     from imagesmith.errors import ValidationError
 
-    if not m.sources.advisories:
+    if not m.sources.advisories and not m.vulnerabilities.allow:
         return
-    found = vulngate.early(m, p, on, vulngate.load_snapshots(m))
+    found = vulngate.early(m, p, on, vulngate.load_snapshots(m))  # no snapshots: only the allowances' expiry is checked
     for s in found.snapshots:
         click.echo(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'})"
                    + "".join(f"; {n}" for n in s.notes))

@@ -107,3 +107,18 @@ def test_a_package_of_another_layer_is_located_in_that_layer(write_matrix: Write
     assert [str(p) for p in got.warnings] == [
         "matrix.yaml:6 layers.cv.packages: warning: PYSEC-2022-43015 (CVE-2022-45907) unknown: torch 1.13.0, fixed in 1.13.1 "
         "(targets: 2.9.1-cpu-py3.11-debian12-cv)"]
+
+
+def test_an_expired_allowance_fails_validate_even_without_snapshots(write_matrix: WriteMatrix, capsys: pytest.CaptureFixture[str]) -> None:
+    from imagesmith import cli
+
+    path = write_matrix(BASE + "vulnerabilities:\n  allow:\n    - {id: CVE-2025-32434, reason: trusted models only, expires: 2026-11-30}\n")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["matrix", "validate", str(path), "--date", "20261201"])
+    assert info.value.code == 1
+    assert capsys.readouterr().err == ("error: matrix.yaml:4 vulnerabilities.allow: the allowance of CVE-2025-32434 expired on 2026-11-30; "
+                                       "renew it (a new expires, the reason still true) or remove it\n")
+    with pytest.raises(SystemExit) as ok:
+        cli.main(["matrix", "validate", str(path), "--date", "20261129"])  # the day before: valid
+    assert ok.value.code == 0
+    assert capsys.readouterr().out.startswith("OK: 1 cells, 1 targets")
