@@ -441,7 +441,10 @@ class Publisher:
         grant = self._grant(item, r)
         if not grant.release:
             return self._fail(r, "not-gpu-verified", grant.note)
-        blocked = self.vulnerability_gate(r) if self.vulnerability_gate else None
+        try:
+            blocked = self.vulnerability_gate(r) if self.vulnerability_gate else None
+        except UserError as exc:  # the image's inventory could not be measured: not released blind
+            return self._fail(r, "failed", f"not released: its known vulnerabilities could not be matched ({exc})")
         if blocked:
             return self._fail(r, "vulnerable", f"not released: {blocked}")
         try:

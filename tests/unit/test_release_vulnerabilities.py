@@ -73,6 +73,20 @@ def test_an_expired_allowance_keeps_it_back(world: World) -> None:
     assert t["status"] == "vulnerable" and "its allowance expired on 2026-11-30" in t["error"]
 
 
+def test_an_image_whose_inventory_cannot_be_measured_is_not_released_blind(world: World) -> None:
+    from imagesmith.errors import ContainerRefused
+
+    def inventory(image_id: str) -> dict[str, Any]:
+        raise ContainerRefused("the engine would not start the container: no python3 in the image")
+
+    step = publish.vulnerability_step(gate(), "reg.test:5000/ml/pytorch", {}, inventory, world.out)
+    data = world.release([item("2.9.1"), item("2.9.1", "cv")], vulnerability_gate=step)
+    assert [(t["status"], t["error"]) for t in data["targets"]] == [
+        ("failed", "not released: its known vulnerabilities could not be matched (the engine would not start the container: "
+                   "no python3 in the image)")] * 2
+    assert world.reg.writes == []
+
+
 def result(policy: vulns.Policy = DEFAULT) -> vulngate.ImageResult:
     from imagesmith import sbom
 
