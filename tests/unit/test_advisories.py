@@ -200,3 +200,62 @@ def test_any_record_is_read_or_refused_never_a_crash(doc: dict[str, Any]) -> Non
                 vulns.Package("PyPI", "torch", "not a version", "n")]
     for f in vulns.match([adv], packages):
         assert f.severity in vulns.SEVERITIES
+
+
+# -- a snapshot served over HTTP (sources.advisories: https://mirror/...) ------------------------------------------
+
+
+@pytest.fixture()
+def mirror() -> Any:
+    import http.server
+
+    from tests.loopback import serve
+
+    files = {"/osv/PyPI/all.zip": fixture_zip(), "/osv/big.zip": b"\0" * (2 << 20)}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            return
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = files.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+    with serve(Handler) as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_a_snapshot_from_a_mirror_is_downloaded_bounded_and_read(write_matrix: Any, mirror: str) -> None:
+    from imagesmith import matrix, vulngate
+
+    m = matrix.load(write_matrix('version: 1\nmatrix: {torch: ["2.9"], cuda: [cpu], python: ["3.11"], os: [debian12]}\n'
+                                 f"sources: {{advisories: ['{mirror}/osv/PyPI/all.zip']}}\n"))
+    [s] = vulngate.load_snapshots(m)
+    assert (s.location, s.digest) == (f"{mirror}/osv/PyPI/all.zip", "sha256:" + hashlib.sha256(fixture_zip()).hexdigest())
+    assert len(s.advisories) == 4
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("/osv/big.zip", "GET {m}/osv/big.zip: over the 1048576-byte cap of a snapshot; mirror the per-ecosystem all.zip"),
+    ("/osv/none.zip", "GET {m}/osv/none.zip: HTTP 404; check the mirror's URL (sources.advisories)"),
+])
+def test_a_mirror_that_answers_wrong_is_a_user_error(mirror: str, path: str, message: str) -> None:
+    from imagesmith.errors import UserError
+    from imagesmith.registry import fetch_limited
+
+    with pytest.raises(UserError) as info:
+        fetch_limited(mirror + path, 1 << 20)
+    assert str(info.value) == message.replace("{m}", mirror)
+
+
+def test_a_mirror_that_is_not_there(tmp_path: Path) -> None:
+    from imagesmith.errors import UserError
+    from imagesmith.registry import fetch_limited
+
+    with pytest.raises(UserError) as info:
+        fetch_limited("http://127.0.0.1:9/all.zip", 1 << 20, timeout=5)
+    assert str(info.value).startswith("GET http://127.0.0.1:9/all.zip: ConnectionError: ")
+    assert str(info.value).endswith("; check the mirror's URL and that this host reaches it")
