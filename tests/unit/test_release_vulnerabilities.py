@@ -212,3 +212,14 @@ def test_the_reports_list_the_findings(world: World) -> None:
     page = report.to_html(run_of(allowed))
     assert "<h3>Known vulnerabilities</h3>" in page and "DEBIAN-CVE-2023-45853" in page
     assert "no MiniZip &lt;script&gt;" in page and "no MiniZip <script>" not in page
+
+
+def test_imagesmith_evidence_prints_the_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    from imagesmith import cli
+
+    allow = vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1))
+    found = evidence.Evidence("h/r", "sha256:" + "ab" * 32, "m", 1, "referrers API", (),
+                              [vex_attestation(result(vulns.Policy(allow=(allow,))))])
+    cli.print_evidence(found)
+    out = capsys.readouterr().out
+    assert "vulnerabilities: 1 critical, 0 high, 0 medium, 0 low, 0 unknown (1 allowed by the matrix)\n" in out
