@@ -32,6 +32,7 @@ READABLE_STATEMENT_TYPES = (STATEMENT_TYPE, "https://in-toto.io/Statement/v0.1")
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SBOM_PREDICATE = "https://cyclonedx.org/bom"
 VERIFICATION_PREDICATE = "https://imagesmith.dev/attestations/verification/v1"
+VEX_PREDICATE = "https://cyclonedx.org/vex"  # a CycloneDX document of vulnerabilities (imagesmith.vex)
 SCHEMA_FILE = "verification-predicate-v1.schema.json"
 MEASURED = ("torch", "cuda", "cudnn", "nccl", "python", "os")
 CHECK_FIELDS = ("id", "status", "value", "threshold", "unit", "percent_of_baseline", "optional")
@@ -71,7 +72,7 @@ def verification_predicate(report: Mapping[str, Any]) -> dict[str, Any]:
         "sharing": sharing_summary(report.get("sharing")),
         "checks": [_check(c) for c in report.get("checks") or [] if isinstance(c, Mapping)],
         "notes": [str(n) for n in report.get("notes") or []],
-    }
+    } | ({"vulnerabilities": dict(report["vulnerabilities"])} if isinstance(report.get("vulnerabilities"), Mapping) else {})
 
 
 def sharing_summary(raw: Any) -> dict[str, Any] | None:

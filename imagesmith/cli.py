@@ -88,10 +88,29 @@ def validate_cmd(file: Path, date: str | None, allow_roots: tuple[Path, ...]) ->
     m = load_matrix(file, allow_roots)
     p = plan_mod.expand(m, date or today())
     render_mod.render_all(p, m)
+    _early_vulnerabilities(m, p, dt.datetime.strptime(date or today(), "%Y%m%d").date())
     click.echo(f"OK: {len(m.cells)} cells, {len(p.targets)} targets")
     for layer, path, refs in render_mod.user_templates(m):
         uses = f" (with {', '.join(refs)})" if refs else ""
         click.echo(f"runs template {path}{uses} for layer {layer}: code from the matrix's folder, rendered in Jinja's sandbox")
+
+
+def _early_vulnerabilities(m: matrix_mod.Matrix, p: plan_mod.Plan, on: dt.date) -> None:
+    """The advisories of sources.advisories that hit the plan's pins: warnings, or errors (exit 1)
+    at or above vulnerabilities.threshold and not allowed."""
+    from imagesmith import vulngate
+    from imagesmith.errors import ValidationError
+
+    if not m.sources.advisories and not m.vulnerabilities.allow:
+        return
+    found = vulngate.early(m, p, on, vulngate.load_snapshots(m))  # no snapshots: only the allowances' expiry is checked
+    for s in found.snapshots:
+        click.echo(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'})"
+                   + "".join(f"; {n}" for n in s.notes))
+    for w in found.warnings:
+        click.secho(str(w), fg="yellow", err=True)
+    if found.errors:
+        raise ValidationError(problems=list(found.errors))
 
 
 @cli.command("plan")
@@ -323,7 +342,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     m, date = load_matrix(matrix_file, allow_roots), date or today()
     key = _signing_key(signing_key) if push and with_evidence else None
     release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
-                                      allow_cpu)
+                                      allow_cpu, vulnerabilities=_vulnerability_gate(m) if push else None)
     job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, credentials_file, registry_ca)
     picked = len(job.plan.select(only, layers).targets)
     if not picked:
@@ -341,6 +360,17 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
             _verify_and_release(engine, m, p, report, out, date, push, quiet, as_json, run, release)
     if run is None and not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
+
+
+def _vulnerability_gate(m: matrix_mod.Matrix) -> Any:
+    """The release gate of sources.advisories (snapshots read once, before anything is pushed); None without one."""
+    from imagesmith import vulngate
+
+    gate = vulngate.Gate.of(m)
+    for s in gate.snapshots if gate else ():
+        click.echo(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'}); "
+                   f"release threshold {m.vulnerabilities.threshold}", err=True)
+    return gate
 
 
 def _signing_key(path: Path | None) -> Key | None:
@@ -401,8 +431,9 @@ def mode_line(report: dict[str, Any]) -> str:
 
 @cli.command("publish")
 @click.option("--matrix", "-m", "matrix_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="Not needed: the build artifacts (*/build.json) carry the plan. Given, it is only checked to "
-                   "agree with them (the same image and tag policy).")
+              help="Not needed: the build artifacts (*/build.json) carry the plan. Given, it is checked to "
+                   "agree with them (the same image and tag policy), and its sources.advisories and vulnerabilities "
+                   "gate the release (known vulnerabilities at or above the threshold: not pushed).")
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the build artifacts (*/build.json, gathered from any number of build jobs) and the verify "
                    "reports beside them are; release.json, release.md and run-report.json go here.")
@@ -433,7 +464,7 @@ def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, da
     m = load_matrix(matrix_file, allow_roots) if matrix_file else None
     key = _signing_key(signing_key) if with_evidence else None
     release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
-                                      allow_cpu)
+                                      allow_cpu, vulnerabilities=_vulnerability_gate(m) if m else None)
     display = make_display("publishing", quiet)
     with artifacts.locked(out, "imagesmith publish", display.note):
         try:
@@ -557,7 +588,10 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @PUBLIC_KEY_OPTION
 @click.option("--reuse-evidence", is_flag=True,
               help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
-                   "(or CPU mode), signed by --key.")
+                   "(or CPU mode), signed by --key (with --max-age-from, also a recent enough vulnerability match).")
+@click.option("--max-age-from", "age_matrix", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="With --reuse-evidence: a matrix whose vulnerabilities.max_age_days bounds how old the reused "
+                   "result's known-vulnerability match may be.")
 @click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the figures as Prometheus metrics to this FILE.prom (atomically), for node_exporter's "
                    "textfile collector (docs/metrics.md).")
@@ -570,7 +604,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
                timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
-               metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> None:
+               age_matrix: Path | None, metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -593,7 +627,8 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         return
     if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
-    if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet):
+    max_age = load_matrix(age_matrix).vulnerabilities.max_age_days if age_matrix else None
+    if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet, max_age):
         return
     from imagesmith.runstate import Tracked
 
@@ -614,7 +649,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
 
 
 def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_file: Path | None, options: Any,
-                       reuse: bool, quiet: bool) -> bool:
+                       reuse: bool, quiet: bool, max_age_days: int | None = None) -> bool:
     """Print what is attached to IMAGE's digest (a registry reference); True when a signed
     attestation for this tier and GPU model makes running again unnecessary (--reuse-evidence)."""
     from imagesmith import evidence, signing
@@ -631,7 +666,10 @@ def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_fi
     if not quiet:
         print_evidence(found)
     model, count = _gpu_model(options.gpus)
-    match = evidence.reusable(found, options.tier, model, count) if reuse else None
+    match = evidence.reusable(found, options.tier, model, count, max_age_days) if reuse else None
+    if reuse and match is None and max_age_days is not None and evidence.reusable(found, options.tier, model, count) is not None:
+        click.echo(f"not reusing the signed verification: its known-vulnerability match is missing or older than "
+                   f"{max_age_days} days (vulnerabilities.max_age_days); running again")
     if match is not None:
         click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
                    f"({options.tier} tier, {model or 'CPU mode'}): not run again")
@@ -676,6 +714,9 @@ def print_evidence(found: Any) -> None:
         c = counts(a.statement.predicate) if a.statement else {}
         click.echo(f"sbom: CycloneDX {c.get('spec_version')}, {c.get('components')} components: {c.get('python')} Python "
                    f"distributions, {c.get('deb')} Debian packages; base image {c.get('base_image')}")
+    for v in data.get("vulnerabilities") or []:
+        by = ", ".join(f"{v.get(k, 0)} {k}" for k in ("critical", "high", "medium", "low", "unknown"))
+        click.echo(f"vulnerabilities: {by} ({v.get('allowed', 0)} allowed by the matrix)")
     for problem in found.all_problems():
         click.secho(f"MISMATCH: {problem}", fg="red", err=True)
 

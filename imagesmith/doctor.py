@@ -118,6 +118,8 @@ class Needs:
     repository: str | None = None  # <project>/<repository> a release pushes to
     floating: tuple[str, ...] = ()  # the floating tags the plan moves
     credentials_file: Path | None = None  # --credentials: the registry login a release would use
+    vulnerability_threshold: str | None = None  # vulnerabilities.threshold when the matrix names advisories (else None)
+    vulnerability_allow: tuple[str, ...] = ()  # the ids the matrix allows
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ class ReleaseFacts:
     harbor: str | None = None  # Harbor's version; None: not Harbor
     rules: tuple[harbor_api.ImmutableRule, ...] = ()
     rules_error: str | None = None
+    scan: harbor_api.ScanPolicy | None = None  # the project's scan-on-push and prevent-vulnerable settings
+    scan_error: str | None = None
 
 
 # =====================================================================  the seam
@@ -266,7 +270,9 @@ def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return Needs(matrix=str(path), problem=first, publish=publish)
     needs = needs_from(str(path), m.image.registry, ((t.layer, t.versions.cuda) for t in p.targets), publish)
-    return replace(needs, repository=m.image.repository, floating=tuple(sorted({f for t in p.targets for f in t.floating})))
+    return replace(needs, repository=m.image.repository, floating=tuple(sorted({f for t in p.targets for f in t.floating})),
+                   vulnerability_threshold=m.vulnerabilities.threshold if m.sources.advisories else None,
+                   vulnerability_allow=tuple(a.id for a in m.vulnerabilities.allow))
 
 
 def probe_release(host: str, repository: str, environ: Mapping[str, str], credentials_file: Path | None = None) -> ReleaseFacts:
@@ -284,10 +290,15 @@ def probe_release(host: str, repository: str, environ: Mapping[str, str], creden
     version = api.version()
     if version is None:
         return ReleaseFacts(push_error)
+    project = repository.split("/", 1)[0]
     try:
-        return ReleaseFacts(push_error, version, api.immutable_rules(repository.split("/", 1)[0]))
+        facts = ReleaseFacts(push_error, version, api.immutable_rules(project))
     except (UserError, ValueError, OSError) as exc:
-        return ReleaseFacts(push_error, version, rules_error=str(exc))
+        facts = ReleaseFacts(push_error, version, rules_error=str(exc))
+    try:
+        return replace(facts, scan=api.scan_policy(project))
+    except (UserError, ValueError, OSError) as exc:  # requests' errors are OSErrors
+        return replace(facts, scan_error=str(exc))
 
 
 # =====================================================================  checks
@@ -482,6 +493,46 @@ def immutability_check(f: Facts, n: Needs) -> list[Result]:
                           "signature of an image cannot be added", fix))
     return out or [Result("tag immutability", OK, f"Harbor {r.harbor}: no rule of project {project} blocks "
                                                   f"{len(n.floating)} floating tags or the signature tags")]
+
+
+SEVERITY_ORDER = ("none", "low", "medium", "high", "critical")
+
+
+@check
+def scan_policy_check(f: Facts, n: Needs) -> list[Result]:
+    """doctor --release against Harbor, for a matrix with advisories: does the project scan on push, and
+    does its prevent-vulnerable setting agree with vulnerabilities.threshold?"""
+    r = f.release
+    if r is None or r.harbor is None or n.vulnerability_threshold is None:
+        return []
+    if r.scan is None:
+        return [Result("harbor scan", WARN, f"Harbor {r.harbor}: {r.scan_error or 'the project could not be read'}")]
+    project, threshold = (n.repository or "").partition("/")[0], n.vulnerability_threshold
+    where = f"in Harbor: Projects > {project} > Configuration"
+    out = []
+    if not r.scan.auto_scan:
+        out.append(Result("harbor scan", WARN, f"project {project} does not scan images on push: only imagesmith's OSV match "
+                          "looks at them", f"{where}: tick 'Automatically scan images on push'"))
+    out += _prevent_results(r.scan, project, threshold, n.vulnerability_allow, where)
+    return out or [Result("harbor scan", OK, f"Harbor {r.harbor}: project {project} scans on push and blocks pulls at "
+                                             f"{r.scan.severity} and above; the matrix's threshold is {threshold}")]
+
+
+def _prevent_results(scan: harbor_api.ScanPolicy, project: str, threshold: str, allow: Sequence[str], where: str) -> list[Result]:
+    if not scan.prevent_vul:
+        return [Result("harbor scan", WARN, f"project {project} lets images with vulnerabilities be pulled: imagesmith's "
+                       f"threshold ({threshold}) is the only gate", f"{where}: tick 'Prevent vulnerable images from running' "
+                       f"with severity {threshold}")]
+    if SEVERITY_ORDER.index(scan.severity or "none") < SEVERITY_ORDER.index(threshold):
+        return [Result("harbor scan", FAIL, f"project {project} refuses pulls of images with {scan.severity or 'any'} "
+                       f"vulnerabilities, but the matrix releases images below {threshold}: Harbor would block images "
+                       "imagesmith released", f"{where}: set the prevent-vulnerable severity to {threshold}, or set "
+                       f"vulnerabilities.threshold: {scan.severity or 'low'} in the matrix")]
+    missing = [a for a in allow if a.startswith("CVE-") and a not in scan.allowlist]
+    if missing:
+        return [Result("harbor scan", WARN, f"the matrix allows {', '.join(missing)}, which project {project}'s CVE allowlist "
+                       "lacks: Harbor may block images imagesmith released", f"{where}: add {', '.join(missing)} to the CVE allowlist")]
+    return []
 
 
 # =====================================================================  running and output

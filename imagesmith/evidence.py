@@ -26,6 +26,7 @@ signature already there, signed by the same key, and pushes nothing; the
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import time
@@ -35,7 +36,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from securesystemslib.signer import SSlibKey
 
-from imagesmith import attestation, policy, sbom, signing
+from imagesmith import attestation, policy, sbom, signing, vex
 from imagesmith.atomic import write_text
 from imagesmith.attestation import Statement, StatementError
 from imagesmith.errors import RegistryError, UserError
@@ -43,9 +44,11 @@ from imagesmith.registry import OCI_INDEX, OCI_MANIFEST, Manifest, PushedManifes
 
 SBOM_ARTIFACT = "application/vnd.imagesmith.sbom.v1+json"
 VERIFICATION_ARTIFACT = "application/vnd.imagesmith.verification.v1+json"
-KINDS = {attestation.SBOM_PREDICATE: "sbom", attestation.VERIFICATION_PREDICATE: "verification"}
+VEX_ARTIFACT = "application/vnd.imagesmith.vulnerabilities.v1+json"  # CycloneDX VEX: the known vulnerabilities matched
+KINDS = {attestation.SBOM_PREDICATE: "sbom", attestation.VERIFICATION_PREDICATE: "verification",
+         attestation.VEX_PREDICATE: "vulnerabilities"}
 PREDICATES = {kind: uri for uri, kind in KINDS.items()}
-ARTIFACT_TYPES = {"sbom": SBOM_ARTIFACT, "verification": VERIFICATION_ARTIFACT}
+ARTIFACT_TYPES = {"sbom": SBOM_ARTIFACT, "verification": VERIFICATION_ARTIFACT, "vulnerabilities": VEX_ARTIFACT}
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
 CREATED_ANNOTATION = "org.opencontainers.image.created"
 EMPTY_CONFIG = {"mediaType": "application/vnd.oci.empty.v1+json", "data": "e30="}
@@ -99,6 +102,8 @@ class Document:
     def same_as(self, st: Statement, payload: bytes) -> bool:
         if self.kind == "sbom":
             return payload == self.statement
+        if self.kind == "vulnerabilities":
+            return vex_identity(attestation.parse_statement(self.statement).predicate) == vex_identity(st.predicate)
         mine = attestation.parse_statement(self.statement).predicate
         return verification_identity(mine) == verification_identity(st.predicate)
 
@@ -108,6 +113,25 @@ def verification_identity(predicate: Mapping[str, Any]) -> tuple[Any, ...]:
     and count, verdict (a re-run on the same kind of machine adds nothing)."""
     gpu = predicate.get("gpu") or {}
     return (predicate.get("tier"), predicate.get("mode"), gpu.get("model"), gpu.get("count"), predicate.get("passed"))
+
+
+def vex_identity(doc: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two vulnerability documents of one digest the same evidence: the snapshots
+    matched and each vulnerability with its analysis (a re-run on the same snapshots adds nothing)."""
+    meta: Any = doc.get("metadata")
+    props = sorted(str(p.get("value")) for p in _list(meta.get("properties") if isinstance(meta, Mapping) else None) if isinstance(p, Mapping))
+    entries = _list(doc.get("vulnerabilities"))
+    found = sorted((str(v.get("bom-ref")), str((v.get("analysis") or {}).get("detail"))) for v in entries if isinstance(v, Mapping))
+    return tuple(props), tuple(found)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def vex_document(name: str, digest: str, vex: bytes, created: str) -> Document:
+    st = Statement(name, digest, attestation.VEX_PREDICATE, json.loads(vex))
+    return Document("vulnerabilities", attestation.statement_bytes(st), created)
 
 
 def sbom_document(name: str, digest: str, bom: bytes, created: str) -> Document:
@@ -299,6 +323,7 @@ class Evidence:
                                         "attestations": [a.to_json() for a in self.cosign]},
                 "verification": [verification_summary(a) for a in self.of_kind("verification")],
                 "sbom": [sbom.counts(a.statement.predicate) for a in self.of_kind("sbom") if a.statement],
+                "vulnerabilities": [vex.counts(a.statement.predicate) for a in self.of_kind("vulnerabilities") if a.statement],
                 "problems": self.all_problems()}
 
 
@@ -574,6 +599,25 @@ class InventoryRunner(Protocol):
     def __call__(self, image_id: str) -> Mapping[str, Any]: ...
 
 
+class VulnerabilityResult(Protocol):
+    @property
+    def findings(self) -> Sequence[Any]: ...  # imagesmith.vulns.Finding
+
+    @property
+    def snapshots(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def matched_at(self) -> dt.datetime: ...
+
+    def predicate(self) -> dict[str, Any]: ...
+
+
+class VulnerabilityCheck(Protocol):
+    """An SBOM (CycloneDX JSON) -> its known vulnerabilities (imagesmith.vulngate.Gate)."""
+
+    def __call__(self, bom: Mapping[str, Any]) -> VulnerabilityResult: ...
+
+
 @dataclass(frozen=True)
 class Subject:
     """A released image as the evidence step sees it."""
@@ -592,9 +636,9 @@ class ReleaseEvidence:
     per image ID under ``out/<target>/inventory.json``), build both documents, attach."""
 
     def __init__(self, registry: RegistryLike, repo: str, key: signing.Key | None, inventory: InventoryRunner,
-                 out_dir: Path) -> None:
+                 out_dir: Path, vulnerabilities: VulnerabilityCheck | None = None) -> None:
         self.attacher = Attacher(registry, repo, key)
-        self.inventory, self.out = inventory, out_dir
+        self.inventory, self.out, self.vulnerabilities = inventory, out_dir, vulnerabilities
 
     def __call__(self, subject: Subject) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -602,9 +646,16 @@ class ReleaseEvidence:
         measured = time.monotonic() - t0
         identity = sbom.ImageIdentity(self.attacher.name, subject.digest, subject.image_id, subject.base_image,
                                       subject.created, subject.versions)
-        docs = [sbom_document(self.attacher.name, subject.digest, sbom.build_bom(inv, identity), subject.created)]
-        if subject.report is not None:
-            docs.append(verification_document(self.attacher.name, subject.digest, subject.report))
+        bom = sbom.build_bom(inv, identity)
+        docs = [sbom_document(self.attacher.name, subject.digest, bom, subject.created)]
+        report = subject.report
+        if self.vulnerabilities is not None:
+            found = self.vulnerabilities(json.loads(bom))
+            docs.append(vex_document(self.attacher.name, subject.digest, vex.document(
+                self.attacher.name, subject.digest, found.findings, found.snapshots, found.matched_at), found.matched_at.isoformat()))
+            report = None if report is None else dict(report) | {"vulnerabilities": found.predicate()}
+        if report is not None:
+            docs.append(verification_document(self.attacher.name, subject.digest, report))
         return self.attacher.attach(subject.digest, docs).to_json() | {"inventory_seconds": round(measured, 2)}
 
     def _inventory(self, subject: Subject) -> Mapping[str, Any]:
@@ -655,14 +706,35 @@ def read(reference: str, keys: Sequence[SSlibKey], credentials_file: Path | None
     return Reader(client, where.repo, keys).read(where.ref)
 
 
-def reusable(found: Evidence, tier: str, gpu_model: str | None, gpu_count: int) -> Attestation | None:
+def reusable(found: Evidence, tier: str, gpu_model: str | None, gpu_count: int, max_age_days: int | None = None,
+             now: dt.datetime | None = None) -> Attestation | None:
     """A verification that passed, of this digest, on this tier and GPU model (or CPU mode when
-    ``gpu_model`` is None), signed by a given key: evidence enough not to run again."""
+    ``gpu_model`` is None), signed by a given key: evidence enough not to run again. With
+    ``max_age_days`` (the matrix's vulnerabilities.max_age_days) its known-vulnerability match must
+    also be that recent: an older one (or none) is not reused."""
     for a in found.of_kind("verification"):
         p = a.statement.predicate if a.statement else {}
         gpu = p.get("gpu") or {}
         same_gpu = gpu.get("model") == gpu_model and (gpu_model is None or gpu.get("count") == gpu_count)
         shared = (p.get("sharing") or {}).get("exclusive") is False  # a run on a shared GPU is no evidence to reuse
-        if a.signed_by and not a.problems and p.get("passed") is True and p.get("tier") == tier and same_gpu and not shared:
+        fresh = max_age_days is None or stale_vulnerabilities(p, max_age_days, now or dt.datetime.now(dt.timezone.utc)) is None
+        if a.signed_by and not a.problems and p.get("passed") is True and p.get("tier") == tier and same_gpu and fresh and not shared:
             return a
+    return None
+
+
+def stale_vulnerabilities(predicate: Mapping[str, Any], max_age_days: int, now: dt.datetime) -> str | None:
+    """Why a verification's vulnerability match is too old to reuse (None: recent enough)."""
+    field_ = predicate.get("vulnerabilities")
+    stamp = field_.get("matched_at") if isinstance(field_, Mapping) else None
+    if not isinstance(stamp, str):
+        return "it carries no known-vulnerability match"
+    try:
+        when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return f"its vulnerability match time {stamp[:40]!r} is not a time"
+    when = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+    age = now - when
+    if age > dt.timedelta(days=max_age_days):
+        return f"its vulnerabilities were matched {age.days} days ago, more than the {max_age_days} the matrix allows (vulnerabilities.max_age_days)"
     return None

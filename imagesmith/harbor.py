@@ -8,6 +8,12 @@
   ``scope_selectors.repository`` (``repoMatches`` / ``repoExcludes``), doublestar
   patterns matched against the tag and the repository name without its project.
 
+* ``GET /api/v2.0/projects/{project}`` (with ``X-Is-Resource-Name: true``) answers the
+  project, whose ``metadata`` holds strings: ``auto_scan`` ("true": scan on push),
+  ``prevent_vul`` ("true": Harbor refuses to pull an image with a vulnerability of
+  ``severity`` or worse: none, low, medium, high, critical), and whose ``cve_allowlist.items``
+  lists the CVEs it lets through (``cve_id``).
+
 A rule that matches a floating tag makes Harbor refuse to move it; one that
 matches ``sha256-*`` tags blocks the signature (``.sig``) and referrers tags.
 Matching is wcmatch's glob with globstar and braces (Harbor uses Go's
@@ -78,6 +84,31 @@ def blocked(rules: Sequence[ImmutableRule], repository: str, tags: Sequence[str]
     return out
 
 
+HARBOR_SEVERITIES = ("none", "low", "medium", "high", "critical")
+
+
+@dataclass(frozen=True)
+class ScanPolicy:
+    """A project's vulnerability settings as Harbor's API returns them."""
+
+    auto_scan: bool
+    prevent_vul: bool
+    severity: str  # one of HARBOR_SEVERITIES ("" when unset)
+    allowlist: tuple[str, ...] = ()  # CVE ids of the project's CVE allowlist
+
+
+def scan_policy_from(doc: Any) -> ScanPolicy:
+    """A Project document's ``metadata`` (string values, as Harbor stores them) and ``cve_allowlist``."""
+    doc = doc if isinstance(doc, Mapping) else {}
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
+    allow = doc.get("cve_allowlist") if isinstance(doc.get("cve_allowlist"), Mapping) else {}
+    items: Any = allow.get("items") if isinstance(allow.get("items"), list) else []
+    severity = str(meta.get("severity") or "").lower()
+    return ScanPolicy(str(meta.get("auto_scan", "")).lower() == "true", str(meta.get("prevent_vul", "")).lower() == "true",
+                      severity if severity in HARBOR_SEVERITIES else "",
+                      tuple(str(i.get("cve_id")) for i in items if isinstance(i, Mapping) and i.get("cve_id")))
+
+
 class Harbor:
     """A Harbor instance at ``base`` (``https://harbor.example.com``)."""
 
@@ -101,6 +132,13 @@ class Harbor:
             raise HarborError(f"reading the tag-immutability rules of project {project}: HTTP {resp.status_code} "
                               f"({_message(resp)}); the account needs read access to the project's immutable tag rules")
         return rules_from(resp.json())
+
+    def scan_policy(self, project: str) -> ScanPolicy:
+        resp = self._get(f"/api/v2.0/projects/{project}", {"X-Is-Resource-Name": "true"})
+        if resp.status_code != 200:
+            raise HarborError(f"reading project {project}: HTTP {resp.status_code} ({_message(resp)}); "
+                              "the account needs read access to the project")
+        return scan_policy_from(resp.json())
 
     def _get(self, path: str, headers: Mapping[str, str] | None = None) -> requests.Response:
         auth = (self.credentials.username, self.credentials.password) if self.credentials else None

@@ -7,6 +7,7 @@ reported together, warnings (legal but suspicious input) come with a fix hint.
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import graphlib
 import itertools
@@ -18,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from imagesmith import compat, grammar
+from imagesmith import compat, grammar, vulns
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.located import MAX_BYTES, KeyPath, Lines, TextProblem, dotted, line_of, load_located, printable, read_limited
 from imagesmith.paths import PathProblem, Roots, confined, read_text
@@ -147,6 +148,7 @@ class Sources:
     no_proxy: str | None = None
     network: str = "default"
     credentials: tuple[Credential, ...] = ()
+    advisories: tuple[str, ...] = ()  # OSV snapshots: a zip (all.zip) or folder inside the roots, or an http(s) URL
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,7 @@ class Matrix:
     verify: VerifyPolicy
     sources: Sources
     warnings: tuple[Problem, ...] = ()
+    vulnerabilities: vulns.Policy = field(default_factory=vulns.Policy)
     lines: Mapping[KeyPath, int] = field(default_factory=dict, compare=False, repr=False)
     roots: Roots | None = field(default=None, compare=False, repr=False)
 
@@ -322,7 +325,7 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
 # --------------------------------------------------------------------------
 # sections
 
-TOP_KEYS = ("version", "image", "matrix", "base_images", "layers", "tags", "verify", "sources")
+TOP_KEYS = ("version", "image", "matrix", "base_images", "layers", "tags", "verify", "sources", "vulnerabilities")
 
 
 def _image(ctx: Ctx, raw: Any) -> ImageSpec:
@@ -777,7 +780,7 @@ def _threshold(ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, float]:
 
 
 SOURCE_KEYS = ("torch_index_url", "index_url", "extra_index_urls", "find_links", "trusted_hosts",
-               "ca_bundle", "proxy", "network", "credentials")
+               "ca_bundle", "proxy", "network", "credentials", "advisories")
 
 
 def _sources(ctx: Ctx, raw: Any) -> Sources:
@@ -798,7 +801,78 @@ def _sources(ctx: Ctx, raw: Any) -> Sources:
         no_proxy=_optional(ctx, proxy.get("no_proxy"), p + ("proxy", "no_proxy"), grammar.no_proxy),
         network=ctx.choice(d.get("network"), p + ("network",), NETWORK_MODES, "default"),
         credentials=_credentials(ctx, d.get("credentials"), p + ("credentials",)),
+        advisories=_advisories(ctx, d.get("advisories"), p + ("advisories",)),
     )
+
+
+def _advisories(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, ...]:
+    """OSV snapshots: an http(s) URL, or a zip or folder inside the roots (read when matched, not here)."""
+    out = []
+    for i, text in enumerate(ctx.strings(raw, path)):
+        where = path + (i,)
+        if text.startswith(("http://", "https://")):
+            out.append(ctx.checked(text, where, grammar.url))
+            continue
+        try:
+            found = confined(ctx.roots, text, kind="any")
+        except PathProblem as exc:
+            ctx.error(where, str(exc))
+            continue
+        out.append(str(found))
+    return tuple(out)
+
+
+VULN_KEYS = ("threshold", "allow", "max_age_days")
+
+
+def _vulnerabilities(ctx: Ctx, raw: Any) -> vulns.Policy:
+    p: KeyPath = ("vulnerabilities",)
+    d = ctx.mapping(raw, p, VULN_KEYS)
+    age = d.get("max_age_days")
+    return vulns.Policy(
+        threshold=ctx.choice(d.get("threshold"), p + ("threshold",), vulns.THRESHOLDS, "critical"),
+        allow=_allowances(ctx, d.get("allow"), p + ("allow",)),
+        max_age_days=None if age is None else ctx.integer(age, p + ("max_age_days",), 0, 1, 3650),
+    )
+
+
+ADVISORY_ID = re.compile(r"[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9.:_]+)+")
+
+
+def _allowances(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[vulns.Allowance, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        ctx.error(path, f"expected a list of allowances ({{id, reason, expires}}), got {_kind(raw)}")
+        return ()
+    out = []
+    for i, item in enumerate(raw):
+        d = ctx.mapping(item, path + (i,), ("id", "reason", "expires"))
+        ident = ctx.string(d.get("id"), path + (i, "id")) or ""
+        reason = (ctx.string(d.get("reason"), path + (i, "reason")) or "").strip()
+        expires = _date(ctx, d.get("expires"), path + (i, "expires"))
+        if not ADVISORY_ID.fullmatch(ident) or len(ident) > 64:
+            ctx.error(path + (i, "id"), f"{printable(ident)} is not an advisory id (GHSA-xxxx-xxxx-xxxx, CVE-2025-32434, PYSEC-2024-1, DSA-5514-1)")
+        if not reason:
+            ctx.error(path + (i, "reason"), "an allowance needs a reason: why this image may ship with the advisory")
+        else:
+            ctx.checked(reason, path + (i, "reason"), grammar.text)
+        if expires is not None and ident and reason:
+            out.append(vulns.Allowance(ident, reason, expires))
+    return tuple(out)
+
+
+def _date(ctx: Ctx, raw: Any, path: KeyPath) -> dt.date | None:
+    if raw is None:
+        ctx.error(path, "an allowance needs expires: a date (YYYY-MM-DD) when it is looked at again")
+        return None
+    if isinstance(raw, dt.date) and not isinstance(raw, dt.datetime):
+        return raw
+    try:
+        return dt.date.fromisoformat(str(raw))
+    except ValueError:
+        ctx.error(path, f"{printable(str(raw))} is not a date; write YYYY-MM-DD")
+        return None
 
 
 def _optional(ctx: Ctx, raw: Any, path: KeyPath, check: grammar.Check) -> str | None:
@@ -952,6 +1026,7 @@ def _build(ctx: Ctx, d: Mapping[str, Any]) -> Matrix:
         tags=_tags(ctx, d.get("tags")),
         verify=_verify(ctx, d.get("verify")),
         sources=sources,
+        vulnerabilities=_vulnerabilities(ctx, d.get("vulnerabilities")),
         warnings=tuple(ctx.warnings()),
         lines=ctx.lines,
         roots=ctx.roots,

@@ -260,6 +260,7 @@ class ReleaseOptions:
     floating_gate: Callable[[str | None], str | None] | None = None
     allow_cpu_verification: bool = False
     registry: publish.RegistryLike | None = None  # instead of a client for the release's registry (a test's double)
+    vulnerabilities: Any = None  # an imagesmith.vulngate.Gate: known vulnerabilities gate the release (sources.advisories)
 
 
 @dataclass(frozen=True)
@@ -392,7 +393,7 @@ def _release(engine: Any, spec: artifacts.Release, records: Sequence[artifacts.B
     return publish.release_to(engine, spec, records, outcomes, out, display, date, options.credentials_file, options.ca_file,
                               signing_key=options.signing_key, with_evidence=options.with_evidence, inventory=inventory,
                               floating_gate=options.floating_gate, allow_cpu_verification=options.allow_cpu_verification,
-                              client=options.registry)
+                              client=options.registry, vulnerabilities=options.vulnerabilities)
 
 
 # -- publish from the build artifacts alone ------------------------------------------------------

@@ -258,7 +258,7 @@ def traffic(manifest_raw: bytes, diff_ids: Sequence[str], lines: Iterable[str]) 
 class TargetRelease:
     target: str
     image_id: str | None
-    status: str  # pushed | unchanged | failed | not-built | not-verified | not-pushed
+    status: str  # pushed | unchanged | failed | not-built | not-verified | not-pushed | vulnerable
     tag: str = ""
     reference: str = ""
     digest: str | None = None
@@ -274,9 +274,11 @@ class TargetRelease:
     gpu_verified: bool | None = None  # None: a CPU-only image (vetted on a CPU)
     note: str = ""  # the release policy's word on it, e.g. "not GPU-verified: ..."
     may_float: bool = field(default=True, repr=False)
+    vulnerabilities: dict[str, Any] = field(default_factory=dict)  # imagesmith.vulngate: snapshots, counts, findings
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
+                "vulnerabilities": self.vulnerabilities or None,
                 "reference": self.reference, "digest": self.digest, "versions": self.versions,
                 "verification": self.verification, "floating": self.floating, "error": self.error,
                 "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note,
@@ -376,7 +378,8 @@ class Publisher:
                  evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
                  promote: Callable[[str, str, str], Any] | None = None,
                  floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 vulnerability_gate: Callable[[TargetRelease], str | None] | None = None) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
@@ -387,6 +390,7 @@ class Publisher:
         self.evidence, self.promote = evidence, promote
         self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
         self.allow_cpu = allow_cpu_verification
+        self.vulnerability_gate = vulnerability_gate  # a target -> why its known vulnerabilities keep it back (None: release)
         self._uploads_checked = False
         self.log: list[str] = []
 
@@ -437,6 +441,12 @@ class Publisher:
         grant = self._grant(item, r)
         if not grant.release:
             return self._fail(r, "not-gpu-verified", grant.note)
+        try:
+            blocked = self.vulnerability_gate(r) if self.vulnerability_gate else None
+        except UserError as exc:  # the image's inventory could not be measured: not released blind
+            return self._fail(r, "failed", f"not released: its known vulnerabilities could not be matched ({exc})")
+        if blocked:
+            return self._fail(r, "vulnerable", f"not released: {blocked}")
         try:
             r.fields = tag_fields(item.facts or {}, item.layer, item.cell, self.date)
             r.tag = tags.render(self.policy.immutable, r.fields) + grant.suffix
@@ -806,7 +816,8 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
                ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Key | None = None,
                with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
-               allow_cpu_verification: bool = False, client: RegistryLike | None = None) -> ReleaseReport:
+               allow_cpu_verification: bool = False, client: RegistryLike | None = None,
+               vulnerabilities: Any = None) -> ReleaseReport:
     """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
     tag policy and build date, ``date`` overriding the latter): credentials resolved (``--credentials``, env,
     docker config), a registry client, then :class:`Publisher`. Staged items are promoted registry to registry
@@ -814,7 +825,9 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
     float; ``floating_gate`` holds back digests the fleet did not pass). With ``with_evidence`` each released
     digest gets its SBOM, attestation and (with ``signing_key``) signatures (:mod:`imagesmith.evidence`);
     ``inventory`` (image ID -> inventory) replaces running the image for the SBOM; ``client`` replaces the
-    registry client made for ``spec``'s registry (a test's double)."""
+    registry client made for ``spec``'s registry (a test's double); ``vulnerabilities`` (an imagesmith.vulngate.Gate)
+    matches every image's SBOM before it is pushed: findings at or above the matrix's threshold keep the target back
+    (status ``vulnerable``), and each released digest gets the CycloneDX vulnerability document as evidence."""
     from imagesmith.promote import registry_promoter
     from imagesmith.registry import Registry, resolve_credentials
 
@@ -826,18 +839,45 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
     items = items_from(records, outcomes)
     bases = {r.target.id: r.target.base_image for r in records}
     reports = {t: o.report for t, o in outcomes.items()}
-    step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, inventory) if with_evidence else None
+    measure = inventory or partial(_run_inventory, engine)
+    step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, measure, vulnerabilities) if with_evidence else None
+    gate = vulnerability_step(vulnerabilities, image.name, bases, measure, out_dir) if vulnerabilities is not None else None
     promote = registry_promoter(client, credentials_file, ca_file, environ)
     return Publisher(engine, client, image, spec.tags, date or spec.date, out_dir, display, credentials, evidence=step,
-                     promote=promote, floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification).run(items)
+                     promote=promote, floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification,
+                     vulnerability_gate=gate).run(items)
+
+
+def _run_inventory(engine: Any, image_id: str) -> Mapping[str, Any]:
+    from imagesmith import verify
+
+    return verify.run_facts(engine, image_id, args=["--inventory"])
+
+
+def vulnerability_step(check: Any, name: str, base_images: Mapping[str, str], inventory: Any,
+                       out_dir: Path) -> Callable[[TargetRelease], str | None]:
+    """Before a target is pushed: its image's SBOM (from the inventory measured once per image ID,
+    the same one the evidence uses) matched by ``check``; the result lands in the release record."""
+    from imagesmith import evidence, sbom
+
+    def gate(r: TargetRelease) -> str | None:
+        assert r.image_id
+        inv = sbom.inventory_from(evidence.cached_inventory(out_dir / r.target / evidence.INVENTORY_FILE, r.image_id, inventory))
+        identity = sbom.ImageIdentity(name, r.image_id, r.image_id, base_images.get(r.target, ""), "", r.versions)
+        found = check(json.loads(sbom.build_bom(inv, identity)))
+        r.vulnerabilities = found.predicate() | {"findings": [f.to_json() for f in found.findings]}
+        return found.reason()  # type: ignore[no-any-return]
+    return gate
 
 
 def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
-                  key: Any, out_dir: Path, inventory: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
-    """The evidence stage for one released target: its digest, image, base image and verify report."""
+                  key: Any, out_dir: Path, inventory: Any = None, vulnerabilities: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
+    """The evidence stage for one released target: its digest, image, base image and verify report
+    (and, with ``vulnerabilities``, the CycloneDX vulnerability document of its SBOM)."""
     from imagesmith import evidence, verify
 
-    step = evidence.ReleaseEvidence(client, repo, key, inventory or partial(verify.run_facts, engine, args=["--inventory"]), out_dir)
+    step = evidence.ReleaseEvidence(client, repo, key, inventory or partial(verify.run_facts, engine, args=["--inventory"]), out_dir,
+                                    vulnerabilities)
 
     def attach(r: TargetRelease) -> dict[str, Any]:
         assert r.digest and r.image_id

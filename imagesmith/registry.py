@@ -624,3 +624,20 @@ def _next_link(link: str) -> str | None:
         return None
     target = m.group(1)
     return re.sub(r"^https?://[^/]+", "", target)
+
+
+def fetch_limited(url: str, limit: int, session: requests.Session | None = None, timeout: float = 60.0) -> bytes:
+    """The body at ``url`` (an OSV snapshot mirror), streamed and cut at ``limit`` bytes:
+    a larger body, an HTTP error or a broken connection is a RegistryError that says so."""
+    try:
+        with (session or requests.Session()).get(url, stream=True, timeout=timeout) as resp:
+            if resp.status_code != 200:
+                raise RegistryError(f"GET {url}: HTTP {resp.status_code}; check the mirror's URL (sources.advisories)")
+            body = bytearray()
+            for chunk in resp.iter_content(1 << 20):
+                body += chunk
+                if len(body) > limit:
+                    raise RegistryError(f"GET {url}: over the {limit}-byte cap of a snapshot; mirror the per-ecosystem all.zip")
+            return bytes(body)
+    except requests.exceptions.RequestException as exc:
+        raise RegistryError(f"GET {url}: {type(exc).__name__}: {exc}; check the mirror's URL and that this host reaches it") from None

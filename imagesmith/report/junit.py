@@ -82,12 +82,14 @@ def _release_case(target: str, rel: Released) -> ET.Element:
     """pushed/unchanged pass; not-built/not-verified are skipped (their cause failed elsewhere); the rest fail."""
     case = _case(target, "release", None)
     where = f"{rel.reference}@{rel.digest}" if rel.digest else rel.reference
+    found = "".join(f"\n{f.id} {f.severity}: {f.package} {f.version}, fixed in {f.fixed or '-'}" + (f" (allowed {f.allowed})" if f.allowed else "")
+                    for f in rel.vulnerabilities)
     if rel.ok:
-        ET.SubElement(case, "system-out").text = xml_text(f"{rel.status} {where} {' '.join(rel.floating)}".strip())
+        ET.SubElement(case, "system-out").text = xml_text(f"{rel.status} {where} {' '.join(rel.floating)}".strip() + found)
     elif rel.status in ("not-built", "not-verified"):
         ET.SubElement(case, "skipped", message=xml_text(_status_text(rel.status, rel.error)))
     else:
-        ET.SubElement(case, "failure", message=xml_text(rel.error or rel.status), type="release").text = xml_text(_status_text(rel.status, rel.error))
+        ET.SubElement(case, "failure", message=xml_text(rel.error or rel.status), type="release").text = xml_text(_status_text(rel.status, rel.error) + found)
     return case
 
 

@@ -144,6 +144,11 @@ def release_lines(rel: Release, level: int) -> list[str]:
                 for t in rel.targets for a in t.evidence]
     if evidence:
         lines += ["", f"{h}# Evidence attached", "", *table(["image digest", "artifact", "digest", "bytes", "status", "signed"], evidence)]
+    found = [[t.target, f.id, f.severity, f.package, f.version, f.fixed or "-", f.allowed or ("blocks" if t.status == "vulnerable" else "-")]
+             for t in rel.targets for f in t.vulnerabilities]
+    if found:
+        lines += ["", f"{h}# Known vulnerabilities", "",
+                  *table(["target", "advisory", "severity", "package", "version", "fixed in", "allowed"], found)]
     problems = [*rel.errors, *(f"{t.target}: {t.error}" for t in rel.targets if t.error)]
     if problems:
         lines += ["", f"{h}# Problems", "", *(f"- {text(p)}" for p in problems)]

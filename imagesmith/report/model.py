@@ -157,10 +157,22 @@ class Promotion:
 
 
 @dataclass(frozen=True)
+class VulnFinding:
+    """One known vulnerability in a released (or held back) image (imagesmith.vulns.Finding)."""
+
+    id: str
+    severity: str
+    package: str
+    version: str
+    fixed: str  # "" when no fixed version is known
+    allowed: str  # "" or "until YYYY-MM-DD: reason"
+
+
+@dataclass(frozen=True)
 class Released:
     """One target in release.json (publish.TargetRelease)."""
 
-    status: str  # pushed | unchanged | failed | not-built | not-verified | not-pushed
+    status: str  # pushed | unchanged | failed | not-built | not-verified | not-pushed | vulnerable
     reference: str = ""
     digest: str | None = None
     floating: tuple[str, ...] = ()
@@ -174,6 +186,7 @@ class Released:
     traffic: Traffic | None = None  # what its push sent, and what the registry already had
     source: str = ""  # the staged image it was promoted from
     promotion: Promotion | None = None
+    vulnerabilities: tuple[VulnFinding, ...] = ()  # what the release gate found in its SBOM
 
     @property
     def ok(self) -> bool:

@@ -36,6 +36,7 @@ from imagesmith.report.model import (
     Tenant,
     Traffic,
     Verify,
+    VulnFinding,
     clean,
 )
 
@@ -211,7 +212,20 @@ def _released(r: _Reader, raw: Any, at: str) -> Released:
         verification=r.mapping(t.get("verification") or {}, f"{at}.verification"),
         gpu_verified=gpu_verified if isinstance(gpu_verified, bool) else None, evidence=attached,
         traffic=_counts(r, t, "traffic", at, Traffic), source=r.text(t, "source", at),
-        promotion=_counts(r, t, "promotion", at, Promotion))
+        promotion=_counts(r, t, "promotion", at, Promotion), vulnerabilities=_findings(r, t.get("vulnerabilities"), f"{at}.vulnerabilities"))
+
+
+def _findings(r: _Reader, raw: Any, at: str) -> tuple[VulnFinding, ...]:
+    """The findings of the release gate (publish.vulnerability_step), each text checked."""
+    d = r.mapping(raw or {}, at)
+    out = []
+    for i, item in enumerate(r.items(d.get("findings"), f"{at}.findings")):
+        f = r.mapping(item, f"{at}.findings[{i}]")
+        allowed = r.mapping(f.get("allowed") or {}, f"{at}.findings[{i}].allowed")
+        until = f"until {r.text(allowed, 'expires', at)}: {r.text(allowed, 'reason', at)}" if allowed else ""
+        get = [r.text(f, k, f"{at}.findings[{i}]") for k in ("id", "severity", "package", "version", "fixed")]
+        out.append(VulnFinding(get[0], get[1], get[2], get[3], get[4], until))
+    return tuple(out)
 
 
 C = TypeVar("C", Traffic, Promotion)

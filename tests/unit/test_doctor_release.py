@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,6 +42,7 @@ class FakeHarbor:
     rules: list[dict[str, Any]] = field(default_factory=list)
     may_push: bool = True
     requests: list[str] = field(default_factory=list)
+    project: dict[str, Any] | None = None  # GET /api/v2.0/projects/{name} (None: 404)
 
 
 @pytest.fixture()
@@ -68,6 +70,8 @@ def fake_harbor() -> Iterator[FakeHarbor]:
                 return self.reply(200, SYSTEMINFO)
             if path == f"/api/v2.0/projects/{PROJECT}/immutabletagrules" and self.headers.get("X-Is-Resource-Name") == "true":
                 return self.reply(200, state.rules)
+            if path == f"/api/v2.0/projects/{PROJECT}" and self.headers.get("X-Is-Resource-Name") == "true" and state.project:
+                return self.reply(200, state.project)
             if path == "/service/token":
                 return self.reply(200, {"token": "t0ken", "expires_in": 1800})
             if path.startswith("/v2/") and not token:
@@ -156,3 +160,86 @@ def test_no_login_says_how_to_log_in() -> None:
     assert doctor.push_check(facts, needs) == [Result(
         "push", FAIL, "push 127.0.0.1:5000/imagesmith/local failed: HTTP 401 UNAUTHORIZED",
         "docker login 127.0.0.1:5000   (or export IMAGESMITH_REGISTRY_USER=... IMAGESMITH_REGISTRY_PASSWORD=..., e.g. a Harbor robot account)")]
+
+
+# -- Harbor's scan-on-push and prevent-vulnerable settings (GET /api/v2.0/projects/{name}, the Project shape
+# Harbor's v2.0 API documents: metadata values are strings) against the matrix's vulnerabilities.threshold
+
+OSV = Path(__file__).resolve().parents[1] / "fixtures" / "osv"
+
+
+def project(auto_scan: str | None = "true", prevent_vul: str | None = "true", severity: str | None = "critical",
+            allowlist: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A Project as Harbor's API returns it (GET /api/v2.0/projects/{project_name_or_id})."""
+    meta = {k: v for k, v in {"public": "false", "auto_scan": auto_scan, "prevent_vul": prevent_vul, "severity": severity,
+                              "enable_content_trust": "false", "reuse_sys_cve_allowlist": "false"}.items() if v is not None}
+    return {"project_id": 2, "name": PROJECT, "owner_name": "admin", "repo_count": 3, "registry_id": None,
+            "creation_time": "2026-01-10T09:00:00.000Z", "update_time": "2026-11-01T09:00:00.000Z", "metadata": meta,
+            "cve_allowlist": {"id": 1, "project_id": 2, "expires_at": None, "items": [{"cve_id": c} for c in allowlist]}}
+
+
+def scan_results(write_matrix: Any, fake: FakeHarbor, vulnerabilities: str = "", advisories: bool = True) -> list[Result]:
+    shutil.copytree(OSV, write_matrix("").parent / "osv", dirs_exist_ok=True)
+    path = write_matrix(f"""\
+image: {{repository: {REPO}, registry: "127.0.0.1:{fake.port}"}}
+matrix: {{torch: ["2.9"], cuda: ["12.8"], python: ["3.12"], os: [ubuntu24.04]}}
+layers: {{base: {{}}}}
+{"sources: {advisories: [osv]}" if advisories else ""}
+{vulnerabilities}
+""")
+    host = FakeHost(environ={"IMAGESMITH_REGISTRY_USER": USER, "IMAGESMITH_REGISTRY_PASSWORD": SECRET})
+    return [r for r in doctor.diagnose(host, path, publish=True) if r.id == "harbor scan"]
+
+
+WHERE = f"in Harbor: Projects > {PROJECT} > Configuration"
+CASES = [
+    (project(), "", [Result("harbor scan", OK, f"Harbor v2.11.0-6e0c3a9c: project {PROJECT} scans on push and blocks pulls at "
+                                                "critical and above; the matrix's threshold is critical")]),
+    (project(severity="high"), "vulnerabilities: {threshold: critical}",
+     [Result("harbor scan", FAIL, f"project {PROJECT} refuses pulls of images with high vulnerabilities, but the matrix releases "
+                                  "images below critical: Harbor would block images imagesmith released",
+             f"{WHERE}: set the prevent-vulnerable severity to critical, or set vulnerabilities.threshold: high in the matrix")]),
+    (project(severity="critical"), "vulnerabilities: {threshold: high}",
+     [Result("harbor scan", OK, f"Harbor v2.11.0-6e0c3a9c: project {PROJECT} scans on push and blocks pulls at critical and above; "
+                                "the matrix's threshold is high")]),
+    (project(auto_scan="false", prevent_vul="false"), "",
+     [Result("harbor scan", WARN, f"project {PROJECT} does not scan images on push: only imagesmith's OSV match looks at them",
+             f"{WHERE}: tick 'Automatically scan images on push'"),
+      Result("harbor scan", WARN, f"project {PROJECT} lets images with vulnerabilities be pulled: imagesmith's threshold (critical) "
+                                  "is the only gate", f"{WHERE}: tick 'Prevent vulnerable images from running' with severity critical")]),
+    (project(auto_scan=None, prevent_vul=None, severity=None), "vulnerabilities: {threshold: high}",  # a project never configured
+     [Result("harbor scan", WARN, f"project {PROJECT} does not scan images on push: only imagesmith's OSV match looks at them",
+             f"{WHERE}: tick 'Automatically scan images on push'"),
+      Result("harbor scan", WARN, f"project {PROJECT} lets images with vulnerabilities be pulled: imagesmith's threshold (high) "
+                                  "is the only gate", f"{WHERE}: tick 'Prevent vulnerable images from running' with severity high")]),
+    (project(severity="critical", allowlist=("CVE-2024-0001",)),
+     "vulnerabilities:\n  allow: [{id: CVE-2023-45853, reason: no MiniZip, expires: 2027-03-01}]",
+     [Result("harbor scan", WARN, f"the matrix allows CVE-2023-45853, which project {PROJECT}'s CVE allowlist lacks: Harbor may "
+                                  "block images imagesmith released", f"{WHERE}: add CVE-2023-45853 to the CVE allowlist")]),
+    (None, "", [Result("harbor scan", WARN, f"Harbor v2.11.0-6e0c3a9c: reading project {PROJECT}: HTTP 404 "
+                                            f"(/api/v2.0/projects/{PROJECT}); the account needs read access to the project")]),
+]
+
+
+@pytest.mark.parametrize(("doc", "vulnerabilities", "expected"), CASES)
+def test_harbor_scan_settings_against_the_threshold(write_matrix: Any, fake_harbor: FakeHarbor, doc: dict[str, Any] | None,
+                                                   vulnerabilities: str, expected: list[Result]) -> None:
+    fake_harbor.project = doc
+    assert scan_results(write_matrix, fake_harbor, vulnerabilities) == expected
+    assert f"GET /api/v2.0/projects/{PROJECT}" in fake_harbor.requests
+
+
+def test_no_advisories_in_the_matrix_no_scan_check(write_matrix: Any, fake_harbor: FakeHarbor) -> None:
+    fake_harbor.project = project(auto_scan="false")
+    assert scan_results(write_matrix, fake_harbor, advisories=False) == []
+
+
+@pytest.mark.parametrize(("doc", "policy"), [
+    ({"metadata": {"auto_scan": "true", "prevent_vul": "true", "severity": "High"}, "cve_allowlist": {"items": [{"cve_id": "CVE-1"}]}},
+     harbor.ScanPolicy(True, True, "high", ("CVE-1",))),
+    ({"metadata": {"auto_scan": True, "severity": "extreme"}}, harbor.ScanPolicy(True, False, "", ())),
+    ({"metadata": None, "cve_allowlist": {"items": "x"}}, harbor.ScanPolicy(False, False, "", ())),
+    ([], harbor.ScanPolicy(False, False, "", ())),
+])
+def test_scan_policy_from_the_project_document(doc: Any, policy: harbor.ScanPolicy) -> None:
+    assert harbor.scan_policy_from(doc) == policy

@@ -1,0 +1,353 @@
+"""OSV advisory snapshots, read offline: the ``PyPI/all.zip`` / ``Debian/all.zip`` a site
+mirrors (or a folder of OSV JSON files), validated into frozen records at once.
+
+A snapshot is untrusted input like any other: a zip is never extracted (members are read
+in memory, each under a size cap, with caps on the entry count and on the total
+uncompressed size, and member names that climb out of the archive are refused); JSON is
+strict (no NaN/Infinity, no duplicate keys); a malformed record is a UserError naming the
+snapshot, the member and the key path. The snapshot's digest (sha256 of the zip, or of
+the sorted list of ``<path> <sha256>`` lines of a folder's files) and its date (the newest
+``modified``) are kept, so what was matched can be named in the evidence.
+
+GIT ranges are not versions and are skipped (counted in ``Snapshot.notes``); a range whose
+events do not parse in its ecosystem is skipped the same way, never guessed at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import stat
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterator, Mapping
+
+from imagesmith.errors import UserError
+
+MAX_ZIP_BYTES = 1 << 30  # a snapshot zip on disk
+MAX_TOTAL_BYTES = 4 << 30  # uncompressed, over all members
+MAX_ENTRIES = 1_000_000
+MAX_RECORD_BYTES = 8 << 20  # one advisory
+MAX_TEXT = 4096  # an id, a name, a version, an event
+RANGE_TYPES = ("ECOSYSTEM", "SEMVER", "GIT")
+EVENT_KINDS = ("introduced", "fixed", "last_affected", "limit")
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str  # introduced | fixed | last_affected | limit
+    version: str
+
+
+@dataclass(frozen=True)
+class Range:
+    type: str  # ECOSYSTEM | SEMVER
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True)
+class Affected:
+    ecosystem: str  # PyPI | Debian:12 | Ubuntu:22.04:LTS ...
+    name: str
+    ranges: tuple[Range, ...] = ()
+    versions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Advisory:
+    id: str
+    modified: str
+    aliases: tuple[str, ...]
+    summary: str
+    withdrawn: str | None
+    affected: tuple[Affected, ...]
+    severity_label: str | None  # database_specific.severity (CRITICAL, HIGH, MODERATE, LOW)
+    cvss_vectors: tuple[str, ...]  # severity[].score where it is a CVSS vector
+    origin: str  # the member or file it came from
+
+    def names(self) -> tuple[str, ...]:
+        return (self.id, *self.aliases)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    location: str
+    digest: str  # sha256:<hex>
+    date: str  # the newest modified of its records ("" when it has none)
+    advisories: tuple[Advisory, ...]
+    notes: tuple[str, ...] = ()  # what was skipped, and why (counts)
+
+    def summary(self) -> dict[str, Any]:
+        return {"location": self.location, "digest": self.digest, "date": self.date, "advisories": len(self.advisories)}
+
+
+class SnapshotError(UserError):
+    """A snapshot that cannot be read as OSV records."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    zip_bytes: int = MAX_ZIP_BYTES
+    total_bytes: int = MAX_TOTAL_BYTES
+    entries: int = MAX_ENTRIES
+    record_bytes: int = MAX_RECORD_BYTES
+
+
+DEFAULT_LIMITS = Limits()
+
+
+# -- strict JSON ---------------------------------------------------------------------------------
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def strict_json(data: bytes) -> Any:
+    """JSON as RFC 8259 has it: UTF-8, no NaN/Infinity, no duplicate keys (ValueError otherwise)."""
+    return json.loads(data.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+
+
+# -- records -------------------------------------------------------------------------------------
+
+
+class _At:
+    """Where a value sits: the snapshot, the member, the key path."""
+
+    def __init__(self, location: str, origin: str) -> None:
+        self.location, self.origin = location, origin
+
+    def fail(self, path: str, what: str) -> SnapshotError:
+        where = f"{self.location}: {self.origin}" + (f": {path}" if path else "")
+        return SnapshotError(f"{where}: {what}; fix or drop this record (or mirror a fresh snapshot)")
+
+    def text(self, raw: Any, path: str, required: bool = True) -> str:
+        if raw is None and not required:
+            return ""
+        if not isinstance(raw, str) or not raw or len(raw) > MAX_TEXT or any(c in raw for c in "\0\n\r"):
+            raise self.fail(path, f"expected a one-line string of at most {MAX_TEXT} characters, got {_kind(raw)}")
+        return raw
+
+    def mapping(self, raw: Any, path: str) -> Mapping[str, Any]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise self.fail(path, f"expected an object, got {_kind(raw)}")
+        return raw
+
+    def array(self, raw: Any, path: str) -> list[Any]:
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise self.fail(path, f"expected an array, got {_kind(raw)}")
+        return raw
+
+
+def _kind(raw: Any) -> str:
+    if isinstance(raw, str):
+        return "an empty string" if not raw else "a string with a line break or over the length limit"
+    return {dict: "an object", list: "an array", bool: "a boolean", type(None): "null", int: "a number", float: "a number"}.get(type(raw), type(raw).__name__)
+
+
+def advisory_from(doc: Any, location: str, origin: str, notes: dict[str, int] | None = None) -> Advisory:
+    """One OSV record (schema 1.x) as an Advisory; SnapshotError naming the key path otherwise."""
+    at = _At(location, origin)
+    d = at.mapping(doc, "")
+    if not isinstance(doc, dict):
+        raise at.fail("", "expected an OSV record (an object)")
+    db = at.mapping(d.get("database_specific"), "database_specific")
+    label = db.get("severity")
+    return Advisory(
+        id=at.text(d.get("id"), "id"),
+        modified=at.text(d.get("modified"), "modified"),
+        aliases=_aliases(at, d),
+        summary=_summary(d.get("summary"), d.get("details")),
+        withdrawn=at.text(d.get("withdrawn"), "withdrawn", required=False) or None,
+        affected=tuple(_affected(at, a, f"affected[{i}]", notes if notes is not None else {})
+                       for i, a in enumerate(at.array(d.get("affected"), "affected"))),
+        severity_label=at.text(label, "database_specific.severity") if label is not None else None,
+        cvss_vectors=_vectors(at, d.get("severity")),
+        origin=origin,
+    )
+
+
+def _aliases(at: _At, d: Mapping[str, Any]) -> tuple[str, ...]:
+    """``aliases`` and ``upstream`` (Debian's records name their CVE there), without repeats."""
+    names = [at.text(a, f"{key}[{i}]") for key in ("aliases", "upstream") for i, a in enumerate(at.array(d.get(key), key))]
+    return tuple(dict.fromkeys(n for n in names if n != d.get("id")))
+
+
+def _summary(summary: Any, details: Any) -> str:
+    text = summary if isinstance(summary, str) and summary else details if isinstance(details, str) else ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first[:200]
+
+
+def _vectors(at: _At, raw: Any) -> tuple[str, ...]:
+    out = []
+    for i, entry in enumerate(at.array(raw, "severity")):
+        e = at.mapping(entry, f"severity[{i}]")
+        kind, score = at.text(e.get("type"), f"severity[{i}].type"), at.text(e.get("score"), f"severity[{i}].score")
+        if kind.startswith("CVSS_"):
+            out.append(score)
+    return tuple(out)
+
+
+def _affected(at: _At, raw: Any, path: str, notes: dict[str, int]) -> Affected:
+    a = at.mapping(raw, path)
+    package = at.mapping(a.get("package"), path + ".package")
+    ranges = []
+    for i, r in enumerate(at.array(a.get("ranges"), path + ".ranges")):
+        parsed = _range(at, r, f"{path}.ranges[{i}]")
+        if parsed.type == "GIT":
+            notes["GIT ranges (commits, not versions): ignored"] = notes.get("GIT ranges (commits, not versions): ignored", 0) + 1
+        else:
+            ranges.append(parsed)
+    versions = tuple(at.text(v, f"{path}.versions[{i}]") for i, v in enumerate(at.array(a.get("versions"), path + ".versions")))
+    return Affected(at.text(package.get("ecosystem"), path + ".package.ecosystem"), at.text(package.get("name"), path + ".package.name"),
+                    tuple(ranges), versions)
+
+
+def _range(at: _At, raw: Any, path: str) -> Range:
+    r = at.mapping(raw, path)
+    kind = at.text(r.get("type"), path + ".type")
+    if kind not in RANGE_TYPES:
+        raise at.fail(path + ".type", f"{kind!r} is not one of {', '.join(RANGE_TYPES)}")
+    events = []
+    for i, e in enumerate(at.array(r.get("events"), path + ".events")):
+        event = at.mapping(e, f"{path}.events[{i}]")
+        if len(event) != 1 or next(iter(event)) not in EVENT_KINDS:
+            raise at.fail(f"{path}.events[{i}]", f"an event holds exactly one of {', '.join(EVENT_KINDS)}")
+        key = next(iter(event))
+        events.append(Event(key, at.text(event[key], f"{path}.events[{i}].{key}")))
+    if not events:
+        raise at.fail(path + ".events", "a range needs at least one event")
+    return Range(kind, tuple(events))
+
+
+# -- reading a snapshot ------------------------------------------------------------------------------
+
+
+def load(location: str | Path, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
+    """A snapshot from a zip (``all.zip``) or a folder of OSV JSON files."""
+    path = Path(location)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise SnapshotError(f"{location}: cannot read the advisory snapshot ({exc.strerror}); mirror OSV's <ecosystem>/all.zip there") from None
+    if stat.S_ISDIR(mode):
+        return _from_records(str(location), *_folder(path, limits))
+    if not stat.S_ISREG(mode):
+        raise SnapshotError(f"{location}: not a regular file or folder; give an OSV all.zip or a folder of OSV .json files")
+    if path.stat().st_size > limits.zip_bytes:
+        raise SnapshotError(f"{location}: {path.stat().st_size} bytes, over the {limits.zip_bytes}-byte cap of a snapshot zip")
+    return from_zip_bytes(path.read_bytes(), str(location), limits)
+
+
+def from_zip_bytes(data: bytes, location: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
+    """A snapshot from the bytes of a zip (a file, or a download)."""
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    return _from_records(location, digest, _zip_members(data, location, limits))
+
+
+def _zip_members(data: bytes, location: str, limits: Limits) -> Iterator[tuple[str, bytes]]:
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError) as exc:
+        raise SnapshotError(f"{location}: not a readable zip ({exc}); mirror OSV's <ecosystem>/all.zip again") from None
+    if len(infos) > limits.entries:
+        raise SnapshotError(f"{location}: {len(infos)} entries, over the cap of {limits.entries}")
+    total = sum(i.file_size for i in infos)
+    if total > limits.total_bytes:
+        raise SnapshotError(f"{location}: {total} bytes uncompressed, over the cap of {limits.total_bytes}")
+    for info in infos:
+        _check_member_name(info.filename, location)
+        if info.is_dir() or not info.filename.endswith(".json"):
+            continue
+        if info.file_size > limits.record_bytes:
+            raise SnapshotError(f"{location}: {info.filename}: {info.file_size} bytes, over the {limits.record_bytes}-byte cap of one record")
+        yield info.filename, _read_member(archive, info, location, limits.record_bytes)
+
+
+def _check_member_name(name: str, location: str) -> None:
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]) or "\0" in name:
+        raise SnapshotError(f"{location}: member {name!r} names a path outside the archive; this is not an OSV snapshot, refuse it")
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, location: str, cap: int) -> bytes:
+    try:
+        with archive.open(info) as member:
+            data = member.read(cap + 1)
+    except (zipfile.BadZipFile, NotImplementedError, RuntimeError, ValueError, OSError, EOFError) as exc:
+        raise SnapshotError(f"{location}: {info.filename}: cannot be read ({exc})") from None
+    if len(data) > cap:  # the header lied about its size
+        raise SnapshotError(f"{location}: {info.filename}: over the {cap}-byte cap of one record")
+    return data
+
+
+def _folder(root: Path, limits: Limits) -> tuple[str, Iterator[tuple[str, bytes]]]:
+    files = sorted(_folder_files(root, root, limits))
+    if len(files) > limits.entries:
+        raise SnapshotError(f"{root}: {len(files)} files, over the cap of {limits.entries}")
+    contents: list[tuple[str, bytes]] = []
+    lines, total = [], 0
+    for rel in files:
+        data = _read_file(root / rel, rel, str(root), limits.record_bytes)
+        total += len(data)
+        if total > limits.total_bytes:
+            raise SnapshotError(f"{root}: over the cap of {limits.total_bytes} bytes in all")
+        contents.append((rel, data))
+        lines.append(f"{rel} {hashlib.sha256(data).hexdigest()}\n")
+    return "sha256:" + hashlib.sha256("".join(lines).encode()).hexdigest(), iter(contents)
+
+
+def _folder_files(root: Path, folder: Path, limits: Limits) -> Iterator[str]:
+    """Every .json file under ``folder``; a symlink is refused (it could lead anywhere)."""
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        rel = Path(entry.path).relative_to(root).as_posix()
+        if entry.is_symlink():
+            raise SnapshotError(f"{root}: {rel} is a symbolic link; a snapshot folder holds plain files only")
+        if entry.is_dir(follow_symlinks=False):
+            yield from _folder_files(root, Path(entry.path), limits)
+        elif entry.name.endswith(".json") and entry.is_file(follow_symlinks=False):
+            yield rel
+
+
+def _read_file(path: Path, rel: str, location: str, cap: int) -> bytes:
+    with open(path, "rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise SnapshotError(f"{location}: {rel}: over the {cap}-byte cap of one record")
+    return data
+
+
+def _from_records(location: str, digest: str, members: Iterator[tuple[str, bytes]]) -> Snapshot:
+    advisories, notes = [], {}  # type: list[Advisory], dict[str, int]
+    for name, data in members:
+        advisories.append(advisory_from(_parse(data, location, name), location, name, notes))
+    newest = max((a.modified for a in advisories), default="")
+    return Snapshot(location, digest, newest, tuple(advisories), tuple(f"{n} {what}" for what, n in sorted(notes.items())))
+
+
+def _parse(data: bytes, location: str, name: str) -> Any:
+    try:
+        return strict_json(data)
+    except (ValueError, RecursionError) as exc:
+        raise SnapshotError(f"{location}: {name}: not strict JSON ({str(exc)[:120]}); fix or drop this record (or mirror a fresh snapshot)") from None
+
+
+Loader = Callable[[str], Snapshot]
