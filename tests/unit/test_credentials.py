@@ -266,3 +266,35 @@ def test_an_artifact_naming_another_host_than_declared_is_refused(host: str, dec
     with pytest.raises(UserError) as err:
         store.for_artifact(host, declared, "OUT/t/build.json", "release registry", "--registry HOST/REPO")
     assert str(err.value) == message
+
+
+# -- fleet verify --release: the report's images get --credentials only on the declared host -----------------
+
+D1 = "sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize("refs, registry, anonymous", [
+    ([], None, {"evil.test/ml/x@" + D1}),  # read from release.json, nothing declared: no credentials for its jobs
+    ([f"evil.test/ml/x@{D1}"], None, set()),  # the operator named that very image on the command line
+    ([], "evil.test", set()),
+    ([], "EVIL.test", set()),
+])
+def test_fleet_jobs_of_release_report_images_get_credentials_only_when_declared(
+        tmp_path: Path, refs: list[str], registry: str | None, anonymous: set[str]) -> None:
+    from imagesmith.fleet.commands import undeclared_refs
+
+    report = tmp_path / "release.json"
+    report.write_text(json.dumps({"registry": "evil.test", "repository": "ml/x", "targets": [{"status": "pushed", "digest": D1}]}))
+    assert {str(r) for r in undeclared_refs(refs, report, registry)} == anonymous
+
+
+def test_fleet_refuses_a_release_report_on_another_host_than_declared(tmp_path: Path) -> None:
+    from imagesmith.fleet.commands import undeclared_refs
+
+    report = tmp_path / "release.json"
+    report.write_text(json.dumps({"registry": "evil.test", "repository": "ml/x", "targets": [{"status": "pushed", "digest": D1}]}))
+    with pytest.raises(UserError) as err:
+        undeclared_refs([], report, "harbor.example.com")
+    assert str(err.value) == (f"{report} names the release registry host evil.test, but harbor.example.com was declared "
+                              "(--registry HOST); nothing was sent: publish/verify the artifacts of that registry, or "
+                              "declare evil.test if it is yours")
