@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from imagesmith import cli
 from imagesmith.credentials import ENV_HOST, CredentialStore, Declared, load_store, normalize_host
 from imagesmith.errors import UserError
 from imagesmith.registry import Credentials
+from tests.conftest import ROOT
+from tests.unit.test_ci_examples import imagesmith_calls, problems
 
 ENV = {"IMAGESMITH_REGISTRY_USER": "env-user", "IMAGESMITH_REGISTRY_PASSWORD": "env-pw"}
 RELEASE = Declared(release="h.test")
@@ -298,3 +301,17 @@ def test_fleet_refuses_a_release_report_on_another_host_than_declared(tmp_path: 
     assert str(err.value) == (f"{report} names the release registry host evil.test, but harbor.example.com was declared "
                               "(--registry HOST); nothing was sent: publish/verify the artifacts of that registry, or "
                               "declare evil.test if it is yours")
+
+
+# -- the user documentation ---------------------------------------------------------------------------------
+
+DOC = ROOT / "docs" / "credentials.md"
+
+
+def test_the_docs_state_the_threat_model_that_test_credentials_http_proves() -> None:
+    assert "A host read from an artifact never receives a secret." in " ".join(DOC.read_text().replace(">", " ").split())
+
+
+def test_every_command_line_in_the_docs_parses() -> None:
+    calls = [args for block in re.findall(r"```sh\n(.*?)```", DOC.read_text(), re.S) for args in imagesmith_calls(block)]
+    assert len(calls) == 3 and [p for args in calls for p in problems(args)] == []
