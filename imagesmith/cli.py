@@ -445,7 +445,8 @@ def mode_line(report: dict[str, Any]) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, date: str | None,
-                registry_repo: str | None, stage_repo: str | None, credentials_file: Path | None, registry_ca: Path | None, signing_key: Path | None, with_evidence: bool,
+                registry_repo: str | None, stage_repo: str | None, credentials_file: Path | None, registry_ca: Path | None,
+                signing_key: Path | None, with_evidence: bool,
                 gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
                 allow_roots: tuple[Path, ...]) -> None:
     """Tag and release what passed verification; write OUT/release.json and OUT/release.md.

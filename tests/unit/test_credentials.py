@@ -17,7 +17,7 @@ from imagesmith import cli
 from imagesmith.credentials import ENV_HOST, CredentialStore, Declared, load_store, normalize_host
 from imagesmith.errors import UserError
 from imagesmith.registry import Credentials
-from tests.conftest import ROOT
+from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.unit.test_ci_examples import imagesmith_calls, problems
 
 ENV = {"IMAGESMITH_REGISTRY_USER": "env-user", "IMAGESMITH_REGISTRY_PASSWORD": "env-pw"}
@@ -315,3 +315,31 @@ def test_the_docs_state_the_threat_model_that_test_credentials_http_proves() -> 
 def test_every_command_line_in_the_docs_parses() -> None:
     calls = [args for block in re.findall(r"```sh\n(.*?)```", DOC.read_text(), re.S) for args in imagesmith_calls(block)]
     assert len(calls) == 3 and [p for args in calls for p in problems(args)] == []
+
+
+# -- publish: what the operator declares must agree with itself and with the artifacts ----------------------
+
+
+def test_publish_refuses_two_release_registries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    allow = [arg for root in LOCAL_ROOTS for arg in ("--allow-root", str(root))]
+    with pytest.raises(SystemExit) as done:
+        cli.main(["publish", "-m", str(ROOT / "examples" / "local.yaml"), *allow, "--registry", "h.test/ml/x",
+                  "--out", str(tmp_path), "--no-evidence"])
+    assert done.value.code == 1
+    assert capsys.readouterr().err == ("error: --registry h.test/ml/x and local.yaml (image.registry 127.0.0.1:5000) "
+                                       "declare two release registries; give one\n")
+
+
+def test_publish_refuses_artifacts_releasing_another_repository_than_declared(tmp_path: Path) -> None:
+    from imagesmith import pipeline
+    from tests.unit.test_pipeline_run import saved
+    from tests.unit.test_pipeline_stages import Recorder
+
+    saved(tmp_path)
+    store = CredentialStore(Declared(release="127.0.0.1:5000"))
+    options = pipeline.ReleaseOptions(store, with_evidence=False, release_repository="127.0.0.1:5000/ml/other")
+    with pytest.raises(UserError) as err:
+        pipeline.publish_artifacts(tmp_path, Recorder(), options, engine=object())
+    assert str(err.value) == (f"the build artifacts in {tmp_path} release 127.0.0.1:5000/imagesmith/local, but --registry "
+                              "declares 127.0.0.1:5000/ml/other; nothing was sent: publish them with --registry "
+                              "127.0.0.1:5000/imagesmith/local if that is yours")
