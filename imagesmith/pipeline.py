@@ -354,8 +354,10 @@ def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, d
     """``imagesmith verify --build-report``: verify each built/cached target of ``built`` (a staged image by its
     digest, else by image ID), its verify.json in the folder of its build artifact, one run report in ``out``
     (``running`` until every image is verified), copied to ``json_out`` when given."""
-    results = built.results
-    auth = staging_auth(results, store or CredentialStore(), built.folders)  # a host not declared: refused before any pull
+    results, store = built.results, store or CredentialStore()
+    auth = staging_auth(results, store, built.folders)  # a host not declared: refused before any pull
+    for host in [] if store.declared.staging else sorted({staged_host(r) for r in results if r.staged}):
+        display.note(f"staged images on {host} are pulled without credentials: {store.anonymous_hint(host, None, STAGE_FLAG)}")
     if engine is None:
         from imagesmith.engine import Engine
 
@@ -379,6 +381,10 @@ def out_of(path: Path) -> Path:
     return path.parent.parent if path.name == artifacts.BUILD_FILE else path.parent
 
 
+def staged_host(r: build.TargetResult) -> str:
+    return str((r.staged or {}).get("repository", "")).split("/", 1)[0]
+
+
 def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,
                  folders: Mapping[str, Path]) -> dict[str, str] | None:
     """Pull credentials for the staging registry the results name: the store's login for the declared staging
@@ -388,7 +394,7 @@ def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,
     for r in results:
         if r.staged:
             where = str(folders[r.target] / artifacts.BUILD_FILE) if r.target in folders else f"the build result of {r.target}"
-            creds = store.for_artifact(str(r.staged["repository"]).split("/", 1)[0], store.declared.staging, where,
+            creds = store.for_artifact(staged_host(r), store.declared.staging, where,
                                        "staged repository", STAGE_FLAG)
     return creds.auth_config() if creds else None
 

@@ -273,9 +273,12 @@ def test_verify_build_report_pulls_an_undeclared_staging_host_anonymously(tmp_pa
     logins.write_text(f"{stage.host} stg:stg-pw\n")
     store = load_store(Declared(), {"IMAGESMITH_REGISTRY_USER": "u", "IMAGESMITH_REGISTRY_PASSWORD": "p",
                                     "IMAGESMITH_REGISTRY_HOST": stage.host}, logins, {"auths": {stage.host: {"auth": "dTpw"}}})
-    engine = PullDouble(tmp_path)
-    pipeline.verify_builds(pipeline.read_builds([path]), tmp_path, OPTIONS, Recorder(), store, engine=engine)
+    engine, display = PullDouble(tmp_path), Recorder()
+    pipeline.verify_builds(pipeline.read_builds([path]), tmp_path, OPTIONS, display, store, engine=engine)
     assert engine.auths == [None] and stage.seen and stage.authorizations == {None} and release.seen == []
+    assert ("", "note", f"staged images on {stage.host} are pulled without credentials: no credential was sent to "
+                        f"{stage.host}: that host was read from an artifact and none was declared; declare it with "
+                        "--stage REGISTRY/REPO to log in") in display.lines
 
 
 def test_verify_build_report_with_stage_pulls_with_that_hosts_login(tmp_path: Path, registries: tuple[Recording, Recording]) -> None:
