@@ -33,12 +33,12 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 
 from imagesmith import artifacts, compat, cudabuild, cudalayer, render, runstate, schemas
 from imagesmith.atomic import write_text
+from imagesmith.credentials import CredentialStore
 from imagesmith.engine import RUN_LABEL, BuildOutcome, Engine, registry_host
 from imagesmith.errors import BuildError, Redactor, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
 from imagesmith.progress import Display, QuietDisplay
-from imagesmith.registry import resolve_credentials
 from imagesmith.report import log_tail
 from imagesmith.sources import SourceServer
 from imagesmith.units import gb
@@ -246,8 +246,9 @@ def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
 class Builder:
     def __init__(self, plan: Plan, matrix: Matrix, engine: Engine, out: Path, jobs: int = 2,
                  display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True,
-                 stage: StageLike | None = None) -> None:
+                 stage: StageLike | None = None, store: CredentialStore | None = None) -> None:
         self.prune, self.stage = prune, stage
+        self.store = store or CredentialStore()  # the run's credentials, by host (none: pull anonymously)
         self.plan, self.matrix, self.engine, self.out = plan, matrix, engine, out
         self.jobs = max(1, jobs)
         self.display = display or QuietDisplay()
@@ -424,7 +425,7 @@ class Builder:
         if info is None:
             self.display.note(f"pulling base image {ref}")
             try:
-                login = resolve_credentials(registry_host(ref), self.environ)  # as publish logs in: env, then docker config
+                login = self.store.for_host(registry_host(ref))  # the matrix names the base image: its host's login only
                 info = self.engine.pull(ref, login.auth_config() if login else None)
             except UserError as exc:
                 raise UserError(f"base image {ref} is not in the engine and cannot be pulled ({exc}); "

@@ -38,6 +38,7 @@ INSTALL = ("python3 -m venv .venv", ". .venv/bin/activate", "pip install --quiet
 class Options:
     matrix: str  # the matrix file as the jobs see it (relative to the repository)
     stage: str  # the staging repository, host/path
+    release: str = ""  # the release repository, host/path (the matrix's image): publish --registry declares it
     out: str = "build"
     tier: str = "standard"
     build_tags: tuple[str, ...] = ("self-hosted", "linux", "docker")
@@ -95,8 +96,8 @@ def _gitlab_verify(t: Target, o: Options) -> dict[str, Any]:
     folder = f"{o.out}/{t.id}"
     return {
         "stage": "verify", "tags": list(o.gpu_tags), "needs": [{"job": build_job(t), "artifacts": True}], "timeout": "2h",
-        "script": [f'imagesmith verify --build-report {_q(folder + "/build.json")} --tier "$TIER" --gpus all '
-                   f'--json {_q(folder + "/run-report.json")} || rc=$?',
+        "script": [f'imagesmith verify --build-report {_q(folder + "/build.json")} --stage "$IMAGESMITH_STAGE" '
+                   f'--tier "$TIER" --gpus all --json {_q(folder + "/run-report.json")} || rc=$?',
                    f"imagesmith report {_q(folder + '/run-report.json')} --format junit --out {_q(folder + '/junit.xml')}",
                    "exit ${rc:-0}"],
         "artifacts": {"when": "always", "expire_in": "90 days",
@@ -110,7 +111,7 @@ def _gitlab_publish(o: Options) -> dict[str, Any]:
     return {
         "stage": "publish", "tags": list(o.publish_tags), "resource_group": "imagesmith-release", "interruptible": False,
         "rules": [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}, {"if": "$CI_COMMIT_TAG"}],
-        "script": [f"imagesmith publish --out {out} || rc=$?",
+        "script": [f'imagesmith publish --out {out} {_registry(o)}--stage "$IMAGESMITH_STAGE" || rc=$?',
                    f"imagesmith report {out}/run-report.json --format md --out {out}/summary.md",
                    f"imagesmith report {out}/run-report.json --format html --out {out}/report.html",
                    "exit ${rc:-0}"],
@@ -120,11 +121,17 @@ def _gitlab_publish(o: Options) -> dict[str, Any]:
     }
 
 
+def _registry(o: Options) -> str:
+    """publish's --registry: the release host is declared from the matrix, never read from an artifact."""
+    return f"--registry {_q(o.release)} " if o.release else ""
+
+
 # -- GitHub -----------------------------------------------------------------------------------------
 
 
-def github_matrix(plan: Plan) -> dict[str, Any]:
-    """``{"depth0": {"include": [...]}, ..., "verify": {"include": [...]}, "max_depth": N, "date": ...}``."""
+def github_matrix(plan: Plan, release: str = "") -> dict[str, Any]:
+    """``{"depth0": {"include": [...]}, ..., "verify": {"include": [...]}, "max_depth": N, "date": ...,
+    "release": "host/repo"}`` (``release``: the matrix's release repository, which publish --registry declares)."""
     deepest = max((t.depth for t in plan.targets), default=0)
     doc: dict[str, Any] = {f"depth{d}": {"include": [_entry(t) for t in plan.targets if t.depth == d]}
                            for d in range(max(GITHUB_DEPTHS, deepest + 1))}
@@ -133,7 +140,7 @@ def github_matrix(plan: Plan) -> dict[str, Any]:
         if len(value["include"]) > GITHUB_MAX_JOBS:
             raise UserError(f"{len(value['include'])} targets in the GitHub matrix {key}: GitHub runs at most {GITHUB_MAX_JOBS} "
                             f"jobs per matrix; split the matrix file (or use the GitLab pipeline)")
-    return doc | {"max_depth": deepest, "date": plan.date, "targets": len(plan.targets)}
+    return doc | {"max_depth": deepest, "date": plan.date, "targets": len(plan.targets), "release": release}
 
 
 def _entry(t: Target) -> dict[str, str]:

@@ -25,9 +25,10 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from imagesmith import compat, schemas
 from imagesmith import harbor as harbor_api
+from imagesmith.credentials import Declared, load_store
 from imagesmith.errors import UserError
 from imagesmith.hostinfo import HostInfo, inventory
-from imagesmith.registry import ENV_PASSWORD, ENV_USER, docker_config_path, is_loopback, read_docker_config, resolve_credentials
+from imagesmith.registry import ENV_PASSWORD, ENV_USER, docker_config_path, is_loopback, read_docker_config
 from imagesmith.versions import version_key
 
 SCHEMA = schemas.DOCTOR
@@ -278,10 +279,10 @@ def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False
 def probe_release(host: str, repository: str, environ: Mapping[str, str], credentials_file: Path | None = None) -> ReleaseFacts:
     """Ask the registry: may these credentials push to ``repository``? Is it Harbor, and
     with which tag-immutability rules in the project?"""
-    from imagesmith.registry import Registry, resolve_credentials
+    from imagesmith.registry import Registry
 
     try:
-        client = Registry(host, resolve_credentials(host, environ, credentials_file))
+        client = Registry(host, load_store(Declared(release=host), environ, credentials_file).for_host(host))
         client.check_push(repository)
         push_error = None
     except UserError as exc:
@@ -438,12 +439,13 @@ def disk_check(f: Facts, n: Needs) -> list[Result]:
 
 @check
 def registry_check(f: Facts, n: Needs) -> list[Result]:
-    """How a push would log in: the same lookup as publish (--credentials, env, docker config)."""
+    """How a push would log in: the same store as publish (--credentials, env, docker config), the
+    matrix's registry being the declared release host."""
     if n.matrix is None or n.problem:
         return []
     host = n.registry or DOCKER_HUB
     try:
-        found = resolve_credentials(host, f.environ, n.credentials_file, f.docker_config)
+        found = load_store(Declared(release=host), f.environ, n.credentials_file, f.docker_config).for_host(host)
     except UserError as exc:
         return [Result("registry", FAIL, f"{host}: {exc}", LOGIN_FIX.format(host=host))]
     if found is not None:

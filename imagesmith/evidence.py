@@ -39,6 +39,7 @@ from securesystemslib.signer import SSlibKey
 from imagesmith import attestation, policy, sbom, signing, vex
 from imagesmith.atomic import write_text
 from imagesmith.attestation import Statement, StatementError
+from imagesmith.credentials import CredentialStore
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.registry import OCI_INDEX, OCI_MANIFEST, Manifest, PushedManifest, sha256_digest
 
@@ -696,13 +697,14 @@ def locate(reference: str) -> Location:
     return Location(host, name.split("/", 1)[1], digest or tag or "latest")
 
 
-def read(reference: str, keys: Sequence[SSlibKey], credentials_file: Path | None = None, ca_file: Path | None = None,
-         environ: Mapping[str, str] | None = None) -> Evidence:
-    """The evidence attached to what ``reference`` names, checked against ``keys``."""
-    from imagesmith.registry import Registry, resolve_credentials
+def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None = None,
+         ca_file: Path | None = None) -> Evidence:
+    """The evidence attached to what ``reference`` names (the operator names it: its host gets the store's
+    login for that host), checked against ``keys``."""
+    from imagesmith.registry import Registry
 
     where = locate(reference)
-    client = Registry(where.host, resolve_credentials(where.host, environ, credentials_file), ca_file=ca_file)
+    client = Registry(where.host, (store or CredentialStore()).for_host(where.host), ca_file=ca_file)
     return Reader(client, where.repo, keys).read(where.ref)
 
 

@@ -14,13 +14,14 @@ folder are the whole build.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from imagesmith import artifacts, build, policy, publish, runstate, verify
 from imagesmith.artifacts import VERIFY_FILE
 from imagesmith.atomic import write_text
+from imagesmith.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
 from imagesmith.errors import UsageError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan
@@ -250,10 +251,10 @@ def write_run_report(out: Path, build_data: Mapping[str, Any], outcomes: Mapping
 
 @dataclass(frozen=True)
 class ReleaseOptions:
-    """How a release is made (``imagesmith publish``, ``imagesmith build --push``); ``credentials_file``
-    also serves verify's pull of staged images."""
+    """How a release is made (``imagesmith publish``, ``imagesmith build --push``); ``store`` (the run's
+    credentials, by host, and the hosts the operator declared) also serves verify's pull of staged images."""
 
-    credentials_file: Path | None = None
+    store: CredentialStore = field(default_factory=CredentialStore)
     ca_file: Path | None = None
     signing_key: Key | None = None
     with_evidence: bool = True
@@ -261,6 +262,7 @@ class ReleaseOptions:
     allow_cpu_verification: bool = False
     registry: publish.RegistryLike | None = None  # instead of a client for the release's registry (a test's double)
     vulnerabilities: Any = None  # an imagesmith.vulngate.Gate: known vulnerabilities gate the release (sources.advisories)
+    release_repository: str | None = None  # publish --registry HOST/REPO: the artifacts must release exactly there
 
 
 @dataclass(frozen=True)
@@ -296,7 +298,7 @@ class BuildJob:
     jobs: int = 2
     prune: bool = True
     stage_repo: str | None = None
-    credentials_file: Path | None = None
+    store: CredentialStore = field(default_factory=CredentialStore)
     ca_file: Path | None = None
 
     @property
@@ -313,10 +315,10 @@ def build_stage(engine: Any, job: BuildJob, display: Display, run: RunReport | N
         if job.stage_repo:
             from imagesmith import staging
 
-            stage = staging.open_stage(job.stage_repo, job.matrix.image.name, engine, job.out, job.credentials_file,
-                                       job.ca_file, display)
+            stage = staging.open_stage(job.stage_repo, job.matrix.image.name, engine, job.out, job.store, job.ca_file, display)
             p = stage.prepare(p, job.plan.picked(job.only, job.layers), job.matrix)
-        report = build.Builder(p, job.matrix, engine, job.out, job.jobs, display, prune=job.prune, stage=stage).run()
+        report = build.Builder(p, job.matrix, engine, job.out, job.jobs, display, prune=job.prune, stage=stage,
+                               store=job.store).run()
         for gone in artifacts.remove_stale(job.out, {t.id for t in job.plan.targets}) if job.whole else []:
             display.note(f"{gone}: no longer planned; its build artifact in {job.out} was removed (publish will not release it)")
     except BaseException as exc:
@@ -340,7 +342,7 @@ def verify_and_release(engine: Any, report: build.BuildReport, plan: Plan, spec:
     says. ``run`` records each stage and ends ``complete`` (``interrupted`` when a stage raises)."""
     with run:
         run.built(report.to_json() | {"state": runstate.COMPLETE})  # as the build wrote it to report.json
-        auth = staging_auth(report.results, release.credentials_file)
+        auth = staging_auth(report.results, release.store, {r.target: out / r.target for r in report.results})
         outcomes = verify_results(engine, report.results, options, out, display, run, auth)
         rel = _release(engine, spec, records_of(report, plan, spec), outcomes, out, display, release) if push else None
         if rel is not None:
@@ -349,16 +351,18 @@ def verify_and_release(engine: Any, report: build.BuildReport, plan: Plan, spec:
 
 
 def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, display: Display,
-                  credentials_file: Path | None = None, json_out: Path | None = None, engine: Any = None) -> RunOutcome:
+                  store: CredentialStore | None = None, json_out: Path | None = None, engine: Any = None) -> RunOutcome:
     """``imagesmith verify --build-report``: verify each built/cached target of ``built`` (a staged image by its
     digest, else by image ID), its verify.json in the folder of its build artifact, one run report in ``out``
     (``running`` until every image is verified), copied to ``json_out`` when given."""
+    results, store = built.results, store or CredentialStore()
+    auth = staging_auth(results, store, built.folders)  # a host not declared: refused before any pull
+    for host in [] if store.declared.staging else sorted({staged_host(r) for r in results if r.staged}):
+        display.note(f"staged images on {host} are pulled without credentials: {store.anonymous_hint(host, None, STAGE_FLAG)}")
     if engine is None:
         from imagesmith.engine import Engine
 
         engine = Engine()
-    results = built.results
-    auth = staging_auth(results, credentials_file)
     with artifacts.locked(out, "imagesmith verify", display.note):
         with RunReport(out, built.data) as run:
             outcomes = verify_results(engine, results, options, out, display, run, auth, built.folders)
@@ -378,19 +382,28 @@ def out_of(path: Path) -> Path:
     return path.parent.parent if path.name == artifacts.BUILD_FILE else path.parent
 
 
-def staging_auth(results: Sequence[build.TargetResult], credentials_file: Path | None) -> dict[str, str] | None:
-    """Pull credentials for the staging registry the results name (``--credentials``, environment, docker config)."""
-    from imagesmith.registry import resolve_credentials
+def staged_host(r: build.TargetResult) -> str:
+    return str((r.staged or {}).get("repository", "")).split("/", 1)[0]
 
-    hosts = sorted({r.staged["repository"].split("/", 1)[0] for r in results if r.staged})
-    creds = resolve_credentials(hosts[0], None, credentials_file) if hosts else None
+
+def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,
+                 folders: Mapping[str, Path]) -> dict[str, str] | None:
+    """Pull credentials for the staging registry the results name: the store's login for the declared staging
+    host (--stage) when every staged repository is on it; none when no staging host was declared (the hosts
+    were read from build artifacts); a UserError, before anything is pulled, when one names another host."""
+    creds = None
+    for r in results:
+        if r.staged:
+            where = str(folders[r.target] / artifacts.BUILD_FILE) if r.target in folders else f"the build result of {r.target}"
+            creds = store.for_artifact(staged_host(r), store.declared.staging, where,
+                                       "staged repository", STAGE_FLAG)
     return creds.auth_config() if creds else None
 
 
 def _release(engine: Any, spec: artifacts.Release, records: Sequence[artifacts.BuildRecord],
              outcomes: Mapping[str, verify.VerifyOutcome], out: Path, display: Display, options: ReleaseOptions,
              date: str | None = None, inventory: Callable[[str], Mapping[str, Any]] | None = None) -> publish.ReleaseReport:
-    return publish.release_to(engine, spec, records, outcomes, out, display, date, options.credentials_file, options.ca_file,
+    return publish.release_to(engine, spec, records, outcomes, out, display, date, options.store, options.ca_file,
                               signing_key=options.signing_key, with_evidence=options.with_evidence, inventory=inventory,
                               floating_gate=options.floating_gate, allow_cpu_verification=options.allow_cpu_verification,
                               client=options.registry, vulnerabilities=options.vulnerabilities)
@@ -408,7 +421,12 @@ def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date
     did not complete counts as not verified. Writes OUT/release.json and OUT/run-report.json (``running``
     until the release ends, then ``complete`` or ``interrupted``); returns the release report."""
     found = artifacts.find_builds(out)
+    check_declared_hosts(found, release.store.declared)
     spec = artifacts.one_release(found)
+    if release.release_repository and spec.image.name != release.release_repository:
+        raise UserError(f"the build artifacts in {out} release {spec.image.name}, but --registry declares "
+                        f"{release.release_repository}; nothing was sent: publish them with --registry {spec.image.name} "
+                        f"if that is yours")
     if matrix is not None:
         check_agrees(matrix, spec, out)
     ordered = complete(sorted(found.values(), key=lambda f: f.record.target.depth))
@@ -425,6 +443,18 @@ def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date
         run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
         run.complete()
     return rel
+
+
+def check_declared_hosts(found: Mapping[str, artifacts.Found], declared: Declared) -> None:
+    """Every build artifact's release registry and staged repository on the host the operator declared
+    (``publish --registry``/``--matrix``, ``--stage``): else a UserError naming both hosts and the file, before
+    anything is sent. Hosts not declared are only read (anonymously), never sent a credential."""
+    for f in found.values():
+        where, rec = str(f.folder / artifacts.BUILD_FILE), f.record
+        if rec.release.registry:
+            check_artifact_host(rec.release.registry, declared.release, where, "release registry", RELEASE_FLAG)
+        if rec.staged is not None and not same_host(rec.staged.host, declared.release or ""):
+            check_artifact_host(rec.staged.host, declared.staging, where, "staged repository", STAGE_FLAG)
 
 
 def check_agrees(matrix: Matrix, spec: artifacts.Release, out: Path) -> None:

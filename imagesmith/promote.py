@@ -26,8 +26,9 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Protocol
 
+from imagesmith.credentials import STAGE_FLAG, CredentialStore
 from imagesmith.errors import RegistryError
 from imagesmith.registry import INDEXES, Manifest, PushedManifest, sha256_digest
 
@@ -154,18 +155,24 @@ class Promoter:
         self.target.finish_upload(repo, location, digest)
 
 
-def registry_promoter(target: Any, credentials_file: Path | None = None, ca_file: Path | None = None,
-                      environ: Mapping[str, str] | None = None) -> Callable[[str, str, str], Promotion]:
+def registry_promoter(target: Any, store: CredentialStore | None = None,
+                      ca_file: Path | None = None) -> Callable[[str, str, str], Promotion]:
     """``promote(source_ref, repo, tag)`` into ``target`` (a :class:`~imagesmith.registry.Registry`): a staging
-    repository on the same registry shares its client (and mounts); another registry gets its own client,
-    credentials resolved for its host (and blobs are copied)."""
-    from imagesmith.registry import Registry, resolve_credentials
+    repository on the same registry shares its client (and mounts); another registry gets its own client (and
+    blobs are copied), with the store's login only when that is the staging host the operator declared (--stage):
+    ``source_ref`` comes from a build artifact, so an undeclared host is read anonymously and another host than
+    the declared one is refused before anything is sent."""
+    from imagesmith.registry import Registry
 
+    store = store or CredentialStore()
     clients: dict[str, Any] = {target.host: target}
 
     def promote(source_ref: str, repo: str, tag: str) -> Promotion:
         host = split_reference(source_ref)[0]
         if host not in clients:
-            clients[host] = Registry(host, resolve_credentials(host, environ, credentials_file), ca_file=ca_file)
+            creds = store.for_artifact(host, store.declared.staging, f"the staged image {source_ref}", "staged repository",
+                                       STAGE_FLAG)
+            clients[host] = Registry(host, creds, ca_file=ca_file,
+                                     anonymous_hint=store.anonymous_hint(host, store.declared.staging, STAGE_FLAG))
         return Promoter(clients[host], target)(source_ref, repo, tag)
     return promote

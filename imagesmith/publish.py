@@ -40,6 +40,7 @@ import tenacity
 from imagesmith import policy, runstate, schemas, tags
 from imagesmith.artifacts import BuildRecord, Release
 from imagesmith.atomic import write_text
+from imagesmith.credentials import RELEASE_FLAG, CredentialStore
 from imagesmith.errors import EngineConnectionLost, ImagesmithError, RegistryError, UserError
 from imagesmith.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.progress import Display, QuietDisplay
@@ -812,15 +813,16 @@ def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: S
 
 
 def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord], outcomes: Mapping[str, Verified],
-               out_dir: Path, display: Display | None = None, date: str | None = None, credentials_file: Path | None = None,
-               ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Key | None = None,
+               out_dir: Path, display: Display | None = None, date: str | None = None, store: CredentialStore | None = None,
+               ca_file: Path | None = None, signing_key: Key | None = None,
                with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
                allow_cpu_verification: bool = False, client: RegistryLike | None = None,
                vulnerabilities: Any = None) -> ReleaseReport:
     """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
-    tag policy and build date, ``date`` overriding the latter): credentials resolved (``--credentials``, env,
-    docker config), a registry client, then :class:`Publisher`. Staged items are promoted registry to registry
+    tag policy and build date, ``date`` overriding the latter): the store's login for the release registry when
+    the operator declared that host (``store.declared.release``; anonymous when nothing was declared, refused when
+    another was), a registry client, then :class:`Publisher`. Staged items are promoted registry to registry
     (:mod:`imagesmith.promote`) under the same release policy as pushed ones (GPU-verified CUDA images only
     float; ``floating_gate`` holds back digests the fleet did not pass). With ``with_evidence`` each released
     digest gets its SBOM, attestation and (with ``signing_key``) signatures (:mod:`imagesmith.evidence`);
@@ -829,20 +831,22 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
     matches every image's SBOM before it is pushed: findings at or above the matrix's threshold keep the target back
     (status ``vulnerable``), and each released digest gets the CycloneDX vulnerability document as evidence."""
     from imagesmith.promote import registry_promoter
-    from imagesmith.registry import Registry, resolve_credentials
+    from imagesmith.registry import Registry
 
-    image = spec.image
+    image, store = spec.image, store or CredentialStore()
     if not image.registry:
         raise UserError(f"{spec.matrix}: image.registry is not set; a release needs the registry to push to")
-    credentials = resolve_credentials(image.registry, environ, credentials_file)
-    client = client or Registry(image.registry, credentials, ca_file=ca_file)
+    credentials = store.for_artifact(image.registry, store.declared.release, f"the release of {spec.matrix}",
+                                     "release registry", RELEASE_FLAG)
+    client = client or Registry(image.registry, credentials, ca_file=ca_file,
+                               anonymous_hint=store.anonymous_hint(image.registry, store.declared.release, RELEASE_FLAG))
     items = items_from(records, outcomes)
     bases = {r.target.id: r.target.base_image for r in records}
     reports = {t: o.report for t, o in outcomes.items()}
     measure = inventory or partial(_run_inventory, engine)
     step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, measure, vulnerabilities) if with_evidence else None
     gate = vulnerability_step(vulnerabilities, image.name, bases, measure, out_dir) if vulnerabilities is not None else None
-    promote = registry_promoter(client, credentials_file, ca_file, environ)
+    promote = registry_promoter(client, store, ca_file)
     return Publisher(engine, client, image, spec.tags, date or spec.date, out_dir, display, credentials, evidence=step,
                      promote=promote, floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification,
                      vulnerability_gate=gate).run(items)

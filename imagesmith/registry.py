@@ -8,10 +8,10 @@ chunked copy: promotion, :mod:`imagesmith.promote`). Authentication answers
 the registry's challenge: Bearer tokens (Harbor, distribution with token
 auth) or Basic (htpasswd).
 
-Where credentials come from is decided here too (:func:`resolve_credentials`,
-used by build, verify, publish, evidence and doctor alike): ``--credentials
-FILE``, then the environment, then the docker config. A :class:`Credentials`
-never shows its password in a repr, and every error message is passed through
+Which credentials a host gets is decided by the run's credential store
+(:mod:`imagesmith.credentials`: each credential is bound to its host); a
+:class:`Registry` uses only what it is handed. A :class:`Credentials` never
+shows its password in a repr, and every error message is passed through
 :meth:`Credentials.redact` before it leaves.
 
 ``requests`` is the HTTP client. The docker config is read with the docker
@@ -87,16 +87,6 @@ def redact(text: str, credentials: Credentials | None) -> str:
     return credentials.redact(text) if credentials else text
 
 
-def resolve_credentials(host: str, environ: Mapping[str, str] | None = None, credentials_file: Path | None = None,
-                        docker_config: Path | Mapping[str, Any] | None = None) -> Credentials | None:
-    """Credentials for ``host``, first found wins: ``credentials_file`` (``--credentials``), then the
-    environment (IMAGESMITH_REGISTRY_USER/PASSWORD), then the docker config (a path, or the config
-    already read; default ``$DOCKER_CONFIG/config.json``); None if none."""
-    env = os.environ if environ is None else environ
-    config = docker_config if docker_config is not None else docker_config_path(env)
-    return from_file(credentials_file) or from_environment(env) or from_docker_config(host, config)
-
-
 def from_environment(env: Mapping[str, str]) -> Credentials | None:
     user, password = env.get(ENV_USER, ""), env.get(ENV_PASSWORD, "")
     if bool(user) != bool(password):
@@ -106,8 +96,9 @@ def from_environment(env: Mapping[str, str]) -> Credentials | None:
 
 
 def from_file(path: Path | None) -> Credentials | None:
-    """A file holding ``user:password`` on its first line (Harbor robot
-    accounts look like ``robot$ml+ci:SECRET``); the password may contain ':'."""
+    """A file holding ``user:password`` on its first line (Harbor robot accounts look like
+    ``robot$ml+ci:SECRET``); the password may contain ':'. For a credential whose host is said
+    elsewhere (a matrix's sources.credentials); ``--credentials`` is read by :mod:`imagesmith.credentials`."""
     if path is None:
         return None
     try:
@@ -136,20 +127,6 @@ def read_docker_config(path: Path) -> Mapping[str, Any]:
     if not isinstance(config, Mapping):
         raise UserError(f"docker config {path} is not a JSON object; fix or remove it")
     return config
-
-
-def from_docker_config(host: str, config: Path | Mapping[str, Any]) -> Credentials | None:
-    """The docker CLI's login for ``host``, resolved by the docker SDK (credential helpers, ``auths``,
-    Docker Hub aliases). engine.py is the only module that imports docker, so the lookup lives there
-    and is imported here only when a docker config is consulted."""
-    from imagesmith.engine import docker_login
-
-    where = f"docker config {config}" if isinstance(config, Path) else "docker config"
-    found = docker_login(host, read_docker_config(config) if isinstance(config, Path) else config)
-    if found is None:
-        return None
-    user, secret, helper = found
-    return Credentials(user, secret, f"docker credential helper {helper}" if helper else where)
 
 
 # -- errors and manifests ------------------------------------------------------------------
@@ -315,9 +292,10 @@ class Registry:
 
     def __init__(self, host: str, credentials: Credentials | None = None, ca_file: Path | None = None,
                  insecure: bool | None = None, session: requests.Session | None = None, timeout: float = 30.0,
-                 certs_d: Path = CERTS_D) -> None:
+                 certs_d: Path = CERTS_D, anonymous_hint: str = "") -> None:
         self.host = host
         self.credentials = credentials
+        self.anonymous_hint = anonymous_hint  # a 401 without credentials: how to declare this host
         self.ca_file = ca_file or self._docker_ca(certs_d)
         self.insecure = is_loopback(host) if insecure is None else insecure
         self.session = session or requests.Session()
@@ -590,6 +568,8 @@ class Registry:
                              answer.hint())
         if status == 401:
             hint += f" [credentials used: {self.credentials.source if self.credentials else 'none'}]"
+            if self.credentials is None and self.anonymous_hint:
+                hint += f"; {self.anonymous_hint}"
         return RegistryHTTPError(hint, status, transient=answer.transient, said=message, hint=answer.hint() or "")
 
     def check_upload(self, repo: str) -> None:

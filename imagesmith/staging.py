@@ -29,10 +29,11 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from imagesmith import artifacts, render, runstate
 from imagesmith.artifacts import BuildRecord, Staged
+from imagesmith.credentials import STAGE_FLAG, CredentialStore, check_artifact_host
 from imagesmith.errors import BuildError, UserError
 from imagesmith.matrix import Matrix
 from imagesmith.plan import Plan, Target
@@ -103,6 +104,10 @@ class Stage:
         candidates = [t for t in plan.targets if t.id not in picked and t.id in found]
         dockerfiles = {c.target.id: c.files.get("Dockerfile") for c in render.render_all(plan, matrix)} if candidates else {}
         for t in candidates:
+            staged = found[t.id].record.staged
+            if staged is not None:  # its pull gets --stage's login: it must name the declared host
+                check_artifact_host(staged.host, self.registry.host, str(found[t.id].folder / artifacts.BUILD_FILE),
+                                    "staged repository", STAGE_FLAG)
             why = adoption_problem(found[t.id], t, dockerfiles.get(t.id))
             if why:
                 self.display.note(f"{t.id}: not taken from {found[t.id].folder / artifacts.BUILD_FILE}: {why}")
@@ -177,13 +182,10 @@ class Stage:
         cached_inventory(self.out / t.id / INVENTORY_FILE, image_id, partial(run_facts, self.engine, args=["--inventory"]))
 
 
-def open_stage(name: str, release: str, engine: Any, out: Path, credentials_file: Path | None = None,
-               ca_file: Path | None = None, display: Display | None = None,
-               environ: Mapping[str, str] | None = None) -> Stage:
-    """A :class:`Stage` for ``--stage host/path`` (credentials as for the release: environment,
-    --credentials, docker config)."""
-    from imagesmith.registry import resolve_credentials
-
+def open_stage(name: str, release: str, engine: Any, out: Path, store: CredentialStore | None = None,
+               ca_file: Path | None = None, display: Display | None = None) -> Stage:
+    """A :class:`Stage` for ``--stage host/path``: the operator declared that host, so it gets the
+    store's login for it (--credentials, the environment pair, the docker config, each for its host)."""
     host, path = parse_repository(name, release)
-    credentials = resolve_credentials(host, environ, credentials_file)
+    credentials = (store or CredentialStore()).for_host(host)
     return Stage(engine, Registry(host, credentials, ca_file=ca_file), path, out, credentials, display)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -48,6 +49,22 @@ def _refs(refs: Sequence[str], release: Path | None) -> list[config.DigestRef]:
     if not found:
         raise UserError("nothing to verify: give REGISTRY/REPO@sha256:... references, or --release build/release.json")
     return found
+
+
+def undeclared_refs(refs: Sequence[str], release: Path | None, registry: str | None) -> set[config.DigestRef]:
+    """The --release report's images on a host the operator did not declare (--registry): their jobs get no
+    credentials. A report naming another host than --registry is a UserError (nothing is submitted)."""
+    from imagesmith.credentials import check_artifact_host
+
+    named = {config.parse_ref(r) for r in refs}
+    found = [r for r in (_release_refs(release) if release is not None else []) if r not in named]
+    for ref in found:
+        check_artifact_host(ref.name.split("/", 1)[0], registry, str(release), "release registry", "--registry HOST")
+    return set() if registry else set(found)
+
+
+def without_credentials(jobs: Sequence[Any], refs: set[config.DigestRef]) -> list[Any]:
+    return [dataclasses.replace(j, credentials=None) if j.ref in refs else j for j in jobs]
 
 
 def _release_refs(path: Path) -> list[config.DigestRef]:
@@ -103,8 +120,14 @@ def render_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, out: P
               help="Also verify every image this release report (release.json) pushed.")
 @click.option("--out", default="build/fleet", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Job files, verify reports and fleet-report.json go here (on a filesystem the Slurm nodes share).")
+@click.option("--registry", "registry", default=None, metavar="HOST",
+              help="The registry the --release report's images are on: only then do their jobs get --credentials (a "
+                   "report naming another host is refused); without it they pull without credentials.")
 @click.option("--credentials", "credentials_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="user:password file the Slurm jobs pull with (on the shared filesystem); Kubernetes uses the class's image_pull_secret.")
+              help="Login file the Slurm jobs pull with (on the shared filesystem; as imagesmith verify --credentials: "
+                   "each login for its host, a legacy user:password line for the REF's own host). Given to the jobs of "
+                   "REFs named here, and of --release images only with --registry. Kubernetes uses the class's "
+                   "image_pull_secret.")
 @click.option("--poll", "poll_s", default=5.0, show_default=True, type=click.FloatRange(0.2, 300), help="Seconds between status polls.")
 @click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write every cell's figures as Prometheus metrics to this FILE.prom (atomically), for "
@@ -114,8 +137,8 @@ def render_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, out: P
                    "(job=imagesmith, class=CLASS, digest=DIGEST).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classes: tuple[str, ...], release: Path | None,
-               out: Path, credentials_file: Path | None, poll_s: float, metrics_file: Path | None, pushgateway: str | None,
-               quiet: bool) -> None:
+               out: Path, registry: str | None, credentials_file: Path | None, poll_s: float, metrics_file: Path | None,
+               pushgateway: str | None, quiet: bool) -> None:
     """Verify each REF@sha256:... on every GPU class of the fleet file: one
     job per (digest x class), progress as it goes, one fleet report at the end.
     Exit 0 only if every cell passed; Ctrl-C cancels every job (exit 130)."""
@@ -128,6 +151,7 @@ def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classe
         metrics.check_gateway(pushgateway)
     fleet = load_fleet(fleet_file)
     jobs = runner.cell_jobs(fleet, _refs(refs, release), out, runner.run_id(), tier, classes, credentials_file)
+    jobs = without_credentials(jobs, undeclared_refs(refs, release, registry))
     say = (lambda line: None) if quiet else _say
     run = runner.FleetRun(jobs, schedulers(), out, fleet, say, poll_s)
     say(f"fleet run {jobs[0].run_id}: {len(jobs)} jobs ({len({j.ref for j in jobs})} images x "

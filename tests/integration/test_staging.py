@@ -106,7 +106,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
 
     # Runner B verifies both by their staged digests (pulled when absent), several artifacts at once.
     ok(imagesmith("verify", "--build-report", f"build_b/{base}/build.json", "--build-report", f"build_b/{tools}/build.json",
-                  "--gpus", "none", "--tier", "quick", "--credentials", str(creds), docker_host=second_engine.host, cwd=tmp_path))
+                  "--gpus", "none", "--tier", "quick", "--stage", stage, "--credentials", str(creds), docker_host=second_engine.host, cwd=tmp_path))
     verified = {t: json.loads((tmp_path / "build_b" / t / "verify.json").read_text())["image"] for t in (base, tools)}
     staged = {t: record(tmp_path / ("build_a" if t == base else "build_b") / t)["staged"]["digest"] for t in (base, tools)}
     assert {t: v["digest"] for t, v in verified.items()} == staged
@@ -115,7 +115,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     gathered = tmp_path / "gathered"
     for t in (base, tools):
         shutil.copytree(tmp_path / "build_b" / t, gathered / t)
-    out = ok(imagesmith("publish", "--out", "gathered", "--credentials", str(creds), "--signing-key", str(key),
+    out = ok(imagesmith("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key),
                         docker_host="unix:///nonexistent/docker.sock", cwd=tmp_path))
     assert "release report: gathered/release.json" in out
     rel = json.loads((gathered / "release.json").read_text())
@@ -154,7 +154,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     assert not (tmp_path / "build_c" / base / "build.log").exists()  # not built
 
     # A re-run of the publish job promotes nothing again.
-    ok(imagesmith("publish", "--out", "gathered", "--credentials", str(creds), "--signing-key", str(key),
+    ok(imagesmith("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key),
                   docker_host="unix:///nonexistent/docker.sock", cwd=tmp_path))
     again = json.loads((gathered / "release.json").read_text())
     assert [t["status"] for t in again["targets"]] == ["unchanged", "unchanged"] and again["pushed"] == []

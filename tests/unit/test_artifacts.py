@@ -267,12 +267,24 @@ def test_a_parent_is_taken_from_its_jobs_artifact_only_if_it_is_that_very_target
         tmp_path: Path, change: dict[str, Any], adopted: bool, note: str) -> None:
     parent_artifact(tmp_path, **change)
     notes = Notes()
-    stage = staging.Stage(None, SimpleNamespace(host="h.test:5000"), "ml/staging", tmp_path, display=notes)  # type: ignore[arg-type]
+    stage = staging.Stage(None, SimpleNamespace(host="harbor.example.com"), "ml/staging", tmp_path, display=notes)  # type: ignore[arg-type]
     child = f"{CELL}-project"
     p = stage.prepare(PLAN.select((child,)), {child}, LOCAL)
     assert stage.adopts(f"{CELL}-cv") is adopted
     assert [t.layer for t in p.targets] == (["cv", "project"] if adopted else ["base", "cv", "project"])
     assert (notes.lines == []) if adopted else (len(notes.lines) == 1 and note in notes.lines[0])
+
+
+def test_a_parent_staged_on_another_host_than_stage_is_refused_before_any_pull(tmp_path: Path) -> None:
+    """Its pull would carry --stage's login: an artifact naming another host stops the build (exit 1)."""
+    parent_artifact(tmp_path)
+    stage = staging.Stage(None, SimpleNamespace(host="h.test:5000"), "ml/staging", tmp_path)  # type: ignore[arg-type]
+    child = f"{CELL}-project"
+    with pytest.raises(UserError) as err:
+        stage.prepare(PLAN.select((child,)), {child}, LOCAL)
+    assert str(err.value) == (f"{tmp_path / (CELL + '-cv') / 'build.json'} names the staged repository host harbor.example.com, "
+                              "but h.test:5000 was declared (--stage REGISTRY/REPO); nothing was sent: publish/verify the "
+                              "artifacts of that registry, or declare harbor.example.com if it is yours")
 
 
 @pytest.mark.parametrize("state", ["running", "interrupted"])

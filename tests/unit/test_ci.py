@@ -31,6 +31,13 @@ ALLOW = [arg for root in LOCAL_ROOTS for arg in ("--allow-root", str(root))]  # 
 MATRICES = {"local": ROOT / "examples" / "local.yaml", "production": ROOT / "matrix.yaml"}
 
 
+def p_release(name: str) -> str:
+    """The release repository the matrix names (host/path): what publish --registry declares."""
+    image = matrix.load(MATRICES[name], allowed_roots=LOCAL_ROOTS).image
+    assert image.registry
+    return image.name
+
+
 def plan_of(name: str) -> plan.Plan:
     return plan.expand(matrix.load(MATRICES[name], allowed_roots=LOCAL_ROOTS), DATE)
 
@@ -109,8 +116,12 @@ def test_gitlab_verify_jobs_on_gpu_runners_and_one_publish_job_gathering_everyth
         assert job["needs"] == [{"job": f"build:{t.id}", "artifacts": True}]
         assert f"build/{t.id}/verify.json" in job["artifacts"]["paths"]
         assert job["artifacts"]["reports"]["junit"] == f"build/{t.id}/junit.xml"
+        (args,) = list(imagesmith_calls(job["script"][0]))
+        assert args[args.index("--stage") + 1] == "$IMAGESMITH_STAGE"  # the staging host is declared, not read from build.json
     publish = doc["publish"]
     assert publish["stage"] == "publish" == doc["stages"][-1]
+    (args,) = list(imagesmith_calls(publish["script"][0]))  # the hosts credentials go to come from the matrix, not artifacts
+    assert args[args.index("--stage") + 1] == "$IMAGESMITH_STAGE" and args[args.index("--registry") + 1] == p_release(name)
     assert "needs" not in publish and "dependencies" not in publish  # every earlier job's artifacts
     assert publish["resource_group"]
     jobs = [k for k, v in doc.items() if isinstance(v, dict) and "script" in v]
@@ -165,6 +176,7 @@ def test_github_matrix_groups_targets_by_depth_parents_one_level_up(name: str) -
     assert [e["target"] for e in doc["verify"]["include"]] == [t.id for t in p.targets]
     assert doc["max_depth"] == max(t.depth for t in p.targets) < ci.GITHUB_DEPTHS  # the example workflow's build-0..3
     assert doc["date"] == DATE and doc["targets"] == len(p.targets)
+    assert doc["release"] == p_release(name)  # publish --registry in the example workflow
 
 
 def test_github_matrices_validate_as_workflow_matrices(tmp_path: Path) -> None:

@@ -205,6 +205,11 @@ def test_workflow_runs_the_whole_pipeline(path: Path) -> None:
     builds = [args for args in found if args[:1] == ["build"]]
     assert builds and all("--stage" in args and "--only" in args for args in builds)  # per target, through staging
     assert all("--matrix" not in args for args in found if args[:1] == ["publish"])  # from the artifacts alone
+    # ... but the hosts credentials go to are declared, never read from the artifacts (docs/credentials.md)
+    publishes = [args for args in found if args[:1] == ["publish"]]
+    assert publishes and all("--registry" in args and "--stage" in args for args in publishes)
+    verifies = [args for args in found if args[:1] == ["verify"] and "--build-report" in args]
+    assert verifies and all("--stage" in args for args in verifies)
 
 
 @pytest.mark.parametrize("path", [GITLAB, GITHUB], ids=["gitlab", "github"])

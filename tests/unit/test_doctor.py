@@ -261,7 +261,7 @@ LOGIN_FIX = ("docker login harbor.example.com   (or export IMAGESMITH_REGISTRY_U
 HUB = replace(NEEDS, registry=None)
 REGISTRY = [
     pytest.param(FakeHost(environ={"IMAGESMITH_REGISTRY_USER": "robot$ci", "IMAGESMITH_REGISTRY_PASSWORD": "x"}), NEEDS,
-                 Result("registry", OK, "harbor.example.com: environment (IMAGESMITH_REGISTRY_USER)"), id="env"),
+                 Result("registry", OK, "harbor.example.com: environment (IMAGESMITH_REGISTRY_USER, for harbor.example.com)"), id="env"),
     pytest.param(FakeHost(environ={"IMAGESMITH_REGISTRY_USER": "robot$ci"}), NEEDS,
                  Result("registry", FAIL, "harbor.example.com: IMAGESMITH_REGISTRY_USER is set but IMAGESMITH_REGISTRY_PASSWORD is not: "
                         "set both, or neither", LOGIN_FIX), id="env-half"),
@@ -314,7 +314,7 @@ def test_the_credentials_file_comes_before_the_environment_and_the_docker_config
     file.write_text("robot$ml+ci:SECRET\n")
     host = FakeHost(environ={"IMAGESMITH_REGISTRY_USER": "u", "IMAGESMITH_REGISTRY_PASSWORD": "p"},
                     config={"auths": {"harbor.example.com": {"auth": "cm9ib3Q6eA=="}}})
-    assert one(host, doctor.registry_check, replace(NEEDS, credentials_file=file)) == Result("registry", OK, f"harbor.example.com: file {file}")
+    assert one(host, doctor.registry_check, replace(NEEDS, credentials_file=file)) == Result("registry", OK, f"harbor.example.com: file {file} (line 1, for harbor.example.com)")
 
 
 def test_a_credential_helper_is_run_as_publish_would_run_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

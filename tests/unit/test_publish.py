@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -666,72 +665,6 @@ def test_publish_takes_image_and_tag_policy_from_the_matrix(world: World) -> Non
 
 
 # -- credentials ------------------------------------------------------------------------------------------
-
-
-def docker_config(tmp_path: Path, auths: dict[str, Any], **extra: Any) -> Path:
-    path = tmp_path / "docker" / "config.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"auths": auths, **extra}))
-    return path
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-ENV = {"IMAGESMITH_REGISTRY_USER": "env-user", "IMAGESMITH_REGISTRY_PASSWORD": "env-pw"}
-
-
-@pytest.mark.parametrize("env, file_text, auths, want", [
-    (ENV, "robot$ml+ci:file:pw", {"h.test": {"auth": b64("cfg:pw")}}, ("robot$ml+ci", "file:pw", "file {file}")),
-    (ENV, None, {"h.test": {"auth": b64("cfg:pw")}}, ("env-user", "env-pw", "environment (IMAGESMITH_REGISTRY_USER)")),
-    ({}, "robot$ml+ci:file:pw\n", {"h.test": {"auth": b64("cfg:pw")}}, ("robot$ml+ci", "file:pw", "file {file}")),
-    ({}, None, {"https://h.test": {"auth": b64("cfg:p:w")}}, ("cfg", "p:w", "docker config {config}")),
-    ({}, None, {"other.test": {"auth": b64("cfg:pw")}}, None),
-    ({}, None, {}, None),
-])
-def test_credentials_come_from_the_file_then_env_then_docker_config(tmp_path: Path, env: dict[str, str], file_text: str | None,
-                                                                   auths: dict[str, Any], want: tuple[str, str, str] | None) -> None:
-    """The README's order: --credentials FILE > IMAGESMITH_REGISTRY_USER/PASSWORD > docker config."""
-    config = docker_config(tmp_path, auths)
-    file = tmp_path / "creds"
-    if file_text is not None:
-        file.write_text(file_text)
-    got = registry.resolve_credentials("h.test", env, file if file_text is not None else None, config)
-    expected = Credentials(want[0], want[1], want[2].format(file=file, config=config)) if want else None
-    assert got == expected
-
-
-def test_docker_config_credential_helper_is_asked_for_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real docker-credential-* program on PATH, run through the docker SDK's credential store protocol."""
-    asked = tmp_path / "asked"
-    helper = tmp_path / "bin" / "docker-credential-imagesmith-test"
-    helper.parent.mkdir()
-    helper.write_text(f'#!/bin/sh\nread host\necho "$1 $host" >> {asked}\n'
-                      '[ "$host" = h.test ] && echo \'{"Username": "u", "Secret": "s"}\' && exit 0\n'
-                      'echo "credentials not found in native keychain"; exit 1\n')
-    helper.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{helper.parent}:{os.environ['PATH']}")
-    config = docker_config(tmp_path, {"h.test": {"auth": b64("cfg:pw")}}, credHelpers={"h.test": "imagesmith-test"})
-    got = registry.resolve_credentials("h.test", {}, None, config)
-    assert asked.read_text() == "get h.test\n" and got == Credentials("u", "s", "docker credential helper imagesmith-test")
-    store = docker_config(tmp_path, {"other.test": {"auth": b64("cfg:pw")}}, credsStore="imagesmith-test")
-    assert registry.resolve_credentials("other.test", {}, None, store) == Credentials("cfg", "pw", f"docker config {store}")
-
-
-@pytest.mark.parametrize("env, file_text, message", [
-    ({"IMAGESMITH_REGISTRY_USER": "u"}, None,
-     "IMAGESMITH_REGISTRY_USER is set but IMAGESMITH_REGISTRY_PASSWORD is not: set both, or neither"),
-    ({}, "no-colon-here", "credentials file {file}: expected one line user:password (e.g. robot$ml+ci:SECRET)"),
-    ({}, "", "credentials file {file}: expected one line user:password (e.g. robot$ml+ci:SECRET)"),
-])
-def test_bad_credentials_are_user_errors(tmp_path: Path, env: dict[str, str], file_text: str | None, message: str) -> None:
-    file = tmp_path / "creds"
-    if file_text is not None:
-        file.write_text(file_text)
-    with pytest.raises(UserError) as err:
-        registry.resolve_credentials("h.test", env, file if file_text is not None else None, tmp_path / "none.json")
-    assert str(err.value) == message.format(file=file)
 
 
 def test_a_missing_credentials_file_names_the_file(tmp_path: Path) -> None:
