@@ -42,7 +42,8 @@ from imagesmith.errors import (
     UserError,
     one_line,
 )
-from imagesmith.registry import ENV_PASSWORD, ENV_USER, RegistryHTTPError, RegistryUnreachable
+from imagesmith.registry import ENV_PASSWORD, ENV_USER, RegistryHTTPError, RegistryUnreachable, registry_hint
+from imagesmith.registry import registry_host as registry_host  # re-exported: the engine's callers name hosts through it
 
 LineSink = Callable[[str], None]
 RUN_LABEL = "io.imagesmith.run"  # on every container imagesmith starts: which run made it
@@ -707,18 +708,6 @@ def push_error(ref: str, message: str, detail: Mapping[str, Any]) -> RegistryHTT
     return RegistryHTTPError(hint, status, said=message.strip())
 
 
-def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None) -> str:
-    """A registry failure as one line with what to do about it (``hint`` when the caller knows better)."""
-    host = registry_host(ref)
-    hints = {
-        401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set {ENV_USER}/{ENV_PASSWORD} (a Harbor robot account)",
-        403: f"the account may not {action} {ref}: give the Harbor robot account {action} permission on the project",
-        404: f"{ref} or its project does not exist on {host}: create the Harbor project first",
-    }
-    hint = hint or hints.get(status or 0, f"check that {host} is reachable and healthy")
-    return f"{action} {ref} failed: {message.strip()} ({hint})"
-
-
 def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
     """(user, secret, credential helper or None) for ``host`` from a docker config, resolved as the
     docker SDK resolves it: ``credHelpers``/``credsStore`` (running ``docker-credential-<name>``)
@@ -739,13 +728,6 @@ def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | 
     user = (found or {}).get("Username") or (found or {}).get("username")
     secret = (found or {}).get("Password") or (found or {}).get("password")
     return (str(user), str(secret), helper) if user and secret else None
-
-
-def registry_host(ref: str) -> str:
-    """The registry a reference names (Docker's rule: a first component with
-    a dot or a port, or localhost, is a host; otherwise Docker Hub)."""
-    first, sep, _ = ref.partition("/")
-    return first if sep and ("." in first or ":" in first or first == "localhost") else "docker.io"
 
 
 def split_ref(ref: str) -> tuple[str, str | None]:

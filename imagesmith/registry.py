@@ -129,6 +129,25 @@ def read_docker_config(path: Path) -> Mapping[str, Any]:
     return config
 
 
+def registry_host(ref: str) -> str:
+    """The registry a reference names (Docker's rule: a first component with
+    a dot or a port, or localhost, is a host; otherwise Docker Hub)."""
+    first, sep, _ = ref.partition("/")
+    return first if sep and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None) -> str:
+    """A registry failure as one line with what to do about it (``hint`` when the caller knows better)."""
+    host = registry_host(ref)
+    hints = {
+        401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set {ENV_USER}/{ENV_PASSWORD} (a Harbor robot account)",
+        403: f"the account may not {action} {ref}: give the Harbor robot account {action} permission on the project",
+        404: f"{ref} or its project does not exist on {host}: create the Harbor project first",
+    }
+    hint = hint or hints.get(status or 0, f"check that {host} is reachable and healthy")
+    return f"{action} {ref} failed: {message.strip()} ({hint})"
+
+
 # -- errors and manifests ------------------------------------------------------------------
 
 
@@ -560,8 +579,6 @@ class Registry:
         return str(body.get("token") or body.get("access_token") or "")
 
     def _error(self, resp: requests.Response, method: str, repo: str, push: bool) -> RegistryHTTPError:
-        from imagesmith.engine import registry_hint  # one source of truth for registry hints
-
         status, answer = resp.status_code, answer_of(resp)
         message = redact(f"HTTP {status} {answer.text()}".strip(), self.credentials)
         hint = registry_hint(f"{self.host}/{repo}", status, message, "push" if push or method in ("PUT", "POST") else "pull",
