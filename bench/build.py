@@ -23,10 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from imagesmith import bootstrap, build, matrix, plan
+from imagesmith.model import matrix, plan
+from imagesmith.stages import bootstrap, build
 
 LOCAL_ROOTS = ("/opt/wheels", "/etc/ssl/certs")  # the folders examples/local.yaml names (make release allows them too)
-from imagesmith.engine import Engine  # noqa: E402
+from imagesmith.edges.engine import Engine  # noqa: E402
 
 NAIVE = """\
 FROM {base}

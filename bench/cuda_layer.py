@@ -52,9 +52,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import build as buildbench  # noqa: E402  (bench/build.py: the naive image)
-from imagesmith import bootstrap, build, compat, footprint, matrix, plan, publish  # noqa: E402
-from imagesmith.engine import Engine  # noqa: E402
-from imagesmith.registry import Credentials, Registry  # noqa: E402
+from imagesmith.edges.engine import Engine  # noqa: E402
+from imagesmith.edges.registry import Credentials, Registry  # noqa: E402
+from imagesmith.model import compat, footprint, matrix, plan  # noqa: E402
+from imagesmith.stages import bootstrap, build, publish  # noqa: E402
 from imagesmith.units import gb  # noqa: E402
 
 LAYOUTS = ("shared", "today")  # shared first: any cache in the proxy helps today's layout, not ours

@@ -6,7 +6,7 @@
    (and metapackages such as cuda-toolkit) whose WHEEL tags are py3-none, i.e.
    the set imagesmith puts in the shared layer.
 2. Lays them out under <tmp>/opt/imagesmith/cuda exactly as the image layer does
-   (imagesmith.cudalayer.tar_entries: same paths, modes and clamped times,
+   (imagesmith.render.cudalayer.tar_entries: same paths, modes and clamped times,
    INSTALLER and RECORD as in the layer; no .pyc).
 3. Makes a venv that sees every other package of this Python (symlinks; torch's
    own libraries and extension copied, so that no RPATH can reach the original
@@ -16,7 +16,7 @@
    cuda_libs=<prefix>: versions, library loads, kernels, NCCL, and libs.origin,
    which fails if any CUDA library torch loaded comes from elsewhere.
 
-Standard library + imagesmith.cudalayer (run from the repository root, no
+Standard library + imagesmith.render.cudalayer (run from the repository root, no
 install). Exit status: the payload's. Takes about a minute (copying ~4 GB and
 the quick tier).
 """
@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagesmith import cudalayer  # noqa: E402
+from imagesmith.render import cudalayer  # noqa: E402
 
 
 def is_cuda_wheel(dist: md.Distribution) -> bool:

@@ -6,7 +6,7 @@ Reads torch's Requires-Dist (Linux x86_64 markers), follows the requirements
 of the wheels found in WHEEL_DIRs (extras included), picks the newest version
 each specifier allows, and prints the Python-independent ones (py3-none /
 py2.py3-none wheels: nvidia-*, cuda-toolkit) as the `wheels:` rows of
-imagesmith/compat/data/compat.yaml, with each wheel file's size in bytes.
+imagesmith/model/compat/data/compat.yaml, with each wheel file's size in bytes.
 Wheels tied to one Python (triton, cuda-bindings) stay out: they belong in
 the cell's venv.
 """

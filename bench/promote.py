@@ -36,9 +36,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagesmith.engine import Engine  # noqa: E402
-from imagesmith.promote import Promoter  # noqa: E402
-from imagesmith.registry import Credentials, Registry  # noqa: E402
+from imagesmith.edges.engine import Engine  # noqa: E402
+from imagesmith.edges.registry import Credentials, Registry  # noqa: E402
+from imagesmith.stages.promote import Promoter  # noqa: E402
 
 
 def free_port() -> int:

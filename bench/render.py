@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(os.environ.get("IMAGESMITH_ROOT") or Path(__file__).resolve().parent.parent)  # another checkout: "before"
 sys.path.insert(0, str(ROOT))
 
-from imagesmith import compat, matrix, plan, render  # noqa: E402
+from imagesmith.model import compat, matrix, plan  # noqa: E402
+from imagesmith.render import contexts as render  # noqa: E402
 
 HEAD = """\
 version: 1

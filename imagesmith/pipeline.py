@@ -18,17 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from imagesmith import artifacts, build, policy, publish, runstate, verify
-from imagesmith.artifacts import VERIFY_FILE
+from imagesmith import runstate
 from imagesmith.atomic import write_text
-from imagesmith.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
+from imagesmith.edges.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
 from imagesmith.errors import UsageError, UserError
-from imagesmith.matrix import Matrix
-from imagesmith.plan import Plan
+from imagesmith.model import policy
+from imagesmith.model.matrix import Matrix
+from imagesmith.model.plan import Plan
 from imagesmith.progress import Display
+from imagesmith.stages import artifacts, build, publish, verify
+from imagesmith.stages.artifacts import VERIFY_FILE
 
 if TYPE_CHECKING:
-    from imagesmith.signing import Key
+    from imagesmith.edges.signing import Key
 
 RUN_REPORT = "run-report.json"
 
@@ -261,7 +263,7 @@ class ReleaseOptions:
     floating_gate: Callable[[str | None], str | None] | None = None
     allow_cpu_verification: bool = False
     registry: publish.RegistryLike | None = None  # instead of a client for the release's registry (a test's double)
-    vulnerabilities: Any = None  # an imagesmith.vulngate.Gate: known vulnerabilities gate the release (sources.advisories)
+    vulnerabilities: Any = None  # an imagesmith.stages.vulngate.Gate: known vulnerabilities gate the release (sources.advisories)
     release_repository: str | None = None  # publish --registry HOST/REPO: the artifacts must release exactly there
 
 
@@ -313,7 +315,7 @@ def build_stage(engine: Any, job: BuildJob, display: Display, run: RunReport | N
     try:
         p, stage = job.plan.select(job.only, job.layers), None
         if job.stage_repo:
-            from imagesmith import staging
+            from imagesmith.stages import staging
 
             stage = staging.open_stage(job.stage_repo, job.matrix.image.name, engine, job.out, job.store, job.ca_file, display)
             p = stage.prepare(p, job.plan.picked(job.only, job.layers), job.matrix)
@@ -360,7 +362,7 @@ def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, d
     for host in [] if store.declared.staging else sorted({staged_host(r) for r in results if r.staged}):
         display.note(f"staged images on {host} are pulled without credentials: {store.anonymous_hint(host, None, STAGE_FLAG)}")
     if engine is None:
-        from imagesmith.engine import Engine
+        from imagesmith.edges.engine import Engine
 
         engine = Engine()
     with artifacts.locked(out, "imagesmith verify", display.note):
@@ -433,7 +435,7 @@ def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date
     built = builds_input(ordered)
     outcomes = read_outcomes(out, list(found), run_report) if run_report is not None else _verify_reports(ordered)
     if engine is None:
-        from imagesmith.engine import Engine
+        from imagesmith.edges.engine import Engine
 
         engine = Engine()  # connects only if an image was not staged (same-host publish)
     with RunReport(out, built.data) as run:
@@ -480,7 +482,7 @@ def _verify_report(path: Path) -> dict[str, Any]:
 def _inventories(found: list[artifacts.Found], engine: Any) -> Callable[[str], Mapping[str, Any]]:
     """Image ID -> its inventory as the build job measured it (inventory.json beside build.json),
     else measured now in the engine (an image that was not staged)."""
-    from imagesmith.evidence import INVENTORY_FILE
+    from imagesmith.stages.evidence import INVENTORY_FILE
 
     folders = {f.record.image_id: f.folder for f in found if f.record.image_id}
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from imagesmith import policy
+from imagesmith.model import policy
 from imagesmith.report.chartdata import throughputs
 from imagesmith.report.model import STATUSES, Release, Run, fmt_value, headline
 from imagesmith.report.parse import release_of

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from imagesmith import policy
+from imagesmith.model import policy
 
 STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")
 BUILD_OK = ("built", "cached")
@@ -158,7 +158,7 @@ class Promotion:
 
 @dataclass(frozen=True)
 class VulnFinding:
-    """One known vulnerability in a released (or held back) image (imagesmith.vulns.Finding)."""
+    """One known vulnerability in a released (or held back) image (imagesmith.model.vulns.Finding)."""
 
     id: str
     severity: str

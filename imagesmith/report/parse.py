@@ -17,8 +17,9 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
-from imagesmith import runstate, schemas
+from imagesmith import runstate
 from imagesmith.errors import UserError
+from imagesmith.model import schemas
 from imagesmith.report.model import (
     STATUSES,
     Attached,

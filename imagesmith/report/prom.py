@@ -2,7 +2,7 @@
 
 Pure: builds the registry from the parsed records (and, for the keys the parser does not
 model, the raw report read defensively); writing the text file and pushing live in
-``imagesmith.metrics``. Every label value comes from an untrusted report: it is bounded
+``imagesmith.stages.metrics``. Every label value comes from an untrusted report: it is bounded
 here (length, count of series) and escaped by prometheus-client where it is written.
 
 Names follow Prometheus conventions (docs/metrics.md explains each):

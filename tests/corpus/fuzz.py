@@ -25,8 +25,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from imagesmith import compat, matrix, plan, render
 from imagesmith.errors import UserError
+from imagesmith.model import compat, matrix, plan
+from imagesmith.render import contexts as render
 
 VALID: dict[str, Any] = {
     "version": 1,

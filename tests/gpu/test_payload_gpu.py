@@ -70,7 +70,7 @@ def test_leak_detector_on_gpu_five_clean_runs_then_injected() -> None:
 
 
 def test_hostinfo_inventory_matches_torch() -> None:
-    from imagesmith import hostinfo
+    from imagesmith.edges import hostinfo
 
     info = hostinfo.inventory()
     assert info.error is None and info.driver
@@ -82,7 +82,7 @@ def test_hostinfo_inventory_matches_torch() -> None:
 
 
 def test_nvml_sampler_sees_load() -> None:
-    from imagesmith import hostinfo
+    from imagesmith.edges import hostinfo
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     with hostinfo.NvmlSampler(indices=[0], interval_s=0.05) as sampler:

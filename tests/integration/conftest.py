@@ -63,7 +63,7 @@ def registry_engine() -> Any:
         pytest.skip(f"registry tests need {', '.join(missing)} (bash scripts/ensure-host.sh installs them)")
     if not _docker_answers():
         pytest.skip("`docker info` fails: no Docker engine (bash scripts/ensure-host.sh starts one)")
-    from imagesmith.engine import Engine
+    from imagesmith.edges.engine import Engine
 
     return Engine()
 

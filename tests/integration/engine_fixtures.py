@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from imagesmith import bootstrap
-from imagesmith.engine import Engine
+from imagesmith.edges.engine import Engine
 from imagesmith.errors import EngineError
+from imagesmith.stages import bootstrap
 from tests.conftest import LOCAL_ROOTS
 from tests.loopback import serve
 
@@ -205,7 +205,8 @@ class BuiltImages:
 
 
 def _build_base(engine: Engine, debian_base: str, folder: Path) -> tuple[str, MatrixFactory]:
-    from imagesmith import build, matrix, plan
+    from imagesmith.model import matrix, plan
+    from imagesmith.stages import build
 
     factory = MatrixFactory(engine, debian_base, folder)
     m = matrix.load(factory("layers:\n  base: {toolchain: false}\n"), allowed_roots=LOCAL_ROOTS)
@@ -242,7 +243,8 @@ class CudaCells:
 def cuda_cells(engine: Engine, debian_base: str, trixie_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CudaCells]:
     """torch 2.14.1 + CUDA 13.0 for Python 3.11 on bookworm and 3.13 on trixie: the
     nvidia-* wheels (one set) in the shared CUDA layer, the rest in each venv."""
-    from imagesmith import build, matrix, plan
+    from imagesmith.model import matrix, plan
+    from imagesmith.stages import build
 
     folder = tmp_path_factory.mktemp("cuda-cells")
     factory = MatrixFactory(engine, debian_base, folder)

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from imagesmith.engine import Engine
+from imagesmith.edges.engine import Engine
 from tests.integration.engine_fixtures import BuiltImages, docker_build
 
 ROOT = Path(__file__).resolve().parents[2]

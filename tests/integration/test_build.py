@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith import build, matrix, plan
-from imagesmith.engine import Engine
+from imagesmith.edges.engine import Engine
+from imagesmith.model import matrix, plan
+from imagesmith.stages import build
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory, PrivateIndex, docker_save_contains, no_stray_containers
 

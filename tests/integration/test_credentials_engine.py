@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from imagesmith import pipeline
-from imagesmith.credentials import Declared, load_store
-from imagesmith.engine import Engine
+from imagesmith.edges.credentials import Declared, load_store
+from imagesmith.edges.engine import Engine
 from tests.unit.test_credentials_http import basic, recorder, staged_artifact
 from tests.unit.test_pipeline_stages import OPTIONS, Recorder
 

@@ -11,8 +11,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from imagesmith import cudalayer, publish, verify
-from imagesmith.engine import Engine
+from imagesmith.edges.engine import Engine
+from imagesmith.render import cudalayer
+from imagesmith.stages import publish, verify
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import CudaCells
 

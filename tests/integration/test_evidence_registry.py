@@ -27,10 +27,11 @@ import requests
 from google.protobuf import json_format
 from in_toto_attestation.v1 import statement_pb2
 
-from imagesmith import evidence, signing, verify
-from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
-from imagesmith.publish import Backoff, Item, Publisher, evidence_step
-from imagesmith.registry import Credentials, Registry
+from imagesmith.edges import signing
+from imagesmith.edges.registry import Credentials, Registry
+from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.stages import evidence, verify
+from imagesmith.stages.publish import Backoff, Item, Publisher, evidence_step
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import docker_build, planted_wheel
 
@@ -208,7 +209,7 @@ def test_evidence_is_pushed_and_found_again_with_skopeo(release: Release, engine
 
 
 def verify_run(image_id: str, command: list[str]) -> Any:
-    from imagesmith.engine import RunSpec
+    from imagesmith.edges.engine import RunSpec
 
     return RunSpec(image=image_id, command=command, labels={"io.imagesmith.run": f"evidence-test-{uuid.uuid4().hex[:8]}"})
 
@@ -408,7 +409,7 @@ def test_verify_prints_the_evidence_and_reuses_a_signed_attestation(release: Rel
 
 
 def test_doctor_release_probes_push_rights_on_the_real_registry(release: Release, tmp_path: Path) -> None:
-    from imagesmith import doctor
+    from imagesmith.stages import doctor
 
     assert doctor.probe_release(release.server.host, REPO, {"IMAGESMITH_REGISTRY_USER": USER, "IMAGESMITH_REGISTRY_PASSWORD": PASSWORD}) \
         == doctor.ReleaseFacts()

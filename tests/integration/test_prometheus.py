@@ -22,10 +22,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from imagesmith import metrics
 from imagesmith.errors import UserError
 from imagesmith.report import parse
 from imagesmith.report.model import Run
+from imagesmith.stages import metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.prometheus]
 
@@ -197,7 +197,7 @@ def test_pushgateway_errors_are_user_errors(pushgateway: Server) -> None:
 
 
 def test_fleet_metrics_push_per_class(pushgateway: Server, tmp_path: Path) -> None:
-    from imagesmith.fleet.report import CellResult, FleetReport
+    from imagesmith.stages.fleet.report import CellResult, FleetReport
 
     (tmp_path / "h200").mkdir()
     shutil.copy(REPORTS / "verify-gpu.json", tmp_path / "h200" / "verify.json")

@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import pytest
 
-from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
-from imagesmith.policy import Evidence
-from imagesmith.publish import Backoff, Item, Publisher
-from imagesmith.registry import Credentials, Registry, RegistryHTTPError
+from imagesmith.edges.registry import Credentials, Registry, RegistryHTTPError
+from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.model.policy import Evidence
+from imagesmith.stages.publish import Backoff, Item, Publisher
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]

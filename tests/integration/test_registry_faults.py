@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from imagesmith.publish import Backoff, Publisher
-from imagesmith.registry import Registry
+from imagesmith.edges.registry import Registry
+from imagesmith.stages.publish import Backoff, Publisher
 from tests.integration.conftest import CERTS_D, RegistryServer
 from tests.integration.test_registry import GOOD, POLICY, REPO, item, tag
 
@@ -43,7 +43,7 @@ def full_registry(registry_engine: Any, tmp_path: Path) -> Iterator[RegistryServ
 
 
 def publisher(engine: Any, server: RegistryServer, out: Path, **seams: Any) -> Publisher:
-    from imagesmith.matrix import ImageSpec
+    from imagesmith.model.matrix import ImageSpec
 
     seams.setdefault("backoff", Backoff(tries=3, first=0.05))
     return Publisher(engine, Registry(server.host, GOOD), ImageSpec(REPO, server.host), POLICY, "20261130", out,

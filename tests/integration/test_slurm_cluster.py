@@ -21,10 +21,10 @@ from typing import Any, Callable
 
 import pytest
 
-from imagesmith.engine import Engine
-from imagesmith.fleet import config, runner
-from imagesmith.fleet.report import FleetReport
-from imagesmith.fleet.slurm import Slurm
+from imagesmith.edges.engine import Engine
+from imagesmith.stages.fleet import config, runner
+from imagesmith.stages.fleet.report import FleetReport
+from imagesmith.stages.fleet.slurm import Slurm
 from tests.integration.slurm_fixtures import FleetImages, SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry, pytest.mark.slurm]
@@ -88,10 +88,10 @@ def test_two_classes_pass_the_good_image_and_fail_the_bad_one(
 def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: Engine, out: Path) -> None:
     """publish with --fleet/--fleet-report semantics: both immutable tags land; only the digest
     that passed on every class gets its floating tag; the held-back one names the class."""
-    from imagesmith.fleet.gate import load_gate
-    from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
-    from imagesmith.publish import Item, Publisher
-    from imagesmith.registry import Credentials, Registry
+    from imagesmith.edges.registry import Credentials, Registry
+    from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+    from imagesmith.stages.fleet.gate import load_gate
+    from imagesmith.stages.publish import Item, Publisher
     from tests.integration.conftest import PASSWORD, USER
 
     host, repo = images.good.split("@")[0].split("/", 1)

@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 import pytest
 
-from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
-from imagesmith.promote import Promoter, registry_promoter
-from imagesmith.publish import Item, Publisher
-from imagesmith.registry import Credentials, Registry
+from imagesmith.edges.registry import Credentials, Registry
+from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.stages.promote import Promoter, registry_promoter
+from imagesmith.stages.publish import Item, Publisher
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory

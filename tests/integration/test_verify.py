@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from imagesmith import verify
-from imagesmith.engine import Engine
+from imagesmith.edges.engine import Engine
+from imagesmith.stages import verify
 from tests.integration.engine_fixtures import BuiltImages, docker_build
 
 pytestmark = pytest.mark.integration
@@ -100,7 +100,7 @@ def test_a_timeout_kills_the_container_and_fails(engine: Engine, built_images: B
 
 def run_payload(engine: Engine, image: str, config: dict[str, Any], only: str = "leak") -> dict[str, Any]:
     """The payload's own entry point in a container (as on a bare host)."""
-    from imagesmith.engine import RunSpec
+    from imagesmith.edges.engine import RunSpec
 
     files = verify.payload_files() | {"config.json": json.dumps(config).encode()}
     spec = RunSpec(image=image, command=["python3", "/opt/imagesmith/verify/run.py", "--config",

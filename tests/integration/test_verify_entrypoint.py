@@ -14,8 +14,8 @@ from typing import Iterator
 
 import pytest
 
-from imagesmith import verify
-from imagesmith.engine import Engine
+from imagesmith.edges.engine import Engine
+from imagesmith.stages import verify
 from tests.integration.engine_fixtures import docker_build
 
 pytestmark = pytest.mark.integration

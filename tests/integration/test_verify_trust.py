@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from imagesmith import verify
-from imagesmith.engine import Engine
+from imagesmith.edges.engine import Engine
+from imagesmith.stages import verify
 from tests.integration.engine_fixtures import BuiltImages
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagesmith import advisories, cli, vulns
-from imagesmith.advisories import Limits, SnapshotError
+from imagesmith import cli
+from imagesmith.model import advisories, vulns
+from imagesmith.model.advisories import Limits, SnapshotError
 
 OSV = Path(__file__).resolve().parents[1] / "fixtures" / "osv"
 GOOD = json.loads((OSV / "PyPI" / "GHSA-53q9-r3pm-6pq6.json").read_text())
@@ -229,7 +230,8 @@ def mirror() -> Any:
 
 
 def test_a_snapshot_from_a_mirror_is_downloaded_bounded_and_read(write_matrix: Any, mirror: str) -> None:
-    from imagesmith import matrix, vulngate
+    from imagesmith.model import matrix
+    from imagesmith.stages import vulngate
 
     m = matrix.load(write_matrix('version: 1\nmatrix: {torch: ["2.9"], cuda: [cpu], python: ["3.11"], os: [debian12]}\n'
                                  f"sources: {{advisories: ['{mirror}/osv/PyPI/all.zip']}}\n"))
@@ -243,8 +245,8 @@ def test_a_snapshot_from_a_mirror_is_downloaded_bounded_and_read(write_matrix: A
     ("/osv/none.zip", "GET {m}/osv/none.zip: HTTP 404; check the mirror's URL (sources.advisories)"),
 ])
 def test_a_mirror_that_answers_wrong_is_a_user_error(mirror: str, path: str, message: str) -> None:
+    from imagesmith.edges.registry import fetch_limited
     from imagesmith.errors import UserError
-    from imagesmith.registry import fetch_limited
 
     with pytest.raises(UserError) as info:
         fetch_limited(mirror + path, 1 << 20)
@@ -252,8 +254,8 @@ def test_a_mirror_that_answers_wrong_is_a_user_error(mirror: str, path: str, mes
 
 
 def test_a_mirror_that_is_not_there(tmp_path: Path) -> None:
+    from imagesmith.edges.registry import fetch_limited
     from imagesmith.errors import UserError
-    from imagesmith.registry import fetch_limited
 
     with pytest.raises(UserError) as info:
         fetch_limited("http://127.0.0.1:9/all.zip", 1 << 20, timeout=5)

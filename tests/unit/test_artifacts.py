@@ -14,9 +14,12 @@ from typing import Any, Callable
 
 import pytest
 
-from imagesmith import artifacts, build, matrix, pipeline, plan, render, staging
-from imagesmith.artifacts import BuildRecord, Release, Staged
+from imagesmith import pipeline
 from imagesmith.errors import UserError
+from imagesmith.model import matrix, plan
+from imagesmith.render import contexts as render
+from imagesmith.stages import artifacts, build, staging
+from imagesmith.stages.artifacts import BuildRecord, Release, Staged
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 DATE = "20261130"
@@ -193,7 +196,7 @@ def test_the_staging_repository_is_a_registry_path_and_not_the_release_one(name:
 
 
 def test_a_second_command_on_the_same_folder_waits_and_says_for_whom(tmp_path: Path) -> None:
-    code = ("import sys; from pathlib import Path; from imagesmith import artifacts\n"
+    code = ("import sys; from pathlib import Path; from imagesmith.stages import artifacts\n"
             "try:\n"
             f"    with artifacts.locked(Path({str(tmp_path)!r}), 'second', print, timeout_s=0.3): print('GOT IT')\n"
             "except Exception as exc: print(type(exc).__name__, exc)\n")
@@ -319,7 +322,7 @@ def test_a_stop_reason_that_is_not_one_line_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_verify_report_whose_run_did_not_complete_counts_as_not_verified(tmp_path: Path) -> None:
-    from imagesmith import verify
+    from imagesmith.stages import verify
 
     for i, state in ((0, "complete"), (3, "running"), (6, "interrupted")):
         artifacts.write_build(tmp_path / PLAN.targets[i].id / "build.json", record(i))

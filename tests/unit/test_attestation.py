@@ -13,8 +13,8 @@ from google.protobuf import json_format
 from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement as ReferenceStatement
 
-from imagesmith import attestation
-from imagesmith.attestation import Statement, StatementError
+from imagesmith.stages import attestation
+from imagesmith.stages.attestation import Statement, StatementError
 
 ROOT = Path(__file__).parent.parent.parent
 GPU_REPORT = ROOT / "bench" / "results" / "h200-quick.json"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith import bootstrap, compat
 from imagesmith.errors import UserError
+from imagesmith.model import compat
+from imagesmith.stages import bootstrap
 
 KB = compat.load()
 MIRROR = "http://mirror.example/debian"

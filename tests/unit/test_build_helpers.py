@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from imagesmith import build, matrix, plan
 from imagesmith.errors import Redactor
+from imagesmith.model import matrix, plan
+from imagesmith.stages import build
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 FILES = {"Dockerfile": b"FROM x\n", "files/a.sh": b"echo a\n"}

@@ -16,9 +16,10 @@ from typing import Any, Mapping
 
 import pytest
 
-from imagesmith import build, matrix, plan
-from imagesmith.engine import BuildOutcome, ImageInfo, RunResult, RunSpec
+from imagesmith.edges.engine import BuildOutcome, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import BuildError, UserError
+from imagesmith.model import matrix, plan
+from imagesmith.stages import build
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 BASE = "2.13.0-cpu-py3.11-debian12-base"

@@ -9,8 +9,9 @@ from typing import Callable
 
 import pytest
 
-from imagesmith import build, matrix, plan
 from imagesmith.errors import BuildError
+from imagesmith.model import matrix, plan
+from imagesmith.stages import build
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 

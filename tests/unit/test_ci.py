@@ -1,4 +1,4 @@
-"""The CI emitters (imagesmith.ci, `imagesmith plan --format gitlab-ci|github-matrix`).
+"""The CI emitters (imagesmith.render.ci, `imagesmith plan --format gitlab-ci|github-matrix`).
 
 The documents are validated by a tool that is not imagesmith: check-jsonschema
 with the GitLab CI and GitHub workflow schemas it vendors (run as its own
@@ -19,9 +19,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from imagesmith import ci, matrix, plan
 from imagesmith.cli import cli
 from imagesmith.errors import UserError
+from imagesmith.model import matrix, plan
+from imagesmith.render import ci
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.unit.test_ci_examples import imagesmith_calls, problems
 

@@ -7,11 +7,11 @@ from importlib import resources
 import pytest
 import yaml
 
-from imagesmith import compat
-from imagesmith.versions import version_key
+from imagesmith.model import compat
+from imagesmith.model.versions import version_key
 
 KB = compat.load()
-RAW = yaml.safe_load(resources.files("imagesmith.compat").joinpath("data").joinpath("compat.yaml").read_text())
+RAW = yaml.safe_load(resources.files("imagesmith.model.compat").joinpath("data").joinpath("compat.yaml").read_text())
 
 
 def test_every_patch_release_from_2_0_to_2_14_is_there() -> None:
@@ -97,7 +97,7 @@ def test_os_pythons() -> None:
 
 
 def test_every_cuda_minor_lists_its_releases_with_runtime_and_driver() -> None:
-    from imagesmith.versions import version_key
+    from imagesmith.model.versions import version_key
 
     for minor, info in compat.load().cuda.items():
         releases = [u.release for u in info.updates]

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagesmith import cli
-from imagesmith.located import load_located
+from imagesmith.model.located import load_located
 from tests.conftest import ROOT
 
 CORPUS = ROOT / "tests" / "corpus" / "matrix"
@@ -166,7 +166,7 @@ def _words(path: Path) -> list[tuple[str, int]]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.randoms(use_true_random=False))
 def test_mutated_matrices_render_or_fail_with_a_user_error(tmp_path_factory: pytest.TempPathFactory, rng: Any) -> None:
-    from imagesmith import compat
+    from imagesmith.model import compat
     from tests.corpus import fuzz
 
     path = fuzz.prepare(tmp_path_factory.getbasetemp() / "fuzz")

@@ -1,4 +1,4 @@
-"""The credential store (imagesmith/credentials.py): each credential is bound to its host. Tables of
+"""The credential store (imagesmith/edges/credentials.py): each credential is bound to its host. Tables of
 (input, exact answer or message): host normalisation, which source wins for which host, malformed
 --credentials files (exit 1 with the file and the line, never a traceback), artifact hosts."""
 
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from imagesmith import cli
-from imagesmith.credentials import ENV_HOST, CredentialStore, Declared, load_store, normalize_host
+from imagesmith.edges.credentials import ENV_HOST, CredentialStore, Declared, load_store, normalize_host
+from imagesmith.edges.registry import Credentials
 from imagesmith.errors import UserError
-from imagesmith.registry import Credentials
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.unit.test_ci_examples import imagesmith_calls, problems
 
@@ -284,7 +284,7 @@ D1 = "sha256:" + "a" * 64
 ])
 def test_fleet_jobs_of_release_report_images_get_credentials_only_when_declared(
         tmp_path: Path, refs: list[str], registry: str | None, anonymous: set[str]) -> None:
-    from imagesmith.fleet.commands import undeclared_refs
+    from imagesmith.cli.fleet import undeclared_refs
 
     report = tmp_path / "release.json"
     report.write_text(json.dumps({"registry": "evil.test", "repository": "ml/x", "targets": [{"status": "pushed", "digest": D1}]}))
@@ -292,7 +292,7 @@ def test_fleet_jobs_of_release_report_images_get_credentials_only_when_declared(
 
 
 def test_fleet_refuses_a_release_report_on_another_host_than_declared(tmp_path: Path) -> None:
-    from imagesmith.fleet.commands import undeclared_refs
+    from imagesmith.cli.fleet import undeclared_refs
 
     report = tmp_path / "release.json"
     report.write_text(json.dumps({"registry": "evil.test", "repository": "ml/x", "targets": [{"status": "pushed", "digest": D1}]}))

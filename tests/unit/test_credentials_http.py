@@ -19,12 +19,13 @@ from typing import Any, Iterator, Mapping
 
 import pytest
 
-from imagesmith import artifacts, build, cli, pipeline
-from imagesmith.artifacts import Release
-from imagesmith.credentials import CredentialStore, Declared, load_store
-from imagesmith.engine import ImageInfo
+from imagesmith import cli, pipeline
+from imagesmith.edges.credentials import CredentialStore, Declared, load_store
+from imagesmith.edges.engine import ImageInfo
+from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import UserError
-from imagesmith.registry import Credentials, Registry
+from imagesmith.stages import artifacts, build
+from imagesmith.stages.artifacts import Release
 from tests.loopback import serve
 from tests.unit.test_build_scheduler import BASE, load, true_facts
 from tests.unit.test_pipeline_stages import OPTIONS, EngineDouble, Recorder

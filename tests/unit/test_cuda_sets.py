@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from imagesmith import compat, footprint, matrix, plan
+from imagesmith.model import compat, footprint, matrix, plan
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 DATE = "20261130"

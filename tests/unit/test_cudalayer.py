@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith import cudalayer
-from imagesmith.cudalayer import LayerError
+from imagesmith.render import cudalayer
+from imagesmith.render.cudalayer import LayerError
 
 WHEEL_TIME = (2025, 6, 1, 12, 0, 0)
 

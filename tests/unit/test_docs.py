@@ -101,8 +101,8 @@ def test_check_table_matches_the_payload_registry() -> None:
 
 
 def test_matrix_reference_documents_every_key() -> None:
-    """Every key the loader accepts (imagesmith/matrix.py) has its entry in docs/matrix.md."""
-    from imagesmith import matrix, tags
+    """Every key the loader accepts (imagesmith/model/matrix.py) has its entry in docs/matrix.md."""
+    from imagesmith.model import matrix, tags
 
     text = (DOCS / "matrix.md").read_text(encoding="utf-8")
     wanted = [f"## {key}\n" for key in matrix.TOP_KEYS]

@@ -12,10 +12,10 @@ from typing import Any, Mapping, Sequence, TypeVar
 
 import pytest
 
-from imagesmith import doctor
-from imagesmith.doctor import FAIL, GB, OK, WARN, Disk, Facts, Needs, Result
+from imagesmith.edges.hostinfo import HostGpu, HostInfo
 from imagesmith.errors import EngineError
-from imagesmith.hostinfo import HostGpu, HostInfo
+from imagesmith.stages import doctor
+from imagesmith.stages.doctor import FAIL, GB, OK, WARN, Disk, Facts, Needs, Result
 
 T = TypeVar("T")
 

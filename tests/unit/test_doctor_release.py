@@ -17,8 +17,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from imagesmith import doctor, harbor
-from imagesmith.doctor import FAIL, OK, WARN, Result
+from imagesmith.edges import harbor
+from imagesmith.stages import doctor
+from imagesmith.stages.doctor import FAIL, OK, WARN, Result
 from tests.loopback import serve
 from tests.unit.test_doctor import FakeHost
 

@@ -10,8 +10,9 @@ import pytest
 import requests
 import urllib3.exceptions
 
-from imagesmith import engine
-from imagesmith.engine import docker_errors, engine_error, push_error, said
+from imagesmith.edges import engine
+from imagesmith.edges.engine import docker_errors, engine_error, push_error, said
+from imagesmith.edges.registry import RegistryHTTPError, RegistryUnreachable
 from imagesmith.errors import (
     CommandNotFound,
     ContainerRefused,
@@ -21,7 +22,6 @@ from imagesmith.errors import (
     ImagesmithError,
     RegistryError,
 )
-from imagesmith.registry import RegistryHTTPError, RegistryUnreachable
 
 NO_RUNTIME = 'could not select device driver "" with capabilities: [[gpu]]'
 NO_PYTHON = ("failed to create task for container: failed to create shim task: OCI runtime create failed: runc create "

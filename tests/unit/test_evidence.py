@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from imagesmith import evidence
-from imagesmith.attestation import Statement
 from imagesmith.errors import UserError
+from imagesmith.stages import evidence
+from imagesmith.stages.attestation import Statement
 
 IMAGE = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + "ab" * 32, "size": 1234}
 

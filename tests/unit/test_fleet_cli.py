@@ -55,7 +55,7 @@ def test_verify_takes_every_released_digest(tmp_path: Path) -> None:
                        f'{{"status": "pushed", "digest": "sha256:{"ab" * 32}"}}, {{"status": "not-verified", "digest": null}}]}}')
     done = run("fleet", "render", "--fleet", "examples/fleet-local.yaml", REF, "--out", str(tmp_path / "o"))
     assert done.stdout.count("# --- ") == 2
-    from imagesmith.fleet.commands import _release_refs
+    from imagesmith.cli.fleet import _release_refs
 
     assert [str(r) for r in _release_refs(release)] == [REF]
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import UserError
-from imagesmith.fleet import gate, report
-from imagesmith.fleet.report import CellResult, FleetReport
+from imagesmith.stages.fleet import gate, report
+from imagesmith.stages.fleet.report import CellResult, FleetReport
 from tests.unit.test_publish import FakeEngine, FakeRegistry, World, item, manifest_for
 
 REPO = "reg.test:5000/ml/pytorch"

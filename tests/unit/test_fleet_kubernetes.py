@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from imagesmith import verify
 from imagesmith.errors import UserError
-from imagesmith.fleet import config, kubernetes, runner
-from imagesmith.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
-from imagesmith.fleet.report import FleetReport
+from imagesmith.stages import verify
+from imagesmith.stages.fleet import config, kubernetes, runner
+from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
+from imagesmith.stages.fleet.report import FleetReport
 
 DIGEST = "sha256:" + "ab" * 32
 REF = config.parse_ref(f"harbor.example.com/ml/pytorch@{DIGEST}")

@@ -10,10 +10,10 @@ from typing import Any, Sequence
 import pytest
 
 from imagesmith.errors import UserError
-from imagesmith.fleet import config, runner
-from imagesmith.fleet import report as fleet_report
-from imagesmith.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
-from imagesmith.fleet.report import CellResult, FleetReport
+from imagesmith.stages.fleet import config, runner
+from imagesmith.stages.fleet import report as fleet_report
+from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
+from imagesmith.stages.fleet.report import CellResult, FleetReport
 
 DIGEST = "sha256:" + "ab" * 32
 REF = config.parse_ref(f"127.0.0.1:5000/ml/pytorch@{DIGEST}")

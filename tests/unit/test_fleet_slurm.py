@@ -11,8 +11,8 @@ from typing import Sequence
 import pytest
 
 from imagesmith.errors import UserError
-from imagesmith.fleet import config, runner, slurm
-from imagesmith.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
+from imagesmith.stages.fleet import config, runner, slurm
+from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 
 DIGEST = "sha256:" + "ab" * 32
 REF = config.parse_ref(f"harbor.example.com/ml/pytorch@{DIGEST}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagesmith import grammar
+from imagesmith.model import grammar
 
 PASS = [
     (grammar.user_name, "ml"), (grammar.user_name, "_svc-1"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagesmith import guard
+from imagesmith.render import guard
 
 
 def marked(*parts: str) -> str:

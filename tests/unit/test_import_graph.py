@@ -8,8 +8,8 @@ import graphlib
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "imagesmith"
-PLANNING = ("imagesmith.matrix", "imagesmith.compat", "imagesmith.plan", "imagesmith.tags", "imagesmith.render",
-            "imagesmith.grammar", "imagesmith.located", "imagesmith.guard", "imagesmith.paths")
+PLANNING = ("imagesmith.model.matrix", "imagesmith.model.compat", "imagesmith.model.plan", "imagesmith.model.tags", "imagesmith.render.contexts",
+            "imagesmith.model.grammar", "imagesmith.model.located", "imagesmith.render.guard", "imagesmith.model.paths")
 
 
 def modules() -> dict[str, Path]:
@@ -47,13 +47,13 @@ def graph(module_level: bool = True) -> dict[str, set[str]]:
 
 def test_there_is_no_import_cycle_at_module_level() -> None:
     order = list(graphlib.TopologicalSorter(graph()).static_order())  # CycleError names the cycle
-    assert "imagesmith.engine" in order and len(order) == len(modules())
+    assert "imagesmith.edges.engine" in order and len(order) == len(modules())
 
 
 def test_only_engine_py_imports_docker() -> None:
     users = sorted(name for name, path in modules().items()
                    if any(d == "docker" or d.startswith("docker.") for d in imports(path, module_level=False)))
-    assert users == ["imagesmith.engine"]
+    assert users == ["imagesmith.edges.engine"]
 
 
 def test_planning_code_never_reaches_the_engine() -> None:
@@ -65,4 +65,4 @@ def test_planning_code_never_reaches_the_engine() -> None:
                 if dep not in seen:
                     seen.add(dep)
                     todo.append(dep)
-        assert "imagesmith.engine" not in seen, f"{start} imports the engine (through {sorted(seen)})"
+        assert "imagesmith.edges.engine" not in seen, f"{start} imports the engine (through {sorted(seen)})"

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagesmith import located
 from imagesmith.errors import ValidationError
-from imagesmith.located import load_located
+from imagesmith.model import located
+from imagesmith.model.located import load_located
 
 
 def message(data: str | bytes) -> str:

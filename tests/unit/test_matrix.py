@@ -8,8 +8,8 @@ from typing import Callable
 
 import pytest
 
-from imagesmith import matrix
 from imagesmith.errors import ValidationError
+from imagesmith.model import matrix
 
 BASE = """\
 version: 1

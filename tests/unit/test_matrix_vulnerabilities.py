@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith import matrix, plan, vulngate, vulns
 from imagesmith.errors import ValidationError
+from imagesmith.model import matrix, plan, vulns
+from imagesmith.stages import vulngate
 from tests.conftest import WriteMatrix
 
 OSV = Path(__file__).resolve().parents[1] / "fixtures" / "osv"

@@ -1,4 +1,4 @@
-"""Verify reports as Prometheus metrics (imagesmith.report.prom, imagesmith.metrics): exact series
+"""Verify reports as Prometheus metrics (imagesmith.report.prom, imagesmith.stages.metrics): exact series
 from the real H200 reports, the sharing block, and every refusal of untrusted input with its message."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from imagesmith import metrics
 from imagesmith.cli import cli
 from imagesmith.errors import UserError
-from imagesmith.fleet.report import CellResult, FleetReport
 from imagesmith.report import parse
 from imagesmith.report.prom import MAX_CHECKS, Subject, VerifyMetrics, image_digest
+from imagesmith.stages import metrics
+from imagesmith.stages.fleet.report import CellResult, FleetReport
 
 REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
 DIGEST = "sha256:" + "ab" * 32

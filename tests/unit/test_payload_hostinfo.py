@@ -1,4 +1,4 @@
-"""imagesmith.hostinfo against a fake NVML module (the seam is a constructor parameter)."""
+"""imagesmith.edges.hostinfo against a fake NVML module (the seam is a constructor parameter)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from imagesmith import hostinfo
+from imagesmith.edges import hostinfo
 
 
 class FakeNvml:

@@ -76,7 +76,7 @@ def test_judge_driver(actual: str, toolkit: str, minimum: Any, status: str, deta
 def kb_releases() -> list[Any]:
     """The knowledge base's release table, as the host hands it to the payload."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-    from imagesmith import compat
+    from imagesmith.model import compat
 
     return [judge.CudaRelease(**r) for r in compat.load().cuda_releases()]
 

@@ -15,10 +15,11 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from imagesmith import artifacts, build, pipeline
-from imagesmith.artifacts import BuildRecord, Release
-from imagesmith.engine import RunResult, RunSpec
+from imagesmith import pipeline
+from imagesmith.edges.engine import RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, UserError
+from imagesmith.stages import artifacts, build
+from imagesmith.stages.artifacts import BuildRecord, Release
 from tests.unit.test_build_scheduler import BASE, engine_for, load, true_facts
 from tests.unit.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
 from tests.unit.test_publish import FakeEngine, FakeRegistry, image_labels

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from imagesmith import build, pipeline, policy, verify
-from imagesmith.engine import ImageInfo, RunResult, RunSpec
+from imagesmith import pipeline
+from imagesmith.edges.engine import ImageInfo, RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, EngineConnectionLost, RegistryError, UsageError, UserError
+from imagesmith.model import policy
 from imagesmith.resources import payload_module
+from imagesmith.stages import build, verify
 
 OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",))
 

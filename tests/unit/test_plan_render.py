@@ -16,7 +16,8 @@ from typing import Callable
 
 import pytest
 
-from imagesmith import matrix, plan, render
+from imagesmith.model import matrix, plan
+from imagesmith.render import contexts as render
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"

@@ -1,4 +1,4 @@
-"""The release policy (imagesmith/policy.py): image kind x how it was verified x flag -> what it may get."""
+"""The release policy (imagesmith/model/policy.py): image kind x how it was verified x flag -> what it may get."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from imagesmith import policy
+from imagesmith.model import policy
 from tests.conftest import ROOT
 
 GPU = policy.Evidence(True, "gpu", 2, "GPU mode: 2 GPUs (--gpus all)", "pass", {"pass": 20, "skip": 1})

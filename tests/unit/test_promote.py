@@ -12,9 +12,9 @@ from typing import Any, Mapping
 
 import pytest
 
+from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Credentials, Manifest, PushedManifest, Registry
 from imagesmith.errors import RegistryError
-from imagesmith.promote import Promoter, split_reference
-from imagesmith.registry import DOCKER_V2, OCI_INDEX, Credentials, Manifest, PushedManifest, Registry
+from imagesmith.stages.promote import Promoter, split_reference
 from tests.unit.test_publish import Reply
 
 

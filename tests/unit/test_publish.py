@@ -15,13 +15,15 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from imagesmith import matrix, plan, policy, publish, registry, tags
-from imagesmith.artifacts import BuildRecord, Release, Staged
-from imagesmith.engine import push_error
+from imagesmith.edges import registry
+from imagesmith.edges.engine import push_error
+from imagesmith.edges.registry import Credentials, Manifest
 from imagesmith.errors import EngineConnectionLost, EngineError, RegistryError, UserError
-from imagesmith.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.model import matrix, plan, policy, tags
+from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.progress import QuietDisplay
-from imagesmith.registry import Credentials, Manifest
+from imagesmith.stages import publish
+from imagesmith.stages.artifacts import BuildRecord, Release, Staged
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 DATE = "20261130"

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from imagesmith import advisories, attestation, evidence, publish, vex, vulngate, vulns
-from imagesmith.attestation import Statement
+from imagesmith.model import advisories, vulns
+from imagesmith.stages import attestation, evidence, publish, vex, vulngate
+from imagesmith.stages.attestation import Statement
 from tests.unit.test_publish import FakeEngine, FakeRegistry, World, item
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -88,7 +89,7 @@ def test_an_image_whose_inventory_cannot_be_measured_is_not_released_blind(world
 
 
 def result(policy: vulns.Policy = DEFAULT) -> vulngate.ImageResult:
-    from imagesmith import sbom
+    from imagesmith.stages import sbom
 
     inv = sbom.inventory_from(INVENTORY)
     identity = sbom.ImageIdentity("reg.test:5000/ml/pytorch", "sha256:" + "ab" * 32, "sha256:" + "cd" * 32, "imagesmith/debian:bookworm",

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 import requests
 
-from imagesmith import build, pipeline, registry, report, runstate
-from imagesmith.engine import BuildOutcome, Engine, push_error, unreachable
+from imagesmith import pipeline, report, runstate
+from imagesmith.edges import registry
+from imagesmith.edges.engine import BuildOutcome, Engine, push_error, unreachable
 from imagesmith.errors import UserError
+from imagesmith.stages import build
 
 
 def read(path: Path) -> dict[str, Any]:

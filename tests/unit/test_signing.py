@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith import signing
+from imagesmith.edges import signing
 from imagesmith.errors import UserError
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith import sources
+from imagesmith.edges import sources
+from imagesmith.edges.registry import Credentials
 from imagesmith.errors import UserError
-from imagesmith.matrix import Credential, Sources
-from imagesmith.registry import Credentials
+from imagesmith.model.matrix import Credential, Sources
 
 USER, PASSWORD = "ci", "s3cr3t:with-colon"
 

@@ -11,10 +11,11 @@ from typing import Any, Callable
 
 import pytest
 
-from imagesmith import compat, verify
-from imagesmith.engine import ImageConfig, ImageInfo, RunResult, RunSpec
+from imagesmith.edges.engine import ImageConfig, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import CommandNotFound, ContainerRefused, EngineConnectionLost, GpuRuntimeMissing, UserError
+from imagesmith.model import compat
 from imagesmith.resources import payload_module
+from imagesmith.stages import verify
 
 LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
 INFO = ImageInfo("sha256:abc", ("img:1",), LABELS, 1, "2026-11-30", ("reg/img@sha256:d",),

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from imagesmith import cli, compat, verify
-from imagesmith.engine import ImageConfig, RunResult, RunSpec
+from imagesmith import cli
+from imagesmith.edges.engine import ImageConfig, RunResult, RunSpec
+from imagesmith.model import compat
 from imagesmith.resources import payload_module
+from imagesmith.stages import verify
 from tests.unit.test_verify_container import INFO, OPTIONS, EngineDouble, answer
 
 ENTRY = ["/entry.sh"]
@@ -73,7 +75,7 @@ def test_the_verdict_never_says_verified_for_a_failed_run(status: str, ok: bool,
 
 
 def test_the_engine_keeps_the_images_entrypoint_only_when_asked() -> None:
-    from imagesmith.engine import Engine
+    from imagesmith.edges.engine import Engine
 
     made: list[tuple[Any, Any]] = []
 

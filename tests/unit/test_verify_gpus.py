@@ -1,4 +1,4 @@
-"""Host side of the GPU rule (imagesmith/verify.py, pipeline.options_from): what the payload is told."""
+"""Host side of the GPU rule (imagesmith/stages/verify.py, pipeline.options_from): what the payload is told."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from imagesmith import compat, matrix, pipeline, verify
+from imagesmith import pipeline
+from imagesmith.model import compat, matrix
+from imagesmith.stages import verify
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 CUDA = {"io.imagesmith.cuda": "13.0", "io.imagesmith.layer": "base"}

@@ -10,9 +10,9 @@ from typing import Any, cast
 
 import pytest
 
-from imagesmith import probe, verify
 from imagesmith.errors import UsageError
 from imagesmith.resources import payload_module
+from imagesmith.stages import probe, verify
 
 REQUEST = verify.Request("n0nce", "quick", {"versions.torch": False, "security.user": False, "libs.optional": True})
 
@@ -124,8 +124,8 @@ def test_expect_errors_are_usage_errors() -> None:
 
 
 def test_the_payload_config_carries_the_request_and_the_image() -> None:
-    from imagesmith import compat
-    from imagesmith.engine import ImageConfig
+    from imagesmith.edges.engine import ImageConfig
+    from imagesmith.model import compat
 
     image = ImageConfig(user="root", entrypoint=("/start.sh",), cmd=("lab",), env=("A=1", "B=x=y"), exposed_ports=("8888/tcp",))
     config = verify.payload_config({"io.imagesmith.layer": ""}, verify.VerifyOptions(), compat.load(), REQUEST, image)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith import advisories, sbom, vulns
-from imagesmith.advisories import Event, Range
+from imagesmith.model import advisories, vulns
+from imagesmith.model.advisories import Event, Range
+from imagesmith.stages import sbom
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 OSV = FIXTURES / "osv"

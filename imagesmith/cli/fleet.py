@@ -1,0 +1,211 @@
+"""``imagesmith fleet ...``: thin commands over the fleet stage (parse, call, print, exit code)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+
+from imagesmith.errors import UserError
+from imagesmith.model.matrix import TIERS
+from imagesmith.stages.fleet import config
+from imagesmith.table import print_table
+
+FLEET_OPTION = click.option("--fleet", "fleet_file", default="fleet.yaml", show_default=True,
+                            type=click.Path(dir_okay=False, path_type=Path), help="The fleet file.")
+
+
+def load_fleet(path: Path) -> config.Fleet:
+    fleet = config.load(path)
+    for warning in fleet.warnings:
+        click.secho(str(warning), fg="yellow", err=True)
+    return fleet
+
+
+@click.group("fleet")
+def fleet_group() -> None:
+    """Verify images on a GPU fleet (Slurm, Kubernetes) before floating tags move."""
+
+
+@fleet_group.command("validate")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def validate_cmd(file: Path) -> None:
+    """Check a fleet file: every error with file:line key.path, why, and what to write."""
+    fleet = load_fleet(file)
+    by = {s: [c.name for c in fleet.classes if c.scheduler == s] for s in config.SCHEDULERS}
+    where = "; ".join(f"{s}: {', '.join(names)}" for s, names in by.items() if names)
+    click.echo(f"OK: {len(fleet.classes)} classes ({where}); floating tags require {', '.join(fleet.require)}")
+
+
+def _refs(refs: Sequence[str], release: Path | None) -> list[config.DigestRef]:
+    found = [config.parse_ref(r) for r in refs]
+    if release is not None:
+        found += _release_refs(release)
+    if not found:
+        raise UserError("nothing to verify: give REGISTRY/REPO@sha256:... references, or --release build/release.json")
+    return found
+
+
+def undeclared_refs(refs: Sequence[str], release: Path | None, registry: str | None) -> set[config.DigestRef]:
+    """The --release report's images on a host the operator did not declare (--registry): their jobs get no
+    credentials. A report naming another host than --registry is a UserError (nothing is submitted)."""
+    from imagesmith.edges.credentials import check_artifact_host
+
+    named = {config.parse_ref(r) for r in refs}
+    found = [r for r in (_release_refs(release) if release is not None else []) if r not in named]
+    for ref in found:
+        check_artifact_host(ref.name.split("/", 1)[0], registry, str(release), "release registry", "--registry HOST")
+    return set() if registry else set(found)
+
+
+def without_credentials(jobs: Sequence[Any], refs: set[config.DigestRef]) -> list[Any]:
+    return [dataclasses.replace(j, credentials=None) if j.ref in refs else j for j in jobs]
+
+
+def _release_refs(path: Path) -> list[config.DigestRef]:
+    """Every image a release report pushed or found unchanged, by digest."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the release report {path}: {exc}") from None
+    name = f"{doc.get('registry')}/{doc.get('repository')}"
+    return [config.parse_ref(f"{name}@{t['digest']}") for t in doc.get("targets") or []
+            if isinstance(t, dict) and t.get("status") in ("pushed", "unchanged") and t.get("digest")]
+
+
+def schedulers() -> dict[str, Any]:
+    from imagesmith.stages.fleet.kubernetes import Kubernetes
+    from imagesmith.stages.fleet.slurm import Slurm
+
+    return {"slurm": Slurm(), "kubernetes": Kubernetes()}
+
+
+@fleet_group.command("render")
+@click.argument("refs", nargs=-1, metavar="REF@sha256:...")
+@FLEET_OPTION
+@click.option("--tier", type=click.Choice(TIERS), default=None, help="Default: the class's, else the fleet file's tier.")
+@click.option("--out", default="build/fleet", show_default=True, type=click.Path(file_okay=False, path_type=Path))
+def render_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, out: Path) -> None:
+    """Print what verify would submit, without submitting: each sbatch command
+    line and batch script, each Kubernetes Job as YAML."""
+    import os
+    import shlex
+
+    import yaml
+
+    from imagesmith.stages.fleet import kubernetes, runner, slurm
+
+    fleet = load_fleet(fleet_file)
+    for job in runner.cell_jobs(fleet, _refs(refs, None), out, "render", tier):
+        click.echo(f"# --- {job.klass.name} x {job.ref}")
+        if job.klass.slurm is not None:
+            click.echo(shlex.join(slurm.sbatch_argv(job, os.environ)))
+            click.echo(slurm.render_script(job, job.klass.slurm.imagesmith or slurm.default_imagesmith()))
+        else:
+            name = kubernetes.job_name(job, "xxxxxx")
+            click.echo(yaml.safe_dump(kubernetes.to_dict(kubernetes.job_object(job, name)), sort_keys=False))
+
+
+@fleet_group.command("verify")
+@click.argument("refs", nargs=-1, metavar="REF@sha256:...")
+@FLEET_OPTION
+@click.option("--tier", type=click.Choice(TIERS), default=None, help="Default: the class's, else the fleet file's tier.")
+@click.option("--class", "classes", multiple=True, help="Only this class (repeatable); default: every class.")
+@click.option("--release", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Also verify every image this release report (release.json) pushed.")
+@click.option("--out", default="build/fleet", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Job files, verify reports and fleet-report.json go here (on a filesystem the Slurm nodes share).")
+@click.option("--registry", "registry", default=None, metavar="HOST",
+              help="The registry the --release report's images are on: only then do their jobs get --credentials (a "
+                   "report naming another host is refused); without it they pull without credentials.")
+@click.option("--credentials", "credentials_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Login file the Slurm jobs pull with (on the shared filesystem; as imagesmith verify --credentials: "
+                   "each login for its host, a legacy user:password line for the REF's own host). Given to the jobs of "
+                   "REFs named here, and of --release images only with --registry. Kubernetes uses the class's "
+                   "image_pull_secret.")
+@click.option("--poll", "poll_s", default=5.0, show_default=True, type=click.FloatRange(0.2, 300), help="Seconds between status polls.")
+@click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write every cell's figures as Prometheus metrics to this FILE.prom (atomically), for "
+                   "node_exporter's textfile collector (docs/metrics.md).")
+@click.option("--pushgateway", metavar="URL", default=None,
+              help="Also push every cell's figures to this Prometheus Pushgateway, one group per class and image "
+                   "(job=imagesmith, class=CLASS, digest=DIGEST).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classes: tuple[str, ...], release: Path | None,
+               out: Path, registry: str | None, credentials_file: Path | None, poll_s: float, metrics_file: Path | None,
+               pushgateway: str | None, quiet: bool) -> None:
+    """Verify each REF@sha256:... on every GPU class of the fleet file: one
+    job per (digest x class), progress as it goes, one fleet report at the end.
+    Exit 0 only if every cell passed; Ctrl-C cancels every job (exit 130)."""
+    from imagesmith.stages import metrics
+    from imagesmith.stages.fleet import runner
+
+    if metrics_file is not None:
+        metrics.check_textfile(metrics_file)
+    if pushgateway is not None:
+        metrics.check_gateway(pushgateway)
+    fleet = load_fleet(fleet_file)
+    jobs = runner.cell_jobs(fleet, _refs(refs, release), out, runner.run_id(), tier, classes, credentials_file)
+    jobs = without_credentials(jobs, undeclared_refs(refs, release, registry))
+    say = (lambda line: None) if quiet else _say
+    run = runner.FleetRun(jobs, schedulers(), out, fleet, say, poll_s)
+    say(f"fleet run {jobs[0].run_id}: {len(jobs)} jobs ({len({j.ref for j in jobs})} images x "
+        f"{len({j.klass.name for j in jobs})} classes); files in {out}")
+    try:
+        rep = run.run()
+    except runner.Interrupted as stop:
+        _print_cells(stop.report.cells, quiet)
+        click.echo(f"interrupted: cancelled {len(stop.cancelled)} jobs ({', '.join(stop.cancelled) or 'none'}); "
+                   f"fleet report {out / runner.REPORT_NAME}", err=True)
+        sys.exit(130)
+    _print_cells(rep.cells, quiet)
+    click.echo(f"fleet report: {out / runner.REPORT_NAME}")
+    if metrics_file is not None or pushgateway is not None:
+        metrics.export_fleet(rep, out, metrics_file, pushgateway, say)
+    failed = [c for c in rep.cells if not c.ok]
+    if failed:
+        raise UserError(f"fleet verification failed in {len(failed)} of {len(rep.cells)} cells: "
+                        + "; ".join(f"{c.klass} {c.digest[7:19]}: {c.reason}" for c in failed))
+
+
+def _say(line: str) -> None:
+    click.echo(f"{dt.datetime.now():%H:%M:%S} {line}", err=True)
+
+
+def _print_cells(cells: Sequence[Any], quiet: bool) -> None:
+    if quiet:
+        return
+    print_table("fleet verification", ["image", "class", "result", "job", "state", "queued", "ran", "detail"],
+                [[c.digest[7:19], c.klass, c.status.upper(), c.job_id or "-", c.state or "-", _secs(c.queued_s),
+                  _secs(c.ran_s), c.reason[:140]] for c in cells])
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}s"
+
+
+# -- the publish gate's options (used by build --push and publish) -------------------------------------
+
+
+def gate_options(command: Any) -> Any:
+    """``--fleet`` (the rule) and ``--fleet-report`` (the evidence) for a command that moves floating tags."""
+    command = click.option("--fleet-report", "fleet_reports", multiple=True,
+                           type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                           help="Fleet report(s) of imagesmith fleet verify: floating tags move only to digests that "
+                                "passed on every required class (repeatable).")(command)
+    return click.option("--fleet", "gate_fleet", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+                        help="Fleet file whose floating.require classes a digest must have passed (see --fleet-report); "
+                             "without a report every floating tag is held back.")(command)
+
+
+def floating_gate(fleet_file: Path | None, reports: Sequence[Path]) -> Any:
+    """The gate publish calls per digest, or None when no fleet option was given."""
+    from imagesmith.stages.fleet.gate import load_gate
+
+    gate = load_gate(fleet_file, reports)
+    return gate.held_back if gate is not None else None

@@ -1,0 +1,329 @@
+"""Where registry credentials come from, and which host each one is for.
+
+One :class:`CredentialStore` is built at the start of a run (:func:`load_store`) from what the operator
+declared, and every stage asks it by host. A credential applies only to the host it was configured for:
+
+- ``--credentials FILE``: a docker ``config.json``-style file (``{"auths": {"HOST": {"auth": "base64(user:pass)"}}}``)
+  or lines ``HOST user:password``; a legacy line ``user:password`` (no host) binds to the declared host only
+  (:attr:`Declared.primary`: the release registry, else the staging registry);
+- the environment pair IMAGESMITH_REGISTRY_USER/PASSWORD binds to IMAGESMITH_REGISTRY_HOST when set, else to
+  the declared host; with neither it applies nowhere;
+- the docker config (``$DOCKER_CONFIG/config.json``): its ``auths`` keys and credential helpers, per host, as
+  the docker CLI reads them (resolved by the docker SDK, in engine.py).
+
+Hosts come from the operator (command line, matrix), never from an artifact: a host read from a file another
+job wrote is asked through :meth:`CredentialStore.for_artifact`, which answers None (anonymous) when the
+operator declared nothing and refuses (exit 1, naming both hosts and the file) a host other than the one
+declared. A host read from an artifact never receives a secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, Credentials, docker_config_path, from_environment, read_docker_config
+from imagesmith.errors import Redactor, UserError
+from imagesmith.model import grammar
+from imagesmith.model.located import printable
+
+ENV_HOST = "IMAGESMITH_REGISTRY_HOST"
+DOCKER_HUB = "docker.io"
+HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
+RELEASE_FLAG = "--registry HOST/REPO (or --matrix, whose image.registry declares it)"
+STAGE_FLAG = "--stage REGISTRY/REPO"
+EXAMPLE = "harbor.example.com robot$ml+ci:SECRET"
+
+
+def normalize_host(text: str) -> str:
+    """The host a credential or a reference names, as docker compares them: the scheme and any path
+    dropped (docker config keys such as ``https://index.docker.io/v1/``), lower case, Docker Hub's aliases
+    as ``docker.io``; the port kept (``h:5000`` is not ``h``). ValueError when it is not a registry host."""
+    host = text.strip()
+    for scheme in ("https://", "http://"):
+        if host.lower().startswith(scheme):
+            host = host[len(scheme):]
+    host = host.split("/", 1)[0].lower()
+    if not host:
+        raise ValueError(f"{printable(text)} names no host")
+    if grammar.registry_host(host):
+        raise ValueError(f"{printable(text)} is not a registry host; write host or host:port, e.g. harbor.example.com "
+                         "or 127.0.0.1:5000")
+    return DOCKER_HUB if host in HUB_ALIASES else host
+
+
+def same_host(a: str, b: str) -> bool:
+    """Whether two host names (or a host and a ``host/repo``) name one registry."""
+    try:
+        return normalize_host(a) == normalize_host(b)
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The registry hosts the operator declared for this run (command line or matrix); None: not declared."""
+
+    release: str | None = None
+    staging: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("release", "staging"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _declared_host(value, name))
+
+    @property
+    def primary(self) -> str | None:
+        """The host a credential without a host binds to: the release registry, else the staging registry."""
+        return self.release or self.staging
+
+
+def _declared_host(value: str, what: str) -> str:
+    try:
+        return normalize_host(value)
+    except ValueError as exc:
+        raise UserError(f"the declared {what} registry: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CredentialStore:
+    """Credentials by host, frozen once built. ``entries``: from ``--credentials`` and the environment
+    (normalised host -> credentials); ``docker_config``: the docker config as read at the start."""
+
+    declared: Declared = field(default_factory=Declared)
+    entries: Mapping[str, Credentials] = field(default_factory=lambda: MappingProxyType({}))
+    docker_config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    docker_config_source: str = "docker config"
+    docker_config_error: str = ""  # the docker config could not be read: said when a login is looked up there
+
+    def for_host(self, host: str) -> Credentials | None:
+        """The credentials configured for ``host`` (a host the operator named), first found wins:
+        ``--credentials``, the environment pair, the docker config; None when there are none."""
+        try:
+            key = normalize_host(host)
+        except ValueError as exc:
+            raise UserError(f"registry host: {exc}") from None
+        return self.entries.get(key) or self._from_docker_config(key)
+
+    def for_artifact(self, host: str, declared: str | None, where: str, what: str, flag: str) -> Credentials | None:
+        """Credentials for a ``host`` read from an artifact (``where``, its ``what``: e.g. "staged repository"):
+        the declared host's when they agree, None (anonymous) when nothing was declared; a UserError (nothing
+        sent) when the artifact names another host than the one declared with ``flag``."""
+        check_artifact_host(host, declared, where, what, flag)
+        return self.for_host(host) if declared is not None else None
+
+    def anonymous_hint(self, host: str, declared: str | None, flag: str) -> str:
+        """What a 401 says when no credential was sent to ``host``: which flag declares it, or how to log in."""
+        if declared is None:
+            return (f"no credential was sent to {host}: that host was read from an artifact and "
+                    f"none was declared; declare it with {flag} to log in")
+        return (f"no login for {declared} was found: give --credentials FILE with a line '{declared} user:password', "
+                f"export {ENV_USER}/{ENV_PASSWORD}, or docker login {declared}")
+
+    def secrets(self) -> list[str]:
+        """Every secret the store holds from --credentials and the environment (for redaction)."""
+        return Redactor([s for c in self.entries.values() for s in c.secrets()], min_length=3).secrets
+
+    def _from_docker_config(self, host: str) -> Credentials | None:
+        from imagesmith.edges.engine import docker_login  # engine.py is the only docker importer
+
+        if self.docker_config_error:
+            raise UserError(self.docker_config_error)
+        found = docker_login(host, dict(self.docker_config)) if self.docker_config else None
+        if found is None:
+            return None
+        user, secret, helper = found
+        return Credentials(user, secret, f"docker credential helper {helper}" if helper else self.docker_config_source)
+
+
+def check_artifact_host(host: str, declared: str | None, where: str, what: str, flag: str) -> None:
+    """A UserError when an artifact's ``host`` is not the ``declared`` one (nothing is sent then)."""
+    if declared is None or same_host(host, declared):
+        return
+    shown = host if grammar.registry_host(host) is None else printable(host)  # an artifact's text, escaped
+    raise UserError(f"{where} names the {what} host {shown}, but {declared} was declared ({flag}); nothing was "
+                    f"sent: publish/verify the artifacts of that registry, or declare {shown} if it is yours")
+
+
+def load_store(declared: Declared, environ: Mapping[str, str] | None = None, credentials_file: Path | None = None,
+               docker_config: Path | Mapping[str, Any] | None = None) -> CredentialStore:
+    """The run's store: ``credentials_file`` (``--credentials``), the environment pair and the docker config
+    (a path, or a config already read; default ``$DOCKER_CONFIG/config.json``), each bound to its host."""
+    env = os.environ if environ is None else environ
+    entries = dict(_from_environment(env, declared))
+    entries.update(read_credentials_file(credentials_file, declared.primary) if credentials_file else {})
+    where: Path | Mapping[str, Any] = docker_config if docker_config is not None else docker_config_path(env)
+    config: Mapping[str, Any] = {} if isinstance(where, Path) else where
+    error = ""
+    if isinstance(where, Path):
+        try:
+            config = read_docker_config(where)
+        except UserError as exc:  # a run that never looks a login up there must not fail on it
+            error = str(exc)
+    source = f"docker config {where}" if isinstance(where, Path) else "docker config"
+    return CredentialStore(declared, MappingProxyType(entries), MappingProxyType(_case_folded(config)), source, error)
+
+
+def _case_folded(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The docker config with its per-host keys (``auths``, ``credHelpers``) in lower case, as hosts are asked;
+    Docker Hub's keys are left as the docker SDK expects them."""
+    out = dict(config)
+    for section in ("auths", "credHelpers"):
+        if isinstance(config.get(section), Mapping):
+            out[section] = {_folded(k): v for k, v in config[section].items()}
+    return out
+
+
+def _folded(key: Any) -> Any:
+    try:
+        return key if normalize_host(key) == DOCKER_HUB else key.lower()
+    except (ValueError, AttributeError):
+        return key
+
+
+def _from_environment(env: Mapping[str, str], declared: Declared) -> dict[str, Credentials]:
+    """The environment pair, bound to IMAGESMITH_REGISTRY_HOST, else to the declared host (else nowhere)."""
+    found = from_environment(env)
+    named = env.get(ENV_HOST, "").strip()
+    try:
+        host = normalize_host(named) if named else declared.primary
+    except ValueError as exc:
+        raise UserError(f"{ENV_HOST}: {exc}") from None
+    if found is None or host is None:
+        return {}
+    return {host: Credentials(found.username, found.password, f"environment ({ENV_USER}, for {host})")}
+
+
+# -- the --credentials file ------------------------------------------------------------------
+
+
+def read_credentials_file(path: Path, declared: str | None) -> dict[str, Credentials]:
+    """``--credentials FILE``: a docker config.json-style ``auths`` object, or lines ``HOST user:password``
+    (``#`` comments and blank lines skipped) with at most one legacy line ``user:password`` bound to
+    ``declared``. Every problem is a UserError naming the file and the line."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        raise UserError(f"credentials file {path}: {why}; it must hold lines HOST user:password "
+                        f"(e.g. {EXAMPLE}) or a docker config.json") from None
+    if text.lstrip().startswith("{"):
+        return _from_auths(path, text)
+    return _from_lines(path, text, declared)
+
+
+def _from_lines(path: Path, text: str, declared: str | None) -> dict[str, Credentials]:
+    found: dict[str, Credentials] = {}
+    legacy = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = f"credentials file {path}, line {number}"
+        host, secret = _split_line(line)
+        if host is None:
+            if legacy:
+                raise UserError(f"{where}: a second line without a host (line {legacy} has one); "
+                                f"write HOST user:password on each line, e.g. {EXAMPLE}")
+            legacy = number
+            host = _legacy_host(where, declared)
+        if host in found:
+            raise UserError(f"{where}: a second login for {host}; keep one line per host")
+        found[host] = _user_password(where, secret, f"file {path} (line {number}, for {host})")
+    if not found:
+        raise UserError(f"credentials file {path}: no login in it; write HOST user:password, e.g. {EXAMPLE}")
+    return found
+
+
+def _split_line(line: str) -> tuple[str | None, str]:
+    """``HOST user:password`` -> (host, secret); a line whose first word is no host is a legacy ``user:password``."""
+    parts = line.split(None, 1)
+    if len(parts) == 2:
+        try:
+            return normalize_host(parts[0]), parts[1].strip()
+        except ValueError:
+            pass
+    return None, line
+
+
+def _legacy_host(where: str, declared: str | None) -> str:
+    if declared is None:
+        raise UserError(f"{where}: user:password names no host, so it applies only to the declared release "
+                        f"registry, and none is declared; write HOST user:password (e.g. {EXAMPLE}), or declare "
+                        f"the host ({RELEASE_FLAG}, or {STAGE_FLAG})")
+    return declared
+
+
+def _user_password(where: str, secret: str, source: str) -> Credentials:
+    user, sep, password = secret.partition(":")
+    if not sep or not user or not password:
+        raise UserError(f"{where}: expected HOST user:password (e.g. {EXAMPLE}); the login has no "
+                        f"{'password' if user else 'user name'}")
+    return Credentials(user, password, source)
+
+
+def _from_auths(path: Path, text: str) -> dict[str, Credentials]:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        line = getattr(exc, "lineno", "?")
+        raise UserError(f"credentials file {path}, line {line}: not valid JSON ({getattr(exc, 'msg', exc)}); "
+                        'write {"auths": {"HOST": {"auth": "base64(user:password)"}}}') from None
+    auths = doc.get("auths") if isinstance(doc, dict) else None
+    if not isinstance(auths, dict) or not auths:
+        raise UserError(f'credentials file {path}, line 1: no "auths" object with a login in it; '
+                        'write {"auths": {"HOST": {"auth": "base64(user:password)"}}}')
+    found: dict[str, Credentials] = {}
+    for key, entry in auths.items():
+        where = f"credentials file {path}, line {_line_of(text, key)}, auths / {printable(key)}"
+        try:
+            host = normalize_host(key)
+        except ValueError as exc:
+            raise UserError(f"{where}: {exc}") from None
+        if host in found:
+            raise UserError(f"{where}: a second login for {host}; keep one entry per host")
+        found[host] = _auth_entry(where, entry, f"file {path} (auths / {host})")
+    return found
+
+
+def _auth_entry(where: str, entry: Any, source: str) -> Credentials:
+    if not isinstance(entry, dict):
+        raise UserError(f'{where}: expected an object such as {{"auth": "base64(user:password)"}}')
+    if isinstance(entry.get("auth"), str) and entry["auth"]:
+        try:
+            secret = base64.b64decode(entry["auth"], validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise UserError(f"{where} / auth: not base64 of user:password; write base64 of user:password") from None
+        return _user_password(f"{where} / auth", secret, source)
+    user, password = entry.get("username"), entry.get("password")
+    if isinstance(user, str) and isinstance(password, str):
+        return _user_password(where, f"{user}:{password}", source)
+    raise UserError(f'{where}: no "auth" (base64 of user:password) nor "username" and "password"; '
+                    "a credential helper belongs in the docker config, not in --credentials")
+
+
+def _line_of(text: str, key: str) -> int:
+    """The line where ``"key"`` first appears in ``text`` (1 when it cannot be found)."""
+    at = text.find(json.dumps(key))
+    return text.count("\n", 0, at) + 1 if at >= 0 else 1
+
+
+__all__ = [
+    "ENV_HOST",
+    "ENV_PASSWORD",
+    "ENV_USER",
+    "CredentialStore",
+    "Declared",
+    "check_artifact_host",
+    "load_store",
+    "normalize_host",
+    "read_credentials_file",
+    "same_host",
+]

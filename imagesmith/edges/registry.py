@@ -1,0 +1,640 @@
+"""A tiny client for the Registry HTTP API v2 (CNCF distribution, Harbor).
+
+Only what a release needs: list tags, read a manifest (its digest and config
+digest), read an image's labels from its config blob, put a manifest under
+another tag, push small blobs and artifact manifests (evidence), and move
+blobs between repositories without an engine (cross-repository mounts, else a
+chunked copy: promotion, :mod:`imagesmith.stages.promote`). Authentication answers
+the registry's challenge: Bearer tokens (Harbor, distribution with token
+auth) or Basic (htpasswd).
+
+Which credentials a host gets is decided by the run's credential store
+(:mod:`imagesmith.edges.credentials`: each credential is bound to its host); a
+:class:`Registry` uses only what it is handed. A :class:`Credentials` never
+shows its password in a repr, and every error message is passed through
+:meth:`Credentials.redact` before it leaves.
+
+``requests`` is the HTTP client. The docker config is read with the docker
+SDK's own resolution (credential helpers, Docker Hub aliases), which lives in
+engine.py, the only module importing docker; it is imported here only when a
+docker config is consulted.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlencode
+
+import requests
+
+from imagesmith.errors import Redactor, RegistryError, UserError
+from imagesmith.errors import short as _short
+
+ENV_USER = "IMAGESMITH_REGISTRY_USER"
+ENV_PASSWORD = "IMAGESMITH_REGISTRY_PASSWORD"
+DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+ACCEPT = ", ".join((DOCKER_V2, OCI_MANIFEST, DOCKER_LIST, OCI_INDEX))
+INDEXES = (DOCKER_LIST, OCI_INDEX)
+CERTS_D = Path("/etc/docker/certs.d")
+
+
+# -- credentials -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A user name and password (or Harbor robot secret) and where they came from."""
+
+    username: str
+    password: str = field(repr=False)
+    source: str = ""
+
+    def auth_config(self) -> dict[str, str]:
+        """What the docker SDK takes as ``auth_config``."""
+        return {"username": self.username, "password": self.password}
+
+    def basic_header(self) -> str:
+        """An HTTP ``Authorization`` value (basic auth)."""
+        return "Basic " + _b64(f"{self.username}:{self.password}")
+
+    def secrets(self) -> list[str]:
+        """Every form of the secret that may leak into text: the password and
+        its base64 forms, longest first."""
+        found = [self.password, _b64(f"{self.username}:{self.password}"), _b64(self.password)]
+        return Redactor(found, min_length=3).secrets
+
+    def redact(self, text: str) -> str:
+        """``text`` with the password (and its base64 forms) replaced by ****."""
+        return Redactor(self.secrets())(text)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def redact(text: str, credentials: Credentials | None) -> str:
+    return credentials.redact(text) if credentials else text
+
+
+def from_environment(env: Mapping[str, str]) -> Credentials | None:
+    user, password = env.get(ENV_USER, ""), env.get(ENV_PASSWORD, "")
+    if bool(user) != bool(password):
+        missing = ENV_PASSWORD if user else ENV_USER
+        raise UserError(f"{ENV_USER if user else ENV_PASSWORD} is set but {missing} is not: set both, or neither")
+    return Credentials(user, password, f"environment ({ENV_USER})") if user else None
+
+
+def from_file(path: Path | None) -> Credentials | None:
+    """A file holding ``user:password`` on its first line (Harbor robot accounts look like
+    ``robot$ml+ci:SECRET``); the password may contain ':'. For a credential whose host is said
+    elsewhere (a matrix's sources.credentials); ``--credentials`` is read by :mod:`imagesmith.edges.credentials`."""
+    if path is None:
+        return None
+    try:
+        lines = path.read_text().strip().splitlines()
+    except OSError as exc:
+        raise UserError(f"credentials file {path}: {exc.strerror}; it must hold one line user:password") from None
+    user, sep, password = (lines[0].strip() if lines else "").partition(":")
+    if not sep or not user or not password:
+        raise UserError(f"credentials file {path}: expected one line user:password (e.g. robot$ml+ci:SECRET)")
+    return Credentials(user, password, f"file {path}")
+
+
+def docker_config_path(env: Mapping[str, str]) -> Path:
+    folder = env.get("DOCKER_CONFIG") or str(Path(env.get("HOME") or Path.home()) / ".docker")
+    return Path(folder) / "config.json"
+
+
+def read_docker_config(path: Path) -> Mapping[str, Any]:
+    """The docker config as JSON ({} when there is none)."""
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise UserError(f"docker config {path} cannot be read ({exc}); fix or remove it") from None
+    if not isinstance(config, Mapping):
+        raise UserError(f"docker config {path} is not a JSON object; fix or remove it")
+    return config
+
+
+def registry_host(ref: str) -> str:
+    """The registry a reference names (Docker's rule: a first component with
+    a dot or a port, or localhost, is a host; otherwise Docker Hub)."""
+    first, sep, _ = ref.partition("/")
+    return first if sep and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None) -> str:
+    """A registry failure as one line with what to do about it (``hint`` when the caller knows better)."""
+    host = registry_host(ref)
+    hints = {
+        401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set {ENV_USER}/{ENV_PASSWORD} (a Harbor robot account)",
+        403: f"the account may not {action} {ref}: give the Harbor robot account {action} permission on the project",
+        404: f"{ref} or its project does not exist on {host}: create the Harbor project first",
+    }
+    hint = hint or hints.get(status or 0, f"check that {host} is reachable and healthy")
+    return f"{action} {ref} failed: {message.strip()} ({hint})"
+
+
+# -- errors and manifests ------------------------------------------------------------------
+
+
+class RegistryHTTPError(RegistryError):
+    """A registry answered with an error (or not at all); ``transient`` errors may be retried.
+    ``transient`` follows the HTTP status (:data:`TRANSIENT_STATUS`) unless the caller read more
+    in the registry's answer (a 500 saying its storage is full is not transient)."""
+
+    def __init__(self, message: str, status: int | None = None, transient: bool | None = None, said: str = "",
+                 hint: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = status in TRANSIENT_STATUS if transient is None else transient
+        self.said = said or message  # what the registry (or the engine) said, without our advice
+        self.hint = hint  # our advice, when there is some beyond "check the registry"
+
+
+class RegistryUnreachable(RegistryHTTPError):
+    """The registry (or its token service) did not answer at all: refused, reset, timed out.
+    Retrying may help."""
+
+    def __init__(self, message: str, said: str = "") -> None:
+        super().__init__(message, None, transient=True, said=said)
+
+
+# What retrying may help: a registry down, overloaded, rate limiting or restarting.
+TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+# A 500 whose error body names one of these (distribution's storage driver error) is not
+# transient: storage full, over quota, read-only.
+STORAGE_ERRNOS = {28: "no space left on device", 122: "disk quota exceeded", 30: "read-only file system"}
+STORAGE_WORDS = re.compile(r"no space left on device|disk quota exceeded|read-only file system|insufficient storage", re.I)
+@dataclass(frozen=True)
+class RegistryAnswer:
+    """A registry's own error answer: the HTTP status and its ``errors`` body
+    (code, message, detail), as distribution and Harbor send it."""
+
+    status: int
+    errors: tuple[Mapping[str, Any], ...] = ()
+    reason: str = ""
+
+    def text(self) -> str:
+        parts = [_error_text(e) for e in self.errors]
+        return "; ".join(p for p in parts if p) or self.reason
+
+    def storage(self) -> str | None:
+        """'no space left on device' (and kin) when the body says the registry's storage refused."""
+        for err in self.errors:
+            errno = _errno(err.get("detail"))
+            if errno in STORAGE_ERRNOS:
+                return STORAGE_ERRNOS[errno]
+        found = STORAGE_WORDS.search(self.text())
+        if found:
+            return found.group(0).lower()
+        return "insufficient storage" if self.status == 507 else None
+
+    @property
+    def transient(self) -> bool:
+        if self.storage() or any(e.get("code") == "UNSUPPORTED" for e in self.errors):
+            return False
+        return self.status in TRANSIENT_STATUS
+
+    def hint(self) -> str | None:
+        """What to do, when it is not 'wait and retry'."""
+        if self.storage():
+            return ("the registry's storage is full or refuses writes: free space (garbage-collect, raise the "
+                    "project quota) on the registry, then run the release again")
+        if self.status in (405, 501) or any(e.get("code") == "UNSUPPORTED" for e in self.errors):
+            return "the registry does not support this operation (a read-only mirror or proxy cache?): push to a writable registry"
+        return None
+
+
+def answer_of(resp: requests.Response) -> RegistryAnswer:
+    """The registry's error body, whatever shape it came in."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    errors = body.get("errors") if isinstance(body, dict) else None
+    kept = tuple(e for e in errors if isinstance(e, Mapping)) if isinstance(errors, list) else ()
+    reason = resp.reason or ""
+    if not kept and resp.text and not resp.text.lstrip().startswith("<"):
+        reason = " ".join(resp.text.split())[:300] or reason
+    return RegistryAnswer(resp.status_code, kept, reason)
+
+
+def _error_text(err: Mapping[str, Any]) -> str:
+    head = ": ".join(str(err.get(k) or "") for k in ("code", "message") if err.get(k))
+    detail = _detail_text(err.get("detail"))
+    return f"{head} ({detail})" if detail and head else head or detail
+
+
+def _detail_text(detail: Any) -> str:
+    """distribution's detail: text, or a storage driver error such as
+    {"DriverName": "filesystem", "Enclosed": {"Op": "write", "Path": "...", "Err": 28}}."""
+    if not detail:
+        return ""
+    if isinstance(detail, str):
+        return detail[:300]
+    errno = _errno(detail)
+    if isinstance(detail, Mapping) and errno is not None:
+        inner = detail.get("Enclosed") if isinstance(detail.get("Enclosed"), Mapping) else detail
+        where = " ".join(str(inner.get(k)) for k in ("Op", "Path") if inner.get(k))  # type: ignore[union-attr]
+        driver = f"{detail.get('DriverName')}: " if detail.get("DriverName") else ""
+        return f"{driver}{where}: {os.strerror(errno)} (errno {errno})".replace(" : ", ": ")[:300]
+    return json.dumps(detail, sort_keys=True)[:300]
+
+
+def _errno(detail: Any, depth: int = 0) -> int | None:
+    """The numeric ``Err`` (an errno) somewhere in a storage driver's error detail."""
+    if not isinstance(detail, Mapping) or depth > 4:
+        return None
+    err = detail.get("Err")
+    if isinstance(err, int) and not isinstance(err, bool):
+        return err
+    return next((e for e in (_errno(v, depth + 1) for v in detail.values()) if e is not None), None)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    digest: str
+    media_type: str
+    config_digest: str | None
+    raw: bytes = field(repr=False)
+
+
+MAX_BLOB = 16 << 20  # an SBOM of thousands of packages is a few MB
+
+
+@dataclass(frozen=True)
+class PushedManifest:
+    digest: str
+    subject: str | None  # the OCI-Subject header: the registry indexed the subject itself
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def is_loopback(host: str) -> bool:
+    """``host[:port]`` names this machine: localhost, 127.0.0.0/8, ::1 (the one loopback rule)."""
+    if host.startswith("["):
+        name = host[1:host.find("]")]
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+# -- the client ----------------------------------------------------------------------------
+
+
+class Registry:
+    """One registry host. ``session`` is a seam for tests; ``ca_file`` a CA bundle
+    (default: docker's ``/etc/docker/certs.d/<host>/ca.crt`` when present).
+    Plain HTTP is used only where docker allows it by default (loopback) or
+    when ``insecure`` is set, and only if HTTPS is not spoken there."""
+
+    def __init__(self, host: str, credentials: Credentials | None = None, ca_file: Path | None = None,
+                 insecure: bool | None = None, session: requests.Session | None = None, timeout: float = 30.0,
+                 certs_d: Path = CERTS_D, anonymous_hint: str = "") -> None:
+        self.host = host
+        self.credentials = credentials
+        self.anonymous_hint = anonymous_hint  # a 401 without credentials: how to declare this host
+        self.ca_file = ca_file or self._docker_ca(certs_d)
+        self.insecure = is_loopback(host) if insecure is None else insecure
+        self.session = session or requests.Session()
+        self.timeout = timeout
+        self._scheme: str | None = None
+        self._tokens: dict[str, str] = {}
+        self._basic = False
+
+    def _docker_ca(self, certs_d: Path) -> Path | None:
+        ca = certs_d / self.host / "ca.crt"
+        return ca if ca.is_file() else None
+
+    @property
+    def verify(self) -> bool | str:
+        return str(self.ca_file) if self.ca_file else True
+
+    # -- public API ----------------------------------------------------------------
+    def tags(self, repo: str) -> list[str]:
+        """Every tag of ``repo`` (empty when the repository does not exist yet)."""
+        out: list[str] = []
+        path: str | None = f"/v2/{repo}/tags/list?n=1000"
+        while path:
+            resp = self._request("GET", path, repo, missing_ok=True)
+            if resp is None:
+                return []
+            out += list((resp.json() or {}).get("tags") or [])
+            path = _next_link(resp.headers.get("Link", ""))
+        return out
+
+    def manifest(self, repo: str, ref: str) -> Manifest | None:
+        """The manifest ``ref`` (tag or digest) names; None if there is none.
+        An index (multi-arch) resolves to its linux/amd64 manifest's config."""
+        resp = self._request("GET", f"/v2/{repo}/manifests/{ref}", repo, missing_ok=True, headers={"Accept": ACCEPT})
+        if resp is None:
+            return None
+        body = resp.content
+        digest = resp.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        media_type = resp.headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
+        return Manifest(digest, media_type, self._config_digest(repo, json.loads(body), media_type), body)
+
+    def _config_digest(self, repo: str, doc: Mapping[str, Any], media_type: str) -> str | None:
+        if media_type in INDEXES or "manifests" in doc:
+            picked = next((m for m in doc.get("manifests", []) if (m.get("platform") or {}).get("architecture") == "amd64"), None)
+            inner = self.manifest(repo, picked["digest"]) if picked else None
+            return inner.config_digest if inner else None
+        return (doc.get("config") or {}).get("digest")
+
+    def manifest_digest(self, repo: str, ref: str) -> str | None:
+        """The digest the registry reports for ``ref`` (HEAD, ``Docker-Content-Digest``)."""
+        resp = self._request("HEAD", f"/v2/{repo}/manifests/{ref}", repo, missing_ok=True, headers={"Accept": ACCEPT})
+        if resp is None:
+            return None
+        digest = resp.headers.get("Docker-Content-Digest")
+        if digest:
+            return digest
+        found = self.manifest(repo, ref)
+        return found.digest if found else None
+
+    def exists(self, repo: str, ref: str) -> bool:
+        return self.manifest_digest(repo, ref) is not None
+
+    def config(self, repo: str, digest: str) -> dict[str, Any]:
+        resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo)
+        assert resp is not None
+        return dict(resp.json())
+
+    def labels(self, repo: str, ref: str) -> dict[str, str] | None:
+        """The image config's labels for ``ref``; None if ``ref`` does not exist."""
+        found = self.manifest(repo, ref)
+        if found is None or not found.config_digest:
+            return None
+        return self.labels_of_config(repo, found.config_digest)
+
+    def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]:
+        config = self.config(repo, config_digest)
+        return dict((config.get("config") or {}).get("Labels") or {})
+
+    def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str:
+        """Store ``manifest`` under ``tag`` (a registry-side retag); return the digest the registry reports."""
+        resp = self._request("PUT", f"/v2/{repo}/manifests/{tag}", repo, push=True,
+                             headers={"Content-Type": manifest.media_type}, data=manifest.raw)
+        assert resp is not None
+        return resp.headers.get("Docker-Content-Digest") or manifest.digest
+
+    # -- OCI artifacts and referrers (evidence) ------------------------------------------
+    def blob(self, repo: str, digest: str, limit: int = MAX_BLOB) -> bytes:
+        """A blob's bytes, checked against ``digest`` (a registry's word is not taken for it)."""
+        resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo)
+        assert resp is not None
+        if len(resp.content) > limit:
+            raise RegistryHTTPError(f"{self.host}/{repo}@{digest}: {len(resp.content)} bytes, more than the {limit} an evidence blob may have")
+        if sha256_digest(resp.content) != digest:
+            raise RegistryHTTPError(f"{self.host}/{repo}: blob {digest} has other content (sha256 {sha256_digest(resp.content)}): "
+                                    f"the registry's storage was changed")
+        return resp.content
+
+    def has_blob(self, repo: str, digest: str) -> bool:
+        return self._request("HEAD", f"/v2/{repo}/blobs/{digest}", repo, missing_ok=True) is not None
+
+    def push_blob(self, repo: str, data: bytes) -> tuple[str, bool]:
+        """Upload ``data`` unless the repository has it; (digest, whether it was sent)."""
+        digest = sha256_digest(data)
+        if self.has_blob(repo, digest):
+            return digest, False
+        location = self.start_upload(repo)
+        self._request("PUT", with_query(location, digest=digest), repo, push=True,
+                      headers={"Content-Type": "application/octet-stream"}, data=data)
+        return digest, True
+
+    def start_upload(self, repo: str) -> str:
+        """Open a blob upload session; its Location (a path on this registry)."""
+        start = self._request("POST", f"/v2/{repo}/blobs/uploads/", repo, push=True)
+        assert start is not None
+        return self._location(start, repo)
+
+    def _location(self, resp: requests.Response, repo: str) -> str:
+        location = re.sub(r"^https?://[^/]+", "", resp.headers.get("Location", ""))
+        if not location:
+            raise RegistryHTTPError(f"{self.host}/{repo}: the registry started an upload but named no Location")
+        return location
+
+    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest:
+        """PUT a manifest (by digest or tag); the digest and the ``OCI-Subject`` header the
+        registry answers with (a registry with the referrers API sends it for a manifest
+        with a ``subject``; one without it does not)."""
+        resp = self._request("PUT", f"/v2/{repo}/manifests/{ref}", repo, push=True, headers={"Content-Type": media_type}, data=data)
+        assert resp is not None
+        return PushedManifest(resp.headers.get("Docker-Content-Digest") or sha256_digest(data), resp.headers.get("OCI-Subject"))
+
+    def check_push(self, repo: str) -> None:
+        """May these credentials push to ``repo``? Start a blob upload and cancel it (nothing stays);
+        a refusal raises with the registry's hint."""
+        self.cancel_upload(repo, self.start_upload(repo))
+
+    def cancel_upload(self, repo: str, location: str) -> None:
+        self._request("DELETE", location, repo, push=True, missing_ok=True)
+
+    def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None:
+        """The referrers API (OCI distribution 1.1): descriptors of the manifests whose
+        ``subject`` is ``digest``; None when the registry has no such API (404)."""
+        try:
+            resp = self._request("GET", f"/v2/{repo}/referrers/{digest}", repo, missing_ok=True, headers={"Accept": OCI_INDEX})
+        except RegistryHTTPError as exc:
+            if exc.status in (400, 405, 501):
+                return None
+            raise
+        if resp is None or not resp.headers.get("Content-Type", "").startswith(OCI_INDEX):
+            return None
+        return [dict(m) for m in (resp.json() or {}).get("manifests") or [] if isinstance(m, dict)]
+
+    # -- promotion: blobs from one repository to another, no engine ------------------------
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> str | None:
+        """Cross-repository blob mount on this registry (``POST ?mount=&from=``): None when
+        mounted (201), else the Location of the upload the registry opened instead (202)."""
+        scope = f"repository:{repo}:pull,push repository:{from_repo}:pull"
+        resp = self._request("POST", with_query(f"/v2/{repo}/blobs/uploads/", mount=digest, **{"from": from_repo}),
+                             repo, push=True, scope=scope)
+        assert resp is not None
+        return None if resp.status_code == 201 else self._location(resp, repo)
+
+    def blob_range(self, repo: str, digest: str, start: int, end: int) -> bytes:
+        """Bytes ``start..end`` (inclusive) of a blob (HTTP Range; a registry that ignores Range
+        sends the whole blob, which is then cut)."""
+        resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo, headers={"Range": f"bytes={start}-{end}"})
+        assert resp is not None
+        return resp.content if resp.status_code == 206 else resp.content[start:end + 1]
+
+    def append_upload(self, repo: str, location: str, data: bytes, offset: int) -> str:
+        """PATCH one chunk into an upload session at ``offset``; the session's next Location."""
+        headers = {"Content-Type": "application/octet-stream", "Content-Range": f"{offset}-{offset + len(data) - 1}"}
+        resp = self._request("PATCH", location, repo, push=True, headers=headers, data=data)
+        assert resp is not None
+        return self._location(resp, repo)
+
+    def finish_upload(self, repo: str, location: str, digest: str) -> None:
+        """Close an upload session: the registry checks the bytes against ``digest``."""
+        self._request("PUT", with_query(location, digest=digest), repo, push=True,
+                      headers={"Content-Type": "application/octet-stream", "Content-Length": "0"})
+
+    # -- HTTP ------------------------------------------------------------------------
+    def url(self, path: str) -> str:
+        return f"{self._base()}{path}"
+
+    def _request(self, method: str, path: str, repo: str, missing_ok: bool = False, push: bool = False,
+                 headers: Mapping[str, str] | None = None, data: bytes | None = None,
+                 scope: str | None = None) -> requests.Response | None:
+        scope = scope or f"repository:{repo}:{'pull,push' if push else 'pull'}"
+        resp = self._send(method, path, scope, headers, data)
+        if resp.status_code == 401:
+            self._answer_challenge(resp, scope, repo)
+            resp = self._send(method, path, scope, headers, data)
+        if resp.status_code == 404 and missing_ok:
+            return None
+        if resp.status_code >= 400:
+            raise self._error(resp, method, repo, push)
+        return resp
+
+    def _send(self, method: str, path: str, scope: str, headers: Mapping[str, str] | None, data: bytes | None) -> requests.Response:
+        hdrs = dict(headers or {})
+        if scope in self._tokens:
+            hdrs["Authorization"] = f"Bearer {self._tokens[scope]}"
+        auth = (self.credentials.username, self.credentials.password) if self._basic and self.credentials else None
+        try:
+            return self.session.request(method, self.url(path), headers=hdrs, data=data, auth=auth,
+                                        timeout=self.timeout, verify=self.verify, allow_redirects=True)
+        except requests.exceptions.SSLError as exc:
+            raise RegistryHTTPError(self._tls_hint(exc)) from None
+        except requests.exceptions.RequestException as exc:
+            raise RegistryUnreachable(f"cannot reach the registry {self.host}: {_short(exc)}; check that it runs and is reachable") from None
+
+    def _base(self) -> str:
+        if self._scheme is None:
+            self._scheme = self._probe()
+        return f"{self._scheme}://{self.host}"
+
+    def _probe(self) -> str:
+        """https, or http where docker allows it (loopback/insecure) and TLS is not spoken."""
+        try:
+            self.session.get(f"https://{self.host}/v2/", timeout=self.timeout, verify=self.verify)
+            return "https"
+        except requests.exceptions.SSLError as exc:
+            if self.insecure and self._speaks_http():
+                return "http"
+            raise RegistryHTTPError(self._tls_hint(exc)) from None
+        except requests.exceptions.ConnectionError as exc:
+            if self.insecure and self._speaks_http():
+                return "http"
+            raise RegistryUnreachable(f"cannot reach the registry {self.host}: {_short(exc)}; check that it runs and is reachable") from None
+
+    def _speaks_http(self) -> bool:
+        try:
+            resp = self.session.get(f"http://{self.host}/v2/", timeout=self.timeout)
+        except requests.exceptions.RequestException:
+            return False
+        return "Docker-Distribution-Api-Version" in resp.headers or resp.status_code in (200, 401)
+
+    def _tls_hint(self, exc: Exception) -> str:
+        return (f"TLS to the registry {self.host} failed ({_short(exc)}); if it uses a private CA, give it with "
+                f"--registry-ca FILE or put it at {CERTS_D}/{self.host}/ca.crt (where docker looks too)")
+
+    # -- authentication --------------------------------------------------------------
+    def _answer_challenge(self, resp: requests.Response, scope: str, repo: str) -> None:
+        scheme, params = parse_challenge(resp.headers.get("WWW-Authenticate", ""))
+        if scheme == "basic":
+            self._basic = True
+        elif scheme == "bearer":
+            self._tokens[scope] = self._token(params, scope, repo)
+
+    def _token(self, params: Mapping[str, str], scope: str, repo: str) -> str:
+        if "realm" not in params:
+            raise RegistryHTTPError(f"the registry {self.host} asked for a Bearer token but named no realm")
+        scopes = scope.split()  # several (a mount: push here, pull there): one scope parameter each
+        query = {"service": params.get("service", ""), "scope": scopes[0] if len(scopes) == 1 else scopes}
+        auth = (self.credentials.username, self.credentials.password) if self.credentials else None
+        try:
+            resp = self.session.get(params["realm"], params=query, auth=auth, timeout=self.timeout, verify=self.verify)
+        except requests.exceptions.RequestException as exc:
+            raise RegistryUnreachable(f"token service {params['realm']} unreachable: {_short(exc)}") from None
+        if resp.status_code >= 400:
+            raise self._error(resp, "GET", repo, False)
+        body = resp.json()
+        return str(body.get("token") or body.get("access_token") or "")
+
+    def _error(self, resp: requests.Response, method: str, repo: str, push: bool) -> RegistryHTTPError:
+        status, answer = resp.status_code, answer_of(resp)
+        message = redact(f"HTTP {status} {answer.text()}".strip(), self.credentials)
+        hint = registry_hint(f"{self.host}/{repo}", status, message, "push" if push or method in ("PUT", "POST") else "pull",
+                             answer.hint())
+        if status == 401:
+            hint += f" [credentials used: {self.credentials.source if self.credentials else 'none'}]"
+            if self.credentials is None and self.anonymous_hint:
+                hint += f"; {self.anonymous_hint}"
+        return RegistryHTTPError(hint, status, transient=answer.transient, said=message, hint=answer.hint() or "")
+
+    def check_upload(self, repo: str) -> None:
+        """Start a blob upload and cancel it: raises the registry's own error (its body:
+        code, message, detail such as 'no space left on device') when it refuses uploads.
+        The docker engine reports a failed push without that body; this asks for it."""
+        resp = self._request("POST", f"/v2/{repo}/blobs/uploads/", repo, push=True)
+        location = resp.headers.get("Location", "") if resp is not None else ""
+        if location:
+            path = re.sub(r"^https?://[^/]+", "", location)
+            try:
+                self._send("DELETE", path, f"repository:{repo}:pull,push", None, None)
+            except RegistryHTTPError:
+                pass  # an abandoned upload is collected by the registry
+
+
+def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    """``Bearer realm="https://h/service/token",service="harbor-registry"`` -> ("bearer", {...})."""
+    scheme, _, rest = header.strip().partition(" ")
+    params = {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', rest)}
+    return scheme.lower(), params
+
+
+def with_query(path: str, **params: str) -> str:
+    """``path`` (which may already carry a query, as upload Locations do) with ``params`` added."""
+    return f"{path}{'&' if '?' in path else '?'}{urlencode(params)}"
+
+
+def _next_link(link: str) -> str | None:
+    m = re.search(r"<([^>]+)>\s*;\s*rel=\"?next\"?", link)
+    if not m:
+        return None
+    target = m.group(1)
+    return re.sub(r"^https?://[^/]+", "", target)
+
+
+def fetch_limited(url: str, limit: int, session: requests.Session | None = None, timeout: float = 60.0) -> bytes:
+    """The body at ``url`` (an OSV snapshot mirror), streamed and cut at ``limit`` bytes:
+    a larger body, an HTTP error or a broken connection is a RegistryError that says so."""
+    try:
+        with (session or requests.Session()).get(url, stream=True, timeout=timeout) as resp:
+            if resp.status_code != 200:
+                raise RegistryError(f"GET {url}: HTTP {resp.status_code}; check the mirror's URL (sources.advisories)")
+            body = bytearray()
+            for chunk in resp.iter_content(1 << 20):
+                body += chunk
+                if len(body) > limit:
+                    raise RegistryError(f"GET {url}: over the {limit}-byte cap of a snapshot; mirror the per-ecosystem all.zip")
+            return bytes(body)
+    except requests.exceptions.RequestException as exc:
+        raise RegistryError(f"GET {url}: {type(exc).__name__}: {exc}; check the mirror's URL and that this host reaches it") from None

@@ -1,0 +1,147 @@
+"""The fan-out for the CI system a team already runs (pure: a Plan in, a document out).
+
+``gitlab_pipeline``: a GitLab dynamic child pipeline (``trigger: include:
+artifact:``). One build job per target on a Docker runner, ``needs:`` its
+parent's build job (whose artifact carries the parent's staged digest), so a
+child starts as soon as its parent is staged, on any runner; one verify job
+per target on a GPU runner, ``needs:`` only that build job (it pulls the
+staged digest); one publish job in the last stage that gathers every job's
+artifacts (no ``needs:``: GitLab then hands it all earlier stages' artifacts,
+and ``needs:`` is capped at 50 jobs) and promotes with no engine.
+
+``github_matrix``: GitHub Actions has no per-target dependencies inside a
+matrix, so targets are grouped by depth in the DAG: ``depth0`` (bases),
+``depth1`` (their children), ... each a ``{"include": [...]}`` object for
+``strategy.matrix: ${{ fromJSON(...).depthN }}``; the workflow runs one
+matrix job per depth, each ``needs:`` the one before (a child waits for every
+target one level up, not only its parent). ``verify`` lists every target.
+
+Every value that lands in a shell command is quoted; YAML and JSON are written
+by their libraries, never by string pasting.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from imagesmith.errors import UserError
+from imagesmith.model.plan import Plan, Target
+
+GITHUB_MAX_JOBS = 256  # jobs one matrix may generate
+GITHUB_DEPTHS = 4  # depth0..depth3 always present (the example workflow has a job for each)
+INSTALL = ("python3 -m venv .venv", ". .venv/bin/activate", "pip install --quiet .")
+
+
+@dataclass(frozen=True)
+class Options:
+    matrix: str  # the matrix file as the jobs see it (relative to the repository)
+    stage: str  # the staging repository, host/path
+    release: str = ""  # the release repository, host/path (the matrix's image): publish --registry declares it
+    out: str = "build"
+    tier: str = "standard"
+    build_tags: tuple[str, ...] = ("self-hosted", "linux", "docker")
+    gpu_tags: tuple[str, ...] = ("self-hosted", "linux", "gpu")
+    publish_tags: tuple[str, ...] = ("self-hosted", "linux")
+    install: tuple[str, ...] = INSTALL
+    allow_roots: tuple[str, ...] = ()  # plan --allow-root: every job gets them (IMAGESMITH_ALLOW_ROOT)
+
+
+def build_job(t: Target) -> str:
+    return f"build:{t.id}"
+
+
+def verify_job(t: Target) -> str:
+    return f"verify:{t.id}"
+
+
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+# -- GitLab -----------------------------------------------------------------------------------------
+
+
+def gitlab_pipeline(plan: Plan, o: Options) -> dict[str, Any]:
+    """The child pipeline: build (one job per target, parents first), verify (GPU runners), publish."""
+    doc: dict[str, Any] = {
+        "stages": ["build", "verify", "publish"],
+        "variables": {"MATRIX": o.matrix, "IMAGESMITH_STAGE": o.stage, "IMAGESMITH_DATE": plan.date, "TIER": o.tier,
+                      "PIP_DISABLE_PIP_VERSION_CHECK": "1"} | _allow_roots(o),
+        "default": {"interruptible": True, "before_script": list(o.install)},
+    }
+    doc |= {build_job(t): _gitlab_build(t, o) for t in plan.targets}
+    doc |= {verify_job(t): _gitlab_verify(t, o) for t in plan.targets}
+    doc["publish"] = _gitlab_publish(o)
+    return doc
+
+
+def _allow_roots(o: Options) -> dict[str, str]:
+    return {"IMAGESMITH_ALLOW_ROOT": ":".join(o.allow_roots)} if o.allow_roots else {}
+
+
+def _gitlab_build(t: Target, o: Options) -> dict[str, Any]:
+    folder = f"{o.out}/{t.id}"
+    needs = [{"job": f"build:{t.parent}", "artifacts": True}] if t.parent else []
+    return {
+        "stage": "build", "tags": list(o.build_tags), "needs": needs, "timeout": "4h",
+        "script": [f'imagesmith build --matrix "$MATRIX" --date "$IMAGESMITH_DATE" --only {_q(t.id)} '
+                   f'--stage "$IMAGESMITH_STAGE" --out {_q(o.out)}'],
+        "artifacts": {"when": "always", "expire_in": "30 days", "paths": [f"{folder}/"]},
+    }
+
+
+def _gitlab_verify(t: Target, o: Options) -> dict[str, Any]:
+    folder = f"{o.out}/{t.id}"
+    return {
+        "stage": "verify", "tags": list(o.gpu_tags), "needs": [{"job": build_job(t), "artifacts": True}], "timeout": "2h",
+        "script": [f'imagesmith verify --build-report {_q(folder + "/build.json")} --stage "$IMAGESMITH_STAGE" '
+                   f'--tier "$TIER" --gpus all --json {_q(folder + "/run-report.json")} || rc=$?',
+                   f"imagesmith report {_q(folder + '/run-report.json')} --format junit --out {_q(folder + '/junit.xml')}",
+                   "exit ${rc:-0}"],
+        "artifacts": {"when": "always", "expire_in": "90 days",
+                      "paths": [f"{folder}/verify.json", f"{folder}/run-report.json", f"{folder}/junit.xml"],
+                      "reports": {"junit": f"{folder}/junit.xml"}},
+    }
+
+
+def _gitlab_publish(o: Options) -> dict[str, Any]:
+    out = _q(o.out)
+    return {
+        "stage": "publish", "tags": list(o.publish_tags), "resource_group": "imagesmith-release", "interruptible": False,
+        "rules": [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}, {"if": "$CI_COMMIT_TAG"}],
+        "script": [f'imagesmith publish --out {out} {_registry(o)}--stage "$IMAGESMITH_STAGE" || rc=$?',
+                   f"imagesmith report {out}/run-report.json --format md --out {out}/summary.md",
+                   f"imagesmith report {out}/run-report.json --format html --out {out}/report.html",
+                   "exit ${rc:-0}"],
+        "artifacts": {"when": "always", "expire_in": "1 year", "expose_as": "imagesmith release",
+                      "paths": [f"{o.out}/release.json", f"{o.out}/release.md", f"{o.out}/run-report.json",
+                                f"{o.out}/summary.md", f"{o.out}/report.html"]},
+    }
+
+
+def _registry(o: Options) -> str:
+    """publish's --registry: the release host is declared from the matrix, never read from an artifact."""
+    return f"--registry {_q(o.release)} " if o.release else ""
+
+
+# -- GitHub -----------------------------------------------------------------------------------------
+
+
+def github_matrix(plan: Plan, release: str = "") -> dict[str, Any]:
+    """``{"depth0": {"include": [...]}, ..., "verify": {"include": [...]}, "max_depth": N, "date": ...,
+    "release": "host/repo"}`` (``release``: the matrix's release repository, which publish --registry declares)."""
+    deepest = max((t.depth for t in plan.targets), default=0)
+    doc: dict[str, Any] = {f"depth{d}": {"include": [_entry(t) for t in plan.targets if t.depth == d]}
+                           for d in range(max(GITHUB_DEPTHS, deepest + 1))}
+    doc["verify"] = {"include": [_entry(t) for t in plan.targets]}
+    for key, value in doc.items():
+        if len(value["include"]) > GITHUB_MAX_JOBS:
+            raise UserError(f"{len(value['include'])} targets in the GitHub matrix {key}: GitHub runs at most {GITHUB_MAX_JOBS} "
+                            f"jobs per matrix; split the matrix file (or use the GitLab pipeline)")
+    return doc | {"max_depth": deepest, "date": plan.date, "targets": len(plan.targets), "release": release}
+
+
+def _entry(t: Target) -> dict[str, str]:
+    return {"target": t.id, "parent": t.parent or "", "layer": t.layer, "cell": t.cell}

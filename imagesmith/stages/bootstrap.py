@@ -1,0 +1,109 @@
+"""Base images where no registry is reachable: debootstrap + docker import.
+
+``imagesmith base bootstrap --os debian12`` makes a minimal Debian root file
+system from Debian's mirror and imports it as an image. Builds then pin that
+image by ID (the build report records which).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from imagesmith.edges.engine import Engine
+from imagesmith.errors import UserError
+from imagesmith.model import compat
+
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+SECURITY_MIRROR = "http://deb.debian.org/debian-security"
+Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+# What a minbase tree holds that no image should: caches, logs, machine identity.
+SCRUB = ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/*", "var/cache/ldconfig/*",
+         "etc/machine-id", "var/lib/dbus/machine-id", "root/.bash_history")
+
+
+def default_tag(os_key: str, kb: compat.KnowledgeBase) -> str:
+    return f"imagesmith/debian:{kb.os[os_key].codename}"
+
+
+def debian_suite(os_key: str, kb: compat.KnowledgeBase) -> str:
+    info = kb.os.get(os_key)
+    if info is None or info.family != "debian":
+        debian = [k for k, o in kb.os.items() if o.family == "debian"]
+        raise UserError(f"base bootstrap makes Debian bases only; {os_key!r} is not one of {', '.join(debian)}"
+                        " (Ubuntu bases come from a registry: docker pull ubuntu:24.04)")
+    return info.codename
+
+
+def sources_list(suite: str, mirror: str) -> str:
+    return (f"deb {mirror} {suite} main\n"
+            f"deb {mirror} {suite}-updates main\n"
+            f"deb {SECURITY_MIRROR} {suite}-security main\n")
+
+
+def _run(cmd: list[str]) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def debootstrap(suite: str, root: Path, mirror: str, runner: Runner = _run) -> None:
+    if shutil.which("debootstrap") is None:
+        raise UserError("debootstrap is not installed: apt-get install -y debootstrap")
+    if os.geteuid() != 0:
+        raise UserError("debootstrap needs root: run imagesmith base bootstrap as root (or with sudo)")
+    proc = runner(["debootstrap", "--variant=minbase", suite, str(root), mirror])
+    if proc.returncode != 0:
+        last = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        raise UserError(f"debootstrap {suite} from {mirror} failed (exit {proc.returncode}):\n{last}")
+
+
+def scrub(root: Path, suite: str, mirror: str) -> None:
+    for pattern in SCRUB:
+        for path in root.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    (root / "etc/apt/sources.list").write_text(sources_list(suite, mirror))
+    (root / "etc/machine-id").write_text("")
+
+
+def pack(root: Path, tar_path: Path, mtime: int) -> None:
+    """A tarball with sorted entries, numeric owners and clamped times."""
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime = min(info.mtime, mtime)
+        info.uname = info.gname = ""
+        return info
+
+    paths = []
+    for folder, dirs, files in os.walk(root):  # symlinks (merged /usr) stay links
+        paths += [Path(folder, name) for name in dirs + files]
+    with tarfile.open(tar_path, "w") as tar:
+        for path in sorted(paths):
+            tar.add(path, arcname=str(path.relative_to(root)), recursive=False, filter=normalise)
+
+
+def bootstrap(engine: Engine, os_key: str, tag: str | None = None, mirror: str = DEFAULT_MIRROR,
+              runner: Runner = _run, kb: compat.KnowledgeBase | None = None) -> tuple[str, str]:
+    """Make the base for ``os_key``; return (reference, image ID)."""
+    kb = kb or compat.load()
+    suite = debian_suite(os_key, kb)
+    ref = tag or default_tag(os_key, kb)
+    repository, _, version = ref.rpartition(":")
+    if not repository:
+        raise UserError(f"--tag {ref!r} needs the form repository:tag")
+    with tempfile.TemporaryDirectory(prefix="imagesmith-rootfs-") as tmp:
+        root, tar_path = Path(tmp, "rootfs"), Path(tmp, "rootfs.tar")
+        debootstrap(suite, root, mirror, runner)
+        scrub(root, suite, mirror)
+        pack(root, tar_path, int(dt.datetime.now(dt.timezone.utc).timestamp()))
+        changes = ['CMD ["bash"]', "ENV LANG=C.UTF-8",
+                   f"LABEL io.imagesmith.bootstrap.suite={suite} io.imagesmith.bootstrap.mirror={mirror} "
+                   f"org.opencontainers.image.created={dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}"]
+        image_id = engine.import_rootfs(tar_path, repository, version, changes)
+    return ref, image_id

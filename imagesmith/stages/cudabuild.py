@@ -1,0 +1,230 @@
+"""The build's CUDA step: for every CUDA wheel set of the plan, the image each
+of its cells builds FROM: the cell's OS base plus one layer holding the set.
+
+Per set, once: download the pinned wheels (``pip download --no-deps
+--only-binary=:all:`` with imagesmith's own pip, from the cells' package
+sources only, for the wheel platforms the OS's glibc accepts; log in
+``build/cuda-<set>/download.log``), write the layer (``imagesmith.render.cudalayer``)
+and ``docker load`` one image per OS base from a single streamed archive. The image ID is the sha256 of a canonical
+config, so the same base and the same set give the same image, layer and ID on
+any engine. A cache tag per (base image, set, SOURCE_DATE_EPOCH) makes warm
+runs a single lookup. Runs beside the DAG: a base target waits only for its own
+CUDA image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from imagesmith.edges.engine import Engine
+from imagesmith.errors import BuildError
+from imagesmith.model.plan import CudaSet, Plan, Target, cuda_image
+from imagesmith.progress import Display
+from imagesmith.render import cudalayer
+from imagesmith.units import gb
+
+KEY_SCHEMA = "imagesmith.cuda-layer/1"
+LABEL = "io.imagesmith.cuda."
+# Downloads a set's wheels: (a target whose package sources it uses, pins, destination folder, log file)
+Downloader = Callable[[Target, Sequence[str], Path, Path], None]
+ARCH = "x86_64"  # the knowledge base's wheels are Linux x86_64 ones
+LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}  # PEP 600's aliases, by glibc 2.N
+
+
+def cuda_set_folder(cuda_set: CudaSet) -> str:
+    """The set's folder under the build's output (its download log) and its line in the progress display."""
+    return f"cuda-{cuda_set.id}"
+
+
+def platforms(glibc: str, arch: str = ARCH) -> list[str]:
+    """The wheel platform tags an OS with this glibc (``major.minor``) accepts, newest first."""
+    major, minor = (int(part) for part in glibc.split(".")[:2])
+    if major != 2 or minor < 5:
+        raise BuildError(f"glibc {glibc}: manylinux wheels need glibc 2.5 or newer")
+    return [f"manylinux_2_{m}_{arch}" for m in range(minor, 4, -1)] + \
+           [f"{name}_{arch}" for m, name in LEGACY_MANYLINUX.items() if m <= minor]
+
+
+def download_argv(python: str, pins: Sequence[str], dest: Path, sources: Mapping[str, str], glibc: str,
+                  python_version: str, ca_bundle: Path | None) -> list[str]:
+    """pip download of exactly ``pins`` (no dependencies, wheels only) from ``sources`` (the build's
+    PIP_* arguments) alone: ``--isolated`` and PIP_CONFIG_FILE=/dev/null (the caller's environment)
+    keep the host's pip configuration out, as the build container never saw it."""
+    argv = [python, "-m", "pip", "download", "--isolated", "--no-cache-dir", "--disable-pip-version-check",
+            "--progress-bar", "off", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
+            "--python-version", python_version, *(f"--platform={tag}" for tag in platforms(glibc))]
+    if sources.get("PIP_INDEX_URL"):
+        argv += ["--index-url", sources["PIP_INDEX_URL"]]
+    for option, key in (("--extra-index-url", "PIP_EXTRA_INDEX_URL"), ("--find-links", "PIP_FIND_LINKS"),
+                        ("--trusted-host", "PIP_TRUSTED_HOST")):
+        for value in sources.get(key, "").split():
+            argv += [option, value]
+    if ca_bundle is not None:
+        argv += ["--cert", str(ca_bundle)]
+    return argv + list(pins)
+
+
+@dataclass
+class CudaResult:
+    """One CUDA image: what the build report records."""
+
+    set: str
+    base_image: str
+    image: str
+    status: str = "queued"  # built | cached | failed
+    image_id: str | None = None
+    diff_id: str | None = None
+    layer_bytes: int = 0  # the layer's tar (unpacked size)
+    image_bytes: int = 0  # the CUDA image: OS base + layer
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def cache_key(base_id: str, cuda_set: CudaSet, epoch: int | None) -> str:
+    text = "\0".join([KEY_SCHEMA, base_id, cuda_set.prefix, str(epoch), *cuda_set.pins])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def labels(cuda_set: CudaSet) -> dict[str, str]:
+    """What the CUDA image (and every image built on it) declares about the layer."""
+    return {LABEL + "set": cuda_set.id, LABEL + "libs": cuda_set.prefix, LABEL + "wheels": " ".join(cuda_set.pins)}
+
+
+def users(plan: Plan) -> dict[CudaSet, list[Target]]:
+    """The base targets of each CUDA wheel set, in plan order."""
+    out: dict[CudaSet, list[Target]] = {}
+    for t in plan.targets:
+        if t.cuda_set is not None:
+            out.setdefault(t.cuda_set, []).append(t)
+    return out
+
+
+class CudaImages:
+    def __init__(self, plan: Plan, repository: str, engine: Engine, out: Path, base_ids: Mapping[str, str],
+                 download: Downloader, display: Display, epoch: int | None, cache_repository: str) -> None:
+        self.plan, self.repository, self.engine, self.out = plan, repository, engine, out
+        self.cache_repository = cache_repository
+        self.base_ids, self.download, self.display, self.epoch = base_ids, download, display, epoch
+        self.futures: dict[tuple[str, str], Future[str]] = {}
+        self.results: dict[tuple[str, str], CudaResult] = {}
+        for cuda_set, targets in users(plan).items():
+            for t in targets:
+                key = (cuda_set.id, t.base_image)
+                self.futures.setdefault(key, Future())
+                self.results.setdefault(key, CudaResult(cuda_set.id, t.base_image, cuda_image(t, repository)))
+
+    def start(self) -> None:
+        for cuda_set, targets in users(self.plan).items():
+            threading.Thread(target=self._run, args=(cuda_set, targets), name=f"cuda-{cuda_set.id}", daemon=True).start()
+
+    def key_for(self, t: Target) -> str:
+        """The cache key of ``t``'s CUDA image (known before it is made)."""
+        assert t.cuda_set is not None
+        return self._key(t.cuda_set, t)
+
+    def image_for(self, t: Target) -> str:
+        """The image ID ``t`` builds FROM (waits until it is made)."""
+        assert t.cuda_set is not None
+        return self.futures[(t.cuda_set.id, t.base_image)].result()
+
+    def report(self) -> list[dict[str, Any]]:
+        return [asdict(r) for r in self.results.values()]
+
+    # -- one set ------------------------------------------------------------------------
+    def _run(self, cuda_set: CudaSet, targets: list[Target]) -> None:
+        t0 = time.monotonic()
+        pending = list(dict((t.base_image, t) for t in targets).values())
+        try:
+            pending = [t for t in pending if not self._cached(cuda_set, t)]
+            if pending:
+                self._make(cuda_set, pending)
+        except Exception as exc:  # every waiting base target fails with this message
+            for t in pending:
+                self._fail(cuda_set, t, exc)
+        for t in pending:
+            self.results[(cuda_set.id, t.base_image)].seconds = round(time.monotonic() - t0, 2)
+
+    def _cached(self, cuda_set: CudaSet, t: Target) -> bool:
+        info = self.engine.image(f"{self.cache_repository}:{self._key(cuda_set, t)}")
+        if info is None:
+            return False
+        self.engine.tag(info.id, *cuda_image(t, self.repository).split(":", 1))
+        base = self.engine.image(self.base_ids[t.base_image])
+        self.results[(cuda_set.id, t.base_image)].layer_bytes = info.size - (base.size if base else 0)
+        self._done(cuda_set, t, info.id, info.layers[-1] if info.layers else None, "cached")
+        return True
+
+    def _make(self, cuda_set: CudaSet, targets: list[Target]) -> None:
+        item = cuda_set_folder(cuda_set)
+        self.display.update(item, "building", f"downloading {len(cuda_set.wheels)} wheels")
+        wheels_dir = self.out / item / "wheels"
+        try:
+            wheels = self._download(cuda_set, targets[0], wheels_dir)
+            self.display.update(item, "building", f"writing the layer onto {len(targets)} OS base(s)")
+            archive = self._load(cuda_set, targets, cudalayer.layer_sources(wheels, self.epoch))
+        finally:
+            shutil.rmtree(wheels_dir, ignore_errors=True)
+        assert archive.layer is not None
+        for t in targets:
+            self._check(cuda_set, t, archive)
+        self.display.update(item, "done", f"{gb(archive.layer.size)} layer {archive.layer.diff_id[:19]}")
+
+    def _download(self, cuda_set: CudaSet, t: Target, dest: Path) -> list[Path]:
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        self.download(t, cuda_set.pins, dest, self.out / cuda_set_folder(cuda_set) / "download.log")
+        wheels = sorted(dest.glob("*.whl"))
+        if len(wheels) != len(cuda_set.wheels):
+            raise BuildError(f"cuda set {cuda_set.id}: pip downloaded {len(wheels)} wheels, the set has {len(cuda_set.wheels)}")
+        return wheels
+
+    def _load(self, cuda_set: CudaSet, targets: list[Target], sources: list[cudalayer.Source]) -> cudalayer.Archive:
+        requests = [cudalayer.ImageRequest(self.engine.image_config(self.base_ids[t.base_image]), cuda_image(t, self.repository))
+                    for t in targets]
+        archive = cudalayer.Archive(sources, requests, labels(cuda_set), self._created_by(cuda_set), cuda_set.prefix)
+        self.engine.load(archive.chunks())
+        return archive
+
+    def _check(self, cuda_set: CudaSet, t: Target, archive: cudalayer.Archive) -> None:
+        ref = cuda_image(t, self.repository)
+        want = cudalayer.image_id(archive.configs[ref])
+        info = self.engine.image(ref)
+        if info is None or info.id != want:
+            raise BuildError(f"docker load made {info.id if info else 'nothing'} for {ref}, expected {want}")
+        self.engine.tag(info.id, self.cache_repository, self._key(cuda_set, t))
+        assert archive.layer is not None
+        self.results[(cuda_set.id, t.base_image)].layer_bytes = archive.layer.size
+        self._done(cuda_set, t, info.id, archive.layer.diff_id, "built")
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def _key(self, cuda_set: CudaSet, t: Target) -> str:
+        return cache_key(self.base_ids[t.base_image], cuda_set, self.epoch)
+
+    def _created_by(self, cuda_set: CudaSet) -> str:
+        return f"imagesmith: CUDA wheel set {cuda_set.id} ({len(cuda_set.wheels)} wheels) at {cuda_set.prefix}"
+
+    def _done(self, cuda_set: CudaSet, t: Target, image_id: str, diff_id: str | None, status: str) -> None:
+        result = self.results[(cuda_set.id, t.base_image)]
+        result.status, result.image_id, result.diff_id = status, image_id, diff_id
+        info = self.engine.image(image_id)
+        result.image_bytes = info.size if info else 0
+        future = self.futures[(cuda_set.id, t.base_image)]
+        if not future.done():
+            future.set_result(image_id)
+
+    def _fail(self, cuda_set: CudaSet, t: Target, exc: Exception) -> None:
+        if self.futures[(cuda_set.id, t.base_image)].done():
+            return
+        result = self.results[(cuda_set.id, t.base_image)]
+        result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        self.display.update(cuda_set_folder(cuda_set), "failed", str(exc).splitlines()[0][:120] if str(exc) else "")
+        future = self.futures[(cuda_set.id, t.base_image)]
+        if not future.done():
+            future.set_exception(BuildError(f"the CUDA layer {cuda_set.id} for {t.base_image} failed: {exc}"))

@@ -1,0 +1,366 @@
+"""fleet.yaml: GPU classes, where each one runs, and what a floating tag requires.
+
+Validated like the matrix (same located loader, same ``file:line key.path:
+why; what to write`` messages, every error of a file reported together) and
+turned into frozen records at once. Every value that later lands in a batch
+script, an ``sbatch`` argument or a Kubernetes Job is checked here against the
+grammar of what it becomes (Slurm names, label keys and values, quantities,
+durations); the renderers still pass argv lists and quote what they write.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from imagesmith.errors import Problem, UserError, ValidationError
+from imagesmith.model import compat
+from imagesmith.model.located import KeyPath, load_located
+from imagesmith.model.matrix import TIERS, Ctx
+from imagesmith.resources import payload_dir
+
+SCHEMA_VERSION = 1
+SCHEDULERS = ("slurm", "kubernetes")
+RUNTIMES = ("docker", "podman", "pyxis")
+OPERATORS = ("Exists", "Equal")
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+PODMAN_SOCKET = "unix:///run/podman/podman.sock"
+
+CLASS_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+FEATURE = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+CONSTRAINT = re.compile(rf"^\[?{FEATURE}(?:[&|]{FEATURE})*\]?$")
+SLURM_MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
+DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
+LABEL_NAME = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+QUANTITY = re.compile(r"^[0-9]+(?:\.[0-9]+)?(?:m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()/+-]{0,63}$")
+ABS_PATH = re.compile(r"^/[A-Za-z0-9_./+-]*$")
+ENGINE_URL = re.compile(r"^(?:unix://[A-Za-z0-9_./+-]+|(?:tcp|ssh)://[A-Za-z0-9_.@:-]+)$")
+
+_COMP = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?"
+DIGEST_REF = re.compile(rf"^(?P<name>(?:{_HOST}/)?{_COMP}(?:/{_COMP})*)@(?P<digest>sha256:[a-f0-9]{{64}})$")
+
+
+# --------------------------------------------------------------------------
+# records
+
+
+@dataclass(frozen=True)
+class SlurmPlacement:
+    partition: str
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    gres_type: str | None = None
+    time_limit_s: int = 1800
+    start_deadline_s: int = 3600
+    max_requeues: int = 0
+    runtime: str = "docker"
+    imagesmith: str | None = None  # the imagesmith on the node; default: the one running fleet verify
+    docker_host: str | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str | None = None
+    operator: str = "Exists"
+    value: str | None = None
+    effect: str | None = None
+    seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class KubernetesPlacement:
+    namespace: str
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    image_pull_secret: str | None = None
+    deadline_s: int = 1800
+    ttl_s: int = 3600
+    start_deadline_s: int = 1800
+    cpu: str | None = None
+    memory: str | None = None
+    shm_size: str = "8Gi"
+    context: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuClass:
+    name: str
+    gpus: int  # per job; 0 = CPU mode (imagesmith verify --gpus none)
+    gpu: str | None  # the model torch reports (torch.cuda.get_device_name), e.g. "NVIDIA H200"
+    tier: str | None = None
+    slurm: SlurmPlacement | None = None
+    kubernetes: KubernetesPlacement | None = None
+
+    @property
+    def scheduler(self) -> str:
+        return "slurm" if self.slurm is not None else "kubernetes"
+
+    @property
+    def start_deadline_s(self) -> int:
+        return self.slurm.start_deadline_s if self.slurm else self.kubernetes.start_deadline_s  # type: ignore[union-attr]
+
+    @property
+    def run_limit_s(self) -> int:
+        return self.slurm.time_limit_s if self.slurm else self.kubernetes.deadline_s  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    file: Path
+    classes: tuple[GpuClass, ...]
+    require: tuple[str, ...]  # the classes a floating tag needs
+    tier: str = "quick"
+    warnings: tuple[Problem, ...] = ()
+
+    def klass(self, name: str) -> GpuClass:
+        return next(c for c in self.classes if c.name == name)
+
+
+@dataclass(frozen=True)
+class DigestRef:
+    name: str  # host/repository
+    digest: str  # sha256:...
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.digest}"
+
+
+def parse_ref(text: str) -> DigestRef:
+    """``host/repo@sha256:<64 hex>`` or a UserError saying what to write."""
+    m = DIGEST_REF.fullmatch(text)
+    if m is None:
+        raise UserError(f"{text!r} is not an image pinned by digest; write REGISTRY/REPOSITORY@sha256:<64 hex digits> "
+                        f"(the digest publish printed, or skopeo inspect --format '{{{{.Digest}}}}')")
+    return DigestRef(m.group("name"), m.group("digest"))
+
+
+def duration_s(text: str) -> int | None:
+    """``90``, ``90s``, ``30m``, ``1h30m``, ``2d`` -> seconds; None when malformed."""
+    if text.isdigit():
+        return int(text)
+    m = DURATION.fullmatch(text)
+    if not text or m is None:
+        return None
+    d, h, mi, s = (int(g or 0) for g in m.groups())
+    return ((d * 24 + h) * 60 + mi) * 60 + s
+
+
+def label_key_ok(key: str) -> bool:
+    """A Kubernetes label key: optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
+    prefix, sep, name = key.rpartition("/")
+    return bool(LABEL_NAME.fullmatch(name)) and (not sep or bool(DNS_SUBDOMAIN.fullmatch(prefix)))
+
+
+def label_value_ok(value: str) -> bool:
+    return value == "" or bool(LABEL_NAME.fullmatch(value))
+
+
+# --------------------------------------------------------------------------
+# validation
+
+
+class FleetCtx(Ctx):
+    """The matrix's located, typed getters; plus grammar checks for fleet values."""
+
+    def name(self, raw: Any, path: KeyPath, grammar: re.Pattern[str], what: str, write: str,
+             default: str | None = None) -> str | None:
+        value = self.string(raw, path, default)
+        if value is not None and not grammar.fullmatch(value):
+            self.error(path, f"{value!r} is not {what}; write {write}")
+            return default
+        return value
+
+    def duration(self, raw: Any, path: KeyPath, default: int, lo: int = 1, hi: int = 30 * 86400) -> int:
+        text = self.string(raw, path)
+        if text is None:
+            return default
+        seconds = duration_s(text.strip())
+        if seconds is None:
+            self.error(path, f"{text!r} is not a duration; write e.g. 90s, 30m, 1h30m or 2d")
+            return default
+        if not lo <= seconds <= hi:
+            self.error(path, f"{text} is out of range ({lo} s .. {hi // 86400} d)")
+            return default
+        return seconds
+
+
+WORD = "letters, digits, '.', '_' or '-' (at most 64)"
+TOP_KEYS = ("version", "tier", "classes", "floating")
+CLASS_KEYS = ("gpu", "gpus", "tier", "slurm", "kubernetes")
+SLURM_KEYS = ("partition", "account", "qos", "constraint", "gres_type", "time_limit", "start_deadline", "max_requeues",
+              "runtime", "imagesmith", "docker_host", "cpus_per_task", "mem")
+KUBE_KEYS = ("namespace", "node_selector", "tolerations", "image_pull_secret", "deadline", "ttl", "start_deadline",
+             "cpu", "memory", "shm_size", "context")
+
+
+def _slurm(ctx: FleetCtx, raw: Any, p: KeyPath) -> SlurmPlacement:
+    d = ctx.mapping(raw, p, SLURM_KEYS)
+    if "partition" not in d:
+        ctx.error(p, "a Slurm class needs partition: the partition its jobs go to (sinfo lists them)")
+    runtime = ctx.choice(d.get("runtime"), p + ("runtime",), RUNTIMES, "docker")
+    return SlurmPlacement(
+        partition=ctx.name(d.get("partition"), p + ("partition",), SLURM_NAME, "a Slurm partition name", WORD) or "",
+        account=ctx.name(d.get("account"), p + ("account",), SLURM_NAME, "a Slurm account name", WORD),
+        qos=ctx.name(d.get("qos"), p + ("qos",), SLURM_NAME, "a Slurm QOS name", WORD),
+        constraint=ctx.name(d.get("constraint"), p + ("constraint",), CONSTRAINT, "a Slurm constraint",
+                            "node features joined by & or |, e.g. h200&nvlink"),
+        gres_type=ctx.name(d.get("gres_type"), p + ("gres_type",), SLURM_NAME, "a GRES type", WORD),
+        time_limit_s=ctx.duration(d.get("time_limit"), p + ("time_limit",), 1800),
+        start_deadline_s=ctx.duration(d.get("start_deadline"), p + ("start_deadline",), 3600),
+        max_requeues=ctx.integer(d.get("max_requeues"), p + ("max_requeues",), 0, 0, 10),
+        runtime=runtime,
+        imagesmith=ctx.name(d.get("imagesmith"), p + ("imagesmith",), ABS_PATH, "an absolute path",
+                            "the imagesmith executable on the nodes, e.g. /shared/imagesmith/bin/imagesmith"),
+        docker_host=ctx.name(d.get("docker_host"), p + ("docker_host",), ENGINE_URL, "an engine address",
+                             "unix:///run/podman/podman.sock, tcp://HOST:PORT or ssh://USER@HOST",
+                             PODMAN_SOCKET if runtime == "podman" else None),
+        cpus_per_task=ctx.integer(d.get("cpus_per_task"), p + ("cpus_per_task",), 0, 0, 4096) or None,
+        mem=ctx.name(d.get("mem"), p + ("mem",), SLURM_MEM, "a Slurm memory size", "e.g. 64G or 512000M"),
+    )
+
+
+def _tolerations(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[Toleration, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        ctx.error(p, "expected a list of tolerations, e.g. [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]")
+        return ()
+    return tuple(_toleration(ctx, item, p + (i,)) for i, item in enumerate(raw))
+
+
+def _toleration(ctx: FleetCtx, raw: Any, p: KeyPath) -> Toleration:
+    d = ctx.mapping(raw, p, ("key", "operator", "value", "effect", "seconds"))
+    key = ctx.string(d.get("key"), p + ("key",))
+    if key is not None and not label_key_ok(key):
+        ctx.error(p + ("key",), f"{key!r} is not a Kubernetes label key; write e.g. nvidia.com/gpu")
+    operator = ctx.choice(d.get("operator"), p + ("operator",), OPERATORS, "Equal" if "value" in d else "Exists")
+    value = ctx.string(d.get("value"), p + ("value",))
+    if value is not None and not label_value_ok(value):
+        ctx.error(p + ("value",), f"{value!r} is not a label value; write at most 63 letters, digits, '-', '_' or '.'")
+    if operator == "Exists" and value:
+        ctx.error(p + ("value",), "operator Exists takes no value; drop value or write operator: Equal")
+    effect = ctx.choice(d.get("effect"), p + ("effect",), EFFECTS, "") or None if "effect" in d else None
+    seconds = ctx.integer(d.get("seconds"), p + ("seconds",), -1, 0, 10**9) if "seconds" in d else None
+    return Toleration(key, operator, value, effect, seconds)
+
+
+def _node_selector(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[tuple[str, str], ...]:
+    out = []
+    for key, value in ctx.open_mapping(raw, p).items():
+        text = "" if value is None else ctx.string(value, p + (key,), "") or ""
+        if not label_key_ok(key):
+            ctx.error(p + (key,), f"{key!r} is not a Kubernetes label key; write e.g. nvidia.com/gpu.product")
+        elif not label_value_ok(text):
+            ctx.error(p + (key,), f"{text!r} is not a label value; write at most 63 letters, digits, '-', '_' or '.' (e.g. NVIDIA-H200)")
+        out.append((key, text))
+    return tuple(sorted(out))
+
+
+def _kubernetes(ctx: FleetCtx, raw: Any, p: KeyPath) -> KubernetesPlacement:
+    d = ctx.mapping(raw, p, KUBE_KEYS)
+    if "namespace" not in d:
+        ctx.error(p, "a Kubernetes class needs namespace: the namespace its Jobs run in")
+    quantity = "a Kubernetes quantity"
+    return KubernetesPlacement(
+        namespace=ctx.name(d.get("namespace"), p + ("namespace",), DNS_LABEL, "a namespace name",
+                           "lowercase letters, digits and '-' (at most 63)") or "",
+        node_selector=_node_selector(ctx, d.get("node_selector"), p + ("node_selector",)),
+        tolerations=_tolerations(ctx, d.get("tolerations"), p + ("tolerations",)),
+        image_pull_secret=ctx.name(d.get("image_pull_secret"), p + ("image_pull_secret",), DNS_SUBDOMAIN,
+                                   "a Secret name", "the name of a kubernetes.io/dockerconfigjson Secret, e.g. harbor-robot"),
+        deadline_s=ctx.duration(d.get("deadline"), p + ("deadline",), 1800),
+        ttl_s=ctx.duration(d.get("ttl"), p + ("ttl",), 3600, lo=0),
+        start_deadline_s=ctx.duration(d.get("start_deadline"), p + ("start_deadline",), 1800),
+        cpu=ctx.name(d.get("cpu"), p + ("cpu",), QUANTITY, quantity, "e.g. 8 or 500m"),
+        memory=ctx.name(d.get("memory"), p + ("memory",), QUANTITY, quantity, "e.g. 64Gi"),
+        shm_size=ctx.name(d.get("shm_size"), p + ("shm_size",), QUANTITY, quantity, "e.g. 8Gi", "8Gi") or "8Gi",
+        context=ctx.name(d.get("context"), p + ("context",), SLURM_NAME, "a kubeconfig context name", WORD),
+    )
+
+
+def _class(ctx: FleetCtx, name: str, raw: Any, baselines: Mapping[str, Any]) -> GpuClass:
+    p: KeyPath = ("classes", name)
+    d = ctx.mapping(raw, p, CLASS_KEYS)
+    if not CLASS_NAME.fullmatch(name):
+        ctx.error(p, f"class name {name!r} must be lowercase letters, digits and '-' (at most 31; it names jobs and folders)")
+    given = [s for s in SCHEDULERS if s in d]
+    if len(given) != 1:
+        ctx.error(p, f"a class runs on one scheduler; give exactly one of slurm: or kubernetes: (found {', '.join(given) or 'none'})")
+    gpus = ctx.integer(d.get("gpus"), p + ("gpus",), 1, 0, 64)
+    gpu = ctx.name(d.get("gpu"), p + ("gpu",), GPU_MODEL, "a GPU model name", "the name torch reports, e.g. NVIDIA H200")
+    _check_gpu(ctx, p, gpus, gpu, baselines)
+    return GpuClass(
+        name=name, gpus=gpus, gpu=gpu,
+        tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick") if "tier" in d else None,
+        slurm=_slurm(ctx, d["slurm"], p + ("slurm",)) if "slurm" in d else None,
+        kubernetes=_kubernetes(ctx, d["kubernetes"], p + ("kubernetes",)) if "kubernetes" in d and "slurm" not in d else None,
+    )
+
+
+def _check_gpu(ctx: FleetCtx, p: KeyPath, gpus: int, gpu: str | None, baselines: Mapping[str, Any]) -> None:
+    if gpus > 0 and not gpu:
+        ctx.warn(p, "gpu: is not set, so the job's GPUs are not checked against the class; write the model torch reports, e.g. gpu: NVIDIA H200")
+    if gpus == 0 and gpu:
+        ctx.error(p + ("gpus",), f"gpus is 0 (CPU mode) but gpu names {gpu!r}; give the GPU count, or drop gpu for a CPU class")
+    if gpus > 0 and gpu and gpu not in baselines:
+        ctx.warn(p + ("gpu",), f"verify/baselines.json has no baseline for {gpu!r}, so throughput is not judged against one; "
+                               f"it has {', '.join(sorted(baselines)) or 'none'}")
+
+
+def _require(ctx: FleetCtx, raw: Any, classes: Mapping[str, GpuClass]) -> tuple[str, ...]:
+    p: KeyPath = ("floating",)
+    d = ctx.mapping(raw, p, ("require",))
+    if "require" not in d:
+        return tuple(classes)
+    names = ctx.strings(d["require"], p + ("require",))
+    if not names:
+        ctx.error(p + ("require",), "is empty, so no class would gate a floating tag; list classes, or drop require to require every class")
+    for i, name in enumerate(names):
+        if name not in classes:
+            ctx.error(p + ("require", i), f"{name!r} is not a class here; classes: {', '.join(classes) or 'none'}")
+    return tuple(dict.fromkeys(names))
+
+
+def _baselines() -> dict[str, Any]:
+    try:
+        return dict(json.loads((payload_dir() / "baselines.json").read_text()).get("gpus") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def parse(text: str, file: Path) -> Fleet:
+    raw, lines = load_located(text, file.name)
+    ctx = FleetCtx(file.resolve(), lines, compat.load())
+    d = ctx.mapping(raw, (), TOP_KEYS)
+    if d.get("version") is not None and str(d["version"]) != str(SCHEMA_VERSION):
+        ctx.error(("version",), f"fleet schema version {d['version']} is not supported; this imagesmith reads version {SCHEMA_VERSION}")
+    baselines = _baselines()
+    classes = {name: _class(ctx, str(name), spec, baselines) for name, spec in ctx.open_mapping(d.get("classes"), ("classes",)).items()}
+    if not classes:
+        ctx.error(("classes",) if "classes" in d else (), "no classes: name at least one GPU class with its slurm: or kubernetes: placement")
+    fleet = Fleet(file=ctx.file, classes=tuple(classes.values()), require=_require(ctx, d.get("floating"), classes),
+                  tier=ctx.choice(d.get("tier"), ("tier",), TIERS, "quick"), warnings=tuple(ctx.warnings()))
+    if ctx.errors():
+        raise ValidationError(problems=ctx.errors() + ctx.warnings())
+    return fleet
+
+
+def load(path: str | Path) -> Fleet:
+    """Load and validate ``path``; raise ValidationError listing every error."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ValidationError(problems=[Problem(f"cannot read {file}: {exc.strerror}")]) from None
+    return parse(text, file)

@@ -1,0 +1,178 @@
+"""Promotion: a staged image becomes a release without an engine.
+
+For the staged manifest ``STAGE@sha256:D`` and a release ``REPO:TAG``:
+
+1. read the manifest by digest and check that its bytes hash to ``D``;
+2. make every blob it names (config and layers; for an index, each child
+   manifest first) present in the release repository: already there; mounted
+   from the staging repository (same registry: ``POST
+   /v2/REPO/blobs/uploads/?mount=DIGEST&from=STAGE``, no bytes move); or
+   copied in chunks (``GET`` with ``Range`` from the source, ``PATCH`` into an
+   upload session, ``PUT ?digest=``) where the registry refuses the mount (it
+   then answers 202 with an upload session, which the copy uses) or the
+   staging repository is on another registry;
+3. ``PUT`` the very same manifest bytes under ``TAG``. The registry answers
+   with their digest, which must be ``D``: the release is byte-identical to
+   what was verified, and no layer was pulled or pushed through an engine.
+
+The registry clients are :class:`imagesmith.edges.registry.Registry` (or doubles
+with the same methods); what moved is counted in a :class:`Promotion`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
+from imagesmith.edges.registry import INDEXES, Manifest, PushedManifest, sha256_digest
+from imagesmith.errors import RegistryError
+
+CHUNK = 64 << 20  # bytes per request when a blob is copied
+
+
+class RegistryLike(Protocol):
+    host: str
+
+    def manifest(self, repo: str, ref: str) -> Manifest | None: ...
+    def has_blob(self, repo: str, digest: str) -> bool: ...
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> str | None: ...
+    def start_upload(self, repo: str) -> str: ...
+    def cancel_upload(self, repo: str, location: str) -> None: ...
+    def blob_range(self, repo: str, digest: str, start: int, end: int) -> bytes: ...
+    def append_upload(self, repo: str, location: str, data: bytes, offset: int) -> str: ...
+    def finish_upload(self, repo: str, location: str, digest: str) -> None: ...
+    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest: ...
+
+
+@dataclass
+class Promotion:
+    """One promoted image: where from, where to, and what it took."""
+
+    source: str  # host/repository@digest
+    reference: str  # host/repository:tag
+    digest: str = ""
+    blobs: int = 0
+    present: int = 0
+    mounted: int = 0
+    copied: int = 0
+    bytes_total: int = 0
+    bytes_mounted: int = 0
+    bytes_copied: int = 0
+    manifest_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes that crossed the network: copied blobs and the manifests."""
+        return self.bytes_copied + self.manifest_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"bytes_moved": self.bytes_moved, "seconds": round(self.seconds, 3)}
+
+
+def split_reference(ref: str) -> tuple[str, str, str]:
+    """``host/path@sha256:…`` -> (host, path, digest)."""
+    name, _, digest = ref.partition("@")
+    host, _, path = name.partition("/")
+    if not digest.startswith("sha256:") or not path:
+        raise RegistryError(f"{ref!r} is not a staged reference (host/repository@sha256:...)")
+    return host, path, digest
+
+
+class Promoter:
+    """Copies staged manifests into a release repository through the registry API."""
+
+    def __init__(self, source: RegistryLike, target: RegistryLike, chunk: int = CHUNK,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source, self.target, self.chunk, self.clock = source, target, chunk, clock
+
+    def __call__(self, source_ref: str, repo: str, tag: str) -> Promotion:
+        host, src_repo, digest = split_reference(source_ref)
+        if host != self.source.host:
+            raise RegistryError(f"{source_ref} is not on {self.source.host}")
+        t0 = self.clock()
+        p = Promotion(source_ref, f"{self.target.host}/{repo}:{tag}")
+        p.digest = self._manifest(src_repo, digest, repo, tag, p)
+        if p.digest != digest:
+            raise RegistryError(f"promoting {source_ref} to {p.reference}: the registry stored {p.digest}, not {digest}; "
+                                f"the release would not be byte-identical to what was verified")
+        p.seconds = self.clock() - t0
+        return p
+
+    def _manifest(self, src_repo: str, digest: str, repo: str, ref: str, p: Promotion) -> str:
+        found = self.source.manifest(src_repo, digest)
+        if found is None:
+            raise RegistryError(f"{self.source.host}/{src_repo}@{digest} is not in the staging repository (deleted, or "
+                                f"garbage-collected?); build that target again with --stage")
+        if sha256_digest(found.raw) != digest:
+            raise RegistryError(f"{self.source.host}/{src_repo}@{digest}: the registry served a manifest with another digest "
+                                f"({sha256_digest(found.raw)}); its storage was changed")
+        doc = json.loads(found.raw)
+        if found.media_type in INDEXES or "manifests" in doc:
+            for child in doc.get("manifests") or []:
+                self._manifest(src_repo, str(child["digest"]), repo, str(child["digest"]), p)
+        else:
+            for blob in [doc.get("config") or {}, *(doc.get("layers") or [])]:
+                self._blob(src_repo, repo, str(blob["digest"]), int(blob.get("size") or 0), p)
+        p.manifest_bytes += len(found.raw)
+        return self.target.push_manifest(repo, ref, found.media_type, found.raw).digest
+
+    def _blob(self, src_repo: str, repo: str, digest: str, size: int, p: Promotion) -> None:
+        p.blobs, p.bytes_total = p.blobs + 1, p.bytes_total + size
+        if self.target.has_blob(repo, digest):
+            p.present += 1
+            return
+        location = self.target.mount_blob(repo, digest, src_repo) if self.target.host == self.source.host \
+            else self.target.start_upload(repo)
+        if location is None:
+            p.mounted, p.bytes_mounted = p.mounted + 1, p.bytes_mounted + size
+            return
+        try:
+            self._copy(src_repo, repo, digest, size, location)
+        except BaseException:
+            self.target.cancel_upload(repo, location)
+            raise
+        p.copied, p.bytes_copied = p.copied + 1, p.bytes_copied + size
+
+    def _copy(self, src_repo: str, repo: str, digest: str, size: int, location: str) -> None:
+        """Chunk by chunk into the open upload; the bytes are hashed on the way and checked."""
+        h, offset = hashlib.sha256(), 0
+        while offset < size:
+            data = self.source.blob_range(src_repo, digest, offset, min(size, offset + self.chunk) - 1)
+            if not data:
+                raise RegistryError(f"{self.source.host}/{src_repo}@{digest}: the blob ended at {offset} of {size} bytes")
+            h.update(data)
+            location = self.target.append_upload(repo, location, data, offset)
+            offset += len(data)
+        if "sha256:" + h.hexdigest() != digest:
+            raise RegistryError(f"{self.source.host}/{src_repo}@{digest}: the bytes served hash to sha256:{h.hexdigest()}; "
+                                f"the staging registry's storage was changed")
+        self.target.finish_upload(repo, location, digest)
+
+
+def registry_promoter(target: Any, store: CredentialStore | None = None,
+                      ca_file: Path | None = None) -> Callable[[str, str, str], Promotion]:
+    """``promote(source_ref, repo, tag)`` into ``target`` (a :class:`~imagesmith.edges.registry.Registry`): a staging
+    repository on the same registry shares its client (and mounts); another registry gets its own client (and
+    blobs are copied), with the store's login only when that is the staging host the operator declared (--stage):
+    ``source_ref`` comes from a build artifact, so an undeclared host is read anonymously and another host than
+    the declared one is refused before anything is sent."""
+    from imagesmith.edges.registry import Registry
+
+    store = store or CredentialStore()
+    clients: dict[str, Any] = {target.host: target}
+
+    def promote(source_ref: str, repo: str, tag: str) -> Promotion:
+        host = split_reference(source_ref)[0]
+        if host not in clients:
+            creds = store.for_artifact(host, store.declared.staging, f"the staged image {source_ref}", "staged repository",
+                                       STAGE_FLAG)
+            clients[host] = Registry(host, creds, ca_file=ca_file,
+                                     anonymous_hint=store.anonymous_hint(host, store.declared.staging, STAGE_FLAG))
+        return Promoter(clients[host], target)(source_ref, repo, tag)
+    return promote

@@ -1,0 +1,505 @@
+"""Host side of verification: run the payload from verify/ inside an image
+(or on this host with ``--local``), sample the GPUs with NVML meanwhile, and
+turn the result into a versioned verify report.
+
+Expected versions come from the image's labels unless ``--expect`` says
+otherwise; driver requirements from the knowledge base.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from imagesmith import runstate
+from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
+from imagesmith.model import compat, schemas
+from imagesmith.resources import payload_dir, payload_module
+
+REPORT_SCHEMA, CONFIG_SCHEMA = schemas.VERIFY_REPORT, schemas.VERIFY_CONFIG
+MARKER = "@@IMAGESMITH-REPORT@@ "
+IN_CONTAINER = "/opt/imagesmith/verify"
+LAYER_CHECKS = ("cv", "nlp")
+LABEL = "io.imagesmith."
+CORE = ("torch", "cuda", "cudnn", "nccl", "python", "os", "cuda_libs")  # cuda_libs: label io.imagesmith.cuda.libs
+# Over the image's own ENV: output unbuffered and in UTF-8 whatever the image sets.
+PAYLOAD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8", "NCCL_NVLS_ENABLE": "0"}
+# Checks the host runs itself, beside the payload's: id -> (tier, title).
+HOST_CHECKS = {"security.service": ("standard", "the image's own command, started, serves no Jupyter without a token")}
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    tier: str = "quick"
+    gpus: str = "all"
+    expect: Mapping[str, str] = field(default_factory=dict)
+    require_gpu: bool | None = False  # None: as the matrix's default, a GPU for CUDA images (by their labels)
+    allow_cpu: bool | None = False  # --allow-cpu-verification; None: wherever a GPU is not required
+    shm_size: str | None = "8g"
+    memory: str | None = None
+    cpus: float | None = None
+    timeout_s: float = 900.0
+    thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    soak_minutes: float | None = None
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    sample_gpus: bool = True
+    require_non_root: bool = False  # root fails for any image (imagesmith's own images always)
+    allow_shared_gpu: bool = False  # judge throughput on a GPU another process uses (the tenant's share)
+    through_entrypoint: bool = False  # run the payload as the image's ENTRYPOINT's arguments (its environment)
+    probe_s: float = 60.0  # security.service: how long the image's own command may take to start its services
+
+
+@dataclass
+class VerifyOutcome:
+    report: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """Every required check passed, in a run that completed."""
+        summary = self.report.get("summary")
+        return isinstance(summary, Mapping) and summary.get("ok") is True and runstate.is_complete(self.report)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one run asks of the payload; its report must answer exactly this."""
+
+    nonce: str
+    tier: str
+    checks: Mapping[str, bool]  # the payload's check ids -> optional, in run order
+    host_checks: tuple[str, ...] = ()  # HOST_CHECKS the host runs beside it
+
+
+class Sampler(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> dict[str, Any]: ...
+
+
+# -- pure: what the payload is asked to check ---------------------------------------------
+
+
+def parse_expect(text: str) -> dict[str, str]:
+    """``torch=2.9.1,cuda=12.8,pip:einops=0.8`` -> mapping (the payload's grammar:
+    known names with did-you-mean, a version or ``cpu``); a bad item is a UsageError (exit 2)."""
+    try:
+        return dict(payload_module("parsers").parse_expect(text))
+    except ValueError as exc:
+        raise UsageError(f"--expect: {exc}") from None
+
+
+def expected_from(labels: Mapping[str, str], expect: Mapping[str, str]) -> dict[str, Any]:
+    """What the image declares (labels), overridden by ``--expect``; both mean the
+    same (cuda=cpu: a CPU-only torch; cuDNN compared on the three parts torch reports;
+    cuda_libs: the folder torch's CUDA libraries must load from, the shared CUDA layer)."""
+    declared: dict[str, Any] = {k: labels.get(LABEL + k.replace("_", ".")) or None for k in CORE}
+    pins = [s.partition("==") for s in labels.get(LABEL + "packages", "").split()]
+    packages = {name: version for name, _, version in pins if version}
+    for key, value in expect.items():
+        if key in CORE:
+            declared[key] = value
+        else:
+            packages[key] = value
+    if declared.get("cuda"):
+        declared["cuda"] = str(declared["cuda"]).lower()
+    if declared.get("cudnn"):  # the wheel says 9.24.0.43; torch reports three parts (9.24.0)
+        declared["cudnn"] = ".".join(str(declared["cudnn"]).split(".")[:3])
+    return {k: v for k, v in declared.items() if v} | {"packages": packages}
+
+
+def request_for(options: VerifyOptions, nonce: str | None = None) -> Request:
+    """The checks of ``options`` (the payload's registry, tier, --only, --skip) and a
+    fresh nonce; a UsageError (exit 2) when nothing is left to run."""
+    registry, parsers = payload_module("registry"), payload_module("parsers")
+    payload_module("checks")  # registers every check
+    specs = registry.select(options.tier, options.only, options.skip)
+    level = registry.TIER_ORDER[options.tier]
+    host = tuple(c for c, (tier, _) in HOST_CHECKS.items() if registry.TIER_ORDER[tier] <= level
+                 and (not options.only or parsers.matches_any(c, options.only)) and not parsers.matches_any(c, options.skip))
+    if not specs and not host:
+        raise UsageError(f"--only {','.join(options.only) or '-'} --skip {','.join(options.skip) or '-'} leave no "
+                         f"{options.tier}-tier check to run; verify/run.py --list names them")
+    return Request(nonce or secrets.token_hex(16), options.tier, {s.id: s.optional for s in specs}, host)
+
+
+def driver_requirement(cuda: str | None, kb: compat.KnowledgeBase) -> dict[str, Any]:
+    """Every CUDA release's runtime and driver (the payload maps the runtime it
+    measures to its release), and the declared CUDA minor's newest toolkit driver."""
+    info = kb.cuda.get(cuda or "")
+    declared = {"toolkit_driver": info.toolkit_driver, "min_driver": info.min_driver} if info else {}
+    return declared | {"releases": kb.cuda_releases()}
+
+
+def gpu_policy(labels: Mapping[str, str], options: VerifyOptions) -> tuple[bool, bool]:
+    """(require_gpu, allow_cpu) for the payload. --allow-cpu-verification wins; the
+    matrix's default (require_gpu None) requires a GPU of a CUDA image (its io.imagesmith.cuda
+    label), and allows CPU mode wherever a GPU is not required."""
+    if options.allow_cpu:
+        return False, True
+    cuda_image = labels.get(LABEL + "cuda") not in (None, "", "cpu")
+    require = cuda_image if options.require_gpu is None else options.require_gpu
+    return require, (not require) if options.allow_cpu is None else False
+
+
+def payload_config(labels: Mapping[str, str], options: VerifyOptions, kb: compat.KnowledgeBase,
+                   request: Request | None = None, image: Any = None) -> dict[str, Any]:
+    """The payload's config: what to expect, which checks (``request``, with its nonce),
+    and the image's own configuration (``image``: engine.ImageConfig) for security.config."""
+    expected = expected_from(labels, options.expect)
+    lineage = (labels.get(LABEL + "lineage") or labels.get(LABEL + "layer") or "").split()
+    require_gpu, allow_cpu = gpu_policy(labels, options)
+    config: dict[str, Any] = {
+        "schema": CONFIG_SCHEMA, "tier": options.tier, "require_gpu": require_gpu,
+        "gpus": options.gpus, "allow_cpu": allow_cpu, "allow_shared_gpu": options.allow_shared_gpu,
+        "expected": expected, "layers": [layer for layer in lineage if layer in LAYER_CHECKS],
+        "thresholds": {k: dict(v) for k, v in options.thresholds.items()},
+    }
+    driver = driver_requirement(expected.get("cuda"), kb)
+    if driver:
+        config["driver"] = driver
+    if options.require_non_root or labels.get(LABEL + "layer"):  # images imagesmith built promise a non-root user
+        config["security"] = {"expect_non_root": True}
+    if options.soak_minutes is not None:
+        config["soak_minutes"] = options.soak_minutes
+    if request is not None:
+        config |= {"nonce": request.nonce, "checks": list(request.checks)}
+    if image is not None:
+        config["image"] = {"user": image.user, "entrypoint": list(image.entrypoint), "cmd": list(image.cmd),
+                           "env": image.env_map(), "exposed_ports": list(image.exposed_ports)}
+    return config
+
+
+def payload_args(options: VerifyOptions, config_path: str) -> list[str]:
+    """The payload's arguments (which checks run is in the config: the request)."""
+    return ["--config", config_path, "--emit-marker"]
+
+
+def parse_marker(stdout: str) -> dict[str, Any] | None:
+    """The one report line in ``stdout``, unjudged; None when there is none or it is unreadable."""
+    report, _ = payload_module("report").find_marker(stdout)
+    return report if isinstance(report, dict) else None
+
+
+def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, str | None]:
+    """(the report, None) when ``stdout`` holds exactly one report line that follows the
+    schema and answers ``request`` (its nonce, its tier, each check asked for once);
+    (None, why) when it holds a report that does not; (None, None) when it holds none.
+    Never raises: the output comes from the image."""
+    schema = payload_module("report")
+    try:
+        report, problem = schema.find_marker(stdout)
+        if problem or report is None:
+            return None, problem
+        problems = schema.validate_report(report) if not isinstance(report, dict) else (
+            schema.answers_request(report, request.nonce, dict(request.checks), request.tier)
+            + schema.validate_report(report))
+    except Exception as exc:  # noqa: BLE001 - anything in the output must end as a failed check, not exit 3
+        return None, f"the report could not be read ({type(exc).__name__})"
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        return None, "the report was rejected: " + "; ".join(problems[:3]) + more
+    return dict(report), None
+
+
+def check_entry(check_id: str, title: str, status: str, detail: str, value: Any = None, seconds: float = 0.0,
+                data: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A report entry the host writes (the payload's CHECK_KEYS)."""
+    entry = {"id": check_id, "title": title, "status": status, "value": value, "threshold": None, "unit": "",
+             "baseline": None, "percent_of_baseline": None, "detail": " ".join(detail.split())[:2000],
+             "optional": False, "duration_s": round(seconds, 2)}
+    return entry | ({"data": dict(data)} if data else {})
+
+
+def failed_report(check_id: str, detail: str, tier: str) -> dict[str, Any]:
+    """A report for a payload that never reported: one failed check saying why."""
+    check = check_entry(check_id, "payload ran and reported", "fail", detail)
+    return {"schema": REPORT_SCHEMA, "tier": tier, "environment": {}, "checks": [check],
+            "summary": {"pass": 0, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False},
+            "sharing": {"exclusive": None, "allowed": False, "foreign": []}}
+
+
+def with_checks(report: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``report`` with the host's own check entries added and the summary recounted."""
+    if not entries:
+        return report
+    checks = list(report.get("checks") or []) + entries
+    return report | {"checks": checks, "summary": payload_module("report").summarize(checks)}
+
+
+THROUGH_FLAG = "--through-entrypoint"
+
+
+def entrypoint_note(image: Any, options: VerifyOptions) -> str | None:
+    """What the verdict says of the image's ENTRYPOINT: run (--through-entrypoint) or bypassed."""
+    entrypoint = list(getattr(image, "entrypoint", ()) or ())
+    if not entrypoint:
+        return None
+    shown = json.dumps(entrypoint)[:200]
+    if options.through_entrypoint:
+        return f"the payload ran through the image's ENTRYPOINT {shown} ({THROUGH_FLAG})"
+    return (f"the payload ran python3 in place of the image's ENTRYPOINT {shown}: an environment it sets up "
+            f"(PATH, a venv, conda) was not used; {THROUGH_FLAG} runs the payload through it")
+
+
+def expect_conflicts(labels: Mapping[str, str], expect: Mapping[str, str]) -> list[str]:
+    """--expect values that differ from what the image's labels declare (both named: one of them is wrong)."""
+    pins = {n: v for n, _, v in (s.partition("==") for s in labels.get(LABEL + "packages", "").split()) if v}
+    out = []
+    for key, value in expect.items():
+        label = LABEL + key.replace("_", ".") if key in CORE else LABEL + "packages"
+        declared = labels.get(label) if key in CORE else pins.get(key)
+        if declared and str(declared).lower() != str(value).lower():
+            out.append(f"--expect {key}={value} overrides the image's label {label} ({key} {declared}): "
+                       "the checks compare against the --expect value; one of the two is wrong")
+    return out
+
+
+def with_notes(report: dict[str, Any], image: Any, options: VerifyOptions, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The report with the host's notes: the ENTRYPOINT's fate, --expect against lying labels; a
+    torch that did not import in an image whose ENTRYPOINT was bypassed names that ENTRYPOINT and the flag."""
+    note = entrypoint_note(image, options)
+    notes = [*(report.get("notes") or []), *([note] if note else []), *expect_conflicts(labels, options.expect)]
+    checks = [_blame_entrypoint(c, note) if note and not options.through_entrypoint else c for c in report.get("checks") or []]
+    return report | {"notes": notes, "checks": checks} if notes else report
+
+
+def _blame_entrypoint(check: Any, note: str) -> Any:
+    if not isinstance(check, dict) or check.get("id") != "versions.torch" or "not importable" not in str(check.get("detail")):
+        return check
+    return check | {"detail": f"{check.get('detail')} ({note})"}
+
+
+def running_report(ref: str | None, tier: str) -> dict[str, Any]:
+    """What a verify report says while its run goes on (and, interrupted, after)."""
+    return {"schema": REPORT_SCHEMA, "tier": tier, "started_at": _now(), "environment": {}, "checks": [],
+            "summary": {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "inconclusive": 0, "ok": False},
+            "image": {"ref": ref} if ref else None}
+
+
+def finish(report: dict[str, Any], image: Mapping[str, Any] | None, nvml: Mapping[str, Any] | None,
+           started: str, seconds: float) -> dict[str, Any]:
+    """The payload's report with the host's view added (image, NVML, wall time)."""
+    out = dict(report)
+    out["schema"] = REPORT_SCHEMA
+    out["payload_schema"] = report.get("schema")
+    out.setdefault("started_at", started)
+    out["wall_s"] = round(seconds, 2)
+    out["image"] = dict(image) if image else None
+    out["nvml"] = dict(nvml) if nvml else None
+    out["state"] = runstate.COMPLETE
+    return out
+
+
+def payload_files() -> dict[str, bytes]:
+    root = payload_dir()
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".json")}
+
+
+def run_facts(engine: Any, image_id: str, args: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run ``verify/facts.py`` (with ``args``, e.g. ``--inventory``) inside the image; its JSON."""
+    from imagesmith.edges.engine import RunSpec
+
+    spec = RunSpec(image=image_id, command=["python3", f"{IN_CONTAINER}/facts.py", *args], files=payload_files(),
+                   files_dir=IN_CONTAINER, labels=dict(labels or {"io.imagesmith.run": f"facts-{os.getpid()}"}), timeout_s=300)
+    run = engine.run(spec)
+    if run.exit_code != 0:
+        raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")
+    try:
+        return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError, TypeError):
+        raise BuildError(f"measuring the image printed no facts (JSON) but: {run.stdout.strip()[-200:]!r}") from None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _sampler(options: VerifyOptions, factory: Callable[[], Sampler] | None) -> Sampler | None:
+    if not options.sample_gpus or options.gpus == "none":
+        return None
+    if factory is not None:
+        return factory()
+    from imagesmith.edges.hostinfo import NvmlSampler
+
+    indices = None if options.gpus == "all" else [int(g) for g in options.gpus.split(",") if g.strip().isdigit()]
+    return NvmlSampler(indices=indices)
+
+
+# -- in a container -----------------------------------------------------------------------------
+
+
+def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
+                 sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
+                 progress: Callable[[str], None] | None = None,
+                 auth: Mapping[str, str] | None = None) -> VerifyOutcome:
+    """Start ``ref`` with the payload inside (the image's ENTRYPOINT never runs);
+    never leaves a container behind. An image that is not local is pulled (with
+    ``auth``) unless ``pull`` is off. The report counts only if it echoes this
+    run's nonce and answers every check asked for."""
+    from imagesmith.stages import probe
+
+    kb, started, t0 = kb or compat.load(), _now(), time.monotonic()
+    request = request_for(options)
+    info = engine.image(ref) or (engine.pull(ref, auth) if pull else None)
+    if info is None:
+        raise UserError(f"image {ref} is not in the engine (and --no-pull was given)")
+    spec = payload_spec(info, options, kb, request, progress)
+    sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
+    report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options, request, info.config), sampler)
+    report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
+    report = with_notes(report, info.config, options, info.labels)
+    image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
+    return VerifyOutcome(finish(report, image, nvml, started, time.monotonic() - t0))
+
+
+def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, request: Request,
+                 progress: Callable[[str], None] | None) -> Any:
+    """The payload's container: its files and config copied in, python3 run.py in place of the
+    image's ENTRYPOINT, the image's user, no network, a timeout."""
+    from imagesmith.edges.engine import RunSpec
+
+    config = payload_config(info.labels, options, kb, request, info.config)
+    files = payload_files() | {"config.json": json.dumps(config, indent=2).encode()}
+    command = ["python3", f"{IN_CONTAINER}/run.py", *payload_args(options, f"{IN_CONTAINER}/config.json")]
+    entrypoint = list(info.config.entrypoint) if options.through_entrypoint and info.config.entrypoint else None
+    return RunSpec(image=info.id, command=command, entrypoint=entrypoint, gpus=options.gpus, files=files, files_dir=IN_CONTAINER,
+                   shm_size=options.shm_size, mem_limit=options.memory,
+                   nano_cpus=int(options.cpus * 1e9) if options.cpus else None,
+                   network_disabled=True, timeout_s=options.timeout_s,
+                   labels={"io.imagesmith.run": f"verify-{os.getpid()}"},
+                   environment=PAYLOAD_ENV, on_stderr=progress)
+
+
+def pinned(ref: str) -> dict[str, str]:
+    """``host/repo@sha256:…``: the digest verified, recorded as such (the engine resolved exactly that manifest)."""
+    name, sep, digest = ref.partition("@")
+    return {"digest": digest, "repository": name} if sep and digest.startswith("sha256:") else {}
+
+
+def _remote_engine() -> bool:
+    host = os.environ.get("DOCKER_HOST", "")
+    return bool(host) and not host.startswith("unix://")
+
+
+def _run_with_sampler(run: Callable[[], dict[str, Any]], sampler: Sampler | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    if sampler is not None:
+        sampler.start()
+    try:
+        report = run()
+    finally:
+        nvml = sampler.stop() if sampler is not None else None
+    return report, nvml
+
+
+GPU_RUNTIME_FIX = GpuRuntimeMissing.fix
+
+
+def _container_report(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+    try:
+        result = engine.run(spec)
+    except ContainerRefused as exc:  # the engine would not create or start it (the engine unreachable is no check's failure)
+        if isinstance(exc, GpuRuntimeMissing) and spec.gpus != "none":
+            return _without_gpus(engine, spec, options, request, image)
+        return failed_report("payload.start", _why_no_start(exc), options.tier)
+    if result.timed_out:
+        return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s (verify.timeout / --timeout)", options.tier)
+    report, problem = judge_output(result.stdout, request)
+    if report is None:
+        why = problem or _why_no_report(result.exit_code, result.stderr or result.stdout, image)
+        return failed_report("payload.report", why + _truncated(result), options.tier)
+    return report | {"payload_log": result.stderr[-20000:], "payload_exit_code": result.exit_code}
+
+
+def _truncated(result: Any) -> str:
+    kept = len(result.stdout.encode())
+    if result.stdout_bytes <= kept:
+        return ""
+    return f" (the container printed {result.stdout_bytes / 2**20:.0f} MiB on stdout; the last {kept / 2**20:.0f} MiB were read)"
+
+
+def _without_gpus(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+    """No GPU runtime on this engine: run without GPUs and tell the payload why; it
+    judges that against what was asked (CPU mode only where that is allowed)."""
+    from dataclasses import replace
+
+    config = json.loads(spec.files["config.json"]) | {"gpu_unavailable": GPU_RUNTIME_FIX}
+    files = dict(spec.files) | {"config.json": json.dumps(config, indent=2).encode()}
+    report = _container_report(engine, replace(spec, gpus="none", files=files), options, request, image)
+    report.setdefault("notes", []).append(f"ran without GPUs: {GPU_RUNTIME_FIX}")
+    return report
+
+
+NO_PYTHON = "the image has no python3 on its PATH, so nothing in it can be verified"
+
+
+def _why_no_start(refused: ContainerRefused) -> str:
+    if isinstance(refused, GpuRuntimeMissing):
+        return GPU_RUNTIME_FIX
+    if isinstance(refused, CommandNotFound) and refused.command == "python3":
+        return NO_PYTHON
+    return f"the container did not start: {refused}"
+
+
+def _why_no_report(code: int, output: str, image: Any = None) -> str:
+    """Why the payload's run left no report, naming the ENTRYPOINT verify replaced."""
+    last = [line[:300] for line in output.strip().splitlines()[-3:]] if output.strip() else []
+    if "python3" in output and ("not found" in output or "No such file" in output):
+        return NO_PYTHON
+    entrypoint = list(getattr(image, "entrypoint", ()) or ())
+    how = (f"verify ran python3 run.py in place of the image's ENTRYPOINT {json.dumps(entrypoint)[:200]}" if entrypoint
+           else "the image has no ENTRYPOINT; verify ran python3 run.py")
+    return (f"the payload exited {code} without a report ({how}; the image's python3 did not run the payload, "
+            f"or something in the image swallowed its output): " + (" | ".join(last) or "no output"))
+
+
+# -- on this host -------------------------------------------------------------------------------
+
+
+def run_local(options: VerifyOptions, python: str | None = None, kb: compat.KnowledgeBase | None = None,
+              sampler_factory: Callable[[], Sampler] | None = None) -> VerifyOutcome:
+    """The payload on this host's Python (a GPU host without Docker)."""
+    kb, started, t0 = kb or compat.load(), _now(), time.monotonic()
+    request = request_for(options)
+    config = payload_config({}, options, kb, request)
+    with tempfile.TemporaryDirectory(prefix="imagesmith-verify-") as tmp:
+        config_path = Path(tmp, "config.json")
+        config_path.write_text(json.dumps(config))
+        cmd = [python or sys.executable, str(payload_dir() / "run.py"), *payload_args(options, str(config_path))]
+        sampler = _sampler(options, sampler_factory)
+        report, nvml = _run_with_sampler(lambda: _local_report(cmd, options, request), sampler)
+    skipped = [check_entry(c, HOST_CHECKS[c][1], "skip", "no image: verify --local runs this host's Python")
+               for c in request.host_checks]
+    return VerifyOutcome(finish(with_checks(report, skipped), None, nvml, started, time.monotonic() - t0))
+
+
+def local_gpu_env(gpus: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """--local: --gpus none hides every GPU; a list selects those GPUs, unless
+    CUDA_VISIBLE_DEVICES already says which (then the payload counts what it sees)."""
+    if gpus == "none":
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    if gpus != "all" and "CUDA_VISIBLE_DEVICES" not in environ:
+        return {"CUDA_VISIBLE_DEVICES": gpus}
+    return {}
+
+
+def _local_report(cmd: list[str], options: VerifyOptions, request: Request) -> dict[str, Any]:
+    env = os.environ | PAYLOAD_ENV | local_gpu_env(options.gpus, os.environ)
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, env=env, timeout=options.timeout_s)
+    except subprocess.TimeoutExpired:
+        return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s", options.tier)
+    stdout = proc.stdout.decode(errors="replace")
+    report, problem = judge_output(stdout, request)
+    if report is None:
+        return failed_report("payload.report", problem or _why_no_report(proc.returncode, stdout), options.tier)
+    return report
