@@ -24,9 +24,9 @@ import json
 import os
 import re
 import socket
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from imagesmith import __version__, runstate
 from imagesmith.atomic import write_text
@@ -34,9 +34,6 @@ from imagesmith.errors import UserError
 from imagesmith.model import plan, schemas
 from imagesmith.model.matrix import FloatingTag, ImageSpec, Matrix, TagPolicy
 from imagesmith.model.tags import DOCKER_TAG
-
-if TYPE_CHECKING:
-    from imagesmith.stages.build import TargetResult  # build.py imports this module
 
 BUILD_SCHEMA = schemas.BUILD_ARTIFACT
 BUILD_FILE = "build.json"
@@ -127,6 +124,29 @@ class BuildRecord:
     def job_state(self) -> dict[str, str | None]:
         """Its build job's state as runstate reads it (state, interrupted_by)."""
         return {"state": self.state, "interrupted_by": self.interrupted_by}
+
+
+@dataclass
+class TargetResult:
+    target: str
+    status: str = "queued"  # built | cached | failed | skipped | cancelled
+    image: str = ""
+    image_id: str | None = None
+    context_hash: str = ""
+    seconds: float = 0.0
+    steps: int = 0
+    cached_steps: int = 0
+    size_bytes: int = 0
+    error: str | None = None
+    log: str = ""
+    dockerfile: str = ""
+    facts: dict[str, Any] | None = None
+    mismatches: list[str] = field(default_factory=list)
+    staged: dict[str, Any] | None = None  # artifacts.Staged: where the image waits in the staging repository
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("built", "cached")
 
 
 def record_of(result: TargetResult, target: plan.Target, release: Release, state: str = runstate.COMPLETE,

@@ -46,6 +46,7 @@ from imagesmith.render import contexts as render
 from imagesmith.render import cudalayer
 from imagesmith.report import log_tail
 from imagesmith.stages import artifacts, cudabuild
+from imagesmith.stages.artifacts import TargetResult as TargetResult  # the record of one target (defined with the artifacts it becomes)
 from imagesmith.units import gb
 
 REPORT_SCHEMA = schemas.BUILD_REPORT
@@ -63,27 +64,6 @@ LABEL_RUN = RUN_LABEL
 OWNER_REPOSITORY = CACHE_REPOSITORY + "/"
 
 
-@dataclass
-class TargetResult:
-    target: str
-    status: str = "queued"  # built | cached | failed | skipped | cancelled
-    image: str = ""
-    image_id: str | None = None
-    context_hash: str = ""
-    seconds: float = 0.0
-    steps: int = 0
-    cached_steps: int = 0
-    size_bytes: int = 0
-    error: str | None = None
-    log: str = ""
-    dockerfile: str = ""
-    facts: dict[str, Any] | None = None
-    mismatches: list[str] = field(default_factory=list)
-    staged: dict[str, Any] | None = None  # artifacts.Staged: where the image waits in the staging repository
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("built", "cached")
 
 
 @dataclass
