@@ -24,6 +24,8 @@ from imagesmith.model import compat, grammar, vulns
 from imagesmith.model.located import MAX_BYTES, KeyPath, Lines, TextProblem, dotted, line_of, load_located, printable, read_limited
 from imagesmith.model.paths import PathProblem, Roots, confined, read_text
 from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS
+from imagesmith.model.tags import FloatingTag as FloatingTag  # re-exported: the matrix's tag policy is the tags module's
+from imagesmith.model.tags import TagPolicy as TagPolicy
 from imagesmith.model.versions import matches, version_key
 
 SCHEMA_VERSION = 1
@@ -98,19 +100,6 @@ class Layer:
 
 def matches_any(value: str, wanted: Sequence[str]) -> bool:
     return any(matches(w, value) for w in wanted)
-
-
-@dataclass(frozen=True)
-class FloatingTag:
-    template: str
-    when: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class TagPolicy:
-    immutable: str = "{torch}-{accel}-py{python}-{os}-{layer}-{date}"
-    floating: tuple[FloatingTag, ...] = ()
-    prerelease: bool = False
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import semver
 from packaging.version import InvalidVersion, Version
@@ -17,8 +17,19 @@ from packaging.version import InvalidVersion, Version
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.model.versions import major, matches, minor
 
-if TYPE_CHECKING:
-    from imagesmith.model.matrix import FloatingTag, TagPolicy
+
+@dataclass(frozen=True)
+class FloatingTag:
+    template: str
+    when: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class TagPolicy:
+    immutable: str = "{torch}-{accel}-py{python}-{os}-{layer}-{date}"
+    floating: tuple[FloatingTag, ...] = ()
+    prerelease: bool = False
+
 
 DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # What a tag template may use: the keys of facts(), and the build date.
