@@ -24,17 +24,18 @@ from imagesmith import runstate
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
 from imagesmith.model import compat, schemas
 from imagesmith.resources import payload_dir, payload_module
+from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
+from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
+from imagesmith.stages.payload import check_entry as check_entry
+from imagesmith.stages.payload import payload_files as payload_files
 
 REPORT_SCHEMA, CONFIG_SCHEMA = schemas.VERIFY_REPORT, schemas.VERIFY_CONFIG
 MARKER = "@@IMAGESMITH-REPORT@@ "
-IN_CONTAINER = "/opt/imagesmith/verify"
 LAYER_CHECKS = ("cv", "nlp")
 LABEL = "io.imagesmith."
 CORE = ("torch", "cuda", "cudnn", "nccl", "python", "os", "cuda_libs")  # cuda_libs: label io.imagesmith.cuda.libs
 # Over the image's own ENV: output unbuffered and in UTF-8 whatever the image sets.
 PAYLOAD_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8", "NCCL_NVLS_ENABLE": "0"}
-# Checks the host runs itself, beside the payload's: id -> (tier, title).
-HOST_CHECKS = {"security.service": ("standard", "the image's own command, started, serves no Jupyter without a token")}
 
 
 @dataclass(frozen=True)
@@ -210,15 +211,6 @@ def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, 
     return dict(report), None
 
 
-def check_entry(check_id: str, title: str, status: str, detail: str, value: Any = None, seconds: float = 0.0,
-                data: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A report entry the host writes (the payload's CHECK_KEYS)."""
-    entry = {"id": check_id, "title": title, "status": status, "value": value, "threshold": None, "unit": "",
-             "baseline": None, "percent_of_baseline": None, "detail": " ".join(detail.split())[:2000],
-             "optional": False, "duration_s": round(seconds, 2)}
-    return entry | ({"data": dict(data)} if data else {})
-
-
 def failed_report(check_id: str, detail: str, tier: str) -> dict[str, Any]:
     """A report for a payload that never reported: one failed check saying why."""
     check = check_entry(check_id, "payload ran and reported", "fail", detail)
@@ -297,12 +289,6 @@ def finish(report: dict[str, Any], image: Mapping[str, Any] | None, nvml: Mappin
     out["nvml"] = dict(nvml) if nvml else None
     out["state"] = runstate.COMPLETE
     return out
-
-
-def payload_files() -> dict[str, bytes]:
-    root = payload_dir()
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".json")}
 
 
 def run_facts(engine: Any, image_id: str, args: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> dict[str, Any]:
