@@ -17,9 +17,9 @@ from packaging.utils import canonicalize_name
 from imagesmith.atomic import write_text
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.model import compat, schemas, tags
+from imagesmith.model.layout import CUDA_PREFIX
 from imagesmith.model.matrix import BUILTIN_PARENTS, Cell, Layer, Matrix, sort_cells
 from imagesmith.model.versions import major
-from imagesmith.render import cudalayer
 
 PLAN_SCHEMA = schemas.PLAN
 PYTHON_BUILD_STANDALONE = "uv"  # how a Python the OS lacks is installed
@@ -73,7 +73,7 @@ class CudaSet:
     id: str  # "<variant>-<12 hex of the pins' sha256>"
     variant: str
     wheels: tuple[compat.Wheel, ...]
-    prefix: str = cudalayer.PREFIX
+    prefix: str = CUDA_PREFIX
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -372,7 +372,7 @@ def _cuda_set(d: Mapping[str, Any] | None) -> CudaSet | None:
     if not d:
         return None
     wheels = tuple(compat.Wheel(**w) for w in d["wheels"])
-    return CudaSet(d["id"], d["variant"], wheels, d.get("prefix", cudalayer.PREFIX))
+    return CudaSet(d["id"], d["variant"], wheels, d.get("prefix", CUDA_PREFIX))
 
 
 def read(path: Path) -> Plan:

@@ -47,8 +47,9 @@ from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from imagesmith.errors import UserError
+from imagesmith.model.layout import CUDA_PREFIX
 
-PREFIX = "/opt/imagesmith/cuda"
+PREFIX = CUDA_PREFIX  # one source of truth: the plan records each set's prefix
 PTH_NAME = "imagesmith-cuda.pth"
 INSTALLER = b"imagesmith\n"
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
