@@ -141,9 +141,10 @@ test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, 
 unit: install              ## pure tests only (no engine, no registry), with the coverage floor
 	$(call pytest,-q $(COVERAGE) $(UNIT))
 
-lint: install              ## ruff (rules in pyproject.toml) and mypy --strict over the package and the tests
+lint: install              ## ruff (rules in pyproject.toml), mypy --strict over the package and the tests, the import contracts (import-linter)
 	$(BIN)/ruff check imagesmith tests verify bench
 	$(BIN)/python -m mypy
+	$(BIN)/lint-imports --no-cache
 
 # make release's outputs must not change what the linters read: render $(MATRIX) into $(OUT) (build
 # contexts with .py files, as `make release` leaves them) and lint again. .ci/run runs it after `make test`.
