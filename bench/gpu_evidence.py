@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMPAT = os.path.join(ROOT, "imagesmith", "compat", "data", "compat.yaml")
+COMPAT = os.path.join(ROOT, "imagesmith", "model", "compat", "data", "compat.yaml")
 RUN = os.path.join(ROOT, "verify", "run.py")
 
 # The planted fault of the issue: a patched library that keeps each nn.Module output alive.

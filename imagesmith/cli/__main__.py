@@ -1,0 +1,5 @@
+"""``python -m imagesmith.cli``: the command line, as the ``imagesmith`` script starts it."""
+
+from imagesmith.cli import main
+
+main()
