@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from imagesmith.cli import cli
 from imagesmith.errors import UserError
 from imagesmith.report import parse
+from imagesmith.report.model import STATUSES
 from imagesmith.report.prom import MAX_CHECKS, Subject, VerifyMetrics, image_digest
 from imagesmith.stages import metrics
 from imagesmith.stages.fleet.report import CellResult, FleetReport
@@ -76,7 +77,7 @@ def test_every_check_has_one_outcome_set_to_one() -> None:
     status = {dict(labels)["check"]: dict(labels)["outcome"] for (name, labels), v in got.items()
               if name == "imagesmith_verify_check_status" and v == 1.0}
     assert len(status) == 51 and list(status.values()).count("pass") == 44 and list(status.values()).count("skip") == 7
-    assert sum(name == "imagesmith_verify_check_status" for name, _ in got) == 51 * 4
+    assert sum(name == "imagesmith_verify_check_status" for name, _ in got) == 51 * len(STATUSES)  # one series per outcome, inconclusive included
 
 
 @pytest.mark.parametrize(("name", "labels", "value"), [
@@ -171,18 +172,18 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     (_set("environment/gpus", [{"index": i, "name": "NVIDIA H200"} for i in range(65)]),
      "r.json: environment.gpus: 65 GPUs, more than 64 on one host: refusing the cardinality; is this the report imagesmith verify wrote?"),
     (_set("started_at", "yesterday"), "r.json: started_at: 'yesterday' is not an ISO 8601 time; is this the report imagesmith verify wrote?"),
-    (_set("sharing", ["exclusive"]), "r.json: sharing: expected an object, got list; is this the report imagesmith verify wrote?"),
-    (_set("sharing", {"exclusive": "no"}), "r.json: sharing.exclusive: expected true or false, got 'no'; is this the report imagesmith verify wrote?"),
-    (_set("sharing", {"exclusive": True, "allowed": 1}), "r.json: sharing.allowed: expected true or false, got 1; is this the report imagesmith verify wrote?"),
-    (_set("sharing", {"exclusive": False, "foreign": {"gpu": 0}}),
+    (_set("sharing", ["exclusive"]), "r.json: report.sharing: expected an object, got a list"),
+    (_set("sharing", {"exclusive": "no"}), "r.json: report.sharing.exclusive: expected true, false or null, got 'no'"),
+    (_set("sharing", {"exclusive": True, "allowed": 1}), "r.json: report.sharing.allowed: expected true or false, got 1"),
+    (_set("sharing", {"exclusive": False, "allowed": False, "foreign": {"gpu": 0}}),
+     "r.json: report.sharing.foreign: expected a list, got an object"),
+    (_set("sharing", {"exclusive": False, "allowed": False, "foreign": [{"gpu": 0, "uuid": "GPU-0", "pid": 1, "name": None, "used_bytes": None, "seen": "both"}] * 4097}),
      "r.json: sharing.foreign: expected a list of at most 4096 processes; is this the report imagesmith verify wrote?"),
-    (_set("sharing", {"exclusive": False, "foreign": [{"gpu": 0}] * 4097}),
-     "r.json: sharing.foreign: expected a list of at most 4096 processes; is this the report imagesmith verify wrote?"),
-    (_set("sharing", {"exclusive": False, "foreign": [{"gpu": True, "uuid": "GPU-0"}]}),
-     "r.json: sharing.foreign[0].gpu: expected a GPU index (0 to 1023), got True; is this the report imagesmith verify wrote?"),
-    (_set("sharing", {"exclusive": False, "foreign": ["GPU-0"]}),
-     "r.json: sharing.foreign[0]: expected an object, got str; is this the report imagesmith verify wrote?"),
-    (_set("sharing", {"exclusive": False, "foreign": [{"gpu": 0, "uuid": "G" * 300}]}),
+    (_set("sharing", {"exclusive": False, "allowed": False, "foreign": [{"gpu": True, "uuid": "GPU-0"}]}),
+     "r.json: report.sharing.foreign[0].gpu: expected an integer, got True"),
+    (_set("sharing", {"exclusive": False, "allowed": False, "foreign": ["GPU-0"]}),
+     "r.json: report.sharing.foreign[0]: expected an object, got text"),
+    (_set("sharing", {"exclusive": False, "allowed": False, "foreign": [{"gpu": 0, "uuid": "G" * 300, "pid": 1, "name": None, "used_bytes": None, "seen": "both"}]}),
      "r.json: sharing.foreign[0].uuid: 300 characters, more than a label value may have (128); is this the report imagesmith verify wrote?"),
     (_set("image/labels/io.imagesmith.target", "t" * 129),
      "r.json: image (target): 129 characters, more than a label value may have (128); is this the report imagesmith verify wrote?"),
@@ -215,10 +216,10 @@ def test_many_reports_make_one_registry() -> None:
     run = parse(raw("h200x2-standard.json"), "r.json")
     assert run.targets[0].verify is not None
     out = VerifyMetrics()
-    for i in range(40):  # 40 x 297 series: more than one report may make, fine from 40
+    for i in range(40):  # 40 x 349 series: more than one report may make, fine from 40
         out.add(run.targets[0].verify, Subject("h", f"sha256:{i}"), "r.json")
     text = metrics.exposition(out.registry)
-    assert sum(len(f.samples) for f in text_string_to_metric_families(text)) == 40 * 297
+    assert sum(len(f.samples) for f in text_string_to_metric_families(text)) == 40 * 349  # 349 series a report (51 checks x 5 outcomes among them)
 
 
 @pytest.mark.parametrize(("image", "digest"), [
