@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from imagesmith import __version__, plan, runstate, schemas
+from imagesmith import __version__, loader, plan, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.matrix import FloatingTag, ImageSpec, Matrix, TagPolicy
@@ -93,6 +93,7 @@ class Staged:
         return self.repository.split("/", 1)[1]
 
 
+NOT_OURS = "it is not a build artifact this imagesmith wrote (build again with imagesmith build)"
 ONE_LINE = re.compile(r"[^\x00-\x1f\x7f]{1,400}")  # a printable line, bounded
 
 
@@ -190,8 +191,7 @@ class _Reader:
         self.path = path
 
     def fail(self, key: str, why: str) -> UserError:
-        return UserError(f"{self.path}: {key}: {why}; it is not a build artifact this imagesmith wrote "
-                         f"(build again with imagesmith build)")
+        return UserError(f"{self.path}: {key}: {why}; {NOT_OURS}")
 
     def mapping(self, value: Any, key: str) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
@@ -214,15 +214,12 @@ class _Reader:
         return value
 
 
-def read_build(path: Path) -> BuildRecord:
-    """A build artifact, every value checked (UserError naming the file and key otherwise)."""
+def read_build(path: Path, root: Path | None = None) -> BuildRecord:
+    """A build artifact inside ``root`` (default: its folder), through :mod:`imagesmith.loader`
+    (confined, bounded, strict JSON, schema ``build-1``), then every value checked
+    (UserError naming the file and key otherwise)."""
     r = _Reader(path)
-    try:
-        doc = r.mapping(json.loads(path.read_text()), "(top)")
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a readable build artifact ({exc}); build again with imagesmith build") from None
-    if doc.get("schema") != BUILD_SCHEMA:
-        raise r.fail("schema", f"{doc.get('schema')!r} is not {BUILD_SCHEMA}")
+    doc = loader.load_json_artifact(path, root=root, schema=BUILD_SCHEMA, fix=NOT_OURS)
     result = r.mapping(doc.get("result"), "result")
     status = r.text(result, "status", "result")
     if status not in STATUSES:
@@ -304,7 +301,7 @@ def find_builds(out: Path) -> dict[str, Found]:
     target must agree (same image, same staged digest); the one with a verify.json wins."""
     found: dict[str, Found] = {}
     for path in sorted(out.glob(f"*/{BUILD_FILE}")):
-        item = Found(read_build(path), path.parent)
+        item = Found(read_build(path, root=out), path.parent)
         tid = item.record.target.id
         other = found.get(tid)
         _same(other, item)
@@ -328,7 +325,7 @@ def remove_stale(out: Path, planned: set[str]) -> list[str]:
     gone = []
     for path in sorted(out.glob(f"*/{BUILD_FILE}")):
         try:
-            tid = read_build(path).target.id
+            tid = read_build(path, root=out).target.id
         except UserError:
             continue  # not ours to judge; publish will say what is wrong with it
         if tid not in planned:

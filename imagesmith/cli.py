@@ -793,15 +793,16 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
               help="Write here (atomically); default: standard output.")
 def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
     """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
-    from imagesmith import report
+    from imagesmith import loader, report
     from imagesmith.fleet import render as fleet_render
     from imagesmith.fleet import report as fleet_report
 
-    if fleet_report.is_fleet_report(report_file):  # imagesmith.fleet-report/1: one row per class
-        fleet = fleet_report.load(report_file)
+    raw = loader.load_json_any(report_file, fix="give a report.json, verify.json, run-report.json or fleet-report.json that imagesmith wrote")
+    if raw.get("schema") == fleet_report.SCHEMA:  # imagesmith.fleet-report/1: one row per class
+        fleet = fleet_report.parse(raw, str(report_file))
         _emit(fleet_render.render(fleet, fmt), out, f"{fmt} fleet report of {len(fleet.cells)} cells", fleet.ok)
         return
-    run = report.load(report_file)
+    run = report.parse(raw, str(report_file), report.log_tail)
     _emit(report.render(run, fmt), out, f"{fmt} report of {len(run.targets)} targets", run.ok)
 
 

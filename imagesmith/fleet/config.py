@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from imagesmith import compat
 from imagesmith.errors import Problem, UserError, ValidationError
+from imagesmith.loader import CAPS, LoadError, read_confined
 from imagesmith.located import KeyPath, load_located
 from imagesmith.matrix import TIERS, Ctx
 from imagesmith.resources import payload_dir
@@ -339,7 +340,7 @@ def _baselines() -> dict[str, Any]:
         return {}
 
 
-def parse(text: str, file: Path) -> Fleet:
+def parse(text: str | bytes, file: Path) -> Fleet:
     raw, lines = load_located(text, file.name)
     ctx = FleetCtx(file.resolve(), lines, compat.load())
     d = ctx.mapping(raw, (), TOP_KEYS)
@@ -359,8 +360,13 @@ def parse(text: str, file: Path) -> Fleet:
 def load(path: str | Path) -> Fleet:
     """Load and validate ``path``; raise ValidationError listing every error."""
     file = Path(path)
+    return parse(read_confined_problem(file), file)
+
+
+def read_confined_problem(file: Path) -> bytes:
+    """The bytes of a fleet file through :mod:`imagesmith.loader` (a regular file, not a link out of its
+    folder, at most ``CAPS["fleet.yaml"]`` bytes); a refusal is a ValidationError naming the file."""
     try:
-        text = file.read_text()
-    except OSError as exc:
-        raise ValidationError(problems=[Problem(f"cannot read {file}: {exc.strerror}")]) from None
-    return parse(text, file)
+        return read_confined(file, cap=CAPS["fleet.yaml"])
+    except LoadError as exc:
+        raise ValidationError(problems=[Problem(str(exc))]) from None

@@ -12,12 +12,11 @@ producer writes:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
-from imagesmith import runstate, schemas
+from imagesmith import loader, runstate, schemas
 from imagesmith.errors import UserError
 from imagesmith.report.model import (
     STATUSES,
@@ -88,13 +87,10 @@ def _kind(raw: Any) -> str:
 
 
 def load(path: Path, read_log: Callable[[str], list[str]] | None = None) -> Run:
-    """Read and parse a report file; failed builds get the tail of their log when it is readable."""
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    """Read (through :mod:`imagesmith.loader`: confined to its folder, bounded, strict JSON, the
+    schema its ``schema`` key names) and parse a report file; failed builds get the tail of their
+    log when it is readable."""
+    raw = loader.load_json_any(path, fix="give a report.json, verify.json or run-report.json that imagesmith wrote")
     return parse(raw, str(path), read_log or log_tail)
 
 
