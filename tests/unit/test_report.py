@@ -178,8 +178,8 @@ def test_markdown_of_a_gpu_run() -> None:
     assert "| ❌ 2.14.1-cu130-py3.11-debian12-base | failed | 5 | 2 | 3 | 1 |" in md
     failed = md.split("### Failed checks")[1].split("###")[0]
     assert [row.split(" | ")[1] for row in failed.splitlines() if row.startswith("| 2.14")] == [
-        "gemm.fp32", "leak.cuda", "layers.nlp.tokenizer (optional)"]
-    assert "tokenizer returned &lt;script&gt;alert(\"x\")&lt;/script&gt; &amp; \\| pipes for 'hello'" in md
+        "gemm.fp32", "leak.cuda", "layers.nlp.tokenizer \\(optional\\)"]
+    assert "tokenizer returned &lt;script&gt;alert\\(\"x\"\\)&lt;/script&gt; &amp; \\| pipes for 'hello'" in md
     assert "<script>" not in md
     measured = md.split("### Measured against baseline")[1]
     assert measured.count("\n| 2.14") == 6
@@ -508,7 +508,7 @@ def test_a_hostile_value_survives_junit_intact_and_well_formed() -> None:
 def test_a_hostile_value_cannot_break_a_markdown_table() -> None:
     md = report.to_markdown(hostile_run())
     rows = [line for line in md.splitlines() if "gemm.fp32" in line]
-    cell = "x&lt;script&gt;alert(\"1\")&lt;/script&gt;'q' ]]&gt; a\\|b c"
+    cell = "x&lt;script&gt;alert\\(\"1\"\\)&lt;/script&gt;'q' \\]\\]&gt; a\\|b c"
     assert rows and all(cell in row for row in rows)
     assert all(row.count(" | ") == row.replace("\\|", "").count(" | ") for row in rows)  # every pipe of the value escaped
     assert "<script" not in md
