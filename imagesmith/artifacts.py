@@ -300,7 +300,7 @@ def find_builds(out: Path) -> dict[str, Found]:
     """Every ``build.json`` in ``out``'s subfolders, by target. Several jobs' copies of one
     target must agree (same image, same staged digest); the one with a verify.json wins."""
     found: dict[str, Found] = {}
-    for path in sorted(out.glob(f"*/{BUILD_FILE}")):
+    for path in artifact_paths(out):
         item = Found(read_build(path, root=out), path.parent)
         tid = item.record.target.id
         other = found.get(tid)
@@ -308,6 +308,11 @@ def find_builds(out: Path) -> dict[str, Found]:
         if other is None or (not other.verify_path.is_file() and item.verify_path.is_file()):
             found[tid] = item
     return found
+
+
+def artifact_paths(out: Path) -> list[Path]:
+    """``OUT/*/build.json``, broken links and non-files included (the loader says what is wrong with them)."""
+    return sorted(d / BUILD_FILE for d in out.glob("*") if d.is_dir() and os.path.lexists(d / BUILD_FILE))
 
 
 def _same(a: Found | None, b: Found) -> None:
@@ -323,7 +328,7 @@ def remove_stale(out: Path, planned: set[str]) -> list[str]:
     """After a build of the whole plan: drop the artifacts (build.json, verify.json) of targets the plan
     no longer has, so that a publish from OUT never releases them. The targets removed."""
     gone = []
-    for path in sorted(out.glob(f"*/{BUILD_FILE}")):
+    for path in artifact_paths(out):
         try:
             tid = read_build(path, root=out).target.id
         except UserError:

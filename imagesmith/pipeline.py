@@ -169,7 +169,7 @@ def read_outcomes(out: Path, targets: list[str], run_report: Path | None = None)
         found = {t: r for t, r in (data.get("verify") or {}).items() if t in targets and isinstance(r, dict)}
     else:
         paths = {t: out / t / "verify.json" for t in targets}
-        found = {t: _verify_report(p, out) for t, p in paths.items() if p.is_file() or p.is_symlink()}
+        found = {t: _verify_report(p, out) for t, p in paths.items() if p.exists() or p.is_symlink()}
     return {t: verify.VerifyOutcome(r) for t, r in found.items() if runstate.is_complete(r)}
 
 
@@ -414,7 +414,7 @@ def check_agrees(matrix: Matrix, spec: artifacts.Release, out: Path) -> None:
 def _verify_reports(found: list[artifacts.Found]) -> dict[str, verify.VerifyOutcome]:
     """The verify.json beside each artifact; one whose run did not complete is left out (not verified)."""
     reports = {f.record.target.id: _verify_report(f.verify_path, f.folder.parent) for f in found
-               if f.verify_path.is_file() or f.verify_path.is_symlink()}
+               if f.verify_path.exists() or f.verify_path.is_symlink()}
     return {t: verify.VerifyOutcome(r) for t, r in reports.items() if runstate.is_complete(r)}
 
 
@@ -433,7 +433,7 @@ def _inventories(found: list[artifacts.Found], engine: Any) -> Callable[[str], M
     def inventory(image_id: str) -> Mapping[str, Any]:
         path = folders[image_id] / INVENTORY_FILE if image_id in folders else None
         data = loader.load_json_artifact(path, root=path.parent.parent, schema=None, cap=loader.CAPS["inventory"],
-                                         fix="build again") if path is not None and (path.is_file() or path.is_symlink()) else {}
+                                         fix="build again") if path is not None and (path.exists() or path.is_symlink()) else {}
         if data.get("image_id") == image_id and isinstance(data.get("inventory"), dict):
             return dict(data["inventory"])
         return verify.run_facts(engine, image_id, args=["--inventory"])

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from imagesmith import compat
 from imagesmith.errors import Problem, UserError, ValidationError
 from imagesmith.loader import CAPS, LoadError, read_confined
-from imagesmith.located import KeyPath, load_located
+from imagesmith.located import KeyPath, load_located, printable
 from imagesmith.matrix import TIERS, Ctx
 from imagesmith.resources import payload_dir
 
@@ -35,7 +35,7 @@ SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 FEATURE = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 CONSTRAINT = re.compile(rf"^\[?{FEATURE}(?:[&|]{FEATURE})*\]?$")
 SLURM_MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
-DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+DURATION = re.compile(r"(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?")  # ASCII digits, bounded
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
 LABEL_NAME = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -148,7 +148,7 @@ def parse_ref(text: str) -> DigestRef:
 
 def duration_s(text: str) -> int | None:
     """``90``, ``90s``, ``30m``, ``1h30m``, ``2d`` -> seconds; None when malformed."""
-    if text.isdigit():
+    if re.fullmatch("[0-9]{1,12}", text):
         return int(text)
     m = DURATION.fullmatch(text)
     if not text or m is None:
@@ -188,7 +188,7 @@ class FleetCtx(Ctx):
             return default
         seconds = duration_s(text.strip())
         if seconds is None:
-            self.error(path, f"{text!r} is not a duration; write e.g. 90s, 30m, 1h30m or 2d")
+            self.error(path, f"{printable(text, 40)} is not a duration; write e.g. 90s, 30m, 1h30m or 2d")
             return default
         if not lo <= seconds <= hi:
             self.error(path, f"{text} is out of range ({lo} s .. {hi // 86400} d)")
