@@ -208,8 +208,8 @@ def _check_values(value: Any, file: str, fix: str) -> None:
     stack: list[tuple[Any, KeyPath]] = [(value, ())]
     while stack:
         node, path = stack.pop()
-        if len(path) > MAX_DEPTH:
-            raise LoadError(file, f"nested deeper than {MAX_DEPTH} levels", dotted(path[:MAX_DEPTH]), fix)
+        if len(path) >= MAX_DEPTH and isinstance(node, (dict, list)):  # the top value is level 1
+            raise LoadError(file, f"nested deeper than {MAX_DEPTH} levels", dotted(path), fix)
         if isinstance(node, str) and _SURROGATE.search(node):
             raise LoadError(file, "holds a lone surrogate (\\ud800-\\udfff): not text", dotted(path), fix)
         if isinstance(node, dict):
