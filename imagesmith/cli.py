@@ -793,13 +793,14 @@ def report_cmd(report_file: Path, fmt: str, out: Path | None) -> None:
     from imagesmith import loader, report
     from imagesmith.fleet import render as fleet_render
     from imagesmith.fleet import report as fleet_report
+    from imagesmith.report.parse import log_tail_in
 
     raw = loader.load_json_any(report_file, fix="give a report.json, verify.json, run-report.json or fleet-report.json that imagesmith wrote")
     if raw.get("schema") == fleet_report.SCHEMA:  # imagesmith.fleet-report/1: one row per class
         fleet = fleet_report.parse(raw, str(report_file))
         _emit(fleet_render.render(fleet, fmt), out, f"{fmt} fleet report of {len(fleet.cells)} cells", fleet.ok)
         return
-    run = report.parse(raw, str(report_file), report.log_tail)
+    run = report.parse(raw, str(report_file), log_tail_in(report_file.parent))
     _emit(report.render(run, fmt), out, f"{fmt} report of {len(run.targets)} targets", run.ok)
 
 

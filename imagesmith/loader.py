@@ -116,6 +116,27 @@ def read_confined(path: Path, *, root: Path | None = None, cap: int) -> bytes:
     return data
 
 
+def read_tail(path: Path, *, root: Path | None = None, size: int) -> bytes:
+    """The last ``size`` bytes of a regular file inside ``root`` (a log named in a report: it may be
+    huge, a FIFO or /dev/zero; only its tail is read). LoadError otherwise."""
+    resolved = confined(path, root)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(resolved, flags)
+    except OSError as exc:
+        raise LoadError(str(path), f"cannot be read ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise LoadError(str(path), "is not a regular file (a folder, FIFO, socket or device)")
+        os.lseek(fd, max(0, info.st_size - size), os.SEEK_SET)
+        return _read_at_most(fd, size)
+    except OSError as exc:
+        raise LoadError(str(path), f"cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
 def _read_at_most(fd: int, limit: int) -> bytes:
     chunks, left = [], limit
     while left > 0:

@@ -91,7 +91,22 @@ def load(path: Path, read_log: Callable[[str], list[str]] | None = None) -> Run:
     schema its ``schema`` key names) and parse a report file; failed builds get the tail of their
     log when it is readable."""
     raw = loader.load_json_any(path, fix="give a report.json, verify.json or run-report.json that imagesmith wrote")
-    return parse(raw, str(path), read_log or log_tail)
+    return parse(raw, str(path), read_log or log_tail_in(path.parent))
+
+
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def log_tail_in(root: Path) -> Callable[[str], list[str]]:
+    """A reader of the logs a report names: only inside ``root`` (the report's folder), only regular
+    files, only their last bytes (a report is untrusted: its ``log`` may be /dev/zero or /etc/shadow)."""
+    def tail(log: str) -> list[str]:
+        try:
+            data = loader.read_tail(Path(log), root=root, size=LOG_TAIL_BYTES)
+        except UserError:
+            return []
+        return data.decode("utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    return tail
 
 
 def log_tail(log: str) -> list[str]:

@@ -11,6 +11,7 @@ expected top-level keys with ``$`` escaped.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import xml.etree.ElementTree as ET
@@ -261,3 +262,21 @@ def test_github_matrix_of_a_hostile_matrix_path(tmp_path: Path, capsys: pytest.C
     code, doc, err = run(["plan", "-m", str(matrix), "--format", "github-matrix", *roots], capsys)
     assert code == 0, err
     assert "CI_JOB_TOKEN" not in doc and set(json.loads(doc)) >= {"depth0", "verify", "date"}
+
+
+@pytest.mark.parametrize("log", ["/dev/zero", "/etc/passwd", "fifo.log", "../outside.log", "big.log", "folder"])
+def test_logs_a_report_names_are_read_only_inside_its_folder(log: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    os.mkfifo(folder / "fifo.log")
+    (folder / "folder").mkdir()
+    (tmp_path / "outside.log").write_text("SECRET-OUTSIDE\n")
+    with (folder / "big.log").open("wb") as fh:  # 200 MB of NULs, then the real last line
+        fh.seek(200 * 1024 * 1024)
+        fh.write(b"\nlast line of the build\n")
+    doc = corpus.build_report() | {"targets": [corpus.build_report()["targets"][0] | {"log": str(folder / log) if not log.startswith("/") else log}]}
+    (folder / "report.json").write_text(json.dumps(doc))
+    code, md, err = run(["report", str(folder / "report.json")], capsys)
+    assert code == 0, err
+    assert "root:" not in md and "SECRET-OUTSIDE" not in md
+    assert ("last line of the build" in md) == (log == "big.log")
