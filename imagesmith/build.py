@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 
-from imagesmith import artifacts, compat, cudabuild, cudalayer, render, runstate, schemas
+from imagesmith import artifacts, compat, cudabuild, cudalayer, loader, render, runstate, schemas
 from imagesmith.atomic import write_text
 from imagesmith.engine import RUN_LABEL, BuildOutcome, Engine, registry_host
 from imagesmith.errors import BuildError, Redactor, UserError
@@ -623,8 +623,8 @@ class Builder:
         """Run facts.py inside the image; a mismatch with the plan fails the target."""
         assert result.image_id
         facts_file = Path(self.out / t.id / "facts.json")
-        cached = json.loads(facts_file.read_text()) if facts_file.is_file() else {}
-        if cached.get("image_id") != result.image_id:
+        cached = loader.read_cache(facts_file)
+        if cached.get("image_id") != result.image_id or not isinstance(cached.get("facts"), dict):
             cached = {"image_id": result.image_id, "facts": self._run_facts(result.image_id)}
             write_text(facts_file, json.dumps(cached, indent=2, sort_keys=True) + "\n")
         result.facts = cached["facts"]

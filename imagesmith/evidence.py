@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from securesystemslib.signer import SSlibKey
 
-from imagesmith import attestation, policy, sbom, signing
+from imagesmith import attestation, loader, policy, sbom, signing
 from imagesmith.atomic import write_text
 from imagesmith.attestation import Statement, StatementError
 from imagesmith.errors import RegistryError, UserError
@@ -616,8 +616,8 @@ INVENTORY_FILE = "inventory.json"
 
 def cached_inventory(path: Path, image_id: str, measure: InventoryRunner) -> dict[str, Any]:
     """The image's inventory from ``path`` when it was measured for this image ID, else measured now and kept there."""
-    cached = json.loads(path.read_text()) if path.is_file() else {}
-    if cached.get("image_id") != image_id:
+    cached = loader.read_cache(path)
+    if cached.get("image_id") != image_id or not isinstance(cached.get("inventory"), dict):
         cached = {"image_id": image_id, "inventory": dict(measure(image_id))}
         write_text(path, json.dumps(cached, indent=1, sort_keys=True) + "\n")
     return dict(cached["inventory"])

@@ -351,3 +351,14 @@ def load_json_any(path: Path, *, root: Path | None = None, cap: int = REPORT_CAP
                         f"{', '.join(SCHEMA_FILES)}", "schema", fix or "is this a file imagesmith wrote?")
     check_schema(doc, str(name), str(path), fix)
     return doc
+
+
+def read_cache(path: Path) -> dict[str, Any]:
+    """A cache file a job keeps in ``OUT/<target>/`` (inventory.json, facts.json): confined to OUT,
+    bounded, strict. Anything refused (a link out of OUT, a FIFO, NaN, a huge file) is no cache."""
+    if not path.exists() and not path.is_symlink():
+        return {}
+    try:
+        return load_json_artifact(path, root=path.parent.parent, schema=None, cap=CAPS["inventory"])
+    except UserError:
+        return {}

@@ -163,3 +163,21 @@ MARKDOWN = [
 @pytest.mark.parametrize("value, expected", MARKDOWN, ids=range(len(MARKDOWN)))
 def test_markdown_cells_are_inert(value: Any, expected: str) -> None:
     assert cell(value) == expected
+
+
+def test_a_cache_the_loader_refuses_is_no_cache(tmp_path: Path) -> None:
+    folder = tmp_path / "out" / "t"
+    folder.mkdir(parents=True)
+    (tmp_path / "elsewhere.json").write_text('{"image_id": "x", "inventory": {}}')
+    cases = {"missing.json": None, "nan.json": b'{"image_id": NaN}', "list.json": b"[1]", "fifo.json": "fifo",
+             "out.json": tmp_path / "elsewhere.json", "ok.json": b'{"image_id": "x", "inventory": {"a": 1}}'}
+    for name, content in cases.items():
+        if isinstance(content, bytes):
+            (folder / name).write_bytes(content)
+        elif isinstance(content, Path):
+            os.symlink(content, folder / name)
+        elif content == "fifo":
+            os.mkfifo(folder / name)
+    assert {name: loader.read_cache(folder / name) for name in cases} == {
+        "missing.json": {}, "nan.json": {}, "list.json": {}, "fifo.json": {}, "out.json": {},
+        "ok.json": {"image_id": "x", "inventory": {"a": 1}}}
