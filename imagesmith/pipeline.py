@@ -13,7 +13,6 @@ folder are the whole build.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -22,7 +21,7 @@ from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
 from imagesmith.errors import UsageError, UserError
-from imagesmith.model import policy
+from imagesmith.model import loader, policy, schemas
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan
 from imagesmith.progress import Display
@@ -96,12 +95,7 @@ def _progress(display: Display, target: str) -> Callable[[str], None]:
 
 def read_build(path: Path) -> dict[str, Any]:
     """A build report (OUT/report.json), its schema checked."""
-    try:
-        data = dict(json.loads(path.read_text()))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"no readable build report at {path} ({exc}); run imagesmith build --out {path.parent} first") from None
-    if data.get("schema") != build.REPORT_SCHEMA:
-        raise UserError(f"{path}: schema {data.get('schema')!r} is not {build.REPORT_SCHEMA}; build again")
+    data = loader.load_json_artifact(path, schema=build.REPORT_SCHEMA, fix=f"run imagesmith build --out {path.parent} first")
     if not runstate.is_complete(data):
         raise UserError(f"{path}: {runstate.not_complete(data, 'this build report')}; "
                         f"run imagesmith build --out {path.parent} again")
@@ -127,17 +121,11 @@ class BuildInput:
 def read_build_input(path: Path) -> BuildInput:
     """A build report (OUT/report.json: verify.json to OUT/<target>/) or one target's build
     artifact (OUT/<target>/build.json: verify.json beside it)."""
-    if _schema(path) == artifacts.BUILD_SCHEMA:
+    fix = f"give the report.json or <target>/build.json that imagesmith build --out {path.parent} wrote"
+    if loader.load_json_any(path, fix=fix).get("schema") == artifacts.BUILD_SCHEMA:
         return builds_input(complete([artifacts.Found(artifacts.read_build(path), path.parent)]))
     data = read_build(path)
     return BuildInput(data, {t["target"]: path.parent / t["target"] for t in data["targets"]})
-
-
-def _schema(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text()).get("schema")
-    except (OSError, ValueError, AttributeError):
-        return None  # the reader that follows says what is wrong
 
 
 def complete(found: list[artifacts.Found]) -> list[artifacts.Found]:
@@ -177,25 +165,15 @@ def read_outcomes(out: Path, targets: list[str], run_report: Path | None = None)
     A target with neither, or whose verification did not complete, is unverified
     (never tagged, never pushed)."""
     if run_report is not None:
-        data = _read_json(run_report, "run report")
+        data = loader.load_json_artifact(run_report, schema=schemas.RUN_REPORT, fix="give the run-report.json that imagesmith verify --json wrote")
         if not runstate.is_complete(data):
             raise UserError(f"{run_report}: {runstate.not_complete(data, 'this run report')}; verify again "
                             f"(imagesmith verify --build-report {out / 'report.json'} --json {run_report})")
         found = {t: r for t, r in (data.get("verify") or {}).items() if t in targets and isinstance(r, dict)}
     else:
         paths = {t: out / t / "verify.json" for t in targets}
-        found = {t: _read_json(p, "verify report") for t, p in paths.items() if p.is_file()}
+        found = {t: _verify_report(p, out) for t, p in paths.items() if p.exists() or p.is_symlink()}
     return {t: verify.VerifyOutcome(r) for t, r in found.items() if runstate.is_complete(r)}
-
-
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a readable {what} ({exc})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: not a {what} (a JSON object)")
-    return data
 
 
 class RunReport:
@@ -468,15 +446,14 @@ def check_agrees(matrix: Matrix, spec: artifacts.Release, out: Path) -> None:
 
 def _verify_reports(found: list[artifacts.Found]) -> dict[str, verify.VerifyOutcome]:
     """The verify.json beside each artifact; one whose run did not complete is left out (not verified)."""
-    reports = {f.record.target.id: _verify_report(f.verify_path) for f in found if f.verify_path.is_file()}
+    reports = {f.record.target.id: _verify_report(f.verify_path, f.folder.parent) for f in found
+               if f.verify_path.exists() or f.verify_path.is_symlink()}
     return {t: verify.VerifyOutcome(r) for t, r in reports.items() if runstate.is_complete(r)}
 
 
-def _verify_report(path: Path) -> dict[str, Any]:
-    data = _read_json(path, "verify report")
-    if data.get("schema") != verify.REPORT_SCHEMA:
-        raise UserError(f"{path}: not a verify report ({verify.REPORT_SCHEMA}); verify again")
-    return data
+def _verify_report(path: Path, root: Path | None = None) -> dict[str, Any]:
+    """A verify.json (inside ``root``: OUT), through the loader (schema verify-report-1)."""
+    return loader.load_json_artifact(path, root=root, schema=verify.REPORT_SCHEMA, fix="verify again")
 
 
 def _inventories(found: list[artifacts.Found], engine: Any) -> Callable[[str], Mapping[str, Any]]:
@@ -488,8 +465,9 @@ def _inventories(found: list[artifacts.Found], engine: Any) -> Callable[[str], M
 
     def inventory(image_id: str) -> Mapping[str, Any]:
         path = folders[image_id] / INVENTORY_FILE if image_id in folders else None
-        data = json.loads(path.read_text()) if path is not None and path.is_file() else {}
-        if data.get("image_id") == image_id:
+        data = loader.load_json_artifact(path, root=path.parent.parent, schema=None, cap=loader.CAPS["inventory"],
+                                         fix="build again") if path is not None and (path.exists() or path.is_symlink()) else {}
+        if data.get("image_id") == image_id and isinstance(data.get("inventory"), dict):
             return dict(data["inventory"])
         return verify.run_facts(engine, image_id, args=["--inventory"])
     return inventory

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -12,6 +11,7 @@ from typing import Any, Sequence
 import click
 
 from imagesmith.errors import UserError
+from imagesmith.model import loader, schemas
 from imagesmith.model.matrix import TIERS
 from imagesmith.stages.fleet import config
 from imagesmith.table import print_table
@@ -68,11 +68,9 @@ def without_credentials(jobs: Sequence[Any], refs: set[config.DigestRef]) -> lis
 
 
 def _release_refs(path: Path) -> list[config.DigestRef]:
-    """Every image a release report pushed or found unchanged, by digest."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read the release report {path}: {exc}") from None
+    """Every image a release report pushed or found unchanged, by digest (read through
+    :mod:`imagesmith.model.loader`: confined, bounded, strict JSON, schema release-1)."""
+    doc = loader.load_json_artifact(path, schema=schemas.RELEASE, fix="give the release.json that imagesmith publish wrote")
     name = f"{doc.get('registry')}/{doc.get('repository')}"
     return [config.parse_ref(f"{name}@{t['digest']}") for t in doc.get("targets") or []
             if isinstance(t, dict) and t.get("status") in ("pushed", "unchanged") and t.get("digest")]

@@ -255,10 +255,14 @@ class Ctx:
     def integer(self, raw: Any, path: KeyPath, default: int, lo: int = 0, hi: int = 2**31) -> int:
         if raw is None:
             return default
+        text = str(raw)
+        if not re.fullmatch("[+-]?[0-9]{1,18}", text):  # ASCII digits only ("²" and "٣" are digits to int()), bounded
+            self.error(path, f"expected a whole number, got {printable(text, 40)}")
+            return default
         try:
-            value = int(str(raw))
+            value = int(text)
         except ValueError:
-            self.error(path, f"expected a whole number, got {raw!r}")
+            self.error(path, f"expected a whole number, got {printable(text, 40)}")
             return default
         if not lo <= value <= hi:
             self.error(path, f"{value} is out of range ({lo}..{hi})")

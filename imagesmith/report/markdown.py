@@ -1,8 +1,20 @@
 """Markdown for CI job summaries (GitHub, GitLab): targets x status, failed checks, measured vs baseline.
 
-Every value from a report goes through :func:`cell` (tables) or :func:`text`:
-HTML is escaped (GitHub renders inline HTML), pipes cannot split a table cell,
-newlines cannot end a row, backticks cannot open code spans.
+Every value from a report is text another job wrote, so it must stay inert on a
+CI page (GitHub and GitLab render GitLab-/GitHub-flavoured Markdown). It goes
+through :func:`cell` (tables) or :func:`text`:
+
+* HTML is escaped (``<``, ``>``, ``&``): no raw HTML, no ``<https://…>`` autolink;
+* Markdown punctuation that opens links, images and code spans is
+  backslash-escaped (``\\ [ ] ( ) ! ` |``): ``[click](https://evil)`` and
+  ``![x](https://track/p.png)`` show as the characters they are;
+* what GFM autolinks without any markup is broken with a word joiner (U+2060,
+  invisible): ``scheme://`` (``https://``, ``ftp://``…), ``www.`` and
+  ``name@domain.tld``;
+* newlines cannot end a table row or a line, pipes cannot split a cell.
+
+A :class:`Code` value is shown as a code span (nothing inside one is a link):
+backticks cannot close it, pipes cannot split its cell.
 """
 
 from __future__ import annotations
@@ -26,11 +38,21 @@ class Code:
     value: str
 
 
+_PUNCTUATION = re.compile(r"([\\`\[\]()!|])")
+_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9+.-])(?=://)|(?<=\bwww)(?=\.)|(?<=@)(?=[a-z0-9-]+\.[a-z0-9])")
+WORD_JOINER = "\u2060"
+
+
 def cell(value: Any) -> str:
-    """Safe in a Markdown table cell and as HTML."""
+    """Inert in a Markdown table cell, a line of prose and as HTML (see the module docstring)."""
     if isinstance(value, Code):
-        return f"`{cell(value.value)}`"
-    return html.escape(str(value), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "'")
+        return "`" + html.escape(_one_line(str(value.value)), quote=False).replace("`", "'").replace("|", "\\|") + "`"
+    escaped = html.escape(_PUNCTUATION.sub(r"\\\1", _one_line(str(value))), quote=False)
+    return _AUTOLINK.sub(WORD_JOINER, escaped)
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"[\r\n\u2028\u2029]", " ", text)
 
 
 text = cell  # the same rules hold for a line of prose

@@ -12,14 +12,13 @@ producer writes:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
 from imagesmith import runstate
 from imagesmith.errors import UserError
-from imagesmith.model import schemas
+from imagesmith.model import loader, schemas
 from imagesmith.report.model import (
     STATUSES,
     Attached,
@@ -92,14 +91,26 @@ def _kind(raw: Any) -> str:
 
 
 def load(path: Path, read_log: Callable[[str], list[str]] | None = None) -> Run:
-    """Read and parse a report file; failed builds get the tail of their log when it is readable."""
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
-    return parse(raw, str(path), read_log or log_tail)
+    """Read (through :mod:`imagesmith.model.loader`: confined to its folder, bounded, strict JSON, the
+    schema its ``schema`` key names) and parse a report file; failed builds get the tail of their
+    log when it is readable."""
+    raw = loader.load_json_any(path, fix="give a report.json, verify.json or run-report.json that imagesmith wrote")
+    return parse(raw, str(path), read_log or log_tail_in(path.parent))
+
+
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def log_tail_in(root: Path) -> Callable[[str], list[str]]:
+    """A reader of the logs a report names: only inside ``root`` (the report's folder), only regular
+    files, only their last bytes (a report is untrusted: its ``log`` may be /dev/zero or /etc/shadow)."""
+    def tail(log: str) -> list[str]:
+        try:
+            data = loader.read_tail(Path(log), root=root, size=LOG_TAIL_BYTES)
+        except UserError:
+            return []
+        return data.decode("utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    return tail
 
 
 def log_tail(log: str) -> list[str]:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Mapping
 from imagesmith import __version__, runstate
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
-from imagesmith.model import plan, schemas
+from imagesmith.model import loader, plan, schemas
 from imagesmith.model.matrix import FloatingTag, ImageSpec, Matrix, TagPolicy
 from imagesmith.model.tags import DOCKER_TAG
 
@@ -91,6 +91,7 @@ class Staged:
         return self.repository.split("/", 1)[1]
 
 
+NOT_OURS = "it is not a build artifact this imagesmith wrote (build again with imagesmith build)"
 ONE_LINE = re.compile(r"[^\x00-\x1f\x7f]{1,400}")  # a printable line, bounded
 
 
@@ -211,8 +212,7 @@ class _Reader:
         self.path = path
 
     def fail(self, key: str, why: str) -> UserError:
-        return UserError(f"{self.path}: {key}: {why}; it is not a build artifact this imagesmith wrote "
-                         f"(build again with imagesmith build)")
+        return UserError(f"{self.path}: {key}: {why}; {NOT_OURS}")
 
     def mapping(self, value: Any, key: str) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
@@ -235,15 +235,12 @@ class _Reader:
         return value
 
 
-def read_build(path: Path) -> BuildRecord:
-    """A build artifact, every value checked (UserError naming the file and key otherwise)."""
+def read_build(path: Path, root: Path | None = None) -> BuildRecord:
+    """A build artifact inside ``root`` (default: its folder), through :mod:`imagesmith.model.loader`
+    (confined, bounded, strict JSON, schema ``build-1``), then every value checked
+    (UserError naming the file and key otherwise)."""
     r = _Reader(path)
-    try:
-        doc = r.mapping(json.loads(path.read_text()), "(top)")
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a readable build artifact ({exc}); build again with imagesmith build") from None
-    if doc.get("schema") != BUILD_SCHEMA:
-        raise r.fail("schema", f"{doc.get('schema')!r} is not {BUILD_SCHEMA}")
+    doc = loader.load_json_artifact(path, root=root, schema=BUILD_SCHEMA, fix=NOT_OURS)
     result = r.mapping(doc.get("result"), "result")
     status = r.text(result, "status", "result")
     if status not in STATUSES:
@@ -324,14 +321,19 @@ def find_builds(out: Path) -> dict[str, Found]:
     """Every ``build.json`` in ``out``'s subfolders, by target. Several jobs' copies of one
     target must agree (same image, same staged digest); the one with a verify.json wins."""
     found: dict[str, Found] = {}
-    for path in sorted(out.glob(f"*/{BUILD_FILE}")):
-        item = Found(read_build(path), path.parent)
+    for path in artifact_paths(out):
+        item = Found(read_build(path, root=out), path.parent)
         tid = item.record.target.id
         other = found.get(tid)
         _same(other, item)
         if other is None or (not other.verify_path.is_file() and item.verify_path.is_file()):
             found[tid] = item
     return found
+
+
+def artifact_paths(out: Path) -> list[Path]:
+    """``OUT/*/build.json``, broken links and non-files included (the loader says what is wrong with them)."""
+    return sorted(d / BUILD_FILE for d in out.glob("*") if d.is_dir() and os.path.lexists(d / BUILD_FILE))
 
 
 def _same(a: Found | None, b: Found) -> None:
@@ -347,9 +349,9 @@ def remove_stale(out: Path, planned: set[str]) -> list[str]:
     """After a build of the whole plan: drop the artifacts (build.json, verify.json) of targets the plan
     no longer has, so that a publish from OUT never releases them. The targets removed."""
     gone = []
-    for path in sorted(out.glob(f"*/{BUILD_FILE}")):
+    for path in artifact_paths(out):
         try:
-            tid = read_build(path).target.id
+            tid = read_build(path, root=out).target.id
         except UserError:
             continue  # not ours to judge; publish will say what is wrong with it
         if tid not in planned:

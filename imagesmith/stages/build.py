@@ -37,7 +37,7 @@ from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, Engine, registry_host
 from imagesmith.edges.sources import SourceServer
 from imagesmith.errors import BuildError, Redactor, UserError
-from imagesmith.model import compat, schemas
+from imagesmith.model import compat, loader, schemas
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.versions import matches
@@ -608,8 +608,8 @@ class Builder:
         """Run facts.py inside the image; a mismatch with the plan fails the target."""
         assert result.image_id
         facts_file = Path(self.out / t.id / "facts.json")
-        cached = json.loads(facts_file.read_text()) if facts_file.is_file() else {}
-        if cached.get("image_id") != result.image_id:
+        cached = loader.read_cache(facts_file)
+        if cached.get("image_id") != result.image_id or not isinstance(cached.get("facts"), dict):
             cached = {"image_id": result.image_id, "facts": self._run_facts(result.image_id)}
             write_text(facts_file, json.dumps(cached, indent=2, sort_keys=True) + "\n")
         result.facts = cached["facts"]

@@ -41,7 +41,7 @@ from imagesmith.edges import signing
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, Manifest, PushedManifest, sha256_digest
 from imagesmith.errors import RegistryError, UserError
-from imagesmith.model import policy
+from imagesmith.model import loader, policy
 from imagesmith.stages import attestation, sbom, vex
 from imagesmith.stages.attestation import Statement, StatementError
 
@@ -670,8 +670,8 @@ INVENTORY_FILE = "inventory.json"
 
 def cached_inventory(path: Path, image_id: str, measure: InventoryRunner) -> dict[str, Any]:
     """The image's inventory from ``path`` when it was measured for this image ID, else measured now and kept there."""
-    cached = json.loads(path.read_text()) if path.is_file() else {}
-    if cached.get("image_id") != image_id:
+    cached = loader.read_cache(path)
+    if cached.get("image_id") != image_id or not isinstance(cached.get("inventory"), dict):
         cached = {"image_id": image_id, "inventory": dict(measure(image_id))}
         write_text(path, json.dumps(cached, indent=1, sort_keys=True) + "\n")
     return dict(cached["inventory"])

@@ -287,7 +287,7 @@ def test_fleet_jobs_of_release_report_images_get_credentials_only_when_declared(
     from imagesmith.cli.fleet import undeclared_refs
 
     report = tmp_path / "release.json"
-    report.write_text(json.dumps({"registry": "evil.test", "repository": "ml/x", "targets": [{"status": "pushed", "digest": D1}]}))
+    report.write_text(json.dumps({"schema": "imagesmith.release/1", "registry": "evil.test", "repository": "ml/x", "targets": [{"target": "t", "status": "pushed", "digest": D1}]}))
     assert {str(r) for r in undeclared_refs(refs, report, registry)} == anonymous
 
 
@@ -295,7 +295,7 @@ def test_fleet_refuses_a_release_report_on_another_host_than_declared(tmp_path: 
     from imagesmith.cli.fleet import undeclared_refs
 
     report = tmp_path / "release.json"
-    report.write_text(json.dumps({"registry": "evil.test", "repository": "ml/x", "targets": [{"status": "pushed", "digest": D1}]}))
+    report.write_text(json.dumps({"schema": "imagesmith.release/1", "registry": "evil.test", "repository": "ml/x", "targets": [{"target": "t", "status": "pushed", "digest": D1}]}))
     with pytest.raises(UserError) as err:
         undeclared_refs([], report, "harbor.example.com")
     assert str(err.value) == (f"{report} names the release registry host evil.test, but harbor.example.com was declared "

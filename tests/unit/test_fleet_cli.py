@@ -51,8 +51,8 @@ def test_verify_without_images_says_how_to_give_them() -> None:
 
 def test_verify_takes_every_released_digest(tmp_path: Path) -> None:
     release = tmp_path / "release.json"
-    release.write_text('{"registry": "harbor.example.com", "repository": "ml/pytorch", "targets": ['
-                       f'{{"status": "pushed", "digest": "sha256:{"ab" * 32}"}}, {{"status": "not-verified", "digest": null}}]}}')
+    release.write_text('{"schema": "imagesmith.release/1", "registry": "harbor.example.com", "repository": "ml/pytorch", "targets": ['
+                       f'{{"target": "a", "status": "pushed", "digest": "sha256:{"ab" * 32}"}}, {{"target": "b", "status": "not-verified", "digest": null}}]}}')
     done = run("fleet", "render", "--fleet", "examples/fleet-local.yaml", REF, "--out", str(tmp_path / "o"))
     assert done.stdout.count("# --- ") == 2
     from imagesmith.cli.fleet import _release_refs

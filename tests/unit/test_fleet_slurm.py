@@ -174,10 +174,13 @@ def test_missing_slurm_commands_are_a_user_error(tmp_path: Path) -> None:
 def test_the_report_of_the_last_attempt_is_read(tmp_path: Path) -> None:
     job = job_for(CPU, tmp_path)
     job.workdir.mkdir(parents=True)
-    (job.workdir / "report-0.json").write_text('{"summary": {"ok": false}}')
-    (job.workdir / "report-1.json").write_text('{"summary": {"ok": true}}')
+    (job.workdir / "report-0.json").write_text('{"schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": false}}')
+    (job.workdir / "report-1.json").write_text('{"schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": true}}')
     s = slurm.Slurm(FakeSlurm({}), ENV)
-    assert s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=1)) == {"summary": {"ok": True}}
+    assert s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=1)) == {
+        "schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": True}}
+    (job.workdir / "report-1.json").write_text('{"schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": NaN}}')
+    assert s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=1)) is None  # refused by the loader: no report
     assert s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=2)) is None
     (job.workdir / "job-7.out").write_text("a\n\nb\nc\n")
     assert s.output_tail(job, JobView("7", FINISHED, "FAILED"), 2) == ["b", "c"]

@@ -208,5 +208,5 @@ def test_verify_of_a_build_report_that_is_not_one_exits_1(tmp_path: Path) -> Non
     report = tmp_path / "report.json"
     report.write_text(json.dumps({"schema": "imagesmith.build-report/0"}))
     done = cli("verify", "--build-report", str(report), "-q")
-    assert done.returncode == 1 and "is not imagesmith.build-report/1; build again" in done.stderr, done.stderr
+    assert done.returncode == 1 and "schema: 'imagesmith.build-report/0' is not one of imagesmith.build/1, imagesmith.build-report/1" in done.stderr, done.stderr
 

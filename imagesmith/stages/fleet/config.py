@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 from imagesmith.errors import Problem, UserError, ValidationError
 from imagesmith.model import compat
-from imagesmith.model.located import KeyPath, load_located
+from imagesmith.model.loader import CAPS, LoadError, read_confined
+from imagesmith.model.located import KeyPath, load_located, printable
 from imagesmith.model.matrix import TIERS, Ctx
 from imagesmith.resources import payload_dir
 
@@ -34,7 +35,7 @@ SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 FEATURE = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 CONSTRAINT = re.compile(rf"^\[?{FEATURE}(?:[&|]{FEATURE})*\]?$")
 SLURM_MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
-DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+DURATION = re.compile(r"(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?")  # ASCII digits, bounded
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
 LABEL_NAME = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -147,7 +148,7 @@ def parse_ref(text: str) -> DigestRef:
 
 def duration_s(text: str) -> int | None:
     """``90``, ``90s``, ``30m``, ``1h30m``, ``2d`` -> seconds; None when malformed."""
-    if text.isdigit():
+    if re.fullmatch("[0-9]{1,12}", text):
         return int(text)
     m = DURATION.fullmatch(text)
     if not text or m is None:
@@ -187,7 +188,7 @@ class FleetCtx(Ctx):
             return default
         seconds = duration_s(text.strip())
         if seconds is None:
-            self.error(path, f"{text!r} is not a duration; write e.g. 90s, 30m, 1h30m or 2d")
+            self.error(path, f"{printable(text, 40)} is not a duration; write e.g. 90s, 30m, 1h30m or 2d")
             return default
         if not lo <= seconds <= hi:
             self.error(path, f"{text} is out of range ({lo} s .. {hi // 86400} d)")
@@ -339,7 +340,7 @@ def _baselines() -> dict[str, Any]:
         return {}
 
 
-def parse(text: str, file: Path) -> Fleet:
+def parse(text: str | bytes, file: Path) -> Fleet:
     raw, lines = load_located(text, file.name)
     ctx = FleetCtx(file.resolve(), lines, compat.load())
     d = ctx.mapping(raw, (), TOP_KEYS)
@@ -359,8 +360,13 @@ def parse(text: str, file: Path) -> Fleet:
 def load(path: str | Path) -> Fleet:
     """Load and validate ``path``; raise ValidationError listing every error."""
     file = Path(path)
+    return parse(read_confined_problem(file), file)
+
+
+def read_confined_problem(file: Path) -> bytes:
+    """The bytes of a fleet file through :mod:`imagesmith.model.loader` (a regular file, not a link out of its
+    folder, at most ``CAPS["fleet.yaml"]`` bytes); a refusal is a ValidationError naming the file."""
     try:
-        text = file.read_text()
-    except OSError as exc:
-        raise ValidationError(problems=[Problem(f"cannot read {file}: {exc.strerror}")]) from None
-    return parse(text, file)
+        return read_confined(file, cap=CAPS["fleet.yaml"])
+    except LoadError as exc:
+        raise ValidationError(problems=[Problem(str(exc))]) from None

@@ -64,7 +64,7 @@ def to_markdown(rep: FleetReport) -> str:
     lines = [f"## {'✅' if rep.ok else '❌'} imagesmith fleet: {md.text(headline(rep))}", "",
              md.text(f"started {rep.started_at} · fleet {rep.fleet_file} · tier {rep.tier} · run {rep.run_id}"), ""]
     for _digest, cells in _by_digest(rep):
-        lines += [f"### `{md.text(cells[0].ref)}`", "", md.text(_verdict(rep, cells)), "",
+        lines += [f"### {md.cell(md.Code(cells[0].ref))}", "", md.text(_verdict(rep, cells)), "",
                   *md.table(HEADERS, [_row(c) for c in cells]), ""]
     lines += md.section("Measured against each class's baseline", FIGURE_HEADERS, _figure_rows(rep))
     return "\n".join(lines).rstrip() + "\n"

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
-from imagesmith.model import schemas
+from imagesmith.model import loader, schemas
 
 SCHEMA = schemas.FLEET_REPORT
 STATUSES = ("pass", "fail", "cancelled")
@@ -100,21 +100,13 @@ def write(report: FleetReport, path: Path) -> Path:
 # -- reading (untrusted) ---------------------------------------------------------------------------
 
 
-def is_fleet_report(path: Path) -> bool:
-    try:
-        return bool(json.loads(path.read_text()).get("schema") == SCHEMA)
-    except (OSError, ValueError, AttributeError):
-        return False
+FIX = "give the fleet-report.json that imagesmith fleet verify wrote"
 
 
-def load(path: Path) -> FleetReport:
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read the fleet report {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UserError(f"{path} is not JSON ({exc}); give the fleet-report.json that fleet verify wrote") from None
-    return parse(doc, str(path))
+def load(path: Path, root: Path | None = None) -> FleetReport:
+    """A fleet report through :mod:`imagesmith.model.loader` (confined, bounded, strict JSON, schema
+    fleet-report-1), then every value checked."""
+    return parse(loader.load_json_artifact(path, root=root, schema=SCHEMA, fix=FIX), str(path))
 
 
 class _Field:

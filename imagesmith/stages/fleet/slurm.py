@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith.errors import UserError
+from imagesmith.model import loader, schemas
 from imagesmith.stages import verify
 from imagesmith.stages.fleet.config import GpuClass, SlurmPlacement
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
@@ -249,9 +250,11 @@ class Slurm:
             found = verify.parse_marker("\n".join(self._output(job, view)))
             return verify.finish(found, {"ref": str(job.ref), "digests": [str(job.ref)]}, None, "", 0.0) if found else None
         path = job.workdir / f"report-{view.restarts}.json"
-        try:
-            return dict(json.loads(path.read_text()))
-        except (OSError, ValueError):
+        if not path.is_file() and not path.is_symlink():
+            return None
+        try:  # written on a node: untrusted (confined to the job's folder, bounded, strict, schema-valid)
+            return loader.load_json_artifact(path, schema=schemas.VERIFY_REPORT)
+        except UserError:
             return None
 
     def _output(self, job: CellJob, view: JobView) -> list[str]:
