@@ -116,7 +116,9 @@ def sbom_document(name: str, digest: str, bom: bytes, created: str) -> Document:
 
 
 def verification_document(name: str, digest: str, report: Mapping[str, Any]) -> Document:
-    predicate = attestation.verification_predicate(report)
+    from imagesmith.verify import declared_checks
+
+    predicate = attestation.verification_predicate(report, declared_checks())
     problems = attestation.predicate_problems(predicate)
     if problems:  # a bug, not bad input: the builder makes what the schema describes
         raise ValueError("verification predicate breaks its schema: " + "; ".join(problems[:3]))
@@ -588,8 +590,8 @@ class Subject:
 
 
 class ReleaseEvidence:
-    """What ``publish`` calls for every digest it released: measure the inventory (cached
-    per image ID under ``out/<target>/inventory.json``), build both documents, attach."""
+    """What ``publish`` calls for every digest it released: the inventory (``inventory``: image ID -> what was
+    measured inside the image), both documents built, attached."""
 
     def __init__(self, registry: RegistryLike, repo: str, key: signing.Key | None, inventory: InventoryRunner,
                  out_dir: Path) -> None:
@@ -608,7 +610,9 @@ class ReleaseEvidence:
         return self.attacher.attach(subject.digest, docs).to_json() | {"inventory_seconds": round(measured, 2)}
 
     def _inventory(self, subject: Subject) -> Mapping[str, Any]:
-        return cached_inventory(self.out / subject.target / INVENTORY_FILE, subject.image_id, self.inventory)
+        """From ``inventory`` only (publish passes what the verifier signed, or a measurement in its own engine):
+        never from a file in OUT, which another job may have written."""
+        return self.inventory(subject.image_id)
 
 
 INVENTORY_FILE = "inventory.json"
@@ -658,10 +662,14 @@ def read(reference: str, keys: Sequence[SSlibKey], credentials_file: Path | None
 def reusable(found: Evidence, tier: str, gpu_model: str | None, gpu_count: int) -> Attestation | None:
     """A verification that passed, of this digest, on this tier and GPU model (or CPU mode when
     ``gpu_model`` is None), signed by a given key: evidence enough not to run again."""
+    from imagesmith.verify import declared_checks
+
+    declared = declared_checks()
     for a in found.of_kind("verification"):
         p = a.statement.predicate if a.statement else {}
         gpu = p.get("gpu") or {}
         same_gpu = gpu.get("model") == gpu_model and (gpu_model is None or gpu.get("count") == gpu_count)
-        if a.signed_by and not a.problems and p.get("passed") is True and p.get("tier") == tier and same_gpu:
+        passed = p.get("passed") is True and policy.verdict(p, declared).ok  # judged again: never the predicate's word alone
+        if a.signed_by and not a.problems and passed and p.get("tier") == tier and same_gpu:
             return a
     return None

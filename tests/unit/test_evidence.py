@@ -56,7 +56,8 @@ def test_tags(digest: str, referrers: str, signature: str, attestations: str) ->
 
 
 def predicate(**changes: Any) -> dict[str, Any]:
-    p = {"tier": "quick", "mode": "gpu", "passed": True, "gpu": {"model": "NVIDIA H200", "count": 1}, "started_at": "t1"}
+    p = {"tier": "quick", "mode": "gpu", "passed": True, "gpu": {"model": "NVIDIA H200", "count": 1}, "started_at": "t1",
+         "checks": [{"id": "versions.torch", "status": "pass", "optional": False}]}
     return p | changes
 
 
