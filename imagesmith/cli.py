@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the stages import docker (through the engine) only when a c
     from imagesmith.pipeline import ReleaseOptions, RunReport
     from imagesmith.publish import ReleaseReport
     from imagesmith.signing import Key
+    from imagesmith.trust import TrustPolicy
     from imagesmith.verify import VerifyOptions, VerifyOutcome
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
@@ -279,6 +280,15 @@ SIGNING_KEY_OPTION = click.option(
 EVIDENCE_OPTION = click.option(
     "--evidence/--no-evidence", "with_evidence", default=True, show_default=True,
     help="Attach an SBOM, a verification attestation and signatures to every released digest.")
+VERIFIER_KEY_OPTION = click.option(
+    "--verifier-key", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="PEM ECDSA P-256 private key of this verifier (GPU runners hold it, build jobs never): each verification is "
+         "signed, with the inventory measured inside the image, as an in-toto statement about the image's digest "
+         "(verify.dsse.json beside verify.json), the only form publish believes.")
+TRUST_POLICY_OPTION = click.option(
+    "--trust-policy", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The release's trust policy (trust-policy.yaml: version, verifiers with their public keys): a verification is "
+         "released only when signed by a verifier it names, about the exact image released (docs/trust.md).")
 PUBLIC_KEY_OPTION = click.option(
     "--key", "public_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Public key (PEM, as cosign.pub); every signature must verify with one of the keys given (repeat --key "
@@ -303,6 +313,8 @@ PUBLIC_KEY_OPTION = click.option(
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
 @SIGNING_KEY_OPTION
+@VERIFIER_KEY_OPTION
+@TRUST_POLICY_OPTION
 @EVIDENCE_OPTION
 @gate_options
 @ALLOW_CPU_OPTION
@@ -311,19 +323,21 @@ PUBLIC_KEY_OPTION = click.option(
 @ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, stage_repo: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, gate_fleet: Path | None,
-              fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool, as_json: bool,
-              allow_roots: tuple[Path, ...]) -> None:
+              registry_ca: Path | None, signing_key: Path | None, verifier_key: Path | None, trust_policy: Path | None,
+              with_evidence: bool, gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
+              as_json: bool, allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import artifacts, pipeline
     from imagesmith.engine import Engine
     from imagesmith.progress import make_display
 
+    if push and (verifier_key is None or trust_policy is None):
+        raise UsageError(f"build --push: {pipeline.NEEDS_TRUST}")
     m, date = load_matrix(matrix_file, allow_roots), date or today()
     key = _signing_key(signing_key) if push and with_evidence else None
     release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
-                                      allow_cpu)
+                                      allow_cpu, trust=_trust_policy(trust_policy), verifier_key=_verifier_key(verifier_key))
     job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, credentials_file, registry_ca)
     picked = len(job.plan.select(only, layers).targets)
     if not picked:
@@ -341,6 +355,18 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
             _verify_and_release(engine, m, p, report, out, date, push, quiet, as_json, run, release)
     if run is None and not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
+
+
+def _verifier_key(path: Path | None) -> Key | None:
+    from imagesmith import signing
+
+    return signing.load_signing_key(path, {}) if path is not None else None
+
+
+def _trust_policy(path: Path | None) -> TrustPolicy | None:
+    from imagesmith import trust
+
+    return trust.load_policy(path) if path is not None else None
 
 
 def _signing_key(path: Path | None) -> Key | None:
@@ -406,20 +432,21 @@ def mode_line(report: dict[str, Any]) -> str:
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the build artifacts (*/build.json, gathered from any number of build jobs) and the verify "
                    "reports beside them are; release.json, release.md and run-report.json go here.")
-@click.option("--run-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Take the verify outcomes from this run report (imagesmith verify --build-report --json).")
+@click.option("--run-report", type=click.Path(dir_okay=False, exists=True, path_type=Path), hidden=True,
+              help="Refused: a run report is not evidence (publish reads the signed verify.dsse.json beside each build.json).")
 @click.option("--date", default=None, help="Build date for the immutable tags (YYYYMMDD); default: the build's.")
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
 @SIGNING_KEY_OPTION
+@TRUST_POLICY_OPTION
 @EVIDENCE_OPTION
 @gate_options
 @ALLOW_CPU_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, date: str | None,
-                credentials_file: Path | None, registry_ca: Path | None, signing_key: Path | None, with_evidence: bool,
-                gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
+                credentials_file: Path | None, registry_ca: Path | None, signing_key: Path | None, trust_policy: Path | None,
+                with_evidence: bool, gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
                 allow_roots: tuple[Path, ...]) -> None:
     """Tag and release what passed verification; write OUT/release.json and OUT/release.md.
 
@@ -431,9 +458,11 @@ def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, da
     from imagesmith.progress import make_display
 
     m = load_matrix(matrix_file, allow_roots) if matrix_file else None
+    if trust_policy is None:
+        raise UsageError(f"publish: {pipeline.NEEDS_TRUST}")
     key = _signing_key(signing_key) if with_evidence else None
     release = pipeline.ReleaseOptions(credentials_file, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
-                                      allow_cpu)
+                                      allow_cpu, trust=_trust_policy(trust_policy))
     display = make_display("publishing", quiet)
     with artifacts.locked(out, "imagesmith publish", display.note):
         try:
@@ -547,6 +576,7 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
                    "names, a staged one by its digest; repeat for several build jobs. --json then writes a run report.")
 @CREDENTIALS_OPTION
 @PUBLIC_KEY_OPTION
+@VERIFIER_KEY_OPTION
 @click.option("--reuse-evidence", is_flag=True,
               help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
                    "(or CPU mode), signed by --key.")
@@ -555,8 +585,8 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
                json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
                timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
-               build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...], reuse_evidence: bool,
-               quiet: bool) -> None:
+               build_reports: tuple[Path, ...], credentials_file: Path | None, public_keys: tuple[Path, ...],
+               verifier_key: Path | None, reuse_evidence: bool, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -573,8 +603,10 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         only=tuple(filter(None, (s.strip() for s in only.split(",")))),
         skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
+    if verifier_key is not None and not build_reports:
+        raise UsageError("--verifier-key signs the verifications of --build-report (verify.dsse.json beside each build.json)")
     if build_reports:
-        _verify_build(build_reports, options, json_out, quiet, credentials_file)
+        _verify_build(build_reports, options, json_out, quiet, credentials_file, _verifier_key(verifier_key))
         return
     if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
@@ -706,7 +738,7 @@ def _verify_image(image: str, options: Any, no_pull: bool, credentials_file: Pat
 
 
 def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_out: Path | None, quiet: bool,
-                  credentials_file: Path | None) -> None:
+                  credentials_file: Path | None, signer: Key | None = None) -> None:
     """verify --build-report: the pipeline verifies every image the builds made; this prints the outcomes."""
     from imagesmith import pipeline
     from imagesmith.progress import make_display
@@ -714,7 +746,8 @@ def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_
     built = pipeline.read_builds(build_reports)
     display = make_display(f"verifying {sum(r.ok and bool(r.image_id) for r in built.results)} images", quiet)
     try:
-        done = pipeline.verify_builds(built, pipeline.out_of(build_reports[0]), options, display, credentials_file, json_out)
+        done = pipeline.verify_builds(built, pipeline.out_of(build_reports[0]), options, display, credentials_file, json_out,
+                                      signer=signer)
     finally:
         display.close()
     if not quiet:

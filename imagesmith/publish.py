@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
@@ -127,14 +127,21 @@ def _item(record: BuildRecord, outcome: Verified | None) -> Item:
     elif record.ok and outcome is not None and not same_digest:
         error = f"verification ran on {summary['digest']}, not the staged {source}"
     return Item(record.target.id, record.target.layer, record.target.cell, record.image_id, record.facts, record.ok,
-                verified, summary, error, policy.evidence(outcome.report) if outcome is not None else None, source)
+                verified, summary, error, _evidence(outcome), source)
+
+
+def _evidence(outcome: Verified | None) -> policy.Evidence | None:
+    from imagesmith.verify import declared_checks
+
+    return policy.evidence(outcome.report, declared_checks()) if outcome is not None else None
 
 
 def verification_summary(outcome: Verified | None) -> dict[str, Any]:
     if outcome is None:
         return {"ok": False, "reason": "not verified"}
     rep = outcome.report
-    ev = policy.evidence(rep)
+    ev = _evidence(outcome)
+    assert ev is not None
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
             "digest": (rep.get("image") or {}).get("digest"),
@@ -312,6 +319,7 @@ class ReleaseReport:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     paths: dict[str, str] = field(default_factory=dict)
+    trust: Mapping[str, Any] | None = None  # the trust policy that judged the verifications, and who signed each
 
     @property
     def ok(self) -> bool:
@@ -350,6 +358,7 @@ class ReleaseReport:
                 "pushed": self.pushed(), "unchanged": self.unchanged(),
                 "floating": [f.to_json() for f in self.floating],
                 "targets": [t.to_json() for t in self.targets], "errors": self.errors,
+                "trust": dict(self.trust) if self.trust is not None else None,
                 "evidence": [t.evidence for t in self.targets if t.evidence]}
 
 
@@ -376,7 +385,7 @@ class Publisher:
                  evidence: Callable[[TargetRelease], dict[str, Any]] | None = None,
                  promote: Callable[[str, str, str], Any] | None = None,
                  floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, trust: Mapping[str, Any] | None = None) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
@@ -387,6 +396,7 @@ class Publisher:
         self.evidence, self.promote = evidence, promote
         self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
         self.allow_cpu = allow_cpu_verification
+        self.trust = trust
         self._uploads_checked = False
         self.log: list[str] = []
 
@@ -397,7 +407,7 @@ class Publisher:
         t0 = time.monotonic()
         report = ReleaseReport(self.registry.host, self.repo, self.date,
                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                               [self._prepare(i) for i in items])
+                               [self._prepare(i) for i in items], trust=self.trust)
         tracked = runstate.Tracked(self.out / "release.json", report.to_json(), lambda doc: doc | {"ok": False})
         try:
             self._check_unique(report.targets)
@@ -806,7 +816,8 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
                ca_file: Path | None = None, environ: Mapping[str, str] | None = None, signing_key: Key | None = None,
                with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
-               allow_cpu_verification: bool = False, client: RegistryLike | None = None) -> ReleaseReport:
+               allow_cpu_verification: bool = False, client: RegistryLike | None = None,
+               trust: Mapping[str, Any] | None = None) -> ReleaseReport:
     """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
     tag policy and build date, ``date`` overriding the latter): credentials resolved (``--credentials``, env,
     docker config), a registry client, then :class:`Publisher`. Staged items are promoted registry to registry
@@ -814,7 +825,8 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
     float; ``floating_gate`` holds back digests the fleet did not pass). With ``with_evidence`` each released
     digest gets its SBOM, attestation and (with ``signing_key``) signatures (:mod:`imagesmith.evidence`);
     ``inventory`` (image ID -> inventory) replaces running the image for the SBOM; ``client`` replaces the
-    registry client made for ``spec``'s registry (a test's double)."""
+    registry client made for ``spec``'s registry (a test's double); ``trust`` (the trust policy and who signed each
+    accepted verification, :class:`imagesmith.pipeline.Signed`) is recorded in release.json and release.md."""
     from imagesmith.promote import registry_promoter
     from imagesmith.registry import Registry, resolve_credentials
 
@@ -824,12 +836,16 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
     credentials = resolve_credentials(image.registry, environ, credentials_file)
     client = client or Registry(image.registry, credentials, ca_file=ca_file)
     items = items_from(records, outcomes)
+    signers = (trust or {}).get("targets") or {}
+    items = [replace(i, verification=dict(i.verification) | {"signed": signers[i.target]}) if i.target in signers else i
+             for i in items]
     bases = {r.target.id: r.target.base_image for r in records}
     reports = {t: o.report for t, o in outcomes.items()}
     step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, inventory) if with_evidence else None
     promote = registry_promoter(client, credentials_file, ca_file, environ)
     return Publisher(engine, client, image, spec.tags, date or spec.date, out_dir, display, credentials, evidence=step,
-                     promote=promote, floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification).run(items)
+                     promote=promote, floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification,
+                     trust=trust).run(items)
 
 
 def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
