@@ -610,9 +610,15 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         return
     if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
-    if image and not local and _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet):
-        return
     from imagesmith.runstate import Tracked
+
+    reused = _attached_evidence(image, public_keys, credentials_file, options, reuse_evidence, quiet) if image and not local else None
+    if reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
+        with Tracked(json_out, verify.running_report(image, tier)) as tracked:
+            tracked.complete(reused)
+        if not quiet:
+            print_verify(reused, json_out)
+        return
 
     with Tracked(json_out, verify.running_report(image, tier)) as tracked:  # --json FILE says running at once
         if local:
@@ -627,28 +633,35 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
 
 
 def _attached_evidence(image: str, public_keys: tuple[Path, ...], credentials_file: Path | None, options: Any,
-                       reuse: bool, quiet: bool) -> bool:
-    """Print what is attached to IMAGE's digest (a registry reference); True when a signed
-    attestation for this tier and GPU model makes running again unnecessary (--reuse-evidence)."""
+                       reuse: bool, quiet: bool) -> dict[str, Any] | None:
+    """Print what is attached to IMAGE's digest (a registry reference); with --reuse-evidence, the verify report
+    of a signed attestation that stands for a fresh run with these options (evidence.why_not_reused), else None."""
     from imagesmith import evidence, signing
     from imagesmith.engine import registry_host
 
     if registry_host(image) == "docker.io":
-        return False
+        return None
     keys = [signing.load_public_key(k) for k in public_keys]
     try:
         found = evidence.read(image, keys, credentials_file)
     except UserError as exc:
         click.secho(f"note: no evidence read from the registry ({exc})", fg="yellow", err=True)
-        return False
+        return None
     if not quiet:
         print_evidence(found)
+    if not reuse:
+        return None
     model, count = _gpu_model(options.gpus)
-    match = evidence.reusable(found, options.tier, model, count) if reuse else None
-    if match is not None:
-        click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
-                   f"({options.tier} tier, {model or 'CPU mode'}): not run again")
-    return match is not None
+    wanted = evidence.Wanted(options.tier, model, count, dict(options.expect), bool(options.require_gpu),
+                             options.require_non_root, bool(options.only or options.skip))
+    match, why = evidence.reusable(found, wanted)
+    if match is None:
+        for reason in why:
+            click.echo(f"not reused: {reason}; running again", err=True)
+        return None
+    click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
+               f"({options.tier} tier, {model or 'CPU mode'}): not run again", err=True)
+    return evidence.reused_report(found, match, image)
 
 
 def _gpu_model(gpus: str) -> tuple[str | None, int]:
@@ -681,7 +694,8 @@ def print_evidence(found: Any) -> None:
         where = f"{gpu.get('count')} × {gpu.get('model')}, driver {v.get('driver')}" if gpu else "CPU mode (no GPU)"
         m, s = v.get("measured") or {}, v.get("summary") or {}
         versions = " ".join(f"{k} {m.get(k) or '-'}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os"))
-        click.echo(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} {v.get('tier')} tier on {where} at "
+        click.echo(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} ({v.get('gpu_verification') or 'GPU verification not stated'}) "
+                   f"{v.get('tier')} tier on {where} at "
                    f"{v.get('started_at')}: {versions}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, "
                    f"{s.get('skip')} skip"
                    + (f"; failed: {', '.join(v['failed_checks'])}" if v.get("failed_checks") else ""))
