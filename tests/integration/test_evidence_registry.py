@@ -297,7 +297,8 @@ def test_the_evidence_command_checks_everything_and_a_rerun_pushes_nothing(relea
     assert release.raw(found["digest"].replace(":", "-") + ".att") == att_before
 
     code, text = release.evidence_cli("latest", "--key", str(release.pub))
-    assert code == 0 and "verification: PASSED quick tier on CPU mode (no GPU)" in text and "sbom: CycloneDX 1.6" in text
+    assert code == 0 and "verification: PASSED (CPU-only image (no CUDA), verified on a CPU) quick tier on CPU mode (no GPU)" in text \
+        and "sbom: CycloneDX 1.6" in text
     assert "verification (.att)" in text and "sbom (.att)" in text
 
 
