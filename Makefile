@@ -13,6 +13,10 @@ JOBS ?= 2
 ALLOW_ROOTS ?= /opt/wheels /etc/ssl/certs
 # The local release signs its evidence with this key (made once; the .pub beside it verifies).
 SIGNING_KEY ?= .cache/signing/release.key
+# The verify stage signs each verification with this key, and the release believes only the verifiers the
+# trust policy names (both made once; docs/trust.md says who holds which key).
+VERIFIER_KEY ?= .cache/signing/verifier.key
+TRUST_POLICY ?= .cache/signing/trust-policy.yaml
 REGISTRY_CREDENTIALS := .cache/registry/credentials
 # On a host without a GPU, CUDA images are verified in CPU mode and pushed with their immutable
 # tag only, marked -not-gpu-verified (never a floating tag); with a GPU they are GPU-verified and
@@ -110,14 +114,18 @@ base: host install         ## the Debian bases examples/local.yaml builds on (de
 registry: host             ## the local registry on 127.0.0.1:5000 (htpasswd auth)
 	bash scripts/local-registry.sh start >/dev/null
 
-$(SIGNING_KEY):             ## an ECDSA P-256 key pair for the local release (openssl; cosign import-key-pair reads it)
+$(SIGNING_KEY) $(VERIFIER_KEY): ## an ECDSA P-256 key pair (openssl; cosign import-key-pair reads it)
 	mkdir -p $(dir $@)
 	(umask 077; openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $@)
 	openssl pkey -in $@ -pubout -out $(basename $@).pub
 
-release: base registry $(SIGNING_KEY)   ## the main job: render, build, verify, tag, push, attach signed evidence
+$(TRUST_POLICY): $(VERIFIER_KEY)  ## the local release's trust policy: it believes the local verifier key only
+	printf '# imagesmith trust policy (docs/trust.md): the verifiers whose signed verifications a release believes\nversion: 1\nverifiers:\n  - name: local\n    key: %s\n    classes: ["*"]\n' \
+	  "$(notdir $(basename $(VERIFIER_KEY))).pub" > $@
+
+release: base registry $(SIGNING_KEY) $(TRUST_POLICY)  ## the main job: render, build, verify (signed), tag, push, attach signed evidence
 	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push $(ALLOW_CPU) $(ALLOW_ROOTS:%=--allow-root %) \
-	  --credentials $(REGISTRY_CREDENTIALS) --signing-key $(SIGNING_KEY)
+	  --credentials $(REGISTRY_CREDENTIALS) --signing-key $(SIGNING_KEY) --verifier-key $(VERIFIER_KEY) --trust-policy $(TRUST_POLICY)
 	@echo "the evidence of every released digest, signatures checked: make evidence"
 
 evidence: install          ## read back what is attached to every digest of $(OUT)/release.json, signatures checked

@@ -20,16 +20,17 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
-from imagesmith.errors import UsageError, UserError
-from imagesmith.model import loader, policy, schemas
+from imagesmith.errors import BuildError, UsageError, UserError
+from imagesmith.model import loader, policy
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan
 from imagesmith.progress import Display
-from imagesmith.stages import artifacts, build, publish, verify
+from imagesmith.stages import artifacts, build, publish, trust, verify
 from imagesmith.stages.artifacts import VERIFY_FILE
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
+    from imagesmith.stages.trust import TrustPolicy
 
 RUN_REPORT = "run-report.json"
 
@@ -47,35 +48,65 @@ def options_from(matrix: Matrix, allow_cpu_verification: bool = False, **overrid
 
 def verify_results(engine: Any, results: list[build.TargetResult], options: verify.VerifyOptions, out: Path,
                    display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
-                   folders: Mapping[str, Path] | None = None) -> dict[str, verify.VerifyOutcome]:
+                   folders: Mapping[str, Path] | None = None, signer: Key | None = None) -> dict[str, verify.VerifyOutcome]:
     """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
     folder of its build artifact) says ``running`` while its image is verified, then ``complete``
-    (or ``interrupted``)."""
+    (or ``interrupted``); with the verifier key ``signer``, the signed statement beside it
+    (:data:`imagesmith.stages.trust.STATEMENT_FILE`, what publish believes)."""
     outcomes: dict[str, verify.VerifyOutcome] = {}
     for r in results:
         if not r.ok or not r.image_id:
             continue
-        outcomes[r.target] = verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth)
+        outcomes[r.target] = verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth, signer)
         if run is not None:
             run.verified(r.target, outcomes[r.target].report)
     return outcomes
 
 
 def verify_one(engine: Any, r: build.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
-               auth: Mapping[str, str] | None = None) -> verify.VerifyOutcome:
+               auth: Mapping[str, str] | None = None, signer: Key | None = None) -> verify.VerifyOutcome:
     """One built image: a staged one by its digest (pulled when this engine lacks it), else by image ID;
-    the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done)."""
+    the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done).
+    With ``signer`` (the verifier key) the report and the image's inventory, measured inside it, are signed
+    as a statement about the staged digest (else the image ID) in FOLDER/verify.dsse.json."""
     display.update(r.target, "verifying")
     staged = f"{r.staged['repository']}@{r.staged['digest']}" if r.staged else None
     ref = staged or r.image_id or ""
+    (folder / trust.STATEMENT_FILE).unlink(missing_ok=True)  # an earlier run's statement never outlives its report
     with runstate.Tracked(folder / VERIFY_FILE, verify.running_report(ref, options.tier)) as tracked:
         outcome = _verify_ref(engine, ref, staged is not None, options, display, r.target, auth)
         tracked.complete(outcome.report)
+    if signer is not None:
+        sign_outcome(engine, r, outcome, folder, signer, display)
     summary = outcome.report.get("summary", {})
     display.update(r.target, "passed" if outcome.ok else "failed",
                    f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
                    f"{policy.how_verified(outcome.report)}")
     return outcome
+
+
+def subject_of(staged: Mapping[str, Any] | artifacts.Staged | None, image_id: str | None) -> trust.Subject:
+    """What a verification of this image is about: its staged manifest digest, else its image ID (trust.py says why)."""
+    if isinstance(staged, artifacts.Staged):
+        return trust.Subject(staged.repository, staged.digest)
+    if staged:
+        return trust.Subject(str(staged["repository"]), str(staged["digest"]))
+    return trust.Subject(trust.IMAGE_ID_SUBJECT, image_id or "")
+
+
+def sign_outcome(engine: Any, r: build.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
+                 display: Display) -> Path:
+    """FOLDER/verify.dsse.json: the report and the inventory measured inside the image, signed by the verifier."""
+    inventory: Mapping[str, Any] | None = None
+    image_id = str((outcome.report.get("image") or {}).get("id") or "")
+    if image_id:
+        try:
+            inventory = verify.run_facts(engine, image_id, args=["--inventory"])
+        except (BuildError, UserError) as exc:
+            display.note(f"{r.target}: the inventory (the SBOM's input) was not measured: {exc}; the statement carries none")
+    path = folder / trust.STATEMENT_FILE
+    write_text(path, trust.sign(outcome.report, inventory, subject_of(r.staged, r.image_id), signer).decode() + "\n")
+    return path
 
 
 def _verify_ref(engine: Any, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,
@@ -160,22 +191,6 @@ def merge_inputs(inputs: list[BuildInput]) -> BuildInput:
     return BuildInput(data, {k: v for i in inputs for k, v in i.folders.items()})
 
 
-def read_outcomes(out: Path, targets: list[str], run_report: Path | None = None) -> dict[str, verify.VerifyOutcome]:
-    """Verify outcomes from a run report, else from OUT/<target>/verify.json.
-    A target with neither, or whose verification did not complete, is unverified
-    (never tagged, never pushed)."""
-    if run_report is not None:
-        data = loader.load_json_artifact(run_report, schema=schemas.RUN_REPORT, fix="give the run-report.json that imagesmith verify --json wrote")
-        if not runstate.is_complete(data):
-            raise UserError(f"{run_report}: {runstate.not_complete(data, 'this run report')}; verify again "
-                            f"(imagesmith verify --build-report {out / 'report.json'} --json {run_report})")
-        found = {t: r for t, r in (data.get("verify") or {}).items() if t in targets and isinstance(r, dict)}
-    else:
-        paths = {t: out / t / "verify.json" for t in targets}
-        found = {t: _verify_report(p, out) for t, p in paths.items() if p.exists() or p.is_symlink()}
-    return {t: verify.VerifyOutcome(r) for t, r in found.items() if runstate.is_complete(r)}
-
-
 class RunReport:
     """OUT/run-report.json (build + verify + release in one versioned file), written
     when the run starts (``running``), as each stage ends, and at the end
@@ -243,6 +258,8 @@ class ReleaseOptions:
     registry: publish.RegistryLike | None = None  # instead of a client for the release's registry (a test's double)
     vulnerabilities: Any = None  # an imagesmith.stages.vulngate.Gate: known vulnerabilities gate the release (sources.advisories)
     release_repository: str | None = None  # publish --registry HOST/REPO: the artifacts must release exactly there
+    trust: TrustPolicy | None = None  # which verifier keys the release believes (--trust-policy)
+    verifier_key: Key | None = None  # build --verify/--push: signs each verification (--verifier-key)
 
 
 @dataclass(frozen=True)
@@ -322,16 +339,24 @@ def verify_and_release(engine: Any, report: build.BuildReport, plan: Plan, spec:
     says. ``run`` records each stage and ends ``complete`` (``interrupted`` when a stage raises)."""
     with run:
         run.built(report.to_json() | {"state": runstate.COMPLETE})  # as the build wrote it to report.json
+        if push and (release.trust is None or release.verifier_key is None):
+            raise UserError(NEEDS_TRUST)
         auth = staging_auth(report.results, release.store, {r.target: out / r.target for r in report.results})
-        outcomes = verify_results(engine, report.results, options, out, display, run, auth)
-        rel = _release(engine, spec, records_of(report, plan, spec), outcomes, out, display, release) if push else None
+        outcomes = verify_results(engine, report.results, options, out, display, run, auth, signer=release.verifier_key)
+        rel = None
+        if push:
+            found = [artifacts.Found(r, out / r.target.id) for r in records_of(report, plan, spec)]
+            signed = signed_verifications(found, release.trust)
+            rel = _release(engine, spec, signed.records, signed.outcomes, out, display, release, None,
+                           signed.inventories(engine), signed)
         if rel is not None:
             run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
         return RunOutcome(tuple(report.results), outcomes, rel, run.complete())
 
 
 def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, display: Display,
-                  store: CredentialStore | None = None, json_out: Path | None = None, engine: Any = None) -> RunOutcome:
+                  store: CredentialStore | None = None, json_out: Path | None = None, engine: Any = None,
+                  signer: Key | None = None) -> RunOutcome:
     """``imagesmith verify --build-report``: verify each built/cached target of ``built`` (a staged image by its
     digest, else by image ID), its verify.json in the folder of its build artifact, one run report in ``out``
     (``running`` until every image is verified), copied to ``json_out`` when given."""
@@ -345,7 +370,7 @@ def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, d
         engine = Engine()
     with artifacts.locked(out, "imagesmith verify", display.note):
         with RunReport(out, built.data) as run:
-            outcomes = verify_results(engine, results, options, out, display, run, auth, built.folders)
+            outcomes = verify_results(engine, results, options, out, display, run, auth, built.folders, signer)
             path = run.complete()
         if json_out and json_out.resolve() != path.resolve():
             write_text(json_out, path.read_text())
@@ -382,11 +407,92 @@ def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,
 
 def _release(engine: Any, spec: artifacts.Release, records: Sequence[artifacts.BuildRecord],
              outcomes: Mapping[str, verify.VerifyOutcome], out: Path, display: Display, options: ReleaseOptions,
-             date: str | None = None, inventory: Callable[[str], Mapping[str, Any]] | None = None) -> publish.ReleaseReport:
+             date: str | None = None, inventory: Callable[[str], Mapping[str, Any]] | None = None,
+             signed: "Signed | None" = None) -> publish.ReleaseReport:
     return publish.release_to(engine, spec, records, outcomes, out, display, date, options.store, options.ca_file,
                               signing_key=options.signing_key, with_evidence=options.with_evidence, inventory=inventory,
                               floating_gate=options.floating_gate, allow_cpu_verification=options.allow_cpu_verification,
-                              client=options.registry, vulnerabilities=options.vulnerabilities)
+                              client=options.registry, vulnerabilities=options.vulnerabilities,
+                              trust=signed.to_json() if signed else None)
+
+
+# -- what publish believes ------------------------------------------------------------------------
+
+NEEDS_TRUST = ("a release believes only verifications signed by a verifier its trust policy names: give --trust-policy FILE "
+               "(and, where this command verifies, --verifier-key KEY); make release creates both (docs/trust.md)")
+
+
+@dataclass(frozen=True)
+class Signed:
+    """The verifications a release accepted (trust.py): per target, what was signed and by whom; the build
+    records with their facts replaced by what the signed reports measured."""
+
+    policy: TrustPolicy
+    records: list[artifacts.BuildRecord]
+    outcomes: dict[str, verify.VerifyOutcome]
+    accepted: dict[str, trust.Accepted]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": self.policy.to_json(), "targets": {t: a.to_json() for t, a in self.accepted.items()}}
+
+    def inventories(self, engine: Any) -> Callable[[str], Mapping[str, Any]]:
+        """Image ID -> its inventory as the verifier measured it inside the image (covered by its signature);
+        a local image whose statement carries none is measured now in this engine; a staged one never
+        takes an inventory from an unsigned file."""
+        signed = {a.subject.digest if a.subject.image_id_bound else r.image_id: a
+                  for r in self.records if (a := self.accepted.get(r.target.id)) is not None}
+        local = {r.image_id for r in self.records if r.staged is None}
+
+        def inventory(image_id: str) -> Mapping[str, Any]:
+            found = signed.get(image_id)
+            if found is not None and found.inventory is not None:
+                return found.inventory
+            if image_id in local:
+                return verify.run_facts(engine, image_id, args=["--inventory"])
+            raise UserError(f"image {image_id}: its signed verification carries no inventory, so no SBOM is made from "
+                            f"an unsigned file; verify it again with --verifier-key (or publish --no-evidence)")
+        return inventory
+
+
+def signed_verifications(found: Sequence[artifacts.Found], policy: TrustPolicy | None) -> Signed:
+    """Each built target's verification as ``policy`` judges it: the signed statement beside its build.json, about
+    that very image (:func:`imagesmith.stages.trust.accept`), its facts checked against the build record. A target with
+    neither verify.json nor a statement is not verified; an unsigned verify.json, a statement signed by a key the
+    policy does not name or about another image stops the release before anything is tagged (UserError)."""
+    if policy is None:
+        raise UserError(NEEDS_TRUST)
+    records, outcomes, accepted = [], {}, {}
+    for f in found:
+        record, tid = f.record, f.record.target.id
+        statement = f.folder / trust.STATEMENT_FILE
+        if record.ok and record.image_id and statement.is_file():
+            a = trust.read_statement(statement, policy, subject_of(record.staged, record.image_id))
+            _same_image(a, record, statement)
+            record = _with_measured(record, trust.check_facts(record.facts, a.report, str(f.folder / artifacts.BUILD_FILE),
+                                                              str(statement)))
+            outcomes[tid], accepted[tid] = verify.VerifyOutcome(dict(a.report)), a
+        elif record.ok and f.verify_path.is_file():
+            raise trust.Refused(f"{f.verify_path}: unsigned (no {trust.STATEMENT_FILE} beside it); a verify report is "
+                                f"released only as a statement signed by a verifier key the trust policy names: verify "
+                                f"{tid} on a runner that holds one (imagesmith verify --verifier-key)")
+        records.append(record)
+    return Signed(policy, records, outcomes, accepted)
+
+
+def _same_image(a: trust.Accepted, record: artifacts.BuildRecord, where: Path) -> None:
+    image = a.report.get("image")
+    seen = image.get("id") if isinstance(image, Mapping) else None
+    if seen is not None and seen != record.image_id:
+        raise trust.Refused(f"{where}: the signed report verified image {str(seen)[:80]}, not the built {record.image_id}; "
+                            f"verify that image again")
+
+
+def _with_measured(record: artifacts.BuildRecord, measured: Mapping[str, str]) -> artifacts.BuildRecord:
+    """The record, its facts' versions as the signed report measured them (``cpu`` is a CPU-only torch: no CUDA)."""
+    import dataclasses
+
+    facts = dict(record.facts or {}) | {k: (None if k == "cuda" and v == "cpu" else v or None) for k, v in measured.items()}
+    return dataclasses.replace(record, facts=facts)
 
 
 # -- publish from the build artifacts alone ------------------------------------------------------
@@ -400,6 +506,9 @@ def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date
     measurement. An artifact whose build job did not complete stops the release; a verify report whose run
     did not complete counts as not verified. Writes OUT/release.json and OUT/run-report.json (``running``
     until the release ends, then ``complete`` or ``interrupted``); returns the release report."""
+    if run_report is not None:
+        raise UserError(f"--run-report {run_report}: a run report is a file another job wrote, not evidence; publish "
+                        f"reads the signed statement ({trust.STATEMENT_FILE}) beside each build.json in {out}")
     found = artifacts.find_builds(out)
     check_declared_hosts(found, release.store.declared)
     spec = artifacts.one_release(found)
@@ -411,15 +520,15 @@ def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date
         check_agrees(matrix, spec, out)
     ordered = complete(sorted(found.values(), key=lambda f: f.record.target.depth))
     built = builds_input(ordered)
-    outcomes = read_outcomes(out, list(found), run_report) if run_report is not None else _verify_reports(ordered)
+    signed = signed_verifications(ordered, release.trust)
     if engine is None:
         from imagesmith.edges.engine import Engine
 
         engine = Engine()  # connects only if an image was not staged (same-host publish)
     with RunReport(out, built.data) as run:
-        run.verify = {t: o.report for t, o in outcomes.items()}
-        rel = _release(engine, spec, [f.record for f in ordered], outcomes, out, display, release, date,
-                       _inventories(ordered, engine))
+        run.verify = {t: o.report for t, o in signed.outcomes.items()}
+        rel = _release(engine, spec, signed.records, signed.outcomes, out, display, release, date,
+                       signed.inventories(engine), signed)
         run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
         run.complete()
     return rel
@@ -442,32 +551,3 @@ def check_agrees(matrix: Matrix, spec: artifacts.Release, out: Path) -> None:
     if (matrix.image.name, matrix.tags) != (spec.image.name, spec.tags):
         raise UserError(f"the build artifacts in {out} release {spec.image.name} ({spec.matrix}), not what {matrix.file.name} "
                         f"says ({matrix.image.name}); publish without --matrix, or build again from {matrix.file.name}")
-
-
-def _verify_reports(found: list[artifacts.Found]) -> dict[str, verify.VerifyOutcome]:
-    """The verify.json beside each artifact; one whose run did not complete is left out (not verified)."""
-    reports = {f.record.target.id: _verify_report(f.verify_path, f.folder.parent) for f in found
-               if f.verify_path.exists() or f.verify_path.is_symlink()}
-    return {t: verify.VerifyOutcome(r) for t, r in reports.items() if runstate.is_complete(r)}
-
-
-def _verify_report(path: Path, root: Path | None = None) -> dict[str, Any]:
-    """A verify.json (inside ``root``: OUT), through the loader (schema verify-report-1)."""
-    return loader.load_json_artifact(path, root=root, schema=verify.REPORT_SCHEMA, fix="verify again")
-
-
-def _inventories(found: list[artifacts.Found], engine: Any) -> Callable[[str], Mapping[str, Any]]:
-    """Image ID -> its inventory as the build job measured it (inventory.json beside build.json),
-    else measured now in the engine (an image that was not staged)."""
-    from imagesmith.stages.evidence import INVENTORY_FILE
-
-    folders = {f.record.image_id: f.folder for f in found if f.record.image_id}
-
-    def inventory(image_id: str) -> Mapping[str, Any]:
-        path = folders[image_id] / INVENTORY_FILE if image_id in folders else None
-        data = loader.load_json_artifact(path, root=path.parent.parent, schema=None, cap=loader.CAPS["inventory"],
-                                         fix="build again") if path is not None and (path.exists() or path.is_symlink()) else {}
-        if data.get("image_id") == image_id and isinstance(data.get("inventory"), dict):
-            return dict(data["inventory"])
-        return verify.run_facts(engine, image_id, args=["--inventory"])
-    return inventory

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the stages import docker (through the engine) only when a c
     from imagesmith.pipeline import ReleaseOptions, RunReport
     from imagesmith.stages.build import BuildReport
     from imagesmith.stages.publish import ReleaseReport
+    from imagesmith.stages.trust import TrustPolicy
     from imagesmith.stages.verify import VerifyOptions, VerifyOutcome
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
@@ -307,6 +308,15 @@ SIGNING_KEY_OPTION = click.option(
 EVIDENCE_OPTION = click.option(
     "--evidence/--no-evidence", "with_evidence", default=True, show_default=True,
     help="Attach an SBOM, a verification attestation and signatures to every released digest.")
+VERIFIER_KEY_OPTION = click.option(
+    "--verifier-key", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="PEM ECDSA P-256 private key of this verifier (GPU runners hold it, build jobs never): each verification is "
+         "signed, with the inventory measured inside the image, as an in-toto statement about the image's digest "
+         "(verify.dsse.json beside verify.json), the only form publish believes.")
+TRUST_POLICY_OPTION = click.option(
+    "--trust-policy", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The release's trust policy (trust-policy.yaml: version, verifiers with their public keys): a verification is "
+         "released only when signed by a verifier it names, about the exact image released (docs/trust.md).")
 PUBLIC_KEY_OPTION = click.option(
     "--key", "public_keys", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Public key (PEM, as cosign.pub); every signature must verify with one of the keys given (repeat --key "
@@ -331,6 +341,8 @@ PUBLIC_KEY_OPTION = click.option(
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
 @SIGNING_KEY_OPTION
+@VERIFIER_KEY_OPTION
+@TRUST_POLICY_OPTION
 @EVIDENCE_OPTION
 @gate_options
 @ALLOW_CPU_OPTION
@@ -339,9 +351,9 @@ PUBLIC_KEY_OPTION = click.option(
 @ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
               do_verify: bool, prune: bool, push: bool, date: str | None, stage_repo: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, signing_key: Path | None, with_evidence: bool, gate_fleet: Path | None,
-              fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool, as_json: bool,
-              allow_roots: tuple[Path, ...]) -> None:
+              registry_ca: Path | None, signing_key: Path | None, verifier_key: Path | None, trust_policy: Path | None,
+              with_evidence: bool, gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
+              as_json: bool, allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import pipeline
@@ -349,11 +361,14 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     from imagesmith.progress import make_display
     from imagesmith.stages import artifacts
 
+    if push and (verifier_key is None or trust_policy is None):
+        raise UsageError(f"build --push: {pipeline.NEEDS_TRUST}")
     m, date = load_matrix(matrix_file, allow_roots), date or today()
     store = credential_store(m.image.registry, stage_repo, credentials_file)
     key = _signing_key(signing_key) if push and with_evidence else None
     release = pipeline.ReleaseOptions(store, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
-                                      allow_cpu, vulnerabilities=_vulnerability_gate(m) if push else None)
+                                      allow_cpu, vulnerabilities=_vulnerability_gate(m) if push else None,
+                                      trust=_trust_policy(trust_policy), verifier_key=_verifier_key(verifier_key))
     job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, store, registry_ca)
     picked = len(job.plan.select(only, layers).targets)
     if not picked:
@@ -391,6 +406,18 @@ def credential_store(release: str | None, stage: str | None, credentials_file: P
 
     declared = credentials.Declared(release.split("/", 1)[0] if release else None, stage.split("/", 1)[0] if stage else None)
     return credentials.load_store(declared, os.environ, credentials_file)
+
+
+def _verifier_key(path: Path | None) -> Key | None:
+    from imagesmith.edges import signing
+
+    return signing.load_signing_key(path, {}) if path is not None else None
+
+
+def _trust_policy(path: Path | None) -> TrustPolicy | None:
+    from imagesmith.stages import trust
+
+    return trust.load_policy(path) if path is not None else None
 
 
 def _signing_key(path: Path | None) -> Key | None:
@@ -458,8 +485,8 @@ def mode_line(report: dict[str, Any]) -> str:
 @click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Where the build artifacts (*/build.json, gathered from any number of build jobs) and the verify "
                    "reports beside them are; release.json, release.md and run-report.json go here.")
-@click.option("--run-report", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Take the verify outcomes from this run report (imagesmith verify --build-report --json).")
+@click.option("--run-report", type=click.Path(dir_okay=False, exists=True, path_type=Path), hidden=True,
+              help="Refused: a run report is not evidence (publish reads the signed verify.dsse.json beside each build.json).")
 @click.option("--date", default=None, help="Build date for the immutable tags (YYYYMMDD); default: the build's.")
 @click.option("--registry", "registry_repo", default=None, metavar="HOST[/REPO]",
               help="The release registry (and repository) this job publishes to: it gets the credentials, and build "
@@ -471,6 +498,7 @@ def mode_line(report: dict[str, Any]) -> str:
 @CREDENTIALS_OPTION
 @REGISTRY_CA_OPTION
 @SIGNING_KEY_OPTION
+@TRUST_POLICY_OPTION
 @EVIDENCE_OPTION
 @gate_options
 @ALLOW_CPU_OPTION
@@ -478,7 +506,7 @@ def mode_line(report: dict[str, Any]) -> str:
 @ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, date: str | None,
                 registry_repo: str | None, stage_repo: str | None, credentials_file: Path | None, registry_ca: Path | None,
-                signing_key: Path | None, with_evidence: bool,
+                signing_key: Path | None, trust_policy: Path | None, with_evidence: bool,
                 gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
                 allow_roots: tuple[Path, ...]) -> None:
     """Tag and release what passed verification; write OUT/release.json and OUT/release.md.
@@ -492,12 +520,15 @@ def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, da
     from imagesmith.stages import artifacts
 
     m = load_matrix(matrix_file, allow_roots) if matrix_file else None
+    if trust_policy is None:
+        raise UsageError(f"publish: {pipeline.NEEDS_TRUST}")
     declared = _declared_release(registry_repo, m)
     store = credential_store(declared, stage_repo, credentials_file)
     key = _signing_key(signing_key) if with_evidence else None
     release = pipeline.ReleaseOptions(store, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
                                       allow_cpu, vulnerabilities=_vulnerability_gate(m) if m else None,
-                                      release_repository=registry_repo if registry_repo and "/" in registry_repo else None)
+                                      release_repository=registry_repo if registry_repo and "/" in registry_repo else None,
+                                      trust=_trust_policy(trust_policy))
     display = make_display("publishing", quiet)
     with artifacts.locked(out, "imagesmith publish", display.note):
         try:
@@ -634,6 +665,7 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
                    "staged images are pulled without credentials.")
 @CREDENTIALS_OPTION
 @PUBLIC_KEY_OPTION
+@VERIFIER_KEY_OPTION
 @click.option("--reuse-evidence", is_flag=True,
               help="Do not run again when IMAGE's digest carries a passed verification of this tier on this GPU model "
                    "(or CPU mode), signed by --key (with --max-age-from, also a recent enough vulnerability match).")
@@ -652,8 +684,8 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
                timeout_s: float, shm_size: str, memory: str | None,
                cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
                build_reports: tuple[Path, ...], stage_repo: str | None, credentials_file: Path | None,
-               public_keys: tuple[Path, ...], reuse_evidence: bool, age_matrix: Path | None, metrics_file: Path | None,
-               pushgateway: str | None, quiet: bool) -> None:
+               public_keys: tuple[Path, ...], verifier_key: Path | None, reuse_evidence: bool, age_matrix: Path | None,
+               metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -674,16 +706,25 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
     export = _metrics_export(metrics_file, pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
     if stage_repo and not build_reports:
         raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
+    if verifier_key is not None and not build_reports:
+        raise UsageError("--verifier-key signs the verifications of --build-report (verify.dsse.json beside each build.json)")
     if build_reports:
-        _verify_build(build_reports, options, json_out, quiet, credential_store(None, stage_repo, credentials_file), export)
+        _verify_build(build_reports, options, json_out, quiet, credential_store(None, stage_repo, credentials_file), export,
+                      _verifier_key(verifier_key))
         return
     if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
     max_age = load_matrix(age_matrix).vulnerabilities.max_age_days if age_matrix else None
     store = credential_store(_image_host(image), None, credentials_file) if image and not local else None
-    if image and store and _attached_evidence(image, public_keys, store, options, reuse_evidence, quiet, max_age):
-        return
     from imagesmith.runstate import Tracked
+
+    reused = _attached_evidence(image, public_keys, store, options, reuse_evidence, quiet, max_age) if image and store else None
+    if reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
+        with Tracked(json_out, verify.running_report(image, tier)) as tracked:
+            tracked.complete(reused)
+        if not quiet:
+            print_verify(reused, json_out)
+        return
 
     with Tracked(json_out, verify.running_report(image, tier)) as tracked:  # --json FILE says running at once
         if local:
@@ -709,32 +750,36 @@ def _image_host(image: str) -> str:
 
 
 def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: CredentialStore, options: Any,
-                       reuse: bool, quiet: bool, max_age_days: int | None = None) -> bool:
-    """Print what is attached to IMAGE's digest (a registry reference); True when a signed
-    attestation for this tier and GPU model makes running again unnecessary (--reuse-evidence)."""
+                       reuse: bool, quiet: bool, max_age_days: int | None = None) -> dict[str, Any] | None:
+    """Print what is attached to IMAGE's digest (a registry reference); with --reuse-evidence, the verify report
+    of a signed attestation that stands for a fresh run with these options (evidence.why_not_reused), else None."""
     from imagesmith.edges import signing
     from imagesmith.edges.engine import registry_host
     from imagesmith.stages import evidence
 
     if registry_host(image) == "docker.io":
-        return False
+        return None
     keys = [signing.load_public_key(k) for k in public_keys]
     try:
         found = evidence.read(image, keys, store)
     except UserError as exc:
         click.secho(f"note: no evidence read from the registry ({exc})", fg="yellow", err=True)
-        return False
+        return None
     if not quiet:
         print_evidence(found)
+    if not reuse:
+        return None
     model, count = _gpu_model(options.gpus)
-    match = evidence.reusable(found, options.tier, model, count, max_age_days) if reuse else None
-    if reuse and match is None and max_age_days is not None and evidence.reusable(found, options.tier, model, count) is not None:
-        click.echo(f"not reusing the signed verification: its known-vulnerability match is missing or older than "
-                   f"{max_age_days} days (vulnerabilities.max_age_days); running again")
-    if match is not None:
-        click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
-                   f"({options.tier} tier, {model or 'CPU mode'}): not run again")
-    return match is not None
+    wanted = evidence.Wanted(options.tier, model, count, dict(options.expect), bool(options.require_gpu),
+                             options.require_non_root, bool(options.only or options.skip), max_age_days)
+    match, why = evidence.reusable(found, wanted)
+    if match is None:
+        for reason in why:
+            click.echo(f"not reused: {reason}; running again", err=True)
+        return None
+    click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
+               f"({options.tier} tier, {model or 'CPU mode'}): not run again", err=True)
+    return evidence.reused_report(found, match, image)
 
 
 def _gpu_model(gpus: str) -> tuple[str | None, int]:
@@ -767,7 +812,8 @@ def print_evidence(found: Any) -> None:
         where = f"{gpu.get('count')} × {gpu.get('model')}, driver {v.get('driver')}" if gpu else "CPU mode (no GPU)"
         m, s = v.get("measured") or {}, v.get("summary") or {}
         versions = " ".join(f"{k} {m.get(k) or '-'}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os"))
-        click.echo(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} {v.get('tier')} tier on {where} at "
+        click.echo(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} ({v.get('gpu_verification') or 'GPU verification not stated'}) "
+                   f"{v.get('tier')} tier on {where} at "
                    f"{v.get('started_at')}: {versions}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, "
                    f"{s.get('skip')} skip"
                    + (f"; failed: {', '.join(v['failed_checks'])}" if v.get("failed_checks") else ""))
@@ -827,7 +873,7 @@ def _verify_image(image: str, options: Any, no_pull: bool, store: CredentialStor
 
 
 def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_out: Path | None, quiet: bool,
-                  store: CredentialStore, export: Callable[[Any, str], None]) -> None:
+                  store: CredentialStore, export: Callable[[Any, str], None], signer: Key | None = None) -> None:
     """verify --build-report: the pipeline verifies every image the builds made; this prints the outcomes."""
     from imagesmith import pipeline
     from imagesmith.progress import make_display
@@ -835,7 +881,8 @@ def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_
     built = pipeline.read_builds(build_reports)
     display = make_display(f"verifying {sum(r.ok and bool(r.image_id) for r in built.results)} images", quiet)
     try:
-        done = pipeline.verify_builds(built, pipeline.out_of(build_reports[0]), options, display, store, json_out)
+        done = pipeline.verify_builds(built, pipeline.out_of(build_reports[0]), options, display, store, json_out,
+                                      signer=signer)
     finally:
         display.close()
     if not quiet:

@@ -90,13 +90,20 @@ def load_signing_key(path: Path | None, environ: Mapping[str, str]) -> Key | Non
 def load_public_key(path: Path) -> SSlibKey:
     """A PEM public key (``cosign.pub``, ``openssl pkey -pubout``)."""
     try:
-        public = serialization.load_pem_public_key(path.read_bytes())
+        pem = path.read_bytes()
     except OSError as exc:
         raise UserError(f"public key {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UserError(f"public key {path} is not a PEM public key ({_why(exc)})") from None
+    return public_key_from_pem(pem, f"public key {path}")
+
+
+def public_key_from_pem(pem: bytes, source: str) -> SSlibKey:
+    """A PEM ECDSA P-256 public key; ``source`` names it in the UserError otherwise."""
+    try:
+        public = serialization.load_pem_public_key(pem)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{source} is not a PEM public key ({_why(exc)})") from None
     if not isinstance(public, ec.EllipticCurvePublicKey) or not isinstance(public.curve, ec.SECP256R1):
-        raise UserError(f"public key {path} is not an ECDSA P-256 key; imagesmith signs with P-256 (as cosign)")
+        raise UserError(f"{source} is not an ECDSA P-256 key; imagesmith signs with P-256 (as cosign)")
     return SSlibKey.from_crypto(public, scheme=SCHEME)
 
 

@@ -70,6 +70,39 @@ class Evidence:
         return reason or f"ran in {self.mode.upper()} mode"
 
 
+STATUSES = ("pass", "warn", "fail", "skip")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verify report judged again from its checks (never from its own ``summary.ok``)."""
+
+    ok: bool
+    why: str  # "" when ok; else one line: which checks failed, or why the report cannot be judged
+
+
+def verdict(report: Mapping[str, Any], declared: Mapping[str, bool]) -> Verdict:
+    """Judge ``report`` from its checks under the shipped policy: ``declared`` is the shipped check
+    registry (check id -> optional, :func:`imagesmith.stages.verify.declared_checks`); a check it does not
+    declare optional is required, whatever the report's own ``optional`` flag or ``summary`` says.
+    A report without checks, or with a check that is not one, is not a pass."""
+    checks = report.get("checks")
+    if not isinstance(checks, list) or not checks:
+        return Verdict(False, "the report lists no checks")
+    failed = []
+    for i, c in enumerate(checks):
+        cid = c.get("id") if isinstance(c, Mapping) else None
+        if not isinstance(cid, str) or not cid:
+            return Verdict(False, f"checks[{i}] is not a check (no id)")
+        if c.get("status") not in STATUSES:
+            return Verdict(False, f"checks[{i}] ({cid}): status {c.get('status')!r} is not one of {', '.join(STATUSES)}")
+        if fails_target(str(c["status"]), declared.get(cid, False)):
+            failed.append(cid)
+    if failed:
+        return Verdict(False, f"required check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}")
+    return Verdict(True, "")
+
+
 def fails_target(status: str, optional: bool) -> bool:
     """The one rule: a failed check fails its image unless it is optional."""
     return status == "fail" and not optional
@@ -85,7 +118,9 @@ def _mapping(raw: Any) -> Mapping[str, Any]:
     return raw if isinstance(raw, Mapping) else {}
 
 
-def evidence(report: Mapping[str, Any]) -> Evidence:
+def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = None) -> Evidence:
+    """How ``report`` says it ran; ``ok`` is :func:`verdict` under ``declared`` (the shipped check registry;
+    None: the report's own optional flags), never the report's ``summary.ok``."""
     mode, env = _mapping(report.get("mode")), _mapping(report.get("environment"))
     seen = len(env.get("gpus") or ())
     checks = {c.get("id"): c for c in report.get("checks") or () if isinstance(c, Mapping)}
@@ -93,7 +128,7 @@ def evidence(report: Mapping[str, Any]) -> Evidence:
     sharing = _mapping(report.get("sharing"))
     exclusive = sharing.get("exclusive")
     return Evidence(
-        ok=bool((report.get("summary") or {}).get("ok")),
+        ok=verdict(report, declared if declared is not None else _own_flags(report)).ok,
         mode=str(mode.get("mode") or ("gpu" if seen else "cpu")),
         gpus=int(mode.get("gpus", seen) or 0),
         reason=str(mode.get("reason") or ""),
@@ -133,6 +168,10 @@ def sharing_line(report: Mapping[str, Any]) -> str:
     how = ("--allow-shared-gpu: throughput measured this tenant's share" if sharing.get("allowed") is True
            else "throughput checks inconclusive")
     return f"not exclusive: {describe_foreign(sharing.get('foreign'))} ({how}; not verified: no floating tag)"
+
+
+def _own_flags(report: Mapping[str, Any]) -> dict[str, bool]:
+    return {str(c.get("id")): c.get("optional") is True for c in report.get("checks") or () if isinstance(c, Mapping)}
 
 
 @dataclass(frozen=True)

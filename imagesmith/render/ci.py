@@ -40,6 +40,12 @@ from imagesmith.model.plan import Plan, Target
 GITHUB_MAX_JOBS = 256  # jobs one matrix may generate
 GITHUB_DEPTHS = 4  # depth0..depth3 always present (the example workflow has a job for each)
 INSTALL = ("python3 -m venv .venv", ". .venv/bin/activate", "pip install --quiet .")
+# Each key lives with one job kind (docs/trust.md): IMAGESMITH_VERIFIER_KEY (a File variable) is scoped to the
+# verifier environment (the GPU verify jobs), IMAGESMITH_SIGNING_KEY to the release environment (the publish job);
+# build jobs run the project's own requirements and get neither.
+VERIFIER_ENVIRONMENT = "verifier"
+RELEASE_ENVIRONMENT = "release"
+TRUST_POLICY = "trust-policy.yaml"  # committed: the verifiers' public keys
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ def gitlab_pipeline(plan: Plan, o: Options) -> dict[str, Any]:
     """The child pipeline: build (one job per target, parents first), verify (GPU runners), publish."""
     checked(o)
     variables = {"MATRIX": o.matrix, "IMAGESMITH_STAGE": o.stage, "IMAGESMITH_DATE": plan.date, "TIER": o.tier,
-                 "PIP_DISABLE_PIP_VERSION_CHECK": "1"} | _allow_roots(o)
+                 "TRUST_POLICY": TRUST_POLICY, "PIP_DISABLE_PIP_VERSION_CHECK": "1"} | _allow_roots(o)
     doc: dict[str, Any] = {
         "stages": ["build", "verify", "publish"],
         "variables": {k: literal(v) for k, v in variables.items()},
@@ -131,25 +137,32 @@ def _gitlab_build(t: Target, o: Options) -> dict[str, Any]:
 
 
 def _gitlab_verify(t: Target, o: Options) -> dict[str, Any]:
+    """On a GPU runner, in the ``verifier`` environment: the only jobs that get the verifier key (a File variable
+    scoped to that environment); the signed statement travels as an artifact."""
     folder = f"{o.out}/{t.id}"
     return {
         "stage": "verify", "tags": list(o.gpu_tags), "needs": [{"job": build_job(t), "artifacts": True}], "timeout": "2h",
-        "script": [f'imagesmith verify --build-report {_q(folder + "/build.json")} --stage "$IMAGESMITH_STAGE" '
-                   f'--tier "$TIER" --gpus all --json {_q(folder + "/run-report.json")} || rc=$?',
+        "environment": {"name": VERIFIER_ENVIRONMENT, "action": "prepare"},
+        "script": [f'imagesmith verify --build-report {_q(folder + "/build.json")} --stage "$IMAGESMITH_STAGE" --tier "$TIER" --gpus all '
+                   f'--verifier-key "$IMAGESMITH_VERIFIER_KEY" --json {_q(folder + "/run-report.json")} || rc=$?',
                    f"imagesmith report {_q(folder + '/run-report.json')} --format junit --out {_q(folder + '/junit.xml')}",
                    "exit ${rc:-0}"],
         "artifacts": {"when": "always", "expire_in": "90 days",
-                      "paths": [f"{folder}/verify.json", f"{folder}/run-report.json", f"{folder}/junit.xml"],
+                      "paths": [f"{folder}/verify.json", f"{folder}/verify.dsse.json", f"{folder}/run-report.json",
+                                f"{folder}/junit.xml"],
                       "reports": {"junit": f"{folder}/junit.xml"}},
     }
 
 
 def _gitlab_publish(o: Options) -> dict[str, Any]:
+    """In the ``release`` environment: the only job that gets the release key; it believes the verifiers that the
+    committed trust policy names."""
     out = _q(o.out)
     return {
         "stage": "publish", "tags": list(o.publish_tags), "resource_group": "imagesmith-release", "interruptible": False,
+        "environment": {"name": RELEASE_ENVIRONMENT},
         "rules": [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}, {"if": "$CI_COMMIT_TAG"}],
-        "script": [f'imagesmith publish --out {out} {_registry(o)}--stage "$IMAGESMITH_STAGE" || rc=$?',
+        "script": [f'imagesmith publish --out {out} {_registry(o)}--stage "$IMAGESMITH_STAGE" --trust-policy "$TRUST_POLICY" || rc=$?',
                    f"imagesmith report {out}/run-report.json --format md --out {out}/summary.md",
                    f"imagesmith report {out}/run-report.json --format html --out {out}/report.html",
                    "exit ${rc:-0}"],

@@ -135,6 +135,22 @@ def release_document(release_json: Mapping[str, Any]) -> str:
     return "\n".join(release_lines(release, 1)) + "\n"
 
 
+def _trust_lines(rel: Release) -> list[str]:
+    """Which trust policy judged the verifications, its verifiers, and who signed each released target's."""
+    found = rel.raw.get("trust")
+    if not isinstance(found, Mapping) or not isinstance(found.get("policy"), Mapping):
+        return []
+    pol, targets = found["policy"], found.get("targets")
+    signed: Mapping[str, Any] = targets if isinstance(targets, Mapping) else {}
+    verifiers = [v for v in pol.get("verifiers") or [] if isinstance(v, Mapping)]
+    names = ", ".join(f"{text(str(v.get('name')))} ({cell(Code(str(v.get('keyid'))[:12]))})" for v in verifiers)
+    lines = [f"Verifications believed under trust policy {cell(Code(str(pol.get('file'))))} "
+             f"(sha256 {cell(Code(str(pol.get('sha256'))[:12]))}): verifiers {names or '-'}.", ""]
+    lines += [f"- {text(str(t))}: signed by {text(str(a.get('verifier')))} about {cell(Code(str(a.get('subject'))))}"
+              for t, a in sorted(signed.items()) if isinstance(a, Mapping)]
+    return lines + ([""] if signed else [])
+
+
 def release_lines(rel: Release, level: int) -> list[str]:
     """The release: targets, floating tags, evidence attached, problems; headings from ``level`` down."""
     h = "#" * level
@@ -142,7 +158,7 @@ def release_lines(rel: Release, level: int) -> list[str]:
     lines = [f"{h} Release {text(rel.date)}: {text(rel.registry)}/{text(rel.repository)}", "",
              f"**{'OK' if rel.ok else 'FAILED'}**: {rel.pushed} references pushed, {rel.unchanged} unchanged, "
              f"{not_released} targets not released.", "",
-             *_traffic_line(rel),
+             *_traffic_line(rel), *_trust_lines(rel),
              *table(["target", "status", "reference", "digest", "torch", "cuda", "python", "verification", "floating", "note",
                      "sent", "already there"],
                     [[t.target, t.status, Code(t.reference or "-"), Code((t.digest or "-")[:19]), t.versions.get("torch", "-"),

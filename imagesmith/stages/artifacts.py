@@ -38,6 +38,7 @@ from imagesmith.model.tags import DOCKER_TAG
 BUILD_SCHEMA = schemas.BUILD_ARTIFACT
 BUILD_FILE = "build.json"
 VERIFY_FILE = "verify.json"
+STATEMENT_FILE = "verify.dsse.json"  # the verifier's signed statement beside it (imagesmith.stages.trust)
 LOCK_FILE = ".imagesmith.lock"
 STATUSES = ("built", "cached", "failed", "skipped", "cancelled", "queued")
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -357,6 +358,7 @@ def remove_stale(out: Path, planned: set[str]) -> list[str]:
         if tid not in planned:
             path.unlink()
             (path.parent / VERIFY_FILE).unlink(missing_ok=True)
+            (path.parent / STATEMENT_FILE).unlink(missing_ok=True)
             gone.append(tid)
     return gone
 

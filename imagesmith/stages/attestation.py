@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import jsonschema
 
 from imagesmith import __version__
+from imagesmith.model import policy
 from imagesmith.resources import data_file
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -35,7 +36,7 @@ VERIFICATION_PREDICATE = "https://imagesmith.dev/attestations/verification/v1"
 VEX_PREDICATE = "https://cyclonedx.org/vex"  # a CycloneDX document of vulnerabilities (imagesmith.stages.vex)
 SCHEMA_FILE = "verification-predicate-v1.schema.json"
 MEASURED = ("torch", "cuda", "cudnn", "nccl", "python", "os")
-CHECK_FIELDS = ("id", "status", "value", "threshold", "unit", "percent_of_baseline", "optional")
+CHECK_FIELDS = ("id", "status", "value", "threshold", "unit", "percent_of_baseline", "optional", "detail")
 
 
 class StatementError(ValueError):
@@ -53,16 +54,21 @@ class Statement:
 # -- the verification predicate -----------------------------------------------------------------
 
 
-def verification_predicate(report: Mapping[str, Any]) -> dict[str, Any]:
-    """A verify report in brief: what ran where, what it measured, each check's verdict."""
+def verification_predicate(report: Mapping[str, Any], declared: Mapping[str, bool] | None = None) -> dict[str, Any]:
+    """A verify report in brief: what ran where, what it measured, each check's verdict and detail.
+    ``passed`` is judged again from the checks (:func:`imagesmith.model.policy.verdict` under ``declared``, the
+    shipped check registry), never copied from the report's ``summary.ok``; ``gpu_verification`` says
+    in plain words whether the image was GPU-verified."""
     env = report.get("environment") or {}
     summary = report.get("summary") or {}
+    ev = policy.evidence(report, declared)
     return {
         "verifier": {"name": "imagesmith", "version": __version__,
                      "report_schema": str(report.get("payload_schema") or report.get("schema") or "")},
         "tier": str(report.get("tier") or ""),
         "mode": "gpu" if env.get("gpus") else "cpu",
-        "passed": bool(summary.get("ok")),
+        "passed": ev.ok,
+        "gpu_verification": gpu_verification(ev, env.get("cuda")),
         "started_at": report.get("started_at"),
         "duration_s": _number(report.get("wall_s", report.get("duration_s"))),
         "gpu": gpu_summary(env.get("gpus") or []),
@@ -84,6 +90,15 @@ def sharing_summary(raw: Any) -> dict[str, Any] | None:
             "foreign": len(foreign) if isinstance(foreign, list) else 0}
 
 
+def gpu_verification(ev: policy.Evidence, cuda: Any) -> str:
+    """'GPU-verified on 1 GPU', 'NOT GPU-verified: ...' (a CUDA image), or 'CPU-only image, verified on a CPU'."""
+    if ev.gpu_verified:
+        return ev.describe()
+    if not cuda:
+        return "CPU-only image (no CUDA), verified " + ("on a GPU host" if ev.mode == "gpu" else "on a CPU")
+    return "NOT " + ev.describe().removeprefix("not ")
+
+
 def gpu_summary(gpus: list[Mapping[str, Any]]) -> dict[str, Any] | None:
     if not gpus:
         return None
@@ -99,6 +114,7 @@ def model_name(names: Any) -> str:
 def _check(c: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: _scalar(c.get(k)) for k in CHECK_FIELDS}
     out["optional"] = bool(c.get("optional"))
+    out["detail"] = str(c.get("detail") or "")[:2000]
     return out
 
 

@@ -111,6 +111,16 @@ class Document:
         return verification_identity(mine) == verification_identity(st.predicate)
 
 
+def _verdict_problems(predicate: Mapping[str, Any]) -> list[str]:
+    """A verification whose ``passed`` is not what its own checks say (judged again under the shipped registry)."""
+    from imagesmith.stages.verify import declared_checks
+
+    judged = policy.verdict(predicate, declared_checks())
+    if predicate.get("passed") is True and not judged.ok:
+        return [f"it says passed, but {judged.why}"]
+    return []
+
+
 def verification_identity(predicate: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes two verifications of one digest the same evidence: tier, mode, GPU model
     and count, verdict (a re-run on the same kind of machine adds nothing)."""
@@ -143,7 +153,9 @@ def sbom_document(name: str, digest: str, bom: bytes, created: str) -> Document:
 
 
 def verification_document(name: str, digest: str, report: Mapping[str, Any]) -> Document:
-    predicate = attestation.verification_predicate(report)
+    from imagesmith.stages.verify import declared_checks
+
+    predicate = attestation.verification_predicate(report, declared_checks())
     problems = attestation.predicate_problems(predicate)
     if problems:  # a bug, not bad input: the builder makes what the schema describes
         raise ValueError("verification predicate breaks its schema: " + "; ".join(problems[:3]))
@@ -333,7 +345,7 @@ class Evidence:
 def verification_summary(a: Attestation) -> dict[str, Any]:
     p = dict(a.statement.predicate) if a.statement else {}
     return {"digest": a.digest, "signed": bool(a.signed_by), "tier": p.get("tier"), "mode": p.get("mode"),
-            "passed": p.get("passed"), "gpu": p.get("gpu"), "driver": p.get("driver"), "measured": p.get("measured"),
+            "passed": p.get("passed"), "gpu_verification": p.get("gpu_verification"), "gpu": p.get("gpu"), "driver": p.get("driver"), "measured": p.get("measured"),
             "summary": p.get("summary"), "failed_checks": policy.failed_required(p), "started_at": p.get("started_at"),
             "verifier": p.get("verifier")}
 
@@ -413,7 +425,7 @@ class Reader:
         if self.keys and not a.signed_by:
             out.append(f"{'not signed' if not a.signatures else 'its signature does not verify'} with the given key")
         if a.kind == "verification":
-            out += attestation.predicate_problems(st.predicate)
+            out += attestation.predicate_problems(st.predicate) + _verdict_problems(st.predicate)
         return out
 
     def _signatures(self, found: Evidence) -> None:
@@ -635,8 +647,8 @@ class Subject:
 
 
 class ReleaseEvidence:
-    """What ``publish`` calls for every digest it released: measure the inventory (cached
-    per image ID under ``out/<target>/inventory.json``), build both documents, attach."""
+    """What ``publish`` calls for every digest it released: the inventory (``inventory``: image ID -> what was
+    measured inside the image), both documents built, attached."""
 
     def __init__(self, registry: RegistryLike, repo: str, key: signing.Key | None, inventory: InventoryRunner,
                  out_dir: Path, vulnerabilities: VulnerabilityCheck | None = None) -> None:
@@ -662,7 +674,9 @@ class ReleaseEvidence:
         return self.attacher.attach(subject.digest, docs).to_json() | {"inventory_seconds": round(measured, 2)}
 
     def _inventory(self, subject: Subject) -> Mapping[str, Any]:
-        return cached_inventory(self.out / subject.target / INVENTORY_FILE, subject.image_id, self.inventory)
+        """From ``inventory`` only (publish passes what the verifier signed, or a measurement in its own engine):
+        never from a file in OUT, which another job may have written."""
+        return self.inventory(subject.image_id)
 
 
 INVENTORY_FILE = "inventory.json"
@@ -710,21 +724,110 @@ def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None
     return Reader(client, where.repo, keys).read(where.ref)
 
 
-def reusable(found: Evidence, tier: str, gpu_model: str | None, gpu_count: int, max_age_days: int | None = None,
-             now: dt.datetime | None = None) -> Attestation | None:
-    """A verification that passed, of this digest, on this tier and GPU model (or CPU mode when
-    ``gpu_model`` is None), signed by a given key: evidence enough not to run again. With
-    ``max_age_days`` (the matrix's vulnerabilities.max_age_days) its known-vulnerability match must
-    also be that recent: an older one (or none) is not reused."""
-    for a in found.of_kind("verification"):
-        p = a.statement.predicate if a.statement else {}
-        gpu = p.get("gpu") or {}
-        same_gpu = gpu.get("model") == gpu_model and (gpu_model is None or gpu.get("count") == gpu_count)
-        shared = (p.get("sharing") or {}).get("exclusive") is False  # a run on a shared GPU is no evidence to reuse
-        fresh = max_age_days is None or stale_vulnerabilities(p, max_age_days, now or dt.datetime.now(dt.timezone.utc)) is None
-        if a.signed_by and not a.problems and p.get("passed") is True and p.get("tier") == tier and same_gpu and fresh and not shared:
-            return a
+@dataclass(frozen=True)
+class Wanted:
+    """What ``imagesmith verify REF`` is asked, as far as attached evidence can answer it."""
+
+    tier: str
+    gpu_model: str | None  # this host's GPUs as --gpus selects them; None: CPU mode
+    gpu_count: int = 0
+    expect: Mapping[str, str] = field(default_factory=dict)
+    require_gpu: bool = False
+    require_non_root: bool = False
+    narrowed: bool = False  # --only / --skip given: another set of checks than the attested run's
+    max_age_days: int | None = None  # the matrix's vulnerabilities.max_age_days: how old its vulnerability match may be
+    now: dt.datetime | None = None
+
+
+def why_not_reused(p: Mapping[str, Any], wanted: Wanted, declared: Mapping[str, bool]) -> str | None:
+    """Why the verification predicate ``p`` cannot stand for a fresh run with ``wanted`` (None: it can): it must
+    pass judged again from its checks, on this tier and GPU model, with every --expect met by what it measured,
+    a GPU run where --require-gpu asks for one, and a non-root user (security.user passed, uid not 0) where
+    --require-non-root does."""
+    if p.get("passed") is not True or not policy.verdict(p, declared).ok:
+        return "it did not pass (judged again from its checks)"
+    if p.get("tier") != wanted.tier:
+        return f"it ran the {p.get('tier')} tier, not {wanted.tier}"
+    raw = p.get("gpu")
+    gpu: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    if gpu.get("model") != wanted.gpu_model or (wanted.gpu_model is not None and gpu.get("count") != wanted.gpu_count):
+        here = f"{wanted.gpu_count} x {wanted.gpu_model}" if wanted.gpu_model else "CPU mode"
+        there = f"{gpu.get('count')} x {gpu.get('model')}" if gpu else "CPU mode"
+        return f"it ran on {there}, this run would use {here}"
+    if wanted.narrowed:
+        return "--only/--skip ask for another set of checks"
+    sharing = p.get("sharing")
+    if isinstance(sharing, Mapping) and sharing.get("exclusive") is False:
+        return "it ran on a GPU another process shared (no evidence of this image's own figures)"
+    if wanted.max_age_days is not None:
+        stale = stale_vulnerabilities(p, wanted.max_age_days, wanted.now or dt.datetime.now(dt.timezone.utc))
+        if stale is not None:
+            return stale
+    if wanted.require_gpu and (p.get("mode") != "gpu" or not gpu):
+        return "--require-gpu: it ran without a GPU"
+    return _unmet_expect(p, wanted.expect) or (_root(p) if wanted.require_non_root else None)
+
+
+def _unmet_expect(p: Mapping[str, Any], expect: Mapping[str, str]) -> str | None:
+    from imagesmith.resources import payload_module
+
+    judge = payload_module("judge")
+    raw = p.get("measured")
+    measured: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    for key, want in expect.items():
+        if key not in attestation.MEASURED:
+            return f"--expect {key}={want}: the attestation does not record {key}"
+        have = measured.get(key)
+        if key == "cuda" and want == "cpu":
+            met = not have or have == "cpu"
+        else:
+            met = bool(have) and judge.version_matches(want, have)
+        if not met:
+            return f"--expect {key}={want}: it measured {have or 'none'}"
     return None
+
+
+def _root(p: Mapping[str, Any]) -> str | None:
+    user = next((c for c in p.get("checks") or () if isinstance(c, Mapping) and c.get("id") == "security.user"), None)
+    if user is None or user.get("status") != "pass" or user.get("value") in (0, None):
+        return "--require-non-root: it did not show a non-root user (security.user)"
+    return None
+
+
+def reusable(found: Evidence, wanted: Wanted) -> tuple[Attestation | None, list[str]]:
+    """A verification of this digest, signed by a given key, that stands for a fresh run asked ``wanted``
+    (:func:`why_not_reused`); else None and why each signed one does not."""
+    from imagesmith.stages.verify import declared_checks
+
+    declared, why = declared_checks(), []
+    for a in found.of_kind("verification"):
+        if not a.signed_by or a.problems or a.statement is None:
+            continue
+        reason = why_not_reused(a.statement.predicate, wanted, declared)
+        if reason is None:
+            return a, []
+        why.append(f"{a.digest[:19]}: {reason}")
+    return None, why
+
+
+def reused_report(found: Evidence, a: Attestation, ref: str) -> dict[str, Any]:
+    """The verify report (``--json``) of a run that reused ``a``: its checks with their details, what it measured,
+    how it ran, the image, and which attestation stood in for the run."""
+    from imagesmith.stages import verify
+
+    assert a.statement is not None
+    p = a.statement.predicate
+    checks = [dict(c) | {"title": c.get("id"), "baseline": None, "duration_s": 0.0} for c in p.get("checks") or []
+              if isinstance(c, Mapping)]
+    counts = {s: sum(c.get("status") == s for c in checks) for s in policy.STATUSES}
+    gpu = p.get("gpu") if isinstance(p.get("gpu"), Mapping) else None
+    return {"schema": verify.REPORT_SCHEMA, "state": "complete", "tier": p.get("tier"), "started_at": p.get("started_at"),
+            "environment": dict(p.get("measured") or {}) | {"driver": p.get("driver"), "gpus": []},
+            "mode": {"mode": p.get("mode"), "gpus": gpu.get("count") if gpu else 0, "reason": p.get("gpu_verification") or ""},
+            "checks": checks, "summary": counts | {"ok": policy.verdict(p, verify.declared_checks()).ok},
+            "image": {"ref": ref, "digest": found.digest, "repository": found.name},
+            "reused": {"attestation": a.digest, "signed_by": list(a.signed_by), "gpu": gpu},
+            "notes": [f"not run again: the signed verification {a.digest} of {found.name}@{found.digest} stands for it"]}
 
 
 def stale_vulnerabilities(predicate: Mapping[str, Any], max_age_days: int, now: dt.datetime) -> str | None:

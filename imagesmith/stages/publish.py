@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
@@ -129,14 +129,21 @@ def _item(record: BuildRecord, outcome: Verified | None) -> Item:
     elif record.ok and outcome is not None and not same_digest:
         error = f"verification ran on {summary['digest']}, not the staged {source}"
     return Item(record.target.id, record.target.layer, record.target.cell, record.image_id, record.facts, record.ok,
-                verified, summary, error, policy.evidence(outcome.report) if outcome is not None else None, source)
+                verified, summary, error, _evidence(outcome), source)
+
+
+def _evidence(outcome: Verified | None) -> policy.Evidence | None:
+    from imagesmith.stages.verify import declared_checks
+
+    return policy.evidence(outcome.report, declared_checks()) if outcome is not None else None
 
 
 def verification_summary(outcome: Verified | None) -> dict[str, Any]:
     if outcome is None:
         return {"ok": False, "reason": "not verified"}
     rep = outcome.report
-    ev = policy.evidence(rep)
+    ev = _evidence(outcome)
+    assert ev is not None
     return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
             "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
             "digest": (rep.get("image") or {}).get("digest"),
@@ -316,6 +323,7 @@ class ReleaseReport:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     paths: dict[str, str] = field(default_factory=dict)
+    trust: Mapping[str, Any] | None = None  # the trust policy that judged the verifications, and who signed each
 
     @property
     def ok(self) -> bool:
@@ -354,6 +362,7 @@ class ReleaseReport:
                 "pushed": self.pushed(), "unchanged": self.unchanged(),
                 "floating": [f.to_json() for f in self.floating],
                 "targets": [t.to_json() for t in self.targets], "errors": self.errors,
+                "trust": dict(self.trust) if self.trust is not None else None,
                 "evidence": [t.evidence for t in self.targets if t.evidence]}
 
 
@@ -381,7 +390,8 @@ class Publisher:
                  promote: Callable[[str, str, str], Any] | None = None,
                  floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False,
                  clock: Callable[[], float] = time.monotonic,
-                 vulnerability_gate: Callable[[TargetRelease], str | None] | None = None) -> None:
+                 vulnerability_gate: Callable[[TargetRelease], str | None] | None = None,
+                 trust: Mapping[str, Any] | None = None) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
@@ -393,6 +403,7 @@ class Publisher:
         self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
         self.allow_cpu = allow_cpu_verification
         self.vulnerability_gate = vulnerability_gate  # a target -> why its known vulnerabilities keep it back (None: release)
+        self.trust = trust
         self._uploads_checked = False
         self.log: list[str] = []
 
@@ -403,7 +414,7 @@ class Publisher:
         t0 = time.monotonic()
         report = ReleaseReport(self.registry.host, self.repo, self.date,
                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                               [self._prepare(i) for i in items])
+                               [self._prepare(i) for i in items], trust=self.trust)
         tracked = runstate.Tracked(self.out / "release.json", report.to_json(), lambda doc: doc | {"ok": False})
         try:
             self._check_unique(report.targets)
@@ -819,7 +830,7 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
                with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
                allow_cpu_verification: bool = False, client: RegistryLike | None = None,
-               vulnerabilities: Any = None) -> ReleaseReport:
+               vulnerabilities: Any = None, trust: Mapping[str, Any] | None = None) -> ReleaseReport:
     """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
     tag policy and build date, ``date`` overriding the latter): the store's login for the release registry when
     the operator declared that host (``store.declared.release``; anonymous when nothing was declared, refused when
@@ -830,7 +841,9 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
     ``inventory`` (image ID -> inventory) replaces running the image for the SBOM; ``client`` replaces the
     registry client made for ``spec``'s registry (a test's double); ``vulnerabilities`` (an imagesmith.stages.vulngate.Gate)
     matches every image's SBOM before it is pushed: findings at or above the matrix's threshold keep the target back
-    (status ``vulnerable``), and each released digest gets the CycloneDX vulnerability document as evidence."""
+    (status ``vulnerable``), and each released digest gets the CycloneDX vulnerability document as evidence; ``trust``
+    (the trust policy and who signed each accepted verification, :class:`imagesmith.pipeline.Signed`) is recorded in
+    release.json and release.md."""
     from imagesmith.edges.registry import Registry
     from imagesmith.stages.promote import registry_promoter
 
@@ -842,15 +855,29 @@ def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord]
     client = client or Registry(image.registry, credentials, ca_file=ca_file,
                                anonymous_hint=store.anonymous_hint(image.registry, store.declared.release, RELEASE_FLAG))
     items = items_from(records, outcomes)
+    signers = (trust or {}).get("targets") or {}
+    items = [replace(i, verification=dict(i.verification) | {"signed": signers[i.target]}) if i.target in signers else i
+             for i in items]
     bases = {r.target.id: r.target.base_image for r in records}
     reports = {t: o.report for t, o in outcomes.items()}
-    measure = inventory or partial(_run_inventory, engine)
+    measure = _once(inventory or partial(_run_inventory, engine))  # the gate and the evidence ask for the same image
     step = evidence_step(engine, client, image.repository, bases, reports, signing_key, out_dir, measure, vulnerabilities) if with_evidence else None
     gate = vulnerability_step(vulnerabilities, image.name, bases, measure, out_dir) if vulnerabilities is not None else None
     promote = registry_promoter(client, store, ca_file)
     return Publisher(engine, client, image, spec.tags, date or spec.date, out_dir, display, credentials, evidence=step,
                      promote=promote, floating_gate=floating_gate, allow_cpu_verification=allow_cpu_verification,
-                     vulnerability_gate=gate).run(items)
+                     vulnerability_gate=gate, trust=trust).run(items)
+
+
+def _once(measure: Callable[[str], Mapping[str, Any]]) -> Callable[[str], Mapping[str, Any]]:
+    """``measure`` asked at most once per image ID."""
+    seen: dict[str, Mapping[str, Any]] = {}
+
+    def inventory(image_id: str) -> Mapping[str, Any]:
+        if image_id not in seen:
+            seen[image_id] = measure(image_id)
+        return seen[image_id]
+    return inventory
 
 
 def _run_inventory(engine: Any, image_id: str) -> Mapping[str, Any]:
@@ -863,11 +890,11 @@ def vulnerability_step(check: Any, name: str, base_images: Mapping[str, str], in
                        out_dir: Path) -> Callable[[TargetRelease], str | None]:
     """Before a target is pushed: its image's SBOM (from the inventory measured once per image ID,
     the same one the evidence uses) matched by ``check``; the result lands in the release record."""
-    from imagesmith.stages import evidence, sbom
+    from imagesmith.stages import sbom
 
     def gate(r: TargetRelease) -> str | None:
         assert r.image_id
-        inv = sbom.inventory_from(evidence.cached_inventory(out_dir / r.target / evidence.INVENTORY_FILE, r.image_id, inventory))
+        inv = sbom.inventory_from(inventory(r.image_id))  # as the evidence gets it: signed, or measured here; never a file in OUT
         identity = sbom.ImageIdentity(name, r.image_id, r.image_id, base_images.get(r.target, ""), "", r.versions)
         found = check(json.loads(sbom.build_bom(inv, identity)))
         r.vulnerabilities = found.predicate() | {"findings": [f.to_json() for f in found.findings]}

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from imagesmith import runstate
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
-from imagesmith.model import compat, schemas
+from imagesmith.model import compat, policy, schemas
 from imagesmith.resources import payload_dir, payload_module
 from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
 from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
@@ -66,9 +66,17 @@ class VerifyOutcome:
 
     @property
     def ok(self) -> bool:
-        """Every required check passed, in a run that completed."""
-        summary = self.report.get("summary")
-        return isinstance(summary, Mapping) and summary.get("ok") is True and runstate.is_complete(self.report)
+        """Every required check passed, in a run that completed: judged again from the checks under the
+        shipped check registry (:func:`declared_checks`), never from the report's own ``summary.ok``."""
+        return runstate.is_complete(self.report) and policy.verdict(self.report, declared_checks()).ok
+
+
+def declared_checks() -> dict[str, bool]:
+    """The shipped check registry: every check id (the payload's and the host's) -> optional. The verdict
+    of any report is recomputed under these flags (a check a report calls optional is not, unless this says so)."""
+    payload_module("checks")  # registers every check
+    declared = {cid: spec.optional for cid, spec in payload_module("registry").REGISTRY.items()}
+    return declared | {cid: False for cid in HOST_CHECKS}
 
 
 @dataclass(frozen=True)

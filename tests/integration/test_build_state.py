@@ -23,6 +23,7 @@ from imagesmith.model import matrix, plan
 from imagesmith.stages import build
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory
+from tests.unit.trustkeys import verifier
 
 pytestmark = pytest.mark.integration
 DATE = "20261130"
@@ -82,7 +83,9 @@ def test_sigint_mid_build_leaves_an_interrupted_report_that_nothing_reads_as_suc
 
     verify = cli("verify", "--build-report", str(out / "report.json"), "-q")
     assert verify.returncode == 1 and "is from a run that did not complete (state: interrupted, SIGINT)" in verify.stderr, verify.stderr
-    publish = cli("publish", "-m", str(path), "--out", str(out), "-q", *ALLOW)
+    verifier(tmp_path / "keys")
+    publish = cli("publish", "-m", str(path), "--out", str(out), "--trust-policy", str(tmp_path / "keys" / "trust-policy.yaml"),
+                  "-q", *ALLOW)
     assert publish.returncode == 1 and "is from a run that did not complete (state: interrupted, SIGINT)" in publish.stderr
     summary = cli("report", str(out / "report.json"))
     assert summary.returncode == 0 and summary.stdout.startswith(

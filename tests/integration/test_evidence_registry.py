@@ -298,7 +298,8 @@ def test_the_evidence_command_checks_everything_and_a_rerun_pushes_nothing(relea
     assert release.raw(found["digest"].replace(":", "-") + ".att") == att_before
 
     code, text = release.evidence_cli("latest", "--key", str(release.pub))
-    assert code == 0 and "verification: PASSED quick tier on CPU mode (no GPU)" in text and "sbom: CycloneDX 1.6" in text
+    assert code == 0 and "verification: PASSED (CPU-only image (no CUDA), verified on a CPU) quick tier on CPU mode (no GPU)" in text \
+        and "sbom: CycloneDX 1.6" in text
     assert "verification (.att)" in text and "sbom (.att)" in text
 
 
@@ -399,9 +400,17 @@ def test_verify_prints_the_evidence_and_reuses_a_signed_attestation(release: Rel
     creds = tmp_path / "credentials"
     creds.write_text(f"{USER}:{PASSWORD}\n")
     ref = f"{release.server.host}/{REPO}:latest"
-    code, out = run_cli(["verify", ref, "--gpus", "none", "--reuse-evidence", "--key", str(release.pub), "--credentials", str(creds)])
+    reused = tmp_path / "reused.json"
+    code, out = run_cli(["verify", ref, "--gpus", "none", "--reuse-evidence", "--key", str(release.pub), "--credentials", str(creds),
+                         "--json", str(reused)])
     assert code == 0 and "reusing the signed verification sha256:" in out and "(quick tier, CPU mode): not run again" in out, out
-    assert "verification: PASSED quick tier on CPU mode (no GPU)" in out
+    assert "verification: PASSED (CPU-only image (no CUDA), verified on a CPU) quick tier on CPU mode (no GPU)" in out
+    written = json.loads(reused.read_text())  # the same --json report as a fresh run writes, each check with its detail
+    assert written["state"] == "complete" and written["summary"]["ok"] is True and written["reused"]["attestation"].startswith("sha256:")
+    assert [c["id"] for c in written["checks"]] == [c["id"] for c in release.report["checks"]] and written["checks"][0]["detail"]
+    code, out = run_cli(["verify", ref, "--gpus", "none", "--reuse-evidence", "--key", str(release.pub), "--credentials", str(creds),
+                         "--expect", "python=2.7", "--no-pull"])  # asked what the attested run never showed: run again
+    assert "not reused: " in out and "--expect python=2.7: it measured 3.11" in out and "not run again" not in out, out
     pinned = f"{release.server.host}/{REPO}:{release.first['targets'][0]['tag']}"  # type: ignore[attr-defined]
     code, out = run_cli(["verify", pinned, "--gpus", "none", "--tier", "standard", "--reuse-evidence", "--key", str(release.pub),
                          "--credentials", str(creds), "--only", "versions.python", "--expect", "python=3.11", "--no-pull"])

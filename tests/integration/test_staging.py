@@ -30,11 +30,13 @@ import pytest
 
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.stages import trust
 from imagesmith.stages.promote import Promoter, registry_promoter
 from imagesmith.stages.publish import Item, Publisher
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory
+from tests.unit.trustkeys import key_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 
@@ -79,6 +81,9 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     key = tmp_path / "release.key"
     subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key)], check=True)
     subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(tmp_path / "release.pub")], check=True)
+    verifier_key, _ = key_files(tmp_path, "verifier")
+    policy = tmp_path / "trust-policy.yaml"
+    policy.write_text(trust.policy_text([("runner-b", "verifier.pub", ["*"])]))
     cell = "2.13.0-cpu-py3.11-debian12"
     base, tools = f"{cell}-base", f"{cell}-tools"
     common = ["--matrix", str(path), "--date", DATE, "--stage", stage, "--credentials", str(creds)]
@@ -106,7 +111,8 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
 
     # Runner B verifies both by their staged digests (pulled when absent), several artifacts at once.
     ok(imagesmith("verify", "--build-report", f"build_b/{base}/build.json", "--build-report", f"build_b/{tools}/build.json",
-                  "--gpus", "none", "--tier", "quick", "--stage", stage, "--credentials", str(creds), docker_host=second_engine.host, cwd=tmp_path))
+                  "--gpus", "none", "--tier", "quick", "--stage", stage, "--credentials", str(creds), "--verifier-key", str(verifier_key),
+                  docker_host=second_engine.host, cwd=tmp_path))
     verified = {t: json.loads((tmp_path / "build_b" / t / "verify.json").read_text())["image"] for t in (base, tools)}
     staged = {t: record(tmp_path / ("build_a" if t == base else "build_b") / t)["staged"]["digest"] for t in (base, tools)}
     assert {t: v["digest"] for t, v in verified.items()} == staged
@@ -115,7 +121,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     gathered = tmp_path / "gathered"
     for t in (base, tools):
         shutil.copytree(tmp_path / "build_b" / t, gathered / t)
-    out = ok(imagesmith("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key),
+    out = ok(imagesmith("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key), "--trust-policy", str(policy),
                         docker_host="unix:///nonexistent/docker.sock", cwd=tmp_path))
     assert "release report: gathered/release.json" in out
     rel = json.loads((gathered / "release.json").read_text())
@@ -154,7 +160,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     assert not (tmp_path / "build_c" / base / "build.log").exists()  # not built
 
     # A re-run of the publish job promotes nothing again.
-    ok(imagesmith("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key),
+    ok(imagesmith("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key), "--trust-policy", str(policy),
                   docker_host="unix:///nonexistent/docker.sock", cwd=tmp_path))
     again = json.loads((gathered / "release.json").read_text())
     assert [t["status"] for t in again["targets"]] == ["unchanged", "unchanged"] and again["pushed"] == []

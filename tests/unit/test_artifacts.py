@@ -321,22 +321,12 @@ def test_a_stop_reason_that_is_not_one_line_is_refused(tmp_path: Path) -> None:
         artifacts.read_build(path)
 
 
-def test_a_verify_report_whose_run_did_not_complete_counts_as_not_verified(tmp_path: Path) -> None:
-    from imagesmith.stages import verify
-
-    for i, state in ((0, "complete"), (3, "running"), (6, "interrupted")):
-        artifacts.write_build(tmp_path / PLAN.targets[i].id / "build.json", record(i))
-        report = verify.running_report(DIGEST, "quick") | {"state": state, "summary": {"ok": True}}
-        (tmp_path / PLAN.targets[i].id / "verify.json").write_text(json.dumps(report))
-    found = sorted(artifacts.find_builds(tmp_path).values(), key=lambda f: f.record.target.id)
-    assert sorted(pipeline._verify_reports(found)) == [PLAN.targets[0].id]
-
-
 def test_a_full_build_drops_the_artifacts_of_targets_no_longer_planned(tmp_path: Path) -> None:
     for i in (0, 3):
         artifacts.write_build(tmp_path / PLAN.targets[i].id / "build.json", record(i))
         (tmp_path / PLAN.targets[i].id / "verify.json").write_text("{}")
+        (tmp_path / PLAN.targets[i].id / "verify.dsse.json").write_text("{}")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "build.json").write_text("not ours")
     assert artifacts.remove_stale(tmp_path, {PLAN.targets[0].id}) == [PLAN.targets[3].id]
-    assert sorted(p.parent.name for p in tmp_path.glob("*/*.json")) == [PLAN.targets[0].id, PLAN.targets[0].id, "other"]
+    assert sorted(p.parent.name for p in tmp_path.glob("*/*.json")) == [PLAN.targets[0].id] * 3 + ["other"]

@@ -41,7 +41,8 @@ def test_the_predicate_is_the_report_in_brief(path: Path, mode: str, gpu: Any, d
         (mode, gpu, driver, measured_torch, summary, "quick", True)
     assert [c["id"] for c in p["checks"]] == [c["id"] for c in report["checks"]]
     first = report["checks"][0]
-    assert p["checks"][0] == {k: first[k] for k in ("id", "status", "value", "threshold", "unit", "percent_of_baseline", "optional")}
+    assert p["checks"][0] == {k: first[k] for k in ("id", "status", "value", "threshold", "unit", "percent_of_baseline", "optional",
+                                                    "detail")}
     assert p["verifier"]["name"] == "imagesmith" and p["verifier"]["report_schema"] == "imagesmith.verify-report/1"
 
 
@@ -50,7 +51,8 @@ def test_percent_of_baseline_travels_with_each_throughput_check() -> None:
     checks = {c["id"]: c for c in predicate["checks"]}
     assert attestation.predicate_problems(predicate) == [] and predicate["tier"] == "standard"
     assert checks["gemm.bf16"] == {"id": "gemm.bf16", "status": "pass", "value": 803.45, "threshold": 588.0, "unit": "TFLOP/s",
-                                   "percent_of_baseline": 102.5, "optional": False}
+                                   "percent_of_baseline": 102.5, "optional": False,
+                                   "detail": "bf16 8192^3 on GPU 0 102.5% of baseline 784 TFLOP/s"}
 
 
 def test_a_mixed_host_names_both_models() -> None:

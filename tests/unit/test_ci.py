@@ -131,6 +131,23 @@ def test_gitlab_verify_jobs_on_gpu_runners_and_one_publish_job_gathering_everyth
     assert len(paths) == len(set(paths))  # no two jobs write the same artifact path
 
 
+def test_gitlab_each_key_lives_with_one_job_kind() -> None:
+    """Build jobs (the project's own requirements run there) get no key; the GPU verify jobs, in the verifier
+    environment, sign with the verifier key; publish, in the release environment, believes the trust policy."""
+    doc = yaml.safe_load(gitlab_cli("local"))
+    jobs = {k: v for k, v in doc.items() if isinstance(v, dict) and "script" in v}
+    text = {k: json.dumps(v) for k, v in jobs.items()}
+    for name, job in jobs.items():
+        kind = name.split(":", 1)[0]
+        env = {"build": None, "verify": {"name": "verifier", "action": "prepare"}, "publish": {"name": "release"}}[kind]
+        assert job.get("environment") == env, name
+        assert ("--verifier-key \\\"$IMAGESMITH_VERIFIER_KEY\\\"" in text[name]) is (kind == "verify"), name
+        assert ("--trust-policy" in text[name]) is (kind == "publish"), name
+    for t in plan_of("local").targets:
+        assert f"build/{t.id}/verify.dsse.json" in jobs[f"verify:{t.id}"]["artifacts"]["paths"]
+    assert doc["variables"]["TRUST_POLICY"] == "trust-policy.yaml"
+
+
 def test_every_imagesmith_line_of_the_child_pipeline_parses() -> None:
     doc = yaml.safe_load(gitlab_cli("local", "--build-tag", "docker", "--gpu-tag", "h200", "--tier", "quick"))
     lines = [line for job in doc.values() if isinstance(job, dict) for line in job.get("script", [])]

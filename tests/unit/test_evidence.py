@@ -3,6 +3,7 @@ cosign .sig manifest, what counts as the same verification, reuse, references.""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -56,7 +57,8 @@ def test_tags(digest: str, referrers: str, signature: str, attestations: str) ->
 
 
 def predicate(**changes: Any) -> dict[str, Any]:
-    p = {"tier": "quick", "mode": "gpu", "passed": True, "gpu": {"model": "NVIDIA H200", "count": 1}, "started_at": "t1"}
+    p = {"tier": "quick", "mode": "gpu", "passed": True, "gpu": {"model": "NVIDIA H200", "count": 1}, "started_at": "t1",
+         "checks": [{"id": "versions.torch", "status": "pass", "optional": False}]}
     return p | changes
 
 
@@ -82,20 +84,50 @@ def verification(signed: bool = True, problems: tuple[str, ...] = (), **changes:
                                 signed_by=("k1",) if signed else (), statement=st, problems=list(problems))
 
 
-@pytest.mark.parametrize("attestation, tier, model, count, reused", [
-    (verification(), "quick", "NVIDIA H200", 1, True),
-    (verification(), "standard", "NVIDIA H200", 1, False),
-    (verification(), "quick", "NVIDIA A100", 1, False),
-    (verification(), "quick", "NVIDIA H200", 2, False),
-    (verification(signed=False), "quick", "NVIDIA H200", 1, False),
-    (verification(problems=("its subject is another digest",)), "quick", "NVIDIA H200", 1, False),
-    (verification(passed=False), "quick", "NVIDIA H200", 1, False),
-    (verification(mode="cpu", gpu=None), "quick", None, 0, True),
-    (verification(mode="cpu", gpu=None), "quick", "NVIDIA H200", 1, False),
+H200 = evidence.Wanted("quick", "NVIDIA H200", 1)
+ROOT = {"id": "security.user", "status": "warn", "optional": False, "value": 0}
+USER = {"id": "security.user", "status": "pass", "optional": False, "value": 1000}
+FAILED = {"id": "versions.torch", "status": "fail", "optional": False, "detail": "torch 2.9.1 is not 9.9.9"}
+
+
+@pytest.mark.parametrize("attestation, wanted, why", [
+    (verification(), H200, None),
+    (verification(), dataclasses.replace(H200, tier="standard"), "it ran the quick tier, not standard"),
+    (verification(), dataclasses.replace(H200, gpu_model="NVIDIA A100"), "it ran on 1 x NVIDIA H200, this run would use 1 x NVIDIA A100"),
+    (verification(), dataclasses.replace(H200, gpu_count=2), "it ran on 1 x NVIDIA H200, this run would use 2 x NVIDIA H200"),
+    (verification(passed=False), H200, "it did not pass (judged again from its checks)"),
+    (verification(checks=[FAILED]), H200, "it did not pass (judged again from its checks)"),  # passed: true, a required check failed
+    (verification(mode="cpu", gpu=None), evidence.Wanted("quick", None), None),
+    (verification(mode="cpu", gpu=None), H200, "it ran on CPU mode, this run would use 1 x NVIDIA H200"),
+    (verification(mode="cpu", gpu=None), evidence.Wanted("quick", None, require_gpu=True), "--require-gpu: it ran without a GPU"),
+    (verification(), dataclasses.replace(H200, narrowed=True), "--only/--skip ask for another set of checks"),
+    (verification(measured={"torch": "2.9.1+cu130"}), dataclasses.replace(H200, expect={"torch": "2.9"}), None),
+    (verification(measured={"torch": "2.9.1+cu130"}), dataclasses.replace(H200, expect={"torch": "9.9.9"}),
+     "--expect torch=9.9.9: it measured 2.9.1+cu130"),
+    (verification(measured={"cuda": "13.0"}), dataclasses.replace(H200, expect={"cuda": "cpu"}), "--expect cuda=cpu: it measured 13.0"),
+    (verification(), dataclasses.replace(H200, expect={"einops": "0.8"}), "--expect einops=0.8: the attestation does not record einops"),
+    (verification(checks=[ROOT]), dataclasses.replace(H200, require_non_root=True),
+     "--require-non-root: it did not show a non-root user (security.user)"),
+    (verification(checks=[USER]), dataclasses.replace(H200, require_non_root=True), None),
 ])
-def test_reuse_needs_a_signed_passed_verification_of_this_tier_and_gpu(attestation: evidence.Attestation, tier: str,
-                                                                       model: str | None, count: int, reused: bool) -> None:
-    assert (evidence.reusable(found(attestation), tier, model, count) is attestation) is reused
+def test_reuse_stands_for_a_fresh_run_with_the_same_options(attestation: evidence.Attestation, wanted: evidence.Wanted,
+                                                           why: str | None) -> None:
+    match, reasons = evidence.reusable(found(attestation), wanted)
+    assert (match, reasons) == ((attestation, []) if why is None else (None, [f"{attestation.digest[:19]}: {why}"]))
+
+
+@pytest.mark.parametrize("attestation", [verification(signed=False), verification(problems=("its subject is another digest",))])
+def test_reuse_needs_a_signed_attestation_about_this_digest(attestation: evidence.Attestation) -> None:
+    assert evidence.reusable(found(attestation), H200) == (None, [])
+
+
+def test_a_reused_verification_writes_a_verify_report_with_each_check_and_its_detail() -> None:
+    a = verification(checks=[USER | {"detail": "runs as uid 1000 (app)"}], measured={"torch": "2.9.1+cu130"},
+                     gpu_verification="GPU-verified on 1 GPU")
+    report = evidence.reused_report(found(a), a, "h/r@sha256:" + "ab" * 32)
+    assert report["checks"][0]["detail"] == "runs as uid 1000 (app)" and report["summary"]["ok"] is True
+    assert report["state"] == "complete" and report["environment"]["torch"] == "2.9.1+cu130"
+    assert report["reused"]["attestation"] == a.digest and report["mode"]["reason"] == "GPU-verified on 1 GPU"
 
 
 @pytest.mark.parametrize("reference, expected", [
@@ -159,3 +191,14 @@ def test_an_att_manifest_imagesmith_writes_has_cosigns_shape() -> None:
 ])
 def test_manifest_layers_of_anything(raw: bytes, layers: list[dict[str, Any]]) -> None:
     assert evidence.manifest_layers(raw) == layers
+
+
+@pytest.mark.parametrize("predicate, problems", [
+    ({"passed": True, "checks": [FAILED]}, ["it says passed, but required check failed: versions.torch"]),
+    ({"passed": True, "checks": [FAILED | {"optional": True}]}, ["it says passed, but required check failed: versions.torch"]),
+    ({"passed": True, "checks": []}, ["it says passed, but the report lists no checks"]),
+    ({"passed": True, "checks": [USER]}, []),
+    ({"passed": False, "checks": [FAILED]}, []),
+])
+def test_an_attestation_whose_passed_contradicts_its_checks_is_a_mismatch(predicate: dict[str, Any], problems: list[str]) -> None:
+    assert evidence._verdict_problems(predicate) == problems

@@ -233,6 +233,19 @@ def test_the_gpus_a_job_saw_must_be_the_class(tmp_path: Path, klass: str, gpus: 
     assert runner.judge(job, good_report(gpus=gpus)) == problems
 
 
+@pytest.mark.parametrize("change, problems", [
+    ({}, []),
+    ({"summary": {"ok": True}, "checks": [{"id": "versions.torch", "status": "fail"}]}, ["failed checks: versions.torch"]),
+    ({"summary": {"ok": True}, "checks": [{"id": "versions.torch", "status": "fail", "optional": True}]},
+     ["failed checks: required check failed: versions.torch"]),  # optional only where the shipped registry says so
+    ({"summary": {"ok": True}, "checks": []}, ["failed checks: the report lists no checks"]),
+])
+def test_a_cell_is_judged_from_its_checks_not_its_summary(tmp_path: Path, change: dict[str, Any], problems: list[str]) -> None:
+    fleet = config.parse("classes:\n  a:\n    gpus: 0\n    slurm: {partition: p}\n", tmp_path / "fleet.yaml")
+    (job,) = runner.cell_jobs(fleet, [REF], tmp_path, "r", None)
+    assert runner.judge(job, good_report() | change) == problems
+
+
 def test_unknown_classes_are_refused(tmp_path: Path) -> None:
     fleet = config.parse(FLEET % {"requeues": 0}, tmp_path / "fleet.yaml")
     with pytest.raises(UserError, match=r"--class h100: not in fleet.yaml; classes: a"):

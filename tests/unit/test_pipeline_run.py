@@ -23,6 +23,7 @@ from imagesmith.stages.artifacts import BuildRecord, Release
 from tests.unit.test_build_scheduler import BASE, engine_for, load, true_facts
 from tests.unit.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
 from tests.unit.test_publish import FakeEngine, FakeRegistry, image_labels
+from tests.unit.trustkeys import verifier
 
 M, PLAN = load()
 SPEC = Release.of(M, PLAN.date)
@@ -65,8 +66,10 @@ def built(status: str = "built") -> build.BuildReport:
     return build.BuildReport(M.file.name, "t", 1.0, {}, [result])
 
 
-def release_options(reg: FakeRegistry) -> pipeline.ReleaseOptions:
-    return pipeline.ReleaseOptions(with_evidence=False, registry=reg)
+def release_options(reg: FakeRegistry, keys: Path) -> pipeline.ReleaseOptions:
+    """No evidence; a verifier key and the trust policy that names it (made in ``keys``)."""
+    key, policy = verifier(keys)
+    return pipeline.ReleaseOptions(with_evidence=False, registry=reg, trust=policy, verifier_key=key)
 
 
 # -- build -------------------------------------------------------------------------------------------
@@ -112,7 +115,7 @@ def test_verify_only_verifies_writes_the_run_report_and_releases_nothing(tmp_pat
     engine, reg = stage_engine(tmp_path)
     plan = PLAN.select((BASE,), ())
     done = pipeline.verify_and_release(engine, built(), plan, SPEC, tmp_path, Recorder(), pipeline.RunReport(tmp_path), OPTIONS,
-                                       release_options(reg), push=False)
+                                       release_options(reg, tmp_path / "keys"), push=False)
     assert done.release is None and done.failed == [] and done.unbuilt == 0 and list(done.outcomes) == [BASE]
     assert engine.verifier.seen == ["running"] and reg.writes == [] and not (tmp_path / "release.json").exists()
     assert json.loads((tmp_path / BASE / "verify.json").read_text())["state"] == "complete"
@@ -123,7 +126,7 @@ def test_verify_only_verifies_writes_the_run_report_and_releases_nothing(tmp_pat
 def test_push_releases_what_passed_from_the_records_of_the_build(tmp_path: Path) -> None:
     engine, reg = stage_engine(tmp_path)
     done = pipeline.verify_and_release(engine, built(), PLAN.select((BASE,), ()), SPEC, tmp_path, Recorder(),
-                                       pipeline.RunReport(tmp_path), OPTIONS, release_options(reg), push=True)
+                                       pipeline.RunReport(tmp_path), OPTIONS, release_options(reg, tmp_path / "keys"), push=True)
     assert done.release is not None
     assert done.release.ok, done.release.errors
     tag = f"2.13.0-cpu-py3.11-debian12-base-{PLAN.date}"
@@ -136,7 +139,7 @@ def test_push_releases_what_passed_from_the_records_of_the_build(tmp_path: Path)
 def test_a_target_that_did_not_build_is_neither_verified_nor_released(tmp_path: Path) -> None:
     engine, reg = stage_engine(tmp_path)
     done = pipeline.verify_and_release(engine, built("failed"), PLAN.select((BASE,), ()), SPEC, tmp_path, Recorder(),
-                                       pipeline.RunReport(tmp_path), OPTIONS, release_options(reg), push=True)
+                                       pipeline.RunReport(tmp_path), OPTIONS, release_options(reg, tmp_path / "keys"), push=True)
     assert done.unbuilt == 1 and done.outcomes == {} and engine.verifier.seen == [] and engine.pusher.pushes == []
     assert done.release is not None and [t.status for t in done.release.targets] == ["not-built"]
 
@@ -169,8 +172,10 @@ def test_an_image_the_engine_cannot_run_fails_its_verification(tmp_path: Path) -
 def test_publish_releases_from_the_artifacts_alone(tmp_path: Path) -> None:
     path = saved(tmp_path)
     engine, reg = stage_engine(tmp_path)
-    pipeline.verify_builds(pipeline.read_builds([path]), tmp_path, OPTIONS, Recorder(), engine=engine)
-    rel = pipeline.publish_artifacts(tmp_path, Recorder(), release_options(reg), matrix=M, engine=engine)
+    options = release_options(reg, tmp_path / "keys")
+    pipeline.verify_builds(pipeline.read_builds([path]), tmp_path, OPTIONS, Recorder(), engine=engine, signer=options.verifier_key)
+    assert (path.parent / "verify.dsse.json").is_file()
+    rel = pipeline.publish_artifacts(tmp_path, Recorder(), options, matrix=M, engine=engine)
     assert rel.ok and [(t.target, t.status) for t in rel.targets] == [(BASE, "pushed")]
     assert engine.pusher.pushes == [f"2.13.0-cpu-py3.11-debian12-base-{PLAN.date}"]
     assert json.loads((tmp_path / pipeline.RUN_REPORT).read_text())["release"]["ok"] is True
@@ -179,7 +184,7 @@ def test_publish_releases_from_the_artifacts_alone(tmp_path: Path) -> None:
 def test_publish_without_a_passed_verification_pushes_nothing(tmp_path: Path) -> None:
     saved(tmp_path)
     engine, reg = stage_engine(tmp_path)
-    rel = pipeline.publish_artifacts(tmp_path, Recorder(), release_options(reg), engine=engine)
+    rel = pipeline.publish_artifacts(tmp_path, Recorder(), release_options(reg, tmp_path / "keys"), engine=engine)
     assert not rel.ok and [t.status for t in rel.targets] == ["not-verified"] and reg.writes == []
 
 
@@ -198,10 +203,20 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_publish_of_a_folder_without_build_artifacts_says_to_build_first(tmp_path: Path) -> None:
     (tmp_path / "report.json").write_text("{}")  # an old build's report: publish reads only the artifacts
-    done = cli("publish", "--out", str(tmp_path), "--no-evidence", "-q")
+    verifier(tmp_path / "keys")
+    done = cli("publish", "--out", str(tmp_path), "--trust-policy", str(tmp_path / "keys" / "trust-policy.yaml"), "--no-evidence", "-q")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == ("error: no build artifacts (*/build.json) found; run imagesmith build --out DIR first, "
                            "or gather the build jobs' artifacts into DIR\n")
+
+
+@pytest.mark.parametrize("command", [["publish", "--no-evidence"], ["build", "--push", "-m", "examples/local.yaml"]])
+def test_a_release_without_a_trust_policy_is_bad_usage(tmp_path: Path, command: list[str]) -> None:
+    done = cli(*command, "--out", str(tmp_path), "-q")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"error: {command[0]} {'--push' if command[0] == 'build' else ''}".rstrip() + ": a release believes "
+                           "only verifications signed by a verifier its trust policy names: give --trust-policy FILE (and, "
+                           "where this command verifies, --verifier-key KEY); make release creates both (docs/trust.md)\n")
 
 
 def test_verify_of_a_build_report_that_is_not_one_exits_1(tmp_path: Path) -> None:

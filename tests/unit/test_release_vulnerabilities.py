@@ -163,7 +163,8 @@ def test_what_counts_as_the_same_vulnerability_document(other: str, same: bool) 
 
 
 def signed_verification(vulnerabilities: Any) -> evidence.Attestation:
-    p = {"tier": "quick", "mode": "cpu", "passed": True, "gpu": None, "started_at": "2026-11-01T00:00:00Z"}
+    p = {"tier": "quick", "mode": "cpu", "passed": True, "gpu": None, "started_at": "2026-11-01T00:00:00Z",
+         "checks": [{"id": "versions.torch", "status": "pass"}]}
     if vulnerabilities is not None:
         p["vulnerabilities"] = vulnerabilities
     st = Statement("h/r", "sha256:" + "ab" * 32, attestation.VERIFICATION_PREDICATE, p)
@@ -181,8 +182,8 @@ def test_reuse_refuses_a_vulnerability_match_older_than_the_policy(vulnerabiliti
     a = signed_verification(vulnerabilities)
     assert evidence.stale_vulnerabilities(a.statement.predicate if a.statement else {}, max_age, NOW) == why
     found = evidence.Evidence("h/r", "sha256:" + "ab" * 32, "m", 1, "referrers API", ("k1",), [a])
-    assert (evidence.reusable(found, "quick", None, 0, max_age, NOW) is a) is (why is None)
-    assert evidence.reusable(found, "quick", None, 0) is a  # without a policy, age is not asked
+    assert (evidence.reusable(found, evidence.Wanted("quick", None, 0, max_age_days=max_age, now=NOW))[0] is a) is (why is None)
+    assert evidence.reusable(found, evidence.Wanted("quick", None, 0))[0] is a  # without a policy, age is not asked
 
 
 # -- the reports list the findings -------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet.config import DigestRef, Fleet, GpuClass
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView, Scheduler
 from imagesmith.stages.fleet.report import CellResult, FleetReport
+from imagesmith.stages.verify import declared_checks
 
 REPORT_NAME = "fleet-report.json"
 GRACE_S = 180.0  # after a time limit: how long the scheduler gets to stop the job itself
@@ -301,9 +302,10 @@ def _never_submitted(cell: Cell) -> CellResult:
 def judge(job: CellJob, report: Mapping[str, Any]) -> list[str]:
     """Why a cell with a report fails: failed checks, another image, the wrong GPUs."""
     problems = []
-    failed = policy.failed_required(report)
-    if not (report.get("summary") or {}).get("ok"):
-        problems.append(f"failed checks: {', '.join(failed) or 'the report is not ok'}")
+    verdict = policy.verdict(report, declared_checks())  # judged again from the checks, never from summary.ok
+    if not verdict.ok:
+        failed = policy.failed_required(report)
+        problems.append(f"failed checks: {', '.join(failed) or verdict.why}")
     digests = (report.get("image") or {}).get("digests") or []
     if digests and not any(str(d).endswith("@" + job.ref.digest) for d in digests):
         problems.append(f"the job verified {', '.join(map(str, digests))}, not {job.ref.digest}")
