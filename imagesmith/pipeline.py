@@ -465,13 +465,13 @@ def signed_verifications(found: Sequence[artifacts.Found], policy: TrustPolicy |
     for f in found:
         record, tid = f.record, f.record.target.id
         statement = f.folder / trust.STATEMENT_FILE
-        if record.ok and record.image_id and statement.is_file():
-            a = trust.read_statement(statement, policy, subject_of(record.staged, record.image_id))
+        if record.ok and record.image_id and (statement.exists() or statement.is_symlink()):
+            a = trust.read_statement(statement, policy, subject_of(record.staged, record.image_id), f.folder.parent)
             _same_image(a, record, statement)
             record = _with_measured(record, trust.check_facts(record.facts, a.report, str(f.folder / artifacts.BUILD_FILE),
                                                               str(statement)))
             outcomes[tid], accepted[tid] = verify.VerifyOutcome(dict(a.report)), a
-        elif record.ok and f.verify_path.is_file():
+        elif record.ok and (f.verify_path.exists() or f.verify_path.is_symlink()):  # a file, a link, a FIFO: unsigned all the same
             raise trust.Refused(f"{f.verify_path}: unsigned (no {trust.STATEMENT_FILE} beside it); a verify report is "
                                 f"released only as a statement signed by a verifier key the trust policy names: verify "
                                 f"{tid} on a runner that holds one (imagesmith verify --verifier-key)")

@@ -256,15 +256,15 @@ def _predicate(predicate: Mapping[str, Any], where: str) -> tuple[Mapping[str, A
     return report, inventory
 
 
-def read_statement(path: Path, policy: TrustPolicy, expected: Subject) -> Accepted:
-    """:func:`accept` of the file ``path`` (bounded size)."""
+def read_statement(path: Path, policy: TrustPolicy, expected: Subject, root: Path | None = None) -> Accepted:
+    """:func:`accept` of the file ``path``: a regular file inside ``root`` (OUT; no link out, no FIFO or device), of
+    bounded size, read through the one loader."""
+    from imagesmith.model import loader
+
     try:
-        with path.open("rb") as fh:
-            data = fh.read(STATEMENT_MAX_BYTES + 1)
-    except OSError as exc:
-        raise Refused(f"{path}: {exc.strerror}") from None
-    if len(data) > STATEMENT_MAX_BYTES:
-        raise Refused(f"{path}: larger than {STATEMENT_MAX_BYTES >> 20} MiB; not a verification imagesmith wrote")
+        data = loader.read_confined(path, root=root, cap=STATEMENT_MAX_BYTES)
+    except loader.LoadError as exc:
+        raise Refused(f"{exc}; not a verification imagesmith wrote") from None
     return accept(data, str(path), policy, expected)
 
 

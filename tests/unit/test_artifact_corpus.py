@@ -26,6 +26,7 @@ from imagesmith.stages import artifacts
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.corpus import artifacts as corpus
 from tests.unit.test_artifacts import record
+from tests.unit.trustkeys import policy_file
 
 FLEET = str(ROOT / "examples" / "fleet-local.yaml")
 
@@ -91,7 +92,7 @@ def test_build_json(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str
     path = BUILD[case](out / "t", artifacts.BUILD_FILE)
     code, _, err = run(["verify", "--build-report", str(path), "-q"], capsys)
     refused(code, err, path)
-    code, _, err = run(["publish", "--out", str(out), "-q"], capsys)
+    code, _, err = run(["publish", "--out", str(out), "--trust-policy", str(policy_file(tmp_path / "keys")), "-q"], capsys)
     refused(code, err, path)
 
 
@@ -101,7 +102,7 @@ def test_verify_json(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[st
     target = record(0).target.id
     artifacts.write_build(out / target / artifacts.BUILD_FILE, record(0))
     path = VERIFY[case](out / target, artifacts.VERIFY_FILE)
-    code, _, err = run(["publish", "--out", str(out), "-q"], capsys)
+    code, _, err = run(["publish", "--out", str(out), "--trust-policy", str(policy_file(tmp_path / "keys")), "-q"], capsys)
     refused(code, err, path)
     code, _, err = run(["report", str(path)], capsys)
     refused(code, err, path)
@@ -127,7 +128,7 @@ def test_run_report(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str
         refused(code, err, path)
         assert stdout == ""
     artifacts.write_build(out / "x" / artifacts.BUILD_FILE, record(0))
-    code, _, err = run(["publish", "--out", str(out), "--run-report", str(path), "-q"], capsys)
+    code, _, err = run(["publish", "--out", str(out), "--run-report", str(path), "--trust-policy", str(policy_file(tmp_path / "keys")), "-q"], capsys)
     refused(code, err, path)
 
 

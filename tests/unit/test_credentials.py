@@ -19,6 +19,7 @@ from imagesmith.edges.registry import Credentials
 from imagesmith.errors import UserError
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.unit.test_ci_examples import imagesmith_calls, problems
+from tests.unit.trustkeys import policy_file
 
 ENV = {"IMAGESMITH_REGISTRY_USER": "env-user", "IMAGESMITH_REGISTRY_PASSWORD": "env-pw"}
 RELEASE = Declared(release="h.test")
@@ -226,12 +227,13 @@ def test_a_bad_environment_is_a_user_error(tmp_path: Path, env: dict[str, str], 
     ["evidence", "127.0.0.1:9/ml/x:1", "--credentials", "{file}"],
     ["verify", "127.0.0.1:9/ml/x:1", "--no-pull", "--credentials", "{file}"],
     ["verify", "--build-report", "{file}", "--stage", "h.test/ml/staging", "--credentials", "{file}"],
-    ["publish", "--out", "{tmp}/out", "--no-evidence", "--registry", "h.test/ml/x", "--credentials", "{file}"],
+    ["publish", "--out", "{tmp}/out", "--trust-policy", "{tmp}/keys/trust-policy.yaml", "--no-evidence", "--registry", "h.test/ml/x", "--credentials", "{file}"],
 ])
 @pytest.mark.parametrize("text", ["u:p\nv:q\n", '{"auths": ', "h.test :pw"])
 def test_every_command_exits_1_on_a_malformed_credentials_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                args: list[str], text: str) -> None:
     file = creds_file(tmp_path, text)
+    policy_file(tmp_path / "keys")  # publish needs its trust policy to get as far as the credentials
     with pytest.raises(SystemExit) as done:
         cli.main([a.format(tmp=tmp_path, file=file) for a in args])
     err = capsys.readouterr().err
@@ -324,7 +326,7 @@ def test_publish_refuses_two_release_registries(tmp_path: Path, capsys: pytest.C
     allow = [arg for root in LOCAL_ROOTS for arg in ("--allow-root", str(root))]
     with pytest.raises(SystemExit) as done:
         cli.main(["publish", "-m", str(ROOT / "examples" / "local.yaml"), *allow, "--registry", "h.test/ml/x",
-                  "--out", str(tmp_path), "--no-evidence"])
+                  "--out", str(tmp_path), "--no-evidence", "--trust-policy", str(policy_file(tmp_path / "keys"))])
     assert done.value.code == 1
     assert capsys.readouterr().err == ("error: --registry h.test/ml/x and local.yaml (image.registry 127.0.0.1:5000) "
                                        "declare two release registries; give one\n")

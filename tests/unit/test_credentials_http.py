@@ -29,6 +29,7 @@ from imagesmith.stages.artifacts import Release
 from tests.loopback import serve
 from tests.unit.test_build_scheduler import BASE, load, true_facts
 from tests.unit.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
+from tests.unit.trustkeys import policy_file, verifier
 
 M, PLAN = load()
 TARGET = next(t for t in PLAN.targets if t.id == BASE)
@@ -132,8 +133,10 @@ def staged_artifact(out: Path, release_host: str, stage_host: str) -> Path:
 def verified_artifact(out: Path, release_host: str, stage_host: str) -> Path:
     """The artifact and its passed verify.json (verified from the staged digest, pulled without credentials)."""
     path = staged_artifact(out, release_host, stage_host)
-    done = pipeline.verify_builds(pipeline.read_builds([path]), out, OPTIONS, Recorder(), CredentialStore(), engine=PullDouble(out))
-    assert done.failed == [] and (path.parent / "verify.json").is_file()
+    key, _ = verifier(out.parent / "keys")  # the policy publish is given (policy_file) names this verifier
+    done = pipeline.verify_builds(pipeline.read_builds([path]), out, OPTIONS, Recorder(), CredentialStore(), engine=PullDouble(out),
+                                  signer=key)
+    assert done.failed == [] and (path.parent / "verify.json").is_file() and (path.parent / "verify.dsse.json").is_file()
     return path
 
 
@@ -181,7 +184,7 @@ def test_publish_sends_no_credential_to_hosts_read_from_build_json(tmp_path: Pat
         verified_artifact(out, release.host, stage.host)
         stage.seen.clear()
         logins = every_login(tmp_path, operator, monkeypatch, release.host, stage.host)
-        code, err = run_cli(capsys, "publish", "--out", str(out), "--no-evidence", "--credentials", str(logins))
+        code, err = run_cli(capsys, "publish", "--out", str(out), "--trust-policy", str(policy_file(tmp_path / "keys")), "--no-evidence", "--credentials", str(logins))
     assert code == 1 and "bug" not in err
     assert stage.seen and stage.authorizations == {None}  # promotion read the staged image anonymously
     assert release.seen and release.authorizations == {None}
@@ -195,7 +198,7 @@ def test_a_401_from_an_undeclared_release_registry_says_which_flag_declares_it(
     out = tmp_path / "out"
     verified_artifact(out, release.host, stage.host)
     logins = every_login(tmp_path, operator, monkeypatch, release.host)
-    code, err = run_cli(capsys, "publish", "--out", str(out), "--no-evidence", "-q", "--credentials", str(logins))
+    code, err = run_cli(capsys, "publish", "--out", str(out), "--trust-policy", str(policy_file(tmp_path / "keys")), "--no-evidence", "-q", "--credentials", str(logins))
     assert code == 1 and release.seen and release.authorizations == {None}
     assert (f"[credentials used: none]; no credential was sent to {release.host}: that host was read from an artifact "
             "and none was declared; declare it with --registry HOST/REPO (or --matrix, whose image.registry declares it) "
@@ -214,7 +217,7 @@ def test_publish_refuses_an_artifact_naming_another_host_than_declared_and_sends
     path = verified_artifact(out, release.host, stage.host)
     stage.seen.clear()
     logins = every_login(tmp_path, operator, monkeypatch, release.host, stage.host, OTHER)
-    code, err = run_cli(capsys, "publish", "--out", str(out), "--no-evidence", "-q", "--credentials", str(logins),
+    code, err = run_cli(capsys, "publish", "--out", str(out), "--trust-policy", str(policy_file(tmp_path / "keys")), "--no-evidence", "-q", "--credentials", str(logins),
                         *[f.format(release=release.host) for f in flags])
     named = release.host if what == "release registry" else stage.host
     assert code == 1 and f"error: {path} names the {what} host {named}, but {declared} was declared" in err
@@ -232,7 +235,7 @@ def test_the_declared_release_host_gets_its_login_and_the_undeclared_staging_hos
     verified_artifact(out, release.host, stage.host)
     stage.seen.clear()
     logins = tmp_path / "logins"
-    args = ["publish", "--out", str(out), "--no-evidence", "-q", "--registry", f"{release.host}/ml/x"]
+    args = ["publish", "--out", str(out), "--trust-policy", str(policy_file(tmp_path / "keys")), "--no-evidence", "-q", "--registry", f"{release.host}/ml/x"]
     if kind == "lines":
         logins.write_text(f"{release.host} rel:rel-pw\n{stage.host} stg:stg-pw\n")
     elif kind == "legacy":
@@ -257,7 +260,7 @@ def test_the_declared_staging_host_gets_its_own_login_only(tmp_path: Path, opera
     stage.seen.clear()
     logins = tmp_path / "logins"
     logins.write_text(f"{release.host} rel:rel-pw\n{stage.host} stg:stg-pw\n")
-    code, _ = run_cli(capsys, "publish", "--out", str(out), "--no-evidence", "-q", "--registry", f"{release.host}/ml/x",
+    code, _ = run_cli(capsys, "publish", "--out", str(out), "--trust-policy", str(policy_file(tmp_path / "keys")), "--no-evidence", "-q", "--registry", f"{release.host}/ml/x",
                       "--stage", f"{stage.host}/ml/staging", "--credentials", str(logins))
     assert code == 1
     assert basic("stg", "stg-pw") in stage.authorizations and stage.authorizations <= {None, basic("stg", "stg-pw")}

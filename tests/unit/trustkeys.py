@@ -32,3 +32,14 @@ def verifier(folder: Path, name: str = "verifier") -> tuple[signing.Key, trust.T
     loaded = signing.load_signing_key(key, {})
     assert loaded is not None
     return loaded, trust.load_policy(policy)
+
+
+def policy_file(folder: Path, name: str = "verifier") -> Path:
+    """The trust policy in ``folder`` (one naming a fresh verifier key when there is none yet): for commands that
+    need --trust-policy to get going, or that publish what :func:`verifier` signed there."""
+    policy = folder / "trust-policy.yaml"
+    if policy.is_file():
+        return policy
+    _, pub = key_files(folder, name)
+    policy.write_text(trust.policy_text([(name, pub.name, ["*"])]))
+    return policy
