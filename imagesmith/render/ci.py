@@ -162,7 +162,7 @@ def _gitlab_publish(o: Options) -> dict[str, Any]:
         "stage": "publish", "tags": list(o.publish_tags), "resource_group": "imagesmith-release", "interruptible": False,
         "environment": {"name": RELEASE_ENVIRONMENT},
         "rules": [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"}, {"if": "$CI_COMMIT_TAG"}],
-        "script": [f'imagesmith publish --out {out} {_registry(o)}--stage "$IMAGESMITH_STAGE" --trust-policy "$TRUST_POLICY" || rc=$?',
+        "script": [f'imagesmith publish --matrix "$MATRIX" --out {out} {_registry(o)}--stage "$IMAGESMITH_STAGE" --trust-policy "$TRUST_POLICY" || rc=$?',
                    f"imagesmith report {out}/run-report.json --format md --out {out}/summary.md",
                    f"imagesmith report {out}/run-report.json --format html --out {out}/report.html",
                    "exit ${rc:-0}"],
