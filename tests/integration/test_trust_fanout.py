@@ -80,7 +80,7 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     digest = built["staged"]["digest"]
 
     # The verify job: the verifier key signs its verification of exactly that digest.
-    ok(job("verify", "--build-report", f"build/{BASE}/build.json", "--gpus", "none", "--tier", "quick",
+    ok(job("verify", "--build-report", f"build/{BASE}/build.json", "--stage", stage, "--gpus", "none", "--tier", "quick",
            "--credentials", str(creds), "--verifier-key", str(verifier_key), cwd=tmp_path))
     statement = tmp_path / "build" / BASE / "verify.dsse.json"
     genuine = opened(statement)
@@ -89,8 +89,8 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     assert report["image"]["digest"] == digest and inventory and report["checks"]
 
     def publish(folder: str) -> subprocess.CompletedProcess[str]:
-        return job("publish", "--out", folder, "--credentials", str(creds), "--signing-key", str(release_key),
-                   "--trust-policy", str(policy), "-q", cwd=tmp_path, docker_host=NO_ENGINE)
+        return job("publish", "--out", folder, "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds),
+                   "--signing-key", str(release_key), "--trust-policy", str(policy), "-q", cwd=tmp_path, docker_host=NO_ENGINE)
 
     def gathered(name: str) -> Path:
         folder = tmp_path / name
