@@ -282,8 +282,10 @@ def test_a_bad_expect_is_bad_usage_before_any_container(engine: Engine, built_im
     assert engine.client.containers.list(all=True, filters={"ancestor": built_images.cpu_base}) == before
 
 
-def test_torch_import_warnings_are_reported(engine: Engine, built_images: BuiltImages) -> None:
-    torch = checks(verify.verify_image(engine, built_images.cpu_base, QUICK))["versions.torch"]
+def test_torch_import_warnings_are_reported(engine: Engine, built_images: BuiltImages, planted: Callable[..., str]) -> None:
+    """The shipped bases pin numpy (import torch is silent); without it, torch warns at import and verify says what."""
+    image = planted(f"FROM {built_images.cpu_base}\nUSER 0\nRUN /opt/venv/bin/pip uninstall -y -q numpy\nUSER 1000\n")
+    torch = checks(verify.verify_image(engine, image, QUICK))["versions.torch"]
     assert torch["status"] == "warn" and "import torch warned: UserWarning: Failed to initialize NumPy" in torch["detail"]
 
 
