@@ -366,9 +366,11 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     m, date = load_matrix(matrix_file, allow_roots), date or today()
     store = credential_store(m.image.registry, stage_repo, credentials_file)
     key = _signing_key(signing_key) if push and with_evidence else None
-    release = pipeline.ReleaseOptions(store, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
+    trusted = _trust_policy(trust_policy)
+    release = pipeline.ReleaseOptions(store, registry_ca, key, with_evidence,
+                                      floating_gate(gate_fleet, fleet_reports, trusted),
                                       allow_cpu, vulnerabilities=_vulnerability_gate(m) if push else None,
-                                      trust=_trust_policy(trust_policy), verifier_key=_verifier_key(verifier_key))
+                                      trust=trusted, verifier_key=_verifier_key(verifier_key))
     job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, store, registry_ca)
     picked = len(job.plan.select(only, layers).targets)
     if not picked:
@@ -525,10 +527,12 @@ def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, da
     declared = _declared_release(registry_repo, m)
     store = credential_store(declared, stage_repo, credentials_file)
     key = _signing_key(signing_key) if with_evidence else None
-    release = pipeline.ReleaseOptions(store, registry_ca, key, with_evidence, floating_gate(gate_fleet, fleet_reports),
+    trusted = _trust_policy(trust_policy)
+    release = pipeline.ReleaseOptions(store, registry_ca, key, with_evidence,
+                                      floating_gate(gate_fleet, fleet_reports, trusted),
                                       allow_cpu, vulnerabilities=_vulnerability_gate(m) if m else None,
                                       release_repository=registry_repo if registry_repo and "/" in registry_repo else None,
-                                      trust=_trust_policy(trust_policy))
+                                      trust=trusted)
     display = make_display("publishing", quiet)
     with artifacts.locked(out, "imagesmith publish", display.note):
         try:

@@ -133,10 +133,15 @@ def render_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, out: P
 @click.option("--pushgateway", metavar="URL", default=None,
               help="Also push every cell's figures to this Prometheus Pushgateway, one group per class and image "
                    "(job=imagesmith, class=CLASS, digest=DIGEST).")
+@click.option("--verifier-key", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="PEM ECDSA P-256 private key of this fleet's verifier: each cell's report is signed for its digest "
+                   "and GPU class (verify.dsse.json beside its verify.json). publish believes a fleet result only when "
+                   "signed by a verifier its trust policy names for that class; one key per class: --class C "
+                   "--verifier-key C.key (docs/trust.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classes: tuple[str, ...], release: Path | None,
                out: Path, registry: str | None, credentials_file: Path | None, poll_s: float, metrics_file: Path | None,
-               pushgateway: str | None, quiet: bool) -> None:
+               pushgateway: str | None, verifier_key: Path | None, quiet: bool) -> None:
     """Verify each REF@sha256:... on every GPU class of the fleet file: one
     job per (digest x class), progress as it goes, one fleet report at the end.
     Exit 0 only if every cell passed; Ctrl-C cancels every job (exit 130)."""
@@ -151,7 +156,12 @@ def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classe
     jobs = runner.cell_jobs(fleet, _refs(refs, release), out, runner.run_id(), tier, classes, credentials_file)
     jobs = without_credentials(jobs, undeclared_refs(refs, release, registry))
     say = (lambda line: None) if quiet else _say
-    run = runner.FleetRun(jobs, schedulers(), out, fleet, say, poll_s)
+    signer = None
+    if verifier_key is not None:
+        from imagesmith.edges import signing
+
+        signer = signing.load_signing_key(verifier_key, {})
+    run = runner.FleetRun(jobs, schedulers(), out, fleet, say, poll_s, signer=signer)
     say(f"fleet run {jobs[0].run_id}: {len(jobs)} jobs ({len({j.ref for j in jobs})} images x "
         f"{len({j.klass.name for j in jobs})} classes); files in {out}")
     try:
@@ -201,9 +211,10 @@ def gate_options(command: Any) -> Any:
                              "without a report every floating tag is held back.")(command)
 
 
-def floating_gate(fleet_file: Path | None, reports: Sequence[Path]) -> Any:
-    """The gate publish calls per digest, or None when no fleet option was given."""
+def floating_gate(fleet_file: Path | None, reports: Sequence[Path], policy: Any = None) -> Any:
+    """The gate publish calls per digest, or None when no fleet option was given; with the release's trust
+    ``policy`` it believes only signed fleet results (gate.believed)."""
     from imagesmith.stages.fleet.gate import load_gate
 
-    gate = load_gate(fleet_file, reports)
+    gate = load_gate(fleet_file, reports, policy)
     return gate.held_back if gate is not None else None

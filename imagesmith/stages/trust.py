@@ -182,15 +182,21 @@ class Subject:
         return self.name == IMAGE_ID_SUBJECT
 
 
-def statement(report: Mapping[str, Any], inventory: Mapping[str, Any] | None, subject: Subject) -> bytes:
-    """The in-toto Statement v1 (canonical JSON) of a verification: the whole report and the inventory."""
-    predicate = {"report": dict(report), "inventory": dict(inventory) if inventory is not None else None}
+def statement(report: Mapping[str, Any], inventory: Mapping[str, Any] | None, subject: Subject,
+              fleet: Mapping[str, str] | None = None) -> bytes:
+    """The in-toto Statement v1 (canonical JSON) of a verification: the whole report and the inventory; for a
+    fleet cell also ``fleet`` (the GPU class, run, node and job it ran as), so a result signed for one class
+    cannot stand for another."""
+    predicate: dict[str, Any] = {"report": dict(report), "inventory": dict(inventory) if inventory is not None else None}
+    if fleet is not None:
+        predicate["fleet"] = dict(fleet)
     return attestation.statement_bytes(attestation.Statement(subject.name, subject.digest, PREDICATE, predicate))
 
 
-def sign(report: Mapping[str, Any], inventory: Mapping[str, Any] | None, subject: Subject, key: signing.Key) -> bytes:
+def sign(report: Mapping[str, Any], inventory: Mapping[str, Any] | None, subject: Subject, key: signing.Key,
+         fleet: Mapping[str, str] | None = None) -> bytes:
     """The DSSE envelope (JSON bytes) of :func:`statement`, signed by the verifier ``key``."""
-    return signing.envelope(statement(report, inventory, subject), attestation.PAYLOAD_TYPE, key)
+    return signing.envelope(statement(report, inventory, subject, fleet), attestation.PAYLOAD_TYPE, key)
 
 
 # -- accepting one ----------------------------------------------------------------------------------
@@ -206,6 +212,12 @@ class Accepted:
     report: Mapping[str, Any]
     inventory: Mapping[str, Any] | None
     path: str
+    classes: tuple[str, ...] = ("*",)  # the GPU classes the policy lets this verifier vouch for
+    fleet_class: str | None = None  # the GPU class the signed statement says it ran on (fleet cells)
+
+    def vouches_for(self, klass: str) -> bool:
+        """Whether the trust policy lets this verifier vouch for GPU class ``klass``."""
+        return "*" in self.classes or klass in self.classes
 
     def to_json(self) -> dict[str, Any]:
         return {"verifier": self.verifier, "keyid": self.keyid, "subject": f"{self.subject.name}@{self.subject.digest}",
@@ -234,7 +246,10 @@ def accept(data: bytes, where: str, policy: TrustPolicy, expected: Subject) -> A
     verifier = policy.verifier(opened.signed_by[0])
     assert verifier is not None  # open_envelope checked only the policy's keys
     report, inventory = _predicate(st.predicate, where)
-    return Accepted(verifier.name, verifier.keyid, found, report, inventory, where)
+    fleet = st.predicate.get("fleet")
+    klass = fleet.get("class") if isinstance(fleet, Mapping) else None
+    return Accepted(verifier.name, verifier.keyid, found, report, inventory, where, verifier.classes,
+                    klass if isinstance(klass, str) else None)
 
 
 def _statement(payload: bytes, where: str) -> attestation.Statement:

@@ -22,10 +22,12 @@ from typing import Any, Callable
 import pytest
 
 from imagesmith.edges.engine import Engine
+from imagesmith.stages import trust
 from imagesmith.stages.fleet import config, runner
 from imagesmith.stages.fleet.report import FleetReport
 from imagesmith.stages.fleet.slurm import Slurm
 from tests.integration.slurm_fixtures import FleetImages, SlurmCluster
+from tests.unit.trustkeys import key_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry, pytest.mark.slurm]
 IMAGESMITH = str(Path(sys.executable).parent / "imagesmith")
@@ -62,8 +64,12 @@ def test_two_classes_pass_the_good_image_and_fail_the_bad_one(
         slurm_cluster: SlurmCluster, fleet_images: FleetImages, engine: Engine, tmp_path: Path) -> None:
     fleet = fleet_file(tmp_path, TWO_CLASSES)
     out = tmp_path / "fleet"
+    key, pub = key_files(tmp_path / "keys", "cpu-fleet")  # the fleet's verifier, trusted for both classes
+    policy = tmp_path / "keys" / "trust-policy.yaml"
+    policy.write_text(trust.policy_text([("cpu-fleet", pub.name, ["cpu-a", "cpu-b"])]))
     proc = cli("fleet", "verify", "--fleet", str(fleet), fleet_images.good, fleet_images.bad, "--out", str(out),
-               "--credentials", str(fleet_images.credentials), "--poll", "1", env=slurm_cluster.env)
+               "--credentials", str(fleet_images.credentials), "--poll", "1", "--verifier-key", str(key),
+               env=slurm_cluster.env)
     _, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 1, stderr
     report = json.loads((out / "fleet-report.json").read_text())
@@ -76,18 +82,19 @@ def test_two_classes_pass_the_good_image_and_fail_the_bad_one(
         verified = json.loads((out / good["report"]).read_text())
         assert any(d.endswith(good["digest"]) for d in verified["image"]["digests"])
         assert good["ran_s"] is not None and good["queued_s"] is not None
+        assert good["statement"] == good["report"].replace("verify.json", "verify.dsse.json")
     assert "SUBMITTED" not in stderr and "submitted to slurm as" in stderr and "RUNNING" in stderr
     assert "fleet verification failed in 2 of 4 cells" in stderr
     assert slurm_cluster.active_jobs([c["job_id"] for c in cells.values()]) == []
     assert containers_of(engine, fleet_images.good_id, fleet_images.bad_id) == []
     timings = {f"{k[1]} {'good' if k[0] == fleet_images.good else 'bad'}": (c["queued_s"], c["ran_s"]) for k, c in cells.items()}
     print(f"queued/ran seconds per job: {timings}")
-    _publish_gated_by(out / "fleet-report.json", fleet, fleet_images, engine, tmp_path / "release")
+    _publish_gated_by(out / "fleet-report.json", fleet, fleet_images, engine, tmp_path / "release", policy)
 
 
-def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: Engine, out: Path) -> None:
-    """publish with --fleet/--fleet-report semantics: both immutable tags land; only the digest
-    that passed on every class gets its floating tag; the held-back one names the class."""
+def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: Engine, out: Path, policy: Path) -> None:
+    """publish with --fleet/--fleet-report semantics and the trust policy: both immutable tags land; only the
+    digest whose signed results passed on every class gets its floating tag; the held-back one names the class."""
     from imagesmith.edges.registry import Credentials, Registry
     from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
     from imagesmith.stages.fleet.gate import load_gate
@@ -100,7 +107,7 @@ def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: En
              for name, layer, image_id in (("good", "base", images.good_id), ("bad", "nlp", images.bad_id))]
     policy = TagPolicy(immutable="{torch}-{accel}-{layer}-{date}", floating=(FloatingTag("v{torch_minor}-{layer}"),))
     creds = Credentials(USER, PASSWORD, "test")
-    gate = load_gate(fleet, [report])
+    gate = load_gate(fleet, [report], trust.load_policy(policy))
     assert gate is not None
     rel = Publisher(engine, Registry(host, creds), ImageSpec(repo, host), policy, "20261130", out, credentials=creds,
                     floating_gate=gate.held_back).run(items)
@@ -108,7 +115,8 @@ def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: En
     assert [t.digest for t in rel.targets] == [images.good.split("@")[1], images.bad.split("@")[1]]
     floating = {f.tag: f for f in rel.floating}
     assert floating["v2.13-base"].action == "created" and floating["v2.13-nlp"].action == "kept"
-    assert "held back by the fleet: class cpu-a failed: failed checks: versions.torch; class cpu-b failed" in floating["v2.13-nlp"].reason
+    assert ("held back by the fleet: class cpu-a failed: signed by cpu-fleet: failed checks: versions.torch; "
+            "class cpu-b failed: signed by cpu-fleet: failed checks: versions.torch") in floating["v2.13-nlp"].reason
     tags = images.registry.list_tags(repo)
     assert "v2.13-base" in tags and "v2.13-nlp" not in tags and "2.13.0-cpu-nlp-20261130" in tags
     assert images.registry.inspect(repo, "v2.13-base")["Digest"] == images.good.split("@")[1]

@@ -52,6 +52,7 @@ class CellResult:
     failed_checks: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
     figures: tuple[Figure, ...] = ()
+    statement: str | None = None  # its signed statement (fleet verify --verifier-key), relative to the fleet report
 
     @property
     def digest(self) -> str:
@@ -165,6 +166,7 @@ def _cell(f: _Field, c: Any, where: str) -> CellResult:
         job_id=f.get(c, "job_id", str, where), state=f.get(c, "state", str, where, ""), node=f.get(c, "node", str, where, ""),
         restarts=int(f.get(c, "restarts", int, where, 0)), queued_s=_num(f, c, "queued_s", where),
         ran_s=_num(f, c, "ran_s", where), report=f.get(c, "report", str, where),
+        statement=f.get(c, "statement", str, where),
         summary={k: v for k, v in f.get(c, "summary", dict, where, {}).items() if isinstance(v, int)},
         failed_checks=tuple(_strings(f, c, "failed_checks", where)), gpus=tuple(_strings(f, c, "gpus", where)),
         figures=tuple(_figure(f, x, f"{where}.figures[{i}]") for i, x in enumerate(f.get(c, "figures", list, where, []))),

@@ -26,8 +26,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith import runstate
 from imagesmith.atomic import write_text
+from imagesmith.edges.signing import Key
 from imagesmith.errors import UserError
 from imagesmith.model import policy
+from imagesmith.stages import trust
 from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet.config import DigestRef, Fleet, GpuClass
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView, Scheduler
@@ -94,8 +96,9 @@ class FleetRun:
     def __init__(self, jobs: Sequence[CellJob], schedulers: Mapping[str, Scheduler], out: Path, fleet: Fleet,
                  on_event: Callable[[str], None] = lambda line: None, poll_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 grace_s: float = GRACE_S, cancel_wait_s: float = CANCEL_WAIT_S) -> None:
+                 grace_s: float = GRACE_S, cancel_wait_s: float = CANCEL_WAIT_S, signer: Key | None = None) -> None:
         self.cells = [Cell(j, schedulers[j.klass.scheduler]) for j in jobs]
+        self.signer = signer  # the verifier key: every judged report is signed for its digest and class
         self.out, self.fleet, self.say, self.poll_s = out.resolve(), fleet, on_event, poll_s
         self.clock, self.sleep, self.grace_s, self.cancel_wait_s = clock, sleep, grace_s, cancel_wait_s
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -202,8 +205,19 @@ class FleetRun:
     def _judge(self, cell: Cell, report: dict[str, Any], now: float) -> None:
         path = cell.job.workdir / "verify.json"
         write_text(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+        if self.signer is not None:
+            self._sign(cell, report)
         problems = judge(cell.job, report)
         self._finish(cell, "fail" if problems else "pass", "; ".join(problems) or "every required check passed", report)
+
+    def _sign(self, cell: Cell, report: Mapping[str, Any]) -> None:
+        """WORKDIR/verify.dsse.json: the report, signed for this digest and this class (publish believes only that)."""
+        assert self.signer is not None
+        job, view = cell.job, cell.view
+        context = {"class": job.klass.name, "run_id": job.run_id, "scheduler": job.klass.scheduler,
+                   "job_id": cell.job_id or "", "node": view.node if view else ""}
+        subject = trust.Subject(job.ref.name, job.ref.digest)
+        write_text(job.workdir / trust.STATEMENT_FILE, trust.sign(report, None, subject, self.signer, context).decode() + "\n")
 
     def _cancel(self, cell: Cell, reason: str) -> None:
         if cell.job_id:
@@ -237,6 +251,8 @@ class FleetRun:
             queued_s=round((cell.started or now) - cell.submitted, 1) if cell.job_id else None,
             ran_s=round(now - cell.started, 1) if cell.started is not None else None,
             report=str((cell.job.workdir / "verify.json").relative_to(self.out)) if report else None,
+            statement=str((cell.job.workdir / trust.STATEMENT_FILE).relative_to(self.out))
+            if report and self.signer is not None else None,
             summary={k: int(x) for k, x in (rep.get("summary") or {}).items() if isinstance(x, int) and not isinstance(x, bool)},
             failed_checks=tuple(policy.failed_required(rep)), gpus=fleet_report.gpu_names(rep),
             figures=fleet_report.figures_of(rep))
@@ -301,15 +317,21 @@ def _never_submitted(cell: Cell) -> CellResult:
 
 def judge(job: CellJob, report: Mapping[str, Any]) -> list[str]:
     """Why a cell with a report fails: failed checks, another image, the wrong GPUs."""
+    return judge_report(job.ref.digest, job.klass, report)
+
+
+def judge_report(digest: str, klass: GpuClass | None, report: Mapping[str, Any]) -> list[str]:
+    """Why a report of ``digest`` on ``klass`` (None: the class is not known here) does not pass; [] when it does."""
     problems = []
     verdict = policy.verdict(report, declared_checks())  # judged again from the checks, never from summary.ok
     if not verdict.ok:
         failed = policy.failed_required(report)
         problems.append(f"failed checks: {', '.join(failed) or verdict.why}")
     digests = (report.get("image") or {}).get("digests") or []
-    if digests and not any(str(d).endswith("@" + job.ref.digest) for d in digests):
-        problems.append(f"the job verified {', '.join(map(str, digests))}, not {job.ref.digest}")
-    problems += gpu_problems(job.klass, fleet_report.gpu_names(report))
+    if digests and not any(str(d).endswith("@" + digest) for d in digests):
+        problems.append(f"the job verified {', '.join(map(str, digests))}, not {digest}")
+    if klass is not None:
+        problems += gpu_problems(klass, fleet_report.gpu_names(report))
     return problems
 
 
