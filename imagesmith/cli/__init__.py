@@ -312,7 +312,8 @@ VERIFIER_KEY_OPTION = click.option(
     "--verifier-key", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="PEM ECDSA P-256 private key of this verifier (GPU runners hold it, build jobs never): each verification is "
          "signed, with the inventory measured inside the image, as an in-toto statement about the image's digest "
-         "(verify.dsse.json beside verify.json), the only form publish believes.")
+         "(verify.dsse.json beside verify.json), the only form publish believes. For one IMAGE: give it as "
+         "REPOSITORY@sha256:... with --json FILE; the statement is FILE.dsse.json.")
 TRUST_POLICY_OPTION = click.option(
     "--trust-policy", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="The release's trust policy (trust-policy.yaml: version, verifiers with their public keys): a verification is "
@@ -710,11 +711,12 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
     export = _metrics_export(metrics_file, pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
     if stage_repo and not build_reports:
         raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
-    if verifier_key is not None and not build_reports:
-        raise UsageError("--verifier-key signs the verifications of --build-report (verify.dsse.json beside each build.json)")
+    signer = _verifier_key(verifier_key)
+    if signer is not None and not build_reports:
+        _check_signable(image, local, json_out, reuse_evidence)
     if build_reports:
         _verify_build(build_reports, options, json_out, quiet, credential_store(None, stage_repo, credentials_file), export,
-                      _verifier_key(verifier_key))
+                      signer)
         return
     if reuse_evidence and not public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
@@ -738,12 +740,61 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
         tracked.complete(outcome.report)
     if not quiet:
         print_verify(outcome.report, json_out)
+    if signer is not None and json_out is not None:
+        signed = _sign_image_verification(image or "", outcome.report, signer, json_out)
+        if not quiet:
+            click.echo(f"signed statement: {signed}", err=True)
     export(outcome.report, str(json_out or "the verify report"))
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
     if policy.evidence(outcome.report).exclusive is False and not allow_shared_gpu:
         raise UserError(f"not verified: {policy.sharing_line(outcome.report)}; run it again with the GPU to itself, "
                         "or pass --allow-shared-gpu to measure this tenant's share")
+
+
+def _check_signable(image: str | None, local: bool, json_out: Path | None, reuse: bool) -> None:
+    """``verify IMAGE --verifier-key``: a statement is about a digest, lies beside --json, and covers a fresh run."""
+    from imagesmith.stages.fleet.config import parse_ref
+
+    if local or not image:
+        raise UsageError("--verifier-key signs a verification of an image's digest: give IMAGE as REPOSITORY@sha256:... "
+                         "(or --build-report)")
+    try:
+        parse_ref(image)
+    except UserError as exc:
+        raise UsageError(f"--verifier-key: {exc}") from None
+    if json_out is None:
+        raise UsageError("--verifier-key writes the signed statement beside the report: give --json FILE "
+                         "(FILE.dsse.json is written next to it)")
+    if reuse:
+        raise UsageError("--verifier-key signs what this run measured; --reuse-evidence runs nothing: give one of them")
+
+
+def statement_path(json_out: Path) -> Path:
+    """Where ``verify --json FILE --verifier-key`` writes its statement: FILE's stem + ``.dsse.json`` beside it
+    (``verify.json`` -> ``verify.dsse.json``, the name publish reads)."""
+    return json_out.with_name(json_out.name.removesuffix(".json") + ".dsse.json")
+
+
+def _sign_image_verification(image: str, report: Mapping[str, Any], signer: Key, json_out: Path) -> Path:
+    """The report of ``verify IMAGE`` and the inventory measured inside that image, signed as a statement about
+    IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on)."""
+    from imagesmith.atomic import write_text
+    from imagesmith.edges.engine import Engine
+    from imagesmith.stages import trust, verify
+    from imagesmith.stages.fleet.config import parse_ref
+
+    ref = parse_ref(image)
+    inventory = None
+    image_id = str((report.get("image") or {}).get("id") or "")
+    if image_id:
+        try:
+            inventory = verify.run_facts(Engine(), image_id, args=["--inventory"])
+        except UserError as exc:  # a BuildError too
+            click.secho(f"note: the inventory was not measured ({exc}); the statement carries none", fg="yellow", err=True)
+    path = statement_path(json_out)
+    write_text(path, trust.sign(report, inventory, trust.Subject(ref.name, ref.digest), signer).decode() + "\n")
+    return path
 
 
 def _image_host(image: str) -> str:

@@ -581,12 +581,13 @@ class Registry:
     def _error(self, resp: requests.Response, method: str, repo: str, push: bool) -> RegistryHTTPError:
         status, answer = resp.status_code, answer_of(resp)
         message = redact(f"HTTP {status} {answer.text()}".strip(), self.credentials)
+        # A 401 with no credential sent to a host nobody declared: the only way forward is to declare it (a login
+        # or the environment pair would not be sent there), so that is the hint, not docker login.
+        undeclared = status == 401 and self.credentials is None and self.anonymous_hint
         hint = registry_hint(f"{self.host}/{repo}", status, message, "push" if push or method in ("PUT", "POST") else "pull",
-                             answer.hint())
+                             answer.hint() or (self.anonymous_hint if undeclared else None))
         if status == 401:
             hint += f" [credentials used: {self.credentials.source if self.credentials else 'none'}]"
-            if self.credentials is None and self.anonymous_hint:
-                hint += f"; {self.anonymous_hint}"
         return RegistryHTTPError(hint, status, transient=answer.transient, said=message, hint=answer.hint() or "")
 
     def check_upload(self, repo: str) -> None:

@@ -88,6 +88,14 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     report, inventory = genuine["predicate"]["report"], genuine["predicate"]["inventory"]
     assert report["image"]["digest"] == digest and inventory and report["checks"]
 
+    # A verify job may also sign one image named by digest: the statement lies beside --json, about that digest.
+    ok(job("verify", f"{stage}@{digest}", "--gpus", "none", "--tier", "quick", "--credentials", str(creds),
+           "--verifier-key", str(verifier_key), "--json", "single/verify.json", "-q", cwd=tmp_path))
+    single = trust.read_statement(tmp_path / "single" / "verify.dsse.json", trust.load_policy(policy),
+                                  trust.Subject(stage, digest), root=tmp_path / "single")
+    assert single.verifier == "gpu-runner" and single.report["image"]["digest"] == digest and single.inventory
+    assert single.report == json.loads((tmp_path / "single" / "verify.json").read_text())
+
     def publish(folder: str) -> subprocess.CompletedProcess[str]:
         return job("publish", "--out", folder, "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds),
                    "--signing-key", str(release_key), "--trust-policy", str(policy), "-q", cwd=tmp_path, docker_host=NO_ENGINE)

@@ -200,9 +200,10 @@ def test_a_401_from_an_undeclared_release_registry_says_which_flag_declares_it(
     logins = every_login(tmp_path, operator, monkeypatch, release.host)
     code, err = run_cli(capsys, "publish", "--out", str(out), "--trust-policy", str(policy_file(tmp_path / "keys")), "--no-evidence", "-q", "--credentials", str(logins))
     assert code == 1 and release.seen and release.authorizations == {None}
-    assert (f"[credentials used: none]; no credential was sent to {release.host}: that host was read from an artifact "
+    assert (f"(no credential was sent to {release.host}: that host was read from an artifact "
             "and none was declared; declare it with --registry HOST/REPO (or --matrix, whose image.registry declares it) "
-            "to log in") in err
+            "to log in) [credentials used: none]") in err
+    assert "IMAGESMITH_REGISTRY_USER" not in err and "docker login" not in err  # neither would be sent to that host
 
 
 @pytest.mark.parametrize("flags, what, declared", [

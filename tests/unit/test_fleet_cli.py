@@ -64,3 +64,4 @@ def test_publish_and_build_take_the_fleet_gate() -> None:
     for command in ("publish", "build"):
         text = run(command, "--help").stdout
         assert "--fleet FILE" in text and "--fleet-report FILE" in text
+

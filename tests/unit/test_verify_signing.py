@@ -1,0 +1,36 @@
+"""``verify IMAGE --verifier-key``: a signed statement is about a digest, lies beside --json, and covers only a
+fresh run (the integration test test_trust_fanout signs one and reads it back with the trust policy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from imagesmith.cli import cli
+from imagesmith.errors import UsageError
+
+
+@pytest.mark.parametrize("args, why", [
+    (["reg.test/ml/pytorch:latest", "--json", "v.json"], "is not an image pinned by digest"),
+    (["--local", "--json", "v.json"], "give IMAGE as REPOSITORY@sha256:..."),
+    ([f"reg.test/ml/pytorch@sha256:{'a' * 64}"], "give --json FILE"),
+    ([f"reg.test/ml/pytorch@sha256:{'a' * 64}", "--json", "v.json", "--reuse-evidence", "--key", "{pub}"],
+     "--reuse-evidence runs nothing"),
+])
+def test_verify_one_image_signs_only_a_fresh_run_of_a_digest_beside_its_json(tmp_path: Path, args: list[str], why: str) -> None:
+    from tests.unit.trustkeys import key_files
+
+    key, pub = key_files(tmp_path, "verifier")
+    done = CliRunner().invoke(cli, ["verify", *[a.replace("{pub}", str(pub)) for a in args], "--verifier-key", str(key)])
+    assert isinstance(done.exception, UsageError) and done.exception.exit_code == 2, done.output  # exit 2 from main()
+    assert why in str(done.exception)
+    assert not (tmp_path / "v.dsse.json").exists()
+
+
+def test_the_statement_of_verify_json_is_verify_dsse_json() -> None:
+    from imagesmith.cli import statement_path
+
+    assert statement_path(Path("out/verify.json")) == Path("out/verify.dsse.json")
+    assert statement_path(Path("report-0.json")) == Path("report-0.dsse.json")
