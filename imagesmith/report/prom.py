@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 from prometheus_client import CollectorRegistry, Gauge, Info
 
 from imagesmith.errors import UserError
-from imagesmith.report.model import STATUSES, Check, Verify
+from imagesmith.report.model import STATUSES, Check, Sharing, Verify
 
 PREFIX = "imagesmith_verify"
 MAX_LABEL_CHARS = 128  # a check id, a version, an image reference: anything longer is not one
@@ -124,7 +124,7 @@ class VerifyMetrics:
         gpus = _gpus(v, lab)
         for i, check in enumerate(v.checks):
             self._check(check, base, gpus, lab, f"checks[{i}]")
-        _Sharing(self, base, gpus, lab).add(v.raw.get("sharing"))
+        _Sharing(self, base, gpus, lab).add(v.shared)
 
     def add_cell(self, subject: Subject, status: str, queued_s: float | None, ran_s: float | None, source: str) -> None:
         """One fleet cell (digest x class): its outcome and how long it queued and ran."""
@@ -158,44 +158,34 @@ class VerifyMetrics:
 
 
 class _Sharing:
-    """``sharing`` (written by the payload's shared-GPU detection when it ran), read defensively."""
+    """``sharing`` as :mod:`imagesmith.report.parse` validated it (types, outcomes), turned into series; what is
+    left to check here is what a label value may hold and how many series one report may make."""
 
     def __init__(self, out: VerifyMetrics, base: dict[str, str], gpus: Mapping[int, tuple[str, str]], lab: _Labels) -> None:
         self.out, self.base, self.gpus, self.lab = out, base, gpus, lab
 
-    def add(self, raw: Any) -> None:
-        if raw is None:
+    def add(self, shared: Sharing | None) -> None:
+        if shared is None:
             return
-        if not isinstance(raw, Mapping):
-            raise self.lab.fail("sharing", f"expected an object, got {type(raw).__name__}")
-        exclusive = raw.get("exclusive")
-        if exclusive is not None:
+        if shared.exclusive is not None:
             self.out.set("gpu_exclusive", "1 when no foreign process used the verified GPUs during the run, 0 when one did.",
-                         float(self.lab.flag(exclusive, "sharing.exclusive")), **self.base)
-        if raw.get("allowed") is not None:
-            self.out.set("gpu_sharing_allowed", "1 when the run was told sharing the GPUs is expected (figures then are not baselines).",
-                         float(self.lab.flag(raw["allowed"], "sharing.allowed")), **self.base)
+                         float(shared.exclusive), **self.base)
+        self.out.set("gpu_sharing_allowed", "1 when the run was told sharing the GPUs is expected (figures then are not baselines).",
+                     float(shared.allowed), **self.base)
         # a 0 for every GPU only when the payload could tell (exclusive not null); else only what it saw
-        counts = {gpu: 0 for gpu in self.gpus} if exclusive is not None else {}
+        counts = {gpu: 0 for gpu in self.gpus} if shared.exclusive is not None else {}
         uuids = {gpu: uuid for gpu, (uuid, _model) in self.gpus.items() if uuid}
-        foreign = raw.get("foreign") or []
-        if not isinstance(foreign, list) or len(foreign) > MAX_FOREIGN:
+        if len(shared.foreign) > MAX_FOREIGN:
             raise self.lab.fail("sharing.foreign", f"expected a list of at most {MAX_FOREIGN} processes")
-        for i, item in enumerate(foreign):
-            gpu, uuid = self._process(item, f"sharing.foreign[{i}]")
+        for i, tenant in enumerate(shared.foreign):
+            gpu = self.lab.gpu(tenant.gpu, f"sharing.foreign[{i}].gpu")
             counts[gpu] = counts.get(gpu, 0) + 1
-            uuids.setdefault(gpu, uuid)
+            uuids.setdefault(gpu, self.lab.value(tenant.uuid, f"sharing.foreign[{i}].uuid"))
         _check_gpu_count(len(counts), self.lab)
         for gpu, n in sorted(counts.items()):
             model = self.gpus.get(gpu, ("", ""))[1]
             self.out.set("foreign_processes", "Processes of other users seen on the GPU during the verification.", float(n),
                          **self.base, gpu=str(gpu), UUID=uuids.get(gpu, ""), modelName=model)
-
-    def _process(self, raw: Any, where: str) -> tuple[int, str]:
-        if not isinstance(raw, Mapping):
-            raise self.lab.fail(where, f"expected an object, got {type(raw).__name__}")
-        uuid = raw.get("uuid")
-        return self.lab.gpu(raw.get("gpu"), f"{where}.gpu"), self.lab.value(uuid if isinstance(uuid, str) else "", f"{where}.uuid")
 
 
 class _Labels:

@@ -13,8 +13,10 @@ import base64
 import hashlib
 import http.server
 import io
+import os
 import shutil
 import subprocess
+import sys
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from imagesmith.edges import signing
 from imagesmith.edges.engine import Engine
 from imagesmith.errors import EngineError
 from imagesmith.stages import bootstrap
@@ -272,3 +275,23 @@ def docker_build(engine: Engine, dockerfile: str, tag: str, folder: Path) -> str
     proc = subprocess.run(["docker", "build", "-q", "-t", tag, str(folder)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return tag
+
+
+# -- CI jobs as separate processes ------------------------------------------------------------------
+
+
+def cli_job(*args: str, cwd: Path, docker_host: str | None = None) -> subprocess.CompletedProcess[str]:
+    """One CI job: the imagesmith CLI in its own process, with no signing key from the environment, against the
+    suite's engine (``DOCKER_HOST`` as the tests run with it), or ``docker_host`` (another engine, or none)."""
+    env = {k: v for k, v in os.environ.items() if k != signing.ENV_KEY} | {"NO_COLOR": "1", "SOURCE_DATE_EPOCH": "1796083200"}
+    env["IMAGESMITH_ALLOW_ROOT"] = os.pathsep.join(map(str, LOCAL_ROOTS))  # LOCAL_SOURCES' wheels and CA (a CI variable)
+    if docker_host:
+        env["DOCKER_HOST"] = docker_host
+    return subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=1800)
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    """A job's stdout; its exit status, stdout and stderr when it failed."""
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout

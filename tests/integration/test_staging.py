@@ -17,10 +17,8 @@ floating tag.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import threading
 from functools import partial
 from pathlib import Path
@@ -33,9 +31,8 @@ from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
 from imagesmith.stages import trust
 from imagesmith.stages.promote import Promoter, registry_promoter
 from imagesmith.stages.publish import Item, Publisher
-from tests.conftest import LOCAL_ROOTS
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
-from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory
+from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory, cli_job, ok
 from tests.unit.trustkeys import key_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
@@ -50,21 +47,6 @@ tags:
       when: {layer: base}
 """
 LAYERS = "layers:\n  base: {toolchain: false}\n  tools: {parent: base, packages: ['tabulate==0.9.0']}\n"
-
-
-def imagesmith(*args: str, docker_host: str | None, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """One CI job: the imagesmith CLI in its own process, against one engine (or none)."""
-    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | {"NO_COLOR": "1", "SOURCE_DATE_EPOCH": "1796083200"}
-    env["IMAGESMITH_ALLOW_ROOT"] = os.pathsep.join(map(str, LOCAL_ROOTS))  # LOCAL_SOURCES' wheels and CA (a CI variable)
-    if docker_host:
-        env["DOCKER_HOST"] = docker_host
-    return subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=1800)
-
-
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
 
 
 def record(folder: Path) -> dict[str, Any]:
@@ -89,7 +71,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     common = ["--matrix", str(path), "--date", DATE, "--stage", stage, "--credentials", str(creds)]
 
     # Runner A builds the base and stages it; its job's artifact is build_a/<base>/.
-    ok(imagesmith("build", *common, "--only", base, "--out", "build_a", docker_host=None, cwd=tmp_path))
+    ok(cli_job("build", *common, "--only", base, "--out", "build_a", docker_host=None, cwd=tmp_path))
     staged_base = record(tmp_path / "build_a" / base)["staged"]
     assert staged_base["tag"].startswith("ctx-") and staged_base["pushed"] is True
 
@@ -97,7 +79,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     engine_b = second_engine.client()
     assert engine_b.images.list() == []  # nothing there: no base, no OS image
     shutil.copytree(tmp_path / "build_a" / base, tmp_path / "build_b" / base)
-    ok(imagesmith("build", *common, "--only", tools, "--out", "build_b", docker_host=second_engine.host, cwd=tmp_path))
+    ok(cli_job("build", *common, "--only", tools, "--out", "build_b", docker_host=second_engine.host, cwd=tmp_path))
     report_b = {t["target"]: t for t in json.loads((tmp_path / "build_b" / "report.json").read_text())["targets"]}
     assert report_b[base]["status"] == "cached" and report_b[base]["staged"]["adopted"] is True
     assert report_b[tools]["status"] == "built"
@@ -110,7 +92,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     assert (tmp_path / "build_b" / base / "build.json").read_bytes() == (tmp_path / "build_a" / base / "build.json").read_bytes()
 
     # Runner B verifies both by their staged digests (pulled when absent), several artifacts at once.
-    ok(imagesmith("verify", "--build-report", f"build_b/{base}/build.json", "--build-report", f"build_b/{tools}/build.json",
+    ok(cli_job("verify", "--build-report", f"build_b/{base}/build.json", "--build-report", f"build_b/{tools}/build.json",
                   "--gpus", "none", "--tier", "quick", "--stage", stage, "--credentials", str(creds), "--verifier-key", str(verifier_key),
                   docker_host=second_engine.host, cwd=tmp_path))
     verified = {t: json.loads((tmp_path / "build_b" / t / "verify.json").read_text())["image"] for t in (base, tools)}
@@ -121,7 +103,7 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     gathered = tmp_path / "gathered"
     for t in (base, tools):
         shutil.copytree(tmp_path / "build_b" / t, gathered / t)
-    out = ok(imagesmith("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key), "--trust-policy", str(policy),
+    out = ok(cli_job("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key), "--trust-policy", str(policy),
                         docker_host="unix:///nonexistent/docker.sock", cwd=tmp_path))
     assert "release report: gathered/release.json" in out
     rel = json.loads((gathered / "release.json").read_text())
@@ -147,20 +129,20 @@ def test_a_build_split_over_two_engines_is_released_digest_for_digest(
     assert sorted(reg.list_tags("ci/staging")) == sorted([staged_base["tag"], record(tmp_path / "build_b" / tools)["staged"]["tag"]])
 
     # The evidence went to the promoted digest, checked with the signer's key (still no engine).
-    ok(imagesmith("evidence", f"{reg.host}/{release}@{staged[tools]}", "--key", str(tmp_path / "release.pub"),
+    ok(cli_job("evidence", f"{reg.host}/{release}@{staged[tools]}", "--key", str(tmp_path / "release.pub"),
                   "--credentials", str(creds), docker_host="unix:///nonexistent/docker.sock", cwd=tmp_path))
 
     # A job on B without the base's artifact resolves it by its content tag in staging instead of building it
     # (B gets the OS base image A used, so it computes the same context hash).
     engine_b.images.load(b"".join(build_matrix.engine.client.images.get(build_matrix.base).save(named=True)))
-    ok(imagesmith("build", *common, "--only", base, "--out", "build_c", docker_host=second_engine.host, cwd=tmp_path))
+    ok(cli_job("build", *common, "--only", base, "--out", "build_c", docker_host=second_engine.host, cwd=tmp_path))
     again_b = record(tmp_path / "build_c" / base)
     assert again_b["result"]["status"] == "cached" and again_b["result"]["image_id"] == base_id
     assert again_b["staged"] == staged_base | {"pushed": False}  # found under its content tag, nothing pushed
     assert not (tmp_path / "build_c" / base / "build.log").exists()  # not built
 
     # A re-run of the publish job promotes nothing again.
-    ok(imagesmith("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key), "--trust-policy", str(policy),
+    ok(cli_job("publish", "--out", "gathered", "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds), "--signing-key", str(key), "--trust-policy", str(policy),
                   docker_host="unix:///nonexistent/docker.sock", cwd=tmp_path))
     again = json.loads((gathered / "release.json").read_text())
     assert [t["status"] for t in again["targets"]] == ["unchanged", "unchanged"] and again["pushed"] == []

@@ -14,10 +14,8 @@ made-up inventory.json a build job left beside it.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +23,8 @@ import pytest
 
 from imagesmith.edges import signing
 from imagesmith.stages import trust
-from tests.conftest import LOCAL_ROOTS
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
-from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory
+from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory, cli_job, ok
 from tests.unit.trustkeys import key_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
@@ -38,20 +35,6 @@ LAYERS = "layers:\n  base: {toolchain: false}\n"
 TAGS = "tags:\n  floating:\n    - \"v{torch_minor}-{layer}\"\n"
 BASE = "2.13.0-cpu-py3.11-debian12-base"
 FAKE = "made-up-package-from-the-build-job"
-
-
-def job(*args: str, cwd: Path, docker_host: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", signing.ENV_KEY)} | {"NO_COLOR": "1"}
-    env["IMAGESMITH_ALLOW_ROOT"] = os.pathsep.join(map(str, LOCAL_ROOTS))
-    if docker_host:
-        env["DOCKER_HOST"] = docker_host
-    return subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=1800)
-
-
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
 
 
 def opened(path: Path) -> dict[str, Any]:
@@ -74,13 +57,13 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     policy.write_text(trust.policy_text([("gpu-runner", "verifier.pub", ["*"])]))
 
     # The build job: no key at all; its artifact is build/<base>/ (build.json with the staged digest).
-    ok(job("build", "--matrix", str(path), "--date", DATE, "--only", BASE, "--stage", stage, "--credentials", str(creds),
+    ok(cli_job("build", "--matrix", str(path), "--date", DATE, "--only", BASE, "--stage", stage, "--credentials", str(creds),
            "--out", "build", cwd=tmp_path))
     built = json.loads((tmp_path / "build" / BASE / "build.json").read_text())
     digest = built["staged"]["digest"]
 
     # The verify job: the verifier key signs its verification of exactly that digest.
-    ok(job("verify", "--build-report", f"build/{BASE}/build.json", "--stage", stage, "--gpus", "none", "--tier", "quick",
+    ok(cli_job("verify", "--build-report", f"build/{BASE}/build.json", "--stage", stage, "--gpus", "none", "--tier", "quick",
            "--credentials", str(creds), "--verifier-key", str(verifier_key), cwd=tmp_path))
     statement = tmp_path / "build" / BASE / "verify.dsse.json"
     genuine = opened(statement)
@@ -89,7 +72,7 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     assert report["image"]["digest"] == digest and inventory and report["checks"]
 
     # A verify job may also sign one image named by digest: the statement lies beside --json, about that digest.
-    ok(job("verify", f"{stage}@{digest}", "--gpus", "none", "--tier", "quick", "--credentials", str(creds),
+    ok(cli_job("verify", f"{stage}@{digest}", "--gpus", "none", "--tier", "quick", "--credentials", str(creds),
            "--verifier-key", str(verifier_key), "--json", "single/verify.json", "-q", cwd=tmp_path))
     single = trust.read_statement(tmp_path / "single" / "verify.dsse.json", trust.load_policy(policy),
                                   trust.Subject(stage, digest), root=tmp_path / "single")
@@ -97,7 +80,7 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     assert single.report == json.loads((tmp_path / "single" / "verify.json").read_text())
 
     def publish(folder: str) -> subprocess.CompletedProcess[str]:
-        return job("publish", "--out", folder, "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds),
+        return cli_job("publish", "--out", folder, "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds),
                    "--signing-key", str(release_key), "--trust-policy", str(policy), "-q", cwd=tmp_path, docker_host=NO_ENGINE)
 
     def gathered(name: str) -> Path:
@@ -147,7 +130,7 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     image_tags = [t for t in reg.list_tags(release) if not t.startswith("sha256-")]  # not the evidence (referrers, .sig, .att)
     assert image_tags == sorted([tag, "v2.13-base"]) and reg.inspect(release, tag)["Digest"] == digest
     assert "Verifications believed under trust policy" in (tmp_path / "real" / "release.md").read_text()
-    evidence = json.loads(ok(job("evidence", f"{reg.host}/{release}@{digest}", "--key", str(release_pub), "--json",
+    evidence = json.loads(ok(cli_job("evidence", f"{reg.host}/{release}@{digest}", "--key", str(release_pub), "--json",
                                  "--credentials", str(creds), cwd=tmp_path, docker_host=NO_ENGINE)))
     assert [v["passed"] for v in evidence["verification"]] == [True]
     signed_counts = (len(inventory["distributions"]), len(inventory["dpkg"]))
