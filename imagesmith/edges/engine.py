@@ -63,6 +63,14 @@ class ImageInfo:
     parent: str = ""
     layers: tuple[str, ...] = ()  # RootFS diff IDs, base first
     config: "ImageConfig" = field(default_factory=lambda: ImageConfig())
+    os: str = "linux"
+    architecture: str = ""  # as the image config says: amd64, arm64 (empty: the engine did not say)
+    variant: str = ""
+
+    @property
+    def platform(self) -> str:
+        """``os/architecture[/variant]`` as OCI writes a platform (``linux/arm64``)."""
+        return "/".join(filter(None, (self.os, self.architecture, self.variant)))
 
 
 @dataclass(frozen=True)
@@ -249,10 +257,20 @@ class Engine:
                 raise
         return True
 
-    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str]) -> str:
-        """``docker import``: a root file system tarball becomes an image."""
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str],
+                      platform: str | None = None) -> str:
+        """``docker import`` (of another ``platform``, e.g. ``linux/arm64``, when given): a root file system
+        tarball becomes an image whose config names that platform."""
         with docker_errors(f"docker import of {tar_path} as {repository}:{tag}"):
-            out = self.client.api.import_image_from_file(str(tar_path), repository=repository, tag=tag, changes=changes)
+            if platform is None:
+                out = self.client.api.import_image_from_file(str(tar_path), repository=repository, tag=tag, changes=changes)
+            else:  # the SDK has no platform argument for import; the API has had one since 1.32 (POST /images/create)
+                api = self.client.api
+                params = {"fromSrc": "-", "repo": repository, "tag": tag, "changes": changes, "platform": platform}
+                with tar_path.open("rb") as data:
+                    resp = api._post(api._url("/images/create"), params=params, data=data,
+                                     headers={"Content-Type": "application/tar"}, timeout=None)
+                out = api._result(resp)
         status = json.loads(out.strip().splitlines()[-1]) if isinstance(out, str) else out
         if "error" in status:
             raise EngineError(f"docker import failed: {status['error']}")
@@ -318,13 +336,15 @@ class Engine:
     # -- build -------------------------------------------------------------------
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
               network_mode: str | None, on_line: LineSink, cancel: threading.Event | None = None,
-              target: str | None = None) -> BuildOutcome:
-        """Build ``context`` (up to stage ``target``) with the classic builder, streaming each log line."""
+              target: str | None = None, platform: str | None = None) -> BuildOutcome:
+        """Build ``context`` (up to stage ``target``; for ``platform``, e.g. ``linux/arm64``, under emulation when
+        it is not this host's) with the classic builder, streaming each log line. The classic builder can pick a
+        cached base of another architecture (moby/moby#47823): callers check the built image's architecture."""
         outcome = BuildOutcome(image_id=None)
         try:
             stream = self.client.api.build(
                 path=str(context), tag=tag, buildargs=dict(buildargs), labels=dict(labels), network_mode=network_mode,
-                rm=True, forcerm=True, pull=False, decode=True, timeout=None, target=target,
+                rm=True, forcerm=True, pull=False, decode=True, timeout=None, target=target, platform=platform,
             )
             for event in stream:
                 if cancel is not None and cancel.is_set():
@@ -613,6 +633,8 @@ def _info(attrs: Mapping[str, Any]) -> ImageInfo:
         repo_digests=tuple(attrs.get("RepoDigests") or ()),
         parent=str(attrs.get("Parent") or ""),
         layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
+        os=str(attrs.get("Os") or "linux"), architecture=str(attrs.get("Architecture") or ""),
+        variant=str(attrs.get("Variant") or ""),
         config=ImageConfig(
             user=str(config.get("User") or ""), entrypoint=_strings(config.get("Entrypoint")),
             cmd=_strings(config.get("Cmd")), env=_strings(config.get("Env")),

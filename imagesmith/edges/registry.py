@@ -30,7 +30,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode
 
 import requests
@@ -282,6 +282,39 @@ class PushedManifest:
     subject: str | None  # the OCI-Subject header: the registry indexed the subject itself
 
 
+@dataclass(frozen=True)
+class IndexEntry:
+    """One platform's image manifest in an image index: its digest, media type and size, and the platform its
+    config names (``linux``, ``arm64``)."""
+
+    digest: str
+    media_type: str
+    size: int
+    os: str
+    architecture: str
+    variant: str = ""
+
+    @property
+    def platform(self) -> str:
+        return "/".join(filter(None, (self.os, self.architecture, self.variant)))
+
+    def to_json(self) -> dict[str, Any]:
+        platform = {"architecture": self.architecture, "os": self.os} | ({"variant": self.variant} if self.variant else {})
+        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size, "platform": platform}
+
+
+def index_document(entries: Sequence[IndexEntry]) -> bytes:
+    """An OCI image index (canonical JSON, platforms in a fixed order) of ``entries``: one manifest per platform,
+    each pinned by digest; two manifests for one platform are a ValueError."""
+    platforms = [e.platform for e in entries]
+    twice = sorted({p for p in platforms if platforms.count(p) > 1})
+    if twice:
+        raise ValueError(f"an index holds one manifest per platform; {', '.join(twice)} came more than once")
+    doc = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+           "manifests": [e.to_json() for e in sorted(entries, key=lambda e: e.platform)]}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -391,6 +424,30 @@ class Registry:
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]:
         config = self.config(repo, config_digest)
         return dict((config.get("config") or {}).get("Labels") or {})
+
+    def index_entry(self, repo: str, digest: str) -> IndexEntry:
+        """The index entry of image manifest ``digest``: its media type and size as stored, and the platform its
+        config names (read from the registry, never taken from the caller)."""
+        found = self.manifest(repo, digest)
+        if found is None or found.media_type in INDEXES or not found.config_digest:
+            raise RegistryHTTPError(f"{self.host}/{repo}@{digest} is not an image manifest in the registry: "
+                                    "push every platform's image before its index")
+        config = self.config(repo, found.config_digest)
+        return IndexEntry(found.digest, found.media_type, len(found.raw), str(config.get("os") or ""),
+                          str(config.get("architecture") or ""), str(config.get("variant") or ""))
+
+    def push_index(self, repo: str, tag: str, digests: Sequence[str]) -> str:
+        """Write the OCI image index of ``digests`` (one image manifest per platform, each already in ``repo``)
+        under ``tag``, then read it back: the registry must serve exactly those bytes under that digest."""
+        data = index_document([self.index_entry(repo, d) for d in digests])
+        digest = sha256_digest(data)
+        pushed = self.push_manifest(repo, tag, OCI_INDEX, data)
+        back = self._request("GET", f"/v2/{repo}/manifests/{tag}", repo, headers={"Accept": ACCEPT})
+        assert back is not None
+        if pushed.digest != digest or back.content != data:
+            raise RegistryHTTPError(f"{self.host}/{repo}:{tag}: the registry serves another document than the index "
+                                    f"written ({digest}); nothing else was changed: push again")
+        return digest
 
     def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str:
         """Store ``manifest`` under ``tag`` (a registry-side retag); return the digest the registry reports."""

@@ -2,7 +2,10 @@
 
 ``imagesmith base bootstrap --os debian12`` makes a minimal Debian root file
 system from Debian's mirror and imports it as an image. Builds then pin that
-image by ID (the build report records which).
+image by ID (the build report records which). ``--arch arm64`` makes the
+arm64 base on an amd64 host: debootstrap's second stage runs under qemu
+(binfmt_misc with Debian's ``qemu-user-static``), and the image is imported as
+``linux/arm64`` so its config names the architecture its files are for.
 """
 
 from __future__ import annotations
@@ -28,8 +31,37 @@ SCRUB = ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/*", "va
          "etc/machine-id", "var/lib/dbus/machine-id", "root/.bash_history")
 
 
-def default_tag(os_key: str, kb: compat.KnowledgeBase) -> str:
-    return f"imagesmith/debian:{kb.os[os_key].codename}"
+ARCHES = {"amd64": "x86_64", "arm64": "aarch64"}  # Debian/OCI architecture -> the kernel's (uname -m, binfmt)
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+
+
+def default_tag(os_key: str, kb: compat.KnowledgeBase, arch: str | None = None) -> str:
+    codename = kb.os[os_key].codename
+    return f"imagesmith/debian:{codename}" if arch in (None, host_arch()) else f"imagesmith/debian:{codename}-{arch}"
+
+
+def host_arch() -> str:
+    """This host's architecture in Debian/OCI words (amd64, arm64)."""
+    machine = os.uname().machine
+    return next((a for a, m in ARCHES.items() if m == machine), machine)
+
+
+def check_runs(arch: str, binfmt: Path = BINFMT) -> None:
+    """``arch`` binaries run here: natively, or through a binfmt_misc handler (qemu-user-static); else a UserError
+    saying what to install."""
+    if arch not in ARCHES:
+        raise UserError(f"--arch {arch!r}: imagesmith knows {', '.join(ARCHES)}")
+    if arch == host_arch():
+        return
+    handler = binfmt / f"qemu-{ARCHES[arch]}"
+    try:
+        enabled = handler.read_text().splitlines()[0].strip() == "enabled"
+    except OSError:
+        enabled = False
+    if not enabled:
+        raise UserError(f"{arch} programs cannot run on this {host_arch()} host: no enabled binfmt_misc handler "
+                        f"{handler}; apt-get install -y qemu-user-static binfmt-support (then update-binfmts --enable "
+                        f"qemu-{ARCHES[arch]}), or build on a native {arch} runner")
 
 
 def debian_suite(os_key: str, kb: compat.KnowledgeBase) -> str:
@@ -51,12 +83,12 @@ def _run(cmd: list[str]) -> "subprocess.CompletedProcess[str]":
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def debootstrap(suite: str, root: Path, mirror: str, runner: Runner = _run) -> None:
+def debootstrap(suite: str, root: Path, mirror: str, runner: Runner = _run, arch: str | None = None) -> None:
     if shutil.which("debootstrap") is None:
         raise UserError("debootstrap is not installed: apt-get install -y debootstrap")
     if os.geteuid() != 0:
         raise UserError("debootstrap needs root: run imagesmith base bootstrap as root (or with sudo)")
-    proc = runner(["debootstrap", "--variant=minbase", suite, str(root), mirror])
+    proc = runner(["debootstrap", "--variant=minbase", *([f"--arch={arch}"] if arch else []), suite, str(root), mirror])
     if proc.returncode != 0:
         last = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
         raise UserError(f"debootstrap {suite} from {mirror} failed (exit {proc.returncode}):\n{last}")
@@ -89,21 +121,24 @@ def pack(root: Path, tar_path: Path, mtime: int) -> None:
 
 
 def bootstrap(engine: Engine, os_key: str, tag: str | None = None, mirror: str = DEFAULT_MIRROR,
-              runner: Runner = _run, kb: compat.KnowledgeBase | None = None) -> tuple[str, str]:
-    """Make the base for ``os_key``; return (reference, image ID)."""
+              runner: Runner = _run, kb: compat.KnowledgeBase | None = None, arch: str | None = None) -> tuple[str, str]:
+    """Make the base for ``os_key`` (of ``arch``, default this host's); return (reference, image ID)."""
     kb = kb or compat.load()
     suite = debian_suite(os_key, kb)
-    ref = tag or default_tag(os_key, kb)
+    foreign = arch if arch is not None and arch != host_arch() else None
+    if arch is not None:
+        check_runs(arch)
+    ref = tag or default_tag(os_key, kb, arch)
     repository, _, version = ref.rpartition(":")
     if not repository:
         raise UserError(f"--tag {ref!r} needs the form repository:tag")
     with tempfile.TemporaryDirectory(prefix="imagesmith-rootfs-") as tmp:
         root, tar_path = Path(tmp, "rootfs"), Path(tmp, "rootfs.tar")
-        debootstrap(suite, root, mirror, runner)
+        debootstrap(suite, root, mirror, runner, foreign)
         scrub(root, suite, mirror)
         pack(root, tar_path, int(dt.datetime.now(dt.timezone.utc).timestamp()))
         changes = ['CMD ["bash"]', "ENV LANG=C.UTF-8",
                    f"LABEL io.imagesmith.bootstrap.suite={suite} io.imagesmith.bootstrap.mirror={mirror} "
                    f"org.opencontainers.image.created={dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}"]
-        image_id = engine.import_rootfs(tar_path, repository, version, changes)
+        image_id = engine.import_rootfs(tar_path, repository, version, changes, f"linux/{foreign}" if foreign else None)
     return ref, image_id

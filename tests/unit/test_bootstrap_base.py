@@ -86,16 +86,22 @@ class ImportDouble:
     """engine.import_rootfs as bootstrap calls it."""
 
     calls: list[tuple[list[str], str, str, list[str]]] = field(default_factory=list)
+    platforms: list[str | None] = field(default_factory=list)
 
-    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str]) -> str:
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str], platform: str | None = None) -> str:
         with tarfile.open(tar_path) as tar:
             self.calls.append((tar.getnames(), repository, tag, changes))
+        self.platforms.append(platform)
         return "sha256:imported"
 
 
+seen: list[list[str]] = []
+
+
 def fake_debootstrap(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    """What debootstrap leaves: a minbase tree at the root it is given."""
-    root = Path(cmd[3])
+    """What debootstrap leaves: a minbase tree at the root it is given (argv: ... SUITE ROOT MIRROR)."""
+    seen.append(cmd)
+    root = Path(cmd[-2])
     root.mkdir(parents=True)
     minbase(root)
     return subprocess.CompletedProcess(cmd, 0, "I: Base system installed successfully.\n", "")
@@ -135,3 +141,49 @@ def test_a_tag_without_a_repository_is_refused_before_any_work() -> None:
 
     with pytest.raises(UserError, match=r"^--tag 'bookworm' needs the form repository:tag$"):
         bootstrap.bootstrap(ImportDouble(), "debian12", tag="bookworm", runner=never, kb=KB)  # type: ignore[arg-type]
+
+
+def handler(folder: Path, arch: str, state: str = "enabled") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"qemu-{arch}").write_text(f"{state}\ninterpreter /usr/libexec/qemu-binfmt/{arch}-binfmt-P\nflags: PF\n")
+    return folder
+
+
+@pytest.mark.parametrize("arch, binfmt, why", [
+    ("arm64", None, "arm64 programs cannot run on this amd64 host: no enabled binfmt_misc handler {dir}/qemu-aarch64; "
+                    "apt-get install -y qemu-user-static binfmt-support (then update-binfmts --enable qemu-aarch64), or "
+                    "build on a native arm64 runner"),
+    ("arm64", "disabled", "arm64 programs cannot run on this amd64 host: no enabled binfmt_misc handler"),
+    ("arm64", "enabled", None),
+    ("amd64", None, None),  # this host's own
+    ("riscv64", None, "--arch 'riscv64': imagesmith knows amd64, arm64"),
+])
+def test_another_architecture_runs_only_through_an_enabled_qemu_handler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str, binfmt: str | None, why: str | None) -> None:
+    monkeypatch.setattr(bootstrap, "host_arch", lambda: "amd64")
+    folder = handler(tmp_path / "binfmt", "aarch64", binfmt) if binfmt else tmp_path / "binfmt"
+    if why is None:
+        bootstrap.check_runs(arch, folder)
+        return
+    with pytest.raises(UserError) as err:
+        bootstrap.check_runs(arch, folder)
+    assert str(err.value).startswith(why.replace("{dir}", str(folder)))
+
+
+def test_the_default_tag_names_a_foreign_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bootstrap, "host_arch", lambda: "amd64")
+    assert bootstrap.default_tag("debian12", KB, "arm64") == "imagesmith/debian:bookworm-arm64"
+    assert bootstrap.default_tag("debian12", KB, "amd64") == bootstrap.default_tag("debian12", KB) == "imagesmith/debian:bookworm"
+
+
+@needs_root_and_debootstrap
+def test_an_arm64_base_is_debootstrapped_for_arm64_and_imported_as_linux_arm64(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bootstrap, "host_arch", lambda: "amd64")
+    monkeypatch.setattr(bootstrap, "check_runs", lambda arch: None)  # the handler itself: the test above
+    engine, seen[:] = ImportDouble(), []
+    ref, _ = bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB, arch="arm64")  # type: ignore[arg-type]
+    assert ref == "imagesmith/debian:bookworm-arm64" and engine.platforms == ["linux/arm64"]
+    assert seen[0][:3] == ["debootstrap", "--variant=minbase", "--arch=arm64"] and seen[0][3] == "bookworm"
+    engine, seen[:] = ImportDouble(), []
+    bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB)  # type: ignore[arg-type]
+    assert engine.platforms == [None] and "--arch=arm64" not in seen[0]  # this host's: as before
