@@ -2,7 +2,7 @@
 # Make this host ready for imagesmith's builds and tests, idempotently:
 # Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd,
 # Slurm's slurmctld/slurmd/client and munge, Prometheus's promtool, node_exporter
-# and pushgateway) and a running Docker engine.
+# and pushgateway, qemu-user-static for arm64 under emulation) and a running Docker engine.
 # Safe to run again and again.
 set -euo pipefail
 
@@ -22,11 +22,21 @@ command -v munged >/dev/null || need+=(munge)
 command -v promtool >/dev/null || need+=(prometheus)
 command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
 command -v prometheus-pushgateway >/dev/null || need+=(prometheus-pushgateway)
+# arm64 images on an amd64 host (bases, builds, the emulated payload): qemu through binfmt_misc
+if [ "$(uname -m)" != aarch64 ]; then
+    command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+    command -v update-binfmts >/dev/null || need+=(binfmt-support)
+fi
 if [ ${#need[@]} -gt 0 ]; then
     echo "ensure-host: installing ${need[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if [ "$(uname -m)" != aarch64 ] && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    # no systemd here to do it at boot: mount binfmt_misc and register qemu (with F: it works inside containers)
+    mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+    update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || echo "ensure-host: qemu-aarch64 could not be registered (binfmt_misc); arm64 runs need it" >&2
 fi
 
 if ! docker info >/dev/null 2>&1; then

@@ -38,11 +38,13 @@ class Evidence:
     gpu_checks: Mapping[str, int]  # status -> count of checks that need a GPU
     exclusive: bool | None = None  # the report's sharing.exclusive: None where not measured (older reports too)
     shared_with: str = ""  # 'GPU 0 shared with PID 4242 python3, 1.6 GiB' when not exclusive
+    emulated: str = ""  # 'linux/arm64 on a linux/amd64 host (qemu)' when the image ran under emulation
 
     @property
     def gpu_verified(self) -> bool:
+        """Never under emulation: qemu runs no GPU kernels, so nothing it ran speaks for a GPU."""
         ran = self.gpu_checks.get("pass", 0) + self.gpu_checks.get("warn", 0) if self.gpu_checks else 1
-        return (self.ok and self.mode == "gpu" and self.gpus >= 1 and self.devices in GOOD
+        return (self.ok and self.mode == "gpu" and not self.emulated and self.gpus >= 1 and self.devices in GOOD
                 and not self.gpu_checks.get("fail", 0) and ran >= 1 and self.exclusive is not False)
 
     def describe(self) -> str:
@@ -58,9 +60,13 @@ class Evidence:
         failed = self.gpu_checks.get("fail", 0)
         if self.exclusive is False and self.mode == "gpu" and not failed:
             return f"{NOT_GPU_VERIFIED} ({SHARED})"
+        if self.emulated:
+            return f"{NOT_GPU_VERIFIED} (emulated {self.emulated.split(' ')[0]}, CPU mode)"
         return f"{NOT_GPU_VERIFIED} ({self._why() if self.mode == 'gpu' and failed else self.mode.upper() + ' mode'})"
 
     def _why(self) -> str:
+        if self.emulated:
+            return f"emulated: {self.emulated}, in CPU mode"
         failed = self.gpu_checks.get("fail", 0)
         if self.exclusive is False and self.mode == "gpu" and not failed:
             return f"{SHARED}: {self.shared_with}"
@@ -136,7 +142,18 @@ def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = No
         gpu_checks={str(k): int(v) for k, v in counts.items() if isinstance(v, int)},
         exclusive=exclusive if isinstance(exclusive, bool) else None,
         shared_with=describe_foreign(sharing.get("foreign")),
+        emulated=emulation_text(report.get("emulation")),
     )
+
+
+def emulation_text(raw: Any) -> str:
+    """A report's ``emulation`` block (verify sets it when the image's platform is not the host's) in words."""
+    emu = _mapping(raw)
+    image, host = emu.get("image"), emu.get("host")
+    if not isinstance(image, str) or not isinstance(host, str) or not image:
+        return ""
+    by = emu.get("by")
+    return f"{image} on a {host} host" + (f" ({by})" if isinstance(by, str) and by else "")
 
 
 def describe_foreign(foreign: Any, limit: int = 3) -> str:
@@ -204,6 +221,8 @@ def how_verified(report: Mapping[str, Any]) -> str:
     """A table cell: 'GPU x2', 'CPU' (a CPU-only torch) or 'CPU: not GPU-verified' (a CUDA build)."""
     ev = evidence(report)
     cuda = _mapping(report.get("environment")).get("cuda")
+    if ev.emulated:
+        return f"CPU, emulated {ev.emulated.split(' ')[0]}" + (f": {NOT_GPU_VERIFIED}" if cuda else "")
     if ev.mode == "gpu":
         return f"GPU x{ev.gpus}" + ("" if ev.gpu_verified or not ev.ok or not cuda else f": {NOT_GPU_VERIFIED}")
     return f"CPU: {NOT_GPU_VERIFIED}" if cuda else "CPU"

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -347,13 +347,43 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
     info = engine.image(ref) or (engine.pull(ref, auth) if pull else None)
     if info is None:
         raise UserError(f"image {ref} is not in the engine (and --no-pull was given)")
+    emulated = emulation(ref, getattr(info, "platform", ""), engine_platform(engine), options)
+    if emulated is not None:
+        options = replace(options, gpus="none")  # qemu runs no GPU kernels: CPU mode, said so everywhere
     spec = payload_spec(info, options, kb, request, progress)
     sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
     report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options, request, info.config), sampler)
     report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
     report = with_notes(report, info.config, options, info.labels)
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
-    return VerifyOutcome(finish(report, image, nvml, started, time.monotonic() - t0))
+    done = finish(report, image, nvml, started, time.monotonic() - t0)
+    if emulated is not None:
+        done["emulation"] = emulated
+    return VerifyOutcome(done)
+
+
+EMULATOR = "qemu-user through binfmt_misc"
+
+
+def engine_platform(engine: Any) -> str:
+    """The engine's own platform (``linux/amd64``), from ``docker info`` (OSType, Architecture in uname words)."""
+    info = engine.info() if hasattr(engine, "info") else {}  # an engine double without info(): no platform known
+    machine = str(info.get("Architecture") or "")
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+    return f"{info.get('OSType') or 'linux'}/{arch}"
+
+
+def emulation(ref: str, image_platform: str, host_platform: str, options: VerifyOptions) -> dict[str, str] | None:
+    """The report's ``emulation`` block when ``ref`` (of ``image_platform``) is not the engine's platform; a
+    GPU required of an emulated run is a UserError (it can never be GPU-verified here)."""
+    if "/" not in image_platform or not host_platform.partition("/")[2] or image_platform == host_platform:
+        return None
+    if options.require_gpu:
+        arch = image_platform.split("/")[1] if "/" in image_platform else image_platform
+        raise UserError(f"{ref} is a {image_platform} image: on this {host_platform} engine it runs only under emulation, "
+                        f"never on a GPU; verify it on a native {arch} GPU runner (a fleet class on {image_platform}), "
+                        "or leave out --require-gpu to check it in CPU mode under emulation")
+    return {"image": image_platform, "host": host_platform, "by": EMULATOR}
 
 
 def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, request: Request,
