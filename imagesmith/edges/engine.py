@@ -257,20 +257,10 @@ class Engine:
                 raise
         return True
 
-    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str],
-                      platform: str | None = None) -> str:
-        """``docker import`` (of another ``platform``, e.g. ``linux/arm64``, when given): a root file system
-        tarball becomes an image whose config names that platform."""
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str]) -> str:
+        """``docker import``: a root file system tarball becomes an image."""
         with docker_errors(f"docker import of {tar_path} as {repository}:{tag}"):
-            if platform is None:
-                out = self.client.api.import_image_from_file(str(tar_path), repository=repository, tag=tag, changes=changes)
-            else:  # the SDK has no platform argument for import; the API has had one since 1.32 (POST /images/create)
-                api = self.client.api
-                params = {"fromSrc": "-", "repo": repository, "tag": tag, "changes": changes, "platform": platform}
-                with tar_path.open("rb") as data:
-                    resp = api._post(api._url("/images/create"), params=params, data=data,
-                                     headers={"Content-Type": "application/tar"}, timeout=None)
-                out = api._result(resp)
+            out = self.client.api.import_image_from_file(str(tar_path), repository=repository, tag=tag, changes=changes)
         status = json.loads(out.strip().splitlines()[-1]) if isinstance(out, str) else out
         if "error" in status:
             raise EngineError(f"docker import failed: {status['error']}")

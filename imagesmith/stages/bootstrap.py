@@ -11,13 +11,16 @@ arm64 base on an amd64 host: debootstrap's second stage runs under qemu
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import io
+import json
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from imagesmith.edges.engine import Engine
 from imagesmith.errors import UserError
@@ -137,8 +140,44 @@ def bootstrap(engine: Engine, os_key: str, tag: str | None = None, mirror: str =
         debootstrap(suite, root, mirror, runner, foreign)
         scrub(root, suite, mirror)
         pack(root, tar_path, int(dt.datetime.now(dt.timezone.utc).timestamp()))
-        changes = ['CMD ["bash"]', "ENV LANG=C.UTF-8",
-                   f"LABEL io.imagesmith.bootstrap.suite={suite} io.imagesmith.bootstrap.mirror={mirror} "
-                   f"org.opencontainers.image.created={dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}"]
-        image_id = engine.import_rootfs(tar_path, repository, version, changes, f"linux/{foreign}" if foreign else None)
-    return ref, image_id
+        created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        labels = {"io.imagesmith.bootstrap.suite": suite, "io.imagesmith.bootstrap.mirror": mirror,
+                  "org.opencontainers.image.created": created}
+        if foreign is None:
+            changes = ['CMD ["bash"]', "ENV LANG=C.UTF-8", "LABEL " + " ".join(f"{k}={v}" for k, v in labels.items())]
+            return ref, engine.import_rootfs(tar_path, repository, version, changes)
+        # docker import cannot name another architecture (its --platform is ignored without experimental
+        # features): load a one-layer docker-archive whose config names it instead
+        image = Path(tmp, "image.tar")
+        docker_archive(tar_path, image, ref, foreign, labels, created, f"debootstrap --arch={foreign} {suite}")
+        with image.open("rb") as data:
+            engine.load(iter(lambda: data.read(1 << 20), b""))
+        info = engine.image(ref)
+        if info is None or info.architecture != foreign:
+            raise UserError(f"docker load of the {foreign} base did not leave {ref} as a linux/{foreign} image")
+        return ref, info.id
+
+
+def docker_archive(rootfs: Path, out: Path, ref: str, arch: str, labels: Mapping[str, str], created: str,
+                   how: str) -> None:
+    """``out``: a docker-archive (the ``docker save`` layout) of one image tagged ``ref``: ``rootfs`` as its only
+    layer, a config naming ``linux/arch``, ``bash`` as its command, ``LANG=C.UTF-8`` and ``labels``."""
+    digest = hashlib.sha256()
+    with rootfs.open("rb") as data:
+        for chunk in iter(lambda: data.read(1 << 20), b""):
+            digest.update(chunk)
+    layer = digest.hexdigest()
+    config = json.dumps({
+        "architecture": arch, "os": "linux", "created": created,
+        "config": {"Cmd": ["bash"], "Env": ["LANG=C.UTF-8"], "Labels": dict(labels)},
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer}"]},
+        "history": [{"created": created, "created_by": f"imagesmith base bootstrap ({how})"}],
+    }, sort_keys=True).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [ref], "Layers": [f"{layer}/layer.tar"]}]).encode()
+    with tarfile.open(out, "w") as tar:
+        tar.add(rootfs, arcname=f"{layer}/layer.tar", recursive=False)
+        for name, body in ((config_name, config), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))

@@ -4,12 +4,17 @@ minbase tree, a reproducible tarball, and the whole bootstrap through its
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -86,13 +91,29 @@ class ImportDouble:
     """engine.import_rootfs as bootstrap calls it."""
 
     calls: list[tuple[list[str], str, str, list[str]]] = field(default_factory=list)
-    platforms: list[str | None] = field(default_factory=list)
 
-    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str], platform: str | None = None) -> str:
+    def import_rootfs(self, tar_path: Path, repository: str, tag: str, changes: list[str]) -> str:
         with tarfile.open(tar_path) as tar:
             self.calls.append((tar.getnames(), repository, tag, changes))
-        self.platforms.append(platform)
         return "sha256:imported"
+
+
+@dataclass
+class LoadDouble:
+    """engine.load and engine.image as the foreign-architecture bootstrap calls them: what the archive holds."""
+
+    loaded: dict[str, bytes] = field(default_factory=dict)
+
+    def load(self, chunks: Any) -> list[str]:
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            for member in tar.getmembers():
+                data = tar.extractfile(member)
+                self.loaded[member.name] = data.read() if data else b""
+        return [json.loads(self.loaded["manifest.json"])[0]["RepoTags"][0]]
+
+    def image(self, ref: str) -> Any:
+        config = json.loads(next(v for k, v in self.loaded.items() if k.endswith(".json") and k != "manifest.json"))
+        return SimpleNamespace(id="sha256:loaded", architecture=config["architecture"])
 
 
 seen: list[list[str]] = []
@@ -177,13 +198,27 @@ def test_the_default_tag_names_a_foreign_architecture(monkeypatch: pytest.Monkey
 
 
 @needs_root_and_debootstrap
-def test_an_arm64_base_is_debootstrapped_for_arm64_and_imported_as_linux_arm64(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_arm64_base_is_debootstrapped_for_arm64_and_loaded_as_linux_arm64(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bootstrap, "host_arch", lambda: "amd64")
     monkeypatch.setattr(bootstrap, "check_runs", lambda arch: None)  # the handler itself: the test above
-    engine, seen[:] = ImportDouble(), []
-    ref, _ = bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB, arch="arm64")  # type: ignore[arg-type]
-    assert ref == "imagesmith/debian:bookworm-arm64" and engine.platforms == ["linux/arm64"]
+    engine, seen[:] = LoadDouble(), []
+    ref, iid = bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB, arch="arm64")  # type: ignore[arg-type]
+    assert (ref, iid) == ("imagesmith/debian:bookworm-arm64", "sha256:loaded")
     assert seen[0][:3] == ["debootstrap", "--variant=minbase", "--arch=arm64"] and seen[0][3] == "bookworm"
+    (manifest,) = json.loads(engine.loaded["manifest.json"])
+    config = json.loads(engine.loaded[manifest["Config"]])
+    assert (config["architecture"], config["os"], config["config"]["Cmd"], config["config"]["Env"]) == (
+        "arm64", "linux", ["bash"], ["LANG=C.UTF-8"])
+    assert config["config"]["Labels"]["io.imagesmith.bootstrap.suite"] == "bookworm" and manifest["RepoTags"] == [ref]
+    layer = engine.loaded[manifest["Layers"][0]]  # the scrubbed tree, named by its digest
+    assert config["rootfs"]["diff_ids"] == [f"sha256:{hashlib.sha256(layer).hexdigest()}"]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        assert "etc/apt/sources.list" in tar.getnames() and "var/log/dpkg.log" not in tar.getnames()
+
+
+@needs_root_and_debootstrap
+def test_this_hosts_architecture_is_imported_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bootstrap, "host_arch", lambda: "amd64")
     engine, seen[:] = ImportDouble(), []
-    bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB)  # type: ignore[arg-type]
-    assert engine.platforms == [None] and "--arch=arm64" not in seen[0]  # this host's: as before
+    bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB, arch="amd64")  # type: ignore[arg-type]
+    assert len(engine.calls) == 1 and not any(a.startswith("--arch") for a in seen[0])
