@@ -92,7 +92,7 @@ def test_two_classes_pass_the_good_image_and_fail_the_bad_one(
     _publish_gated_by(out / "fleet-report.json", fleet, fleet_images, engine, tmp_path / "release", policy)
 
 
-def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: Engine, out: Path, policy: Path) -> None:
+def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: Engine, out: Path, trust_file: Path) -> None:
     """publish with --fleet/--fleet-report semantics and the trust policy: both immutable tags land; only the
     digest whose signed results passed on every class gets its floating tag; the held-back one names the class."""
     from imagesmith.edges.registry import Credentials, Registry
@@ -107,7 +107,7 @@ def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: En
              for name, layer, image_id in (("good", "base", images.good_id), ("bad", "nlp", images.bad_id))]
     policy = TagPolicy(immutable="{torch}-{accel}-{layer}-{date}", floating=(FloatingTag("v{torch_minor}-{layer}"),))
     creds = Credentials(USER, PASSWORD, "test")
-    gate = load_gate(fleet, [report], trust.load_policy(policy))
+    gate = load_gate(fleet, [report], trust.load_policy(trust_file))
     assert gate is not None
     rel = Publisher(engine, Registry(host, creds), ImageSpec(repo, host), policy, "20261130", out, credentials=creds,
                     floating_gate=gate.held_back).run(items)
