@@ -7,6 +7,7 @@ reported together, warnings (legal but suspicious input) come with a fix hint.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 import graphlib
@@ -21,8 +22,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.model import compat, grammar, vulns
+from imagesmith.model import platform as platforms
 from imagesmith.model.located import MAX_BYTES, KeyPath, Lines, TextProblem, dotted, line_of, load_located, printable, read_limited
 from imagesmith.model.paths import PathProblem, Roots, confined, read_text
+from imagesmith.model.platform import Platform
 from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS
 from imagesmith.model.tags import FloatingTag as FloatingTag  # re-exported: the matrix's tag policy is the tags module's
 from imagesmith.model.tags import TagPolicy as TagPolicy
@@ -30,6 +33,7 @@ from imagesmith.model.versions import matches, version_key
 
 SCHEMA_VERSION = 1
 AXES = ("torch", "cuda", "python", "os")
+PLATFORM = "platform"  # the fifth axis: optional (default linux/amd64), so a cell is named by the four above
 BUILTIN_PARENTS = {"base": None, "cv": "base", "nlp": "base", "project": "cv"}
 BASE_FROM = ("os", "cuda-runtime", "cuda-devel")
 CUDA_LIBS = ("shared", "venv")  # base layer: torch's CUDA wheels in a layer shared across cells, or in each venv
@@ -54,10 +58,16 @@ class Cell:
     python: str
     os: str
     cudnn: str | None = None
-    origin: tuple[KeyPath, ...] = field(default=(), compare=False)  # where torch, cuda, python, os were written
+    origin: tuple[KeyPath, ...] = field(default=(), compare=False)  # where torch, cuda, python, os (, platform) were written
+    platform: Platform = platforms.DEFAULT
 
     def label(self) -> str:
-        return " ".join(f"{a}={getattr(self, a)}" for a in AXES)
+        words = [f"{a}={getattr(self, a)}" for a in AXES]
+        return " ".join(words + ([f"platform={self.platform}"] if self.platform is not platforms.DEFAULT else []))
+
+    def where(self) -> dict[str, KeyPath]:
+        """Axis -> where it was written (``platform`` where it was written at all)."""
+        return dict(zip((*AXES, PLATFORM), self.origin)) if len(self.origin) >= len(AXES) else {}
 
 
 @dataclass(frozen=True)
@@ -94,8 +104,9 @@ class Layer:
     when: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def applies_to(self, cell: "Cell") -> bool:
-        """Whether this layer is built for ``cell`` (``when:`` filter)."""
-        return all(matches_any(getattr(cell, axis), values) for axis, values in self.when)
+        """Whether this layer is built for ``cell`` (``when:`` filter; a platform is matched whole)."""
+        return all(str(cell.platform) in values if axis == PLATFORM else matches_any(getattr(cell, axis), values)
+                   for axis, values in self.when)
 
 
 def matches_any(value: str, wanted: Sequence[str]) -> bool:
@@ -357,6 +368,7 @@ def _axis(ctx: Ctx, d: Mapping[str, Any], axis: str) -> list[tuple[str, KeyPath]
 
 
 def _cell_entries(ctx: Ctx, raw: Any, key: str) -> list[tuple[dict[str, str], KeyPath]]:
+    """The entries of include/exclude; one whose platform is not one imagesmith builds is reported and dropped."""
     path: KeyPath = ("matrix", key)
     if raw is None:
         return []
@@ -365,23 +377,48 @@ def _cell_entries(ctx: Ctx, raw: Any, key: str) -> list[tuple[dict[str, str], Ke
         return []
     out = []
     for i, item in enumerate(raw):
-        entry = ctx.mapping(item, path + (i,), AXES + ("cudnn",))
-        out.append(({k: str(v) for k, v in entry.items()}, path + (i,)))
+        entry = {k: str(v) for k, v in ctx.mapping(item, path + (i,), (*AXES, "cudnn", PLATFORM)).items()}
+        why = platforms.problem(entry[PLATFORM]) if PLATFORM in entry else None
+        if why:
+            ctx.error(path + (i, PLATFORM), why)
+            continue
+        out.append((entry, path + (i,)))
+    return out
+
+
+def _platform_axis(ctx: Ctx, raw: Any) -> list[tuple[Platform, KeyPath]]:
+    """matrix.platform: a list or one string, each ``linux/amd64`` or ``linux/arm64``; absent: linux/amd64 alone."""
+    path: KeyPath = ("matrix", PLATFORM)
+    if raw is None:
+        return [(platforms.DEFAULT, ("matrix",))]
+    if raw == []:
+        ctx.error(path, f"give at least one platform ({', '.join(platforms.NAMES)}), or leave platform out to build linux/amd64")
+    out: list[tuple[Platform, KeyPath]] = []
+    for i, value in enumerate(ctx.strings(raw, path)):
+        where = path if isinstance(raw, str) else path + (i,)
+        why = platforms.problem(value)
+        if why:
+            ctx.error(where, why)
+        elif any(p == value for p, _ in out):
+            ctx.warn(where, f"{value} is listed twice; it is built once")
+        else:
+            out.append((platforms.Platform(value), where))
     return out
 
 
 def _expand(ctx: Ctx, raw: Any) -> list[Cell]:
     """The cells of the matrix, with include/exclude applied as GitHub Actions does."""
-    d = ctx.mapping(raw, ("matrix",), AXES + ("cudnn", "include", "exclude"))
+    d = ctx.mapping(raw, ("matrix",), (*AXES, PLATFORM, "cudnn", "include", "exclude"))
     axes = {a: _axis(ctx, d, a) for a in AXES}
+    plats = _platform_axis(ctx, d.get(PLATFORM))
     cudnn = ctx.string(d.get("cudnn"), ("matrix", "cudnn"))
-    combos = [dict(zip(AXES, (v for v, _ in combo))) | {"_origin": combo}
-              for combo in itertools.product(*(axes[a] for a in AXES))]
+    combos = [dict(zip((*AXES, PLATFORM), (v for v, _ in combo))) | {"_origin": combo}
+              for combo in itertools.product(*(axes[a] for a in AXES), plats)]
     for entry, _ in _cell_entries(ctx, d.get("exclude"), "exclude"):
         combos = [c for c in combos if not all(c.get(k) == v for k, v in entry.items())]
     cells = _Cells([_product_cell(c, cudnn) for c in combos])
     for entry, path in _cell_entries(ctx, d.get("include"), "include"):
-        _include(ctx, cells, entry, path, cudnn)
+        _include(ctx, cells, entry, path, cudnn, plats)
     if not cells.cells:
         ctx.error(("matrix",), "the matrix has no cells; give each of torch, cuda, python, os at least one value, or list cells under include")
     return cells.cells
@@ -389,7 +426,8 @@ def _expand(ctx: Ctx, raw: Any) -> list[Cell]:
 
 def _product_cell(combo: dict[str, Any], cudnn: str | None) -> Cell:
     origin = tuple(path for _, path in combo["_origin"])
-    return Cell(combo["torch"], combo["cuda"], combo["python"], combo["os"], cudnn=cudnn, origin=origin)
+    return Cell(combo["torch"], combo["cuda"], combo["python"], combo["os"], cudnn=cudnn, origin=origin,
+                platform=combo[PLATFORM])
 
 
 class _Cells:
@@ -402,8 +440,10 @@ class _Cells:
             self.index.setdefault(_axes(c), []).append(i)
 
     def matching(self, given: Mapping[str, str]) -> list[int]:
-        if len(given) == len(AXES):
-            return self.index.get(tuple(given[a] for a in AXES), [])
+        """Cells equal to ``given`` on the keys it names (axes and platform)."""
+        if all(a in given for a in AXES):
+            hits = self.index.get(tuple(given[a] for a in AXES), [])
+            return [i for i in hits if given.get(PLATFORM, self.cells[i].platform) == self.cells[i].platform]
         return [i for i, c in enumerate(self.cells) if all(getattr(c, k) == v for k, v in given.items())]
 
     def add(self, cell: Cell) -> None:
@@ -415,9 +455,17 @@ def _axes(cell: Cell) -> tuple[str, ...]:
     return (cell.torch, cell.cuda, cell.python, cell.os)
 
 
-def _include(ctx: Ctx, cells: _Cells, entry: dict[str, str], path: KeyPath, cudnn: str | None) -> None:
-    axes_given = {k: v for k, v in entry.items() if k in AXES}
-    extra = {k: v for k, v in entry.items() if k not in AXES}
+def _key(cell: Cell) -> tuple[str, ...]:
+    """What makes a cell one image: its axes and its platform."""
+    return (*_axes(cell), cell.platform.value)
+
+
+def _include(ctx: Ctx, cells: _Cells, entry: dict[str, str], path: KeyPath, cudnn: str | None,
+             plats: Sequence[tuple[Platform, KeyPath]]) -> None:
+    """An include matching cells (on the axes and platform it names) adds its other keys to them; one matching
+    none adds a cell: for its platform, or for each platform of matrix.platform when it names none."""
+    axes_given = {k: v for k, v in entry.items() if k in (*AXES, PLATFORM)}
+    extra = {k: v for k, v in entry.items() if k not in axes_given}
     hits = cells.matching(axes_given)
     for i in hits if extra else ():
         cells.cells[i] = _with(cells.cells[i], extra)
@@ -428,18 +476,21 @@ def _include(ctx: Ctx, cells: _Cells, entry: dict[str, str], path: KeyPath, cudn
         ctx.error(path, f"this include matches no cell, so it adds one, but it lacks {', '.join(missing)}")
         return
     origin = tuple(path + (a,) for a in AXES)
-    cells.add(Cell(entry["torch"], entry["cuda"], entry["python"], entry["os"], cudnn=entry.get("cudnn", cudnn), origin=origin))
+    named = [(Platform(entry[PLATFORM]), path + (PLATFORM,))] if PLATFORM in entry else plats
+    for plat, where in named:
+        cells.add(Cell(entry["torch"], entry["cuda"], entry["python"], entry["os"], cudnn=entry.get("cudnn", cudnn),
+                       origin=(*origin, where), platform=plat))
 
 
 def _with(cell: Cell, extra: Mapping[str, str]) -> Cell:
-    return Cell(cell.torch, cell.cuda, cell.python, cell.os, extra.get("cudnn", cell.cudnn), cell.origin)
+    return dataclasses.replace(cell, cudnn=extra.get("cudnn", cell.cudnn))
 
 
 # -- cell validation against the knowledge base -----------------------------
 
 
 def _check_cell(ctx: Ctx, cell: Cell, layers: Sequence[Layer], base_images: Mapping[str, str]) -> None:
-    where: dict[str, KeyPath] = dict(zip(AXES, cell.origin)) if len(cell.origin) == 4 else {}
+    where = cell.where()
     release = ctx.kb.resolve_torch(cell.torch)
     if release is None:
         known = ", ".join(ctx.kb.torch_lines())
@@ -450,6 +501,7 @@ def _check_cell(ctx: Ctx, cell: Cell, layers: Sequence[Layer], base_images: Mapp
         ctx.variants.add(release.variant_for(cell.cuda).name)  # type: ignore[union-attr]
     _check_python(ctx, cell, release, where)
     _check_os(ctx, cell, where, layers, base_images)
+    _check_platform(ctx, cell, release, where)
 
 
 def _cuda_list(release: compat.TorchRelease) -> str:
@@ -492,6 +544,31 @@ def _check_os(ctx: Ctx, cell: Cell, where: Mapping[str, KeyPath], layers: Sequen
     cuda = ctx.kb.cuda.get(cell.cuda)
     if cuda and cell.os not in cuda.image_os:
         ctx.error(path, f"nvidia/cuda publishes no CUDA {cell.cuda} images for {cell.os}; it has {', '.join(cuda.image_os)}")
+
+
+def _check_platform(ctx: Ctx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
+    """The cell's variant has wheels for its platform, and its OS's glibc runs them (their manylinux tag)."""
+    variant = release.variant_for(cell.cuda)
+    if variant is None or (cell.python not in release.python) or cell.os not in ctx.kb.os:
+        return  # already reported
+    wheels = ctx.kb.wheels_for(release, variant.name, cell.platform)
+    os_info = ctx.kb.os[cell.os]
+    if wheels is None or not wheels.available:
+        why = f" ({wheels.note})" if wheels is not None and wheels.note else ""
+        ctx.error(where.get(PLATFORM, ("matrix",)), f"torch {cell.torch} {variant.name} has no {cell.platform} wheels here{why}; "
+                  + _nearest(ctx.kb, cell, release, variant.name))
+    elif not wheels.runs_on(os_info.glibc):
+        newer = [k for k, o in ctx.kb.os.items() if wheels.runs_on(o.glibc)]
+        ctx.error(where.get("os", ("matrix",)),
+                  f"{cell.os} has glibc {os_info.glibc}, but the {cell.platform} wheels of torch {cell.torch} {variant.name} are "
+                  f"{wheels.manylinux} (glibc {wheels.glibc} or newer); use an OS with a newer glibc: {', '.join(newer) or 'none known'}")
+
+
+def _nearest(kb: compat.KnowledgeBase, cell: Cell, release: compat.TorchRelease, variant: str) -> str:
+    found = kb.nearest(release, variant, cell.platform, cell.python, kb.os[cell.os].glibc)
+    if not found:
+        return f"no torch release of the knowledge base has {cell.platform} wheels for Python {cell.python}"
+    return f"nearest cells with {cell.platform} wheels: " + ", ".join(f"torch {line} {v}" for line, v in found)
 
 
 # -- layers --------------------------------------------------------------------
@@ -547,8 +624,11 @@ def _cuda_libs(ctx: Ctx, name: str, raw: Any, path: KeyPath) -> str:
 
 
 def _layer_when(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    d = ctx.mapping(raw, path, AXES)
-    return tuple((axis, ctx.strings(d[axis], path + (axis,))) for axis in AXES if axis in d)
+    d = ctx.mapping(raw, path, (*AXES, PLATFORM))
+    out = tuple((axis, ctx.strings(d[axis], path + (axis,))) for axis in AXES if axis in d)
+    if PLATFORM in d:
+        out += ((PLATFORM, ctx.checked_strings(d[PLATFORM], path + (PLATFORM,), platforms.problem)),)
+    return out
 
 
 def _template(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, Path | None]:
@@ -1029,7 +1109,7 @@ def _build(ctx: Ctx, d: Mapping[str, Any]) -> Matrix:
 def _unique(ctx: Ctx, cells: Sequence[Cell]) -> list[Cell]:
     seen: dict[tuple[str, ...], Cell] = {}
     for cell in cells:
-        key = tuple(getattr(cell, a) for a in AXES)
+        key = _key(cell)
         if key in seen:
             ctx.warn(("matrix", "include"), f"cell {cell.label()} is listed twice; it is built once")
         seen.setdefault(key, cell)
@@ -1040,6 +1120,6 @@ def sort_cells(cells: Iterable[Cell]) -> list[Cell]:
     """A stable order for cells: torch, cuda, python, os by version."""
     def key(c: Cell) -> tuple[Any, ...]:
         cuda = (0,) if c.cuda == "cpu" else version_key(c.cuda)
-        return (version_key(c.torch), cuda, version_key(c.python), c.os)
+        return (version_key(c.torch), cuda, version_key(c.python), c.os, list(Platform).index(c.platform))
     return sorted(cells, key=key)
 

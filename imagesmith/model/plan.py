@@ -19,10 +19,15 @@ from imagesmith.errors import Problem, ValidationError
 from imagesmith.model import compat, schemas, tags
 from imagesmith.model.layout import CUDA_PREFIX
 from imagesmith.model.matrix import BUILTIN_PARENTS, Cell, Layer, Matrix, sort_cells
+from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.platform import Platform
 from imagesmith.model.versions import major
 
 PLAN_SCHEMA = schemas.PLAN
 PYTHON_BUILD_STANDALONE = "uv"  # how a Python the OS lacks is installed
+# What makes two targets one image (the rest of Versions follows from torch and cuda): the targets one tag joins in an
+# image index, one per platform, agree on these and on the layer.
+IMAGE_FIELDS = ("torch", "torchvision", "torchaudio", "cuda", "cudnn", "nccl", "python", "os", "numpy")
 
 
 @dataclass(frozen=True)
@@ -68,12 +73,14 @@ class PipSources:
 class CudaSet:
     """The CUDA wheels of a torch variant, as the one layer every cell needing
     them shares (``imagesmith.render.cudalayer``). ``id`` names the exact set: cells
-    of two torch releases with the same pins share one layer too."""
+    of two torch releases with the same pins share one layer too; cells of two
+    platforms never do (the id and every cache key name the platform)."""
 
-    id: str  # "<variant>-<12 hex of the pins' sha256>"
+    id: str  # "<variant>-<12 hex of the pins' sha256>"; other platforms: "<variant>-arm64-<12 hex of pins + platform>"
     variant: str
     wheels: tuple[compat.Wheel, ...]
     prefix: str = CUDA_PREFIX
+    platform: Platform = DEFAULT_PLATFORM  # the machine the wheels are for (their bytes: x86_64's, an estimate)
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -102,9 +109,26 @@ class Target:
     template: str = ""
     depth: int = 0
     cuda_set: CudaSet | None = None  # base targets whose CUDA wheels live in the shared layer
+    platform: Platform = DEFAULT_PLATFORM  # what it is built for (docker build --platform, the image index entry)
 
     def facts(self) -> dict[str, str]:
-        return tags.facts(asdict(self.versions), self.layer, self.cell, self.versions.accel)
+        return tags.facts(asdict(self.versions), self.layer, self.cell, self.versions.accel, self.platform)
+
+
+@dataclass(frozen=True)
+class IndexGroup:
+    """One immutable tag and the target built for each platform under it: what publish writes as one OCI image
+    index (a tag of a linux/amd64-only matrix has one target, and stays a plain image manifest)."""
+
+    tag: str
+    targets: tuple[Target, ...]  # one per platform, linux/amd64 first
+
+    @property
+    def platforms(self) -> tuple[Platform, ...]:
+        return tuple(t.platform for t in self.targets)
+
+    def target(self, platform: Platform) -> Target | None:
+        return next((t for t in self.targets if t.platform is platform), None)
 
 
 @dataclass(frozen=True)
@@ -128,6 +152,14 @@ class Plan:
         for t in self.targets:
             out.setdefault(t.parent or "", []).append(t)
         return out
+
+    def index_groups(self) -> tuple[IndexGroup, ...]:
+        """The targets grouped by immutable tag (in plan order), each group's targets one per platform."""
+        groups: dict[str, list[Target]] = {}
+        for t in self.targets:
+            groups.setdefault(t.tag, []).append(t)
+        order = list(Platform)
+        return tuple(IndexGroup(tag, tuple(sorted(ts, key=lambda t: order.index(t.platform)))) for tag, ts in groups.items())
 
     def children(self, target_id: str) -> list[Target]:
         return list(self._children.get(target_id, ()))
@@ -193,8 +225,10 @@ def default_template(layer: str) -> str:
     return f"{layer}.Dockerfile.j2" if layer in BUILTIN_PARENTS else "layer.Dockerfile.j2"
 
 
-def cell_id(v: Versions) -> str:
-    return f"{v.torch}-{v.variant}-py{v.python}-{v.os}"
+def cell_id(v: Versions, platform: Platform = DEFAULT_PLATFORM) -> str:
+    """``2.9.1-cu128-py3.12-debian12``; for linux/arm64 ``2.9.1-cu128-py3.12-debian12-arm64`` (linux/amd64 ids stay
+    as they were before platforms)."""
+    return f"{v.torch}-{v.variant}-py{v.python}-{v.os}" + (f"-{platform.marker}" if platform.marker else "")
 
 
 def base_image(matrix: Matrix, v: Versions, kb: compat.KnowledgeBase) -> str:
@@ -239,19 +273,20 @@ def layer_packages(matrix: Matrix, layer: Layer, v: Versions) -> tuple[str, ...]
     return tuple(out)
 
 
-def cuda_set(layer: Layer, v: Versions, kb: compat.KnowledgeBase) -> CudaSet | None:
+def cuda_set(layer: Layer, v: Versions, kb: compat.KnowledgeBase, platform: Platform = DEFAULT_PLATFORM) -> CudaSet | None:
     """The shared CUDA layer of a base target: its variant's recorded wheel set,
     unless the cell is CPU-only, the matrix asks for ``cuda_libs: venv``, or the
-    knowledge base records no set (see :func:`cuda_warnings`)."""
+    knowledge base records no set (see :func:`cuda_warnings`). A platform other
+    than linux/amd64 has the same pins (compat.yaml, platforms:) under an id of its own."""
     if layer.name != "base" or v.cuda == "cpu" or layer.cuda_libs != "shared":
         return None
     release = kb.resolve_torch(v.torch)
     wheels = release.variants[v.variant].wheels if release and v.variant in release.variants else ()
     if not wheels:
         return None
-    pins = "\n".join(sorted(w.pin for w in wheels))
-    return CudaSet(f"{v.variant}-{hashlib.sha256(pins.encode()).hexdigest()[:12]}", v.variant,
-                   tuple(sorted(wheels, key=lambda w: w.name)))
+    text = "\n".join([*sorted(w.pin for w in wheels), *(f"platform={p}" for p in platform.cache_parts)])
+    name = "-".join([v.variant, *filter(None, [platform.marker]), hashlib.sha256(text.encode()).hexdigest()[:12]])
+    return CudaSet(name, v.variant, tuple(sorted(wheels, key=lambda w: w.name)), platform=platform)
 
 
 def cuda_image(t: Target, repository: str) -> str:
@@ -273,7 +308,7 @@ def cuda_warnings(matrix: Matrix, targets: list[Target]) -> list[Problem]:
 def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date: str) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
     """(Target fields but floating, tag facts) for each layer built for ``cell``."""
     v = resolve(cell, kb)
-    cid = cell_id(v)
+    cid = cell_id(v, cell.platform)
     versions = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
     shared = dict(cell=cid, versions=v, base_image=base_image(matrix, v, kb), python_source=python_source(matrix, v, kb),
                   pip=pip_sources(matrix, v, kb))
@@ -283,7 +318,7 @@ def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date
             continue
         depth[layer.name] = 0 if layer.parent is None else depth[layer.parent] + 1
         tid = f"{cid}-{layer.name}"
-        facts = tags.facts(versions, layer.name, cid, v.accel) | {"date": date}
+        facts = tags.facts(versions, layer.name, cid, v.accel, cell.platform) | {"date": date}
         yield shared | dict(
             id=tid, layer=layer.name, parent=f"{cid}-{layer.parent}" if layer.parent else None,
             packages=layer_packages(matrix, layer, v), apt=layer.apt,
@@ -291,7 +326,8 @@ def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date
             tag=tags.render(matrix.tags.immutable, facts),
             template=layer.template or default_template(layer.name),
             depth=depth[layer.name],
-            cuda_set=cuda_set(layer, v, kb),
+            cuda_set=cuda_set(layer, v, kb, cell.platform),
+            platform=cell.platform,
         ), facts
 
 
@@ -300,25 +336,44 @@ def expand(matrix: Matrix, date: str, kb: compat.KnowledgeBase | None = None) ->
     kb = kb or compat.load()
     drafts = [d for cell in sort_cells(matrix.cells) for d in _targets_for_cell(matrix, cell, kb, date)]
     drafts.sort(key=lambda d: d[0]["depth"])  # stable: parents first, cell order kept
-    _check_tags(matrix, [(d["id"], d["tag"]) for d, _ in drafts])
+    _check_tags(matrix, [(d["id"], d["tag"], d["platform"]) for d, _ in drafts])
     items = [(d["id"], facts) for d, facts in drafts]
     _check_floating(matrix, items)
     floating = tags.plan_floating(matrix.tags, items)
     final = tuple(Target(**d, floating=floating.get(d["id"], ())) for d, _ in drafts)
+    _check_indexes(matrix, Plan(str(matrix.file.name), date, final))
     warnings = list(matrix.warnings) + cuda_warnings(matrix, list(final))
     return Plan(str(matrix.file.name), date, final, tuple(str(w) for w in warnings))
 
 
-def _check_tags(matrix: Matrix, targets: list[tuple[str, str]]) -> None:
-    """Immutable tags (target id, tag): one per target, each a valid Docker tag once expanded."""
-    seen: dict[str, str] = {}
+def _check_tags(matrix: Matrix, targets: list[tuple[str, str, Platform]]) -> None:
+    """Immutable tags (target id, tag, platform): one per target of a platform (the targets of one tag on several
+    platforms make one image index), each a valid Docker tag once expanded."""
+    seen: dict[tuple[str, Platform], str] = {}
     problems = []
     where: tuple[str, ...] = ("tags", "immutable")
-    for tid, tag in targets:
-        if tag in seen:
-            problems.append(matrix.problem(where, f"tag {tag!r} is given to both {seen[tag]} and {tid}; add fields such as {{cuda}}, {{python}}, {{os}}, {{layer}} to tags.immutable"))
-        seen.setdefault(tag, tid)
+    for tid, tag, platform in targets:
+        if (tag, platform) in seen:
+            problems.append(matrix.problem(where, f"tag {tag!r} is given to both {seen[tag, platform]} and {tid}; add fields such as {{cuda}}, {{python}}, {{os}}, {{layer}} to tags.immutable"))
+        seen.setdefault((tag, platform), tid)
         problems += [matrix.problem(where, f"{tid}: {p}") for p in tags.tag_problems(tag)]
+    if problems:
+        raise ValidationError(problems=problems[:10])
+
+
+def _check_indexes(matrix: Matrix, plan: Plan) -> None:
+    """The targets one tag joins in an image index are one image built for each platform: same versions, same layer."""
+    problems = []
+    for group in plan.index_groups():
+        first = group.targets[0]
+        for other in group.targets[1:]:
+            differ = [name for name in IMAGE_FIELDS if getattr(first.versions, name) != getattr(other.versions, name)]
+            differ += ["layer"] if first.layer != other.layer else []
+            if differ:
+                problems.append(matrix.problem(("tags", "immutable"), (
+                    f"tag {group.tag!r} would join {first.id} ({first.platform}) and {other.id} ({other.platform}) in one image index, "
+                    f"but they differ in {', '.join(differ)}; add fields such as {{cuda}}, {{python}}, {{os}}, {{layer}} to tags.immutable "
+                    "(or {arch} for a tag per platform)")))
     if problems:
         raise ValidationError(problems=problems[:10])
 
@@ -339,7 +394,19 @@ def _check_floating(matrix: Matrix, items: list[tuple[str, dict[str, str]]]) -> 
 
 def to_json(plan: Plan) -> dict[str, Any]:
     return {"schema": PLAN_SCHEMA, "matrix": plan.matrix, "date": plan.date,
-            "warnings": list(plan.warnings), "targets": [asdict(t) for t in plan.targets]}
+            "warnings": list(plan.warnings), "targets": [_target_json(t) for t in plan.targets]}
+
+
+def _target_json(t: Target) -> dict[str, Any]:
+    """A target as plan.json holds it. ``platform`` (of the target and its CUDA set) is written only where it is not
+    linux/amd64: a plan of a linux/amd64 matrix reads as it did before platforms, and readers take absent as linux/amd64."""
+    d = asdict(t)
+    for holder in (d, d.get("cuda_set") or {}):
+        if holder.get("platform") is DEFAULT_PLATFORM:
+            del holder["platform"]
+        elif "platform" in holder:
+            holder["platform"] = str(holder["platform"])
+    return d
 
 
 def write(plan: Plan, path: Path) -> None:
@@ -364,15 +431,16 @@ def _target(d: Mapping[str, Any]) -> Target:
     pip = dict(d["pip"])
     for key in ("extra_index_urls", "find_links", "trusted_hosts"):
         pip[key] = tuple(pip[key])
-    rest: dict[str, Any] = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in d if k not in ("versions", "pip", "cuda_set")}
-    return Target(versions=Versions(**v), pip=PipSources(**pip), cuda_set=_cuda_set(d.get("cuda_set")), **rest)
+    rest: dict[str, Any] = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in d if k not in ("versions", "pip", "cuda_set", "platform")}
+    return Target(versions=Versions(**v), pip=PipSources(**pip), cuda_set=_cuda_set(d.get("cuda_set")),
+                  platform=Platform(d.get("platform", DEFAULT_PLATFORM)), **rest)
 
 
 def _cuda_set(d: Mapping[str, Any] | None) -> CudaSet | None:
     if not d:
         return None
     wheels = tuple(compat.Wheel(**w) for w in d["wheels"])
-    return CudaSet(d["id"], d["variant"], wheels, d.get("prefix", CUDA_PREFIX))
+    return CudaSet(d["id"], d["variant"], wheels, d.get("prefix", CUDA_PREFIX), Platform(d.get("platform", DEFAULT_PLATFORM)))
 
 
 def read(path: Path) -> Plan:

@@ -15,6 +15,8 @@ import semver
 from packaging.version import InvalidVersion, Version
 
 from imagesmith.errors import Problem, ValidationError
+from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.platform import Platform
 from imagesmith.model.versions import major, matches, minor
 
 
@@ -35,12 +37,14 @@ DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # What a tag template may use: the keys of facts(), and the build date.
 TAG_FIELDS = (
     "torch", "torch_minor", "torch_major", "cuda", "cudnn", "cudnn_major", "nccl",
-    "python", "os", "layer", "date", "accel", "variant", "cell",
+    "python", "os", "layer", "date", "accel", "variant", "cell", "arch",
 )
 
 
-def facts(versions: Mapping[str, Any], layer: str, cell: str, accel: str) -> dict[str, str]:
-    """The fields a tag template may use, from a versions record."""
+def facts(versions: Mapping[str, Any], layer: str, cell: str, accel: str,
+          platform: Platform = DEFAULT_PLATFORM) -> dict[str, str]:
+    """The fields a tag template may use, from a versions record and the image's platform (``arch``: ``amd64``,
+    ``arm64``; a caller that names none means linux/amd64, as every image before platforms was)."""
     torch = str(versions["torch"]).split("+", 1)[0]
     cudnn = versions.get("cudnn") or ""
     return {
@@ -48,7 +52,7 @@ def facts(versions: Mapping[str, Any], layer: str, cell: str, accel: str) -> dic
         "cuda": str(versions["cuda"]), "cudnn": cudnn, "cudnn_major": major(cudnn) if cudnn else "",
         "nccl": versions.get("nccl") or "", "python": str(versions["python"]),
         "os": str(versions["os"]), "layer": layer, "accel": accel,
-        "variant": str(versions.get("variant", "")), "cell": cell,
+        "variant": str(versions.get("variant", "")), "cell": cell, "arch": platform.arch,
     }
 
 
@@ -123,14 +127,15 @@ def assign(policy: "TagPolicy", candidates: Sequence[Candidate]) -> dict[str, Ca
 
 
 def ambiguities(ft: "FloatingTag", items: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
-    """Floating tags that several targets of the same torch version would claim."""
-    claims: dict[tuple[str, str], list[str]] = {}
+    """Floating tags that several targets of the same torch version and platform would claim (one target per
+    platform is an image index, as for immutable tags)."""
+    claims: dict[tuple[str, str, str], list[str]] = {}
     for ref, fields in items:
         if matches_when(ft.when, fields):
-            claims.setdefault((render(ft.template, fields), fields["torch"]), []).append(ref)
+            claims.setdefault((render(ft.template, fields), fields["torch"], fields.get("arch", "")), []).append(ref)
     return [f"floating tag {tag!r} would point at {len(refs)} images of torch {torch} ({', '.join(refs[:3])}{', ...' if len(refs) > 3 else ''}); "
             f"add fields to the tag or narrow it with when: (e.g. when: {{cuda: ..., python: ..., os: ...}})"
-            for (tag, torch), refs in sorted(claims.items()) if len(refs) > 1]
+            for (tag, torch, _), refs in sorted(claims.items()) if len(refs) > 1]
 
 
 def plan_floating(policy: "TagPolicy", items: Sequence[tuple[str, Mapping[str, str]]]) -> dict[str, tuple[str, ...]]:
@@ -138,8 +143,9 @@ def plan_floating(policy: "TagPolicy", items: Sequence[tuple[str, Mapping[str, s
     problems = [p for ft in policy.floating for p in ambiguities(ft, items)]
     if problems:
         raise ValidationError(problems=[Problem(p, path="tags.floating") for p in problems])
-    won = assign(policy, [Candidate(ref, fields) for ref, fields in items])
+    won = [(tag, cand.ref) for arch in dict.fromkeys(f.get("arch", "") for _, f in items)
+           for tag, cand in assign(policy, [Candidate(ref, f) for ref, f in items if f.get("arch", "") == arch]).items()]
     out: dict[str, list[str]] = {}
-    for tag, cand in sorted(won.items()):
-        out.setdefault(cand.ref, []).append(tag)
+    for tag, ref in sorted(won):
+        out.setdefault(ref, []).append(tag)
     return {ref: tuple(ts) for ref, ts in out.items()}

@@ -16,6 +16,16 @@ matrix, so targets are grouped by depth in the DAG: ``depth0`` (bases),
 matrix job per depth, each ``needs:`` the one before (a child waits for every
 target one level up, not only its parent). ``verify`` lists every target.
 
+Platforms: every job names its target's platform (GitLab: the job variables
+``PLATFORM``, ``linux/arm64``, and ``ARCH``, ``arm64``; GitHub: the entry keys
+``platform``, ``arch`` and ``runner_arch``, the architecture label GitHub gives
+self-hosted runners, ``X64`` or ``ARM64``). A job of a platform other than
+linux/amd64 asks for a runner of that architecture (GitLab: its arch as one
+more runner tag), a native one; a build job may instead run on the usual build
+runners under emulation (``Options.emulated``: QEMU through binfmt_misc, several
+times slower). Verify jobs always run natively: a GPU cannot be reached
+through an emulator.
+
 Every value that lands in a shell command is quoted; YAML and JSON are written
 by their libraries, never by string pasting. Every value copied into the GitLab
 document (the matrix path, the staging repository, ``--allow-root`` folders,
@@ -36,6 +46,8 @@ import yaml
 from imagesmith.errors import UserError
 from imagesmith.model.located import control_character, printable
 from imagesmith.model.plan import Plan, Target
+from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.platform import problem as platform_problem
 
 GITHUB_MAX_JOBS = 256  # jobs one matrix may generate
 GITHUB_DEPTHS = 4  # depth0..depth3 always present (the example workflow has a job for each)
@@ -46,6 +58,7 @@ INSTALL = ("python3 -m venv .venv", ". .venv/bin/activate", "pip install --quiet
 VERIFIER_ENVIRONMENT = "verifier"
 RELEASE_ENVIRONMENT = "release"
 TRUST_POLICY = "trust-policy.yaml"  # committed: the verifiers' public keys
+GITHUB_RUNNER_ARCH = {"amd64": "X64", "arm64": "ARM64"}  # the architecture labels of GitHub's self-hosted runners
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,7 @@ class Options:
     publish_tags: tuple[str, ...] = ("self-hosted", "linux")
     install: tuple[str, ...] = INSTALL
     allow_roots: tuple[str, ...] = ()  # plan --allow-root: every job gets them (IMAGESMITH_ALLOW_ROOT)
+    emulated: tuple[str, ...] = ()  # platforms (linux/arm64) whose build jobs run on the build runners under QEMU
 
 
 def build_job(t: Target) -> str:
@@ -78,7 +92,11 @@ def _q(value: str) -> str:
 
 
 def checked(o: Options) -> Options:
-    """``o`` if no value holds a control character (UserError naming the option otherwise)."""
+    """``o`` if no value holds a control character and each emulated platform is one (UserError naming the option otherwise)."""
+    for name in o.emulated:
+        why = platform_problem(name)
+        if why:
+            raise UserError(f"the emulated value {why}")
     for f in fields(o):
         value = getattr(o, f.name)
         for item in value if isinstance(value, tuple) else (value,):
@@ -125,11 +143,24 @@ def _allow_roots(o: Options) -> dict[str, str]:
     return {"IMAGESMITH_ALLOW_ROOT": ":".join(o.allow_roots)} if o.allow_roots else {}
 
 
+def platform_variables(t: Target) -> dict[str, str]:
+    """What a job knows of its target's platform: ``PLATFORM`` (``linux/arm64``) and ``ARCH`` (``arm64``)."""
+    return {"PLATFORM": literal(t.platform.docker), "ARCH": literal(t.platform.arch)}
+
+
+def runner_tags(tags: tuple[str, ...], t: Target, emulated: bool = False) -> list[str]:
+    """A job's runner tags: ``tags``, and for a platform other than linux/amd64 its architecture (``arm64``), so a
+    native runner takes it; ``emulated``: the usual runners, which build it under QEMU."""
+    native = t.platform is not DEFAULT_PLATFORM and not emulated
+    return [*tags, *([t.platform.arch] if native and t.platform.arch not in tags else [])]
+
+
 def _gitlab_build(t: Target, o: Options) -> dict[str, Any]:
     folder = f"{o.out}/{t.id}"
     needs = [{"job": f"build:{t.parent}", "artifacts": True}] if t.parent else []
     return {
-        "stage": "build", "tags": list(o.build_tags), "needs": needs, "timeout": "4h",
+        "stage": "build", "tags": runner_tags(o.build_tags, t, str(t.platform) in o.emulated), "needs": needs, "timeout": "4h",
+        "variables": platform_variables(t),
         "script": [f'imagesmith build --matrix "$MATRIX" --date "$IMAGESMITH_DATE" --only {_q(t.id)} '
                    f'--stage "$IMAGESMITH_STAGE" --out {_q(o.out)}'],
         "artifacts": {"when": "always", "expire_in": "30 days", "paths": [f"{folder}/"]},
@@ -141,7 +172,8 @@ def _gitlab_verify(t: Target, o: Options) -> dict[str, Any]:
     scoped to that environment); the signed statement travels as an artifact."""
     folder = f"{o.out}/{t.id}"
     return {
-        "stage": "verify", "tags": list(o.gpu_tags), "needs": [{"job": build_job(t), "artifacts": True}], "timeout": "2h",
+        "stage": "verify", "tags": runner_tags(o.gpu_tags, t), "needs": [{"job": build_job(t), "artifacts": True}], "timeout": "2h",
+        "variables": platform_variables(t),
         "environment": {"name": VERIFIER_ENVIRONMENT, "action": "prepare"},
         "script": [f'imagesmith verify --build-report {_q(folder + "/build.json")} --stage "$IMAGESMITH_STAGE" --tier "$TIER" --gpus all '
                    f'--verifier-key "$IMAGESMITH_VERIFIER_KEY" --json {_q(folder + "/run-report.json")} || rc=$?',
@@ -195,4 +227,6 @@ def github_matrix(plan: Plan, release: str = "") -> dict[str, Any]:
 
 
 def _entry(t: Target) -> dict[str, str]:
-    return {"target": t.id, "parent": t.parent or "", "layer": t.layer, "cell": t.cell}
+    """One matrix job; ``runner_arch`` goes into ``runs-on`` to pick a native runner of the target's architecture."""
+    return {"target": t.id, "parent": t.parent or "", "layer": t.layer, "cell": t.cell,
+            "platform": t.platform.docker, "arch": t.platform.arch, "runner_arch": GITHUB_RUNNER_ARCH[t.platform.arch]}

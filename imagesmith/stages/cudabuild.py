@@ -88,7 +88,9 @@ class CudaResult:
 
 
 def cache_key(base_id: str, cuda_set: CudaSet, epoch: int | None) -> str:
-    text = "\0".join([KEY_SCHEMA, base_id, cuda_set.prefix, str(epoch), *cuda_set.pins])
+    """The CUDA image's cache key; it names the set's platform (linux/amd64's keys are unchanged), so an image of one
+    machine is never taken for another's even where the engine hands out a base of the wrong one (moby/moby#47823)."""
+    text = "\0".join([KEY_SCHEMA, base_id, cuda_set.prefix, str(epoch), *cuda_set.pins, *cuda_set.platform.cache_parts])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

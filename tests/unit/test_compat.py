@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from imagesmith.model import compat
+from imagesmith.model.platform import Platform
 from imagesmith.model.versions import version_key
 
 KB = compat.load()
@@ -146,3 +147,83 @@ def test_numpy_for(torch: str, python: str, numpy: str | None) -> None:
 
 def test_a_knowledge_base_without_a_numpy_table_pins_none() -> None:
     assert compat.parse({k: v for k, v in RAW.items() if k != "numpy"}).numpy_for("2.14.1", "3.11") is None
+
+
+# -- wheels per platform (compat.yaml platforms:) ---------------------------------------------------
+
+ARM64 = Platform.ARM64
+
+
+@pytest.mark.parametrize("torch, variant, status, manylinux", [
+    ("2.9.1", "cu128", "resolves", "manylinux_2_28_aarch64"),     # 25 packages resolved for aarch64 here
+    ("2.9.0", "cu128", "resolves", "manylinux_2_28_aarch64"),
+    ("2.10.0", "cu128", "resolves", "manylinux_2_28_aarch64"),
+    ("2.8.0", "cu128", "incomplete", "manylinux_2_28_aarch64"),   # triton 3.4.0 has no aarch64 wheel
+    ("2.12.0", "cu130", "resolves", "manylinux_2_28_aarch64"),    # nccl-cu13 2.29.7 is manylinux_2_18_aarch64
+    ("2.14.1", "cu130", "resolves", "manylinux_2_28_aarch64"),
+    ("2.13.0", "cpu", "listed", "manylinux_2_28_aarch64"),
+    ("2.6.0", "cpu", "listed", "manylinux_2_28_aarch64"),
+    ("2.5.1", "cpu", None, None),                                 # not recorded
+    ("2.14.1", "cu126", None, None),                              # download.pytorch.org's sbsa wheels: not checked
+    ("2.9.1", "cu130", None, None),
+])
+def test_linux_arm64_wheels_per_release_and_variant(torch: str, variant: str, status: str | None, manylinux: str | None) -> None:
+    wheels = KB.wheels_for(KB.torch[torch], variant, ARM64)
+    found = (wheels.status, wheels.manylinux, wheels.glibc) if wheels else None
+    assert found == ((status, manylinux, "2.28") if status else None)
+    assert (ARM64 in KB.platforms_of(KB.torch[torch], variant)) == (status in ("resolves", "listed"))
+
+
+@pytest.mark.parametrize("version", sorted(KB.torch))
+def test_every_variant_has_linux_amd64_wheels_from_the_torch_table_alone(version: str) -> None:
+    release = KB.torch[version]
+    for name in release.variants:
+        assert KB.wheels_for(release, name, Platform.AMD64) == compat.PlatformWheels(Platform.AMD64)
+        assert KB.platforms_of(release, name)[0] is Platform.AMD64
+    assert KB.wheels_for(release, "cu999", Platform.AMD64) is None
+
+
+def test_platform_rows_name_known_variants_and_sources() -> None:
+    defined = {s["id"] for s in RAW["sources"]}
+    for name, table in RAW["platforms"].items():
+        assert set(table["sources"]) <= defined
+        for row in table["wheels"]:
+            assert any(row["variant"] in r.variants for r in KB.torch.values()), row
+            assert row["status"] in compat.WHEEL_STATUS and row["manylinux"].endswith(Platform(name).uname)
+
+
+@pytest.mark.parametrize("tag, glibc", [
+    ("manylinux_2_28_aarch64", "2.28"), ("manylinux_2_17_x86_64", "2.17"), ("manylinux2014_aarch64", "2.17"),
+    ("manylinux2010_x86_64", "2.12"), ("manylinux1_x86_64", "2.5"), ("linux_aarch64", None), ("musllinux_1_2_aarch64", None),
+])
+def test_manylinux_glibc(tag: str, glibc: str | None) -> None:
+    assert compat.manylinux_glibc(tag) == glibc
+
+
+def test_glibc_of_each_os_and_which_run_the_arm64_wheels() -> None:
+    assert {k: o.glibc for k, o in KB.os.items()} == {
+        "ubuntu20.04": "2.31", "ubuntu22.04": "2.35", "ubuntu24.04": "2.39",
+        "debian11": "2.31", "debian12": "2.36", "debian13": "2.41"}
+    wheels = KB.wheels_for(KB.torch["2.9.1"], "cu128", ARM64)
+    assert wheels is not None and all(wheels.runs_on(o.glibc) for o in KB.os.values())
+    assert not wheels.runs_on("2.27") and wheels.runs_on("2.28")
+
+
+@pytest.mark.parametrize("torch, variant, python, glibc, nearest", [
+    # same line first (another CUDA), then the same CUDA major, then any CUDA; newer before older at one distance
+    ("2.8.0", "cu128", "3.12", "2.36", [("2.9", "cu128"), ("2.10", "cu128"), ("2.11", "cu130")]),
+    ("2.14.1", "cu126", "3.12", "2.36", [("2.14", "cu130"), ("2.10", "cu128"), ("2.9", "cu128")]),
+    ("2.9.1", "cu130", "3.12", "2.36", [("2.9", "cu128"), ("2.11", "cu130"), ("2.12", "cu130")]),
+    ("2.5.1", "cpu", "3.12", "2.36", [("2.6", "cpu"), ("2.7", "cpu"), ("2.8", "cpu")]),  # CPU cells: CPU wheels
+    ("2.8.0", "cu128", "3.9", "2.36", []),                 # no arm64 CUDA wheels for Python 3.9
+    ("2.8.0", "cu128", "3.12", "2.17", []),                # nothing runs on a glibc that old
+])
+def test_nearest_cells_with_wheels_for_a_platform(torch: str, variant: str, python: str, glibc: str,
+                                                  nearest: list[tuple[str, str]]) -> None:
+    assert KB.nearest(KB.torch[torch], variant, ARM64, python, glibc) == nearest
+
+
+def test_an_unknown_status_in_a_replacement_file_is_refused() -> None:
+    raw = RAW | {"platforms": {"linux/arm64": {"wheels": [{"torch": ">=2.9", "variant": "cu128", "status": "maybe"}]}}}
+    with pytest.raises(ValueError, match="status 'maybe' is not one of resolves, listed, incomplete"):
+        compat.parse(raw)

@@ -106,7 +106,7 @@ def test_matrix_reference_documents_every_key() -> None:
 
     text = (DOCS / "matrix.md").read_text(encoding="utf-8")
     wanted = [f"## {key}\n" for key in matrix.TOP_KEYS]
-    wanted += [f"| `matrix.{key}` |" for key in (*matrix.AXES, "cudnn", "include", "exclude")]
+    wanted += [f"| `matrix.{key}` |" for key in (*matrix.AXES, matrix.PLATFORM, "cudnn", "include", "exclude")]
     wanted += [f"| `sources.{key}` |" for key in matrix.SOURCE_KEYS]
     wanted += [f"| `{key}` |" for key in matrix.LAYER_KEYS if key != "services"] + ["| `services.jupyter` |", "| `services.sshd` |"]
     wanted += [f"`{{{field}}}`" for field in tags.TAG_FIELDS]

@@ -72,7 +72,7 @@ BAD = [
                  "matrix.yaml:6 matrix.os[0]: nvidia/cuda publishes no CUDA 12.8 images for debian12; it has ubuntu22.04, ubuntu24.04",
                  id="no-cuda-image-for-os"),
     pytest.param(BASE + "tags:\n  immutable: '{torch}-{cudaa}'\n",
-                 "matrix.yaml:8 tags.immutable: unknown tag field {cudaa}; did you mean 'cuda'?; fields: torch, torch_minor, torch_major, cuda, cudnn, cudnn_major, nccl, python, os, layer, date, accel, variant, cell",
+                 "matrix.yaml:8 tags.immutable: unknown tag field {cudaa}; did you mean 'cuda'?; fields: torch, torch_minor, torch_major, cuda, cudnn, cudnn_major, nccl, python, os, layer, date, accel, variant, cell, arch",
                  id="bad-tag-field"),
     pytest.param(BASE + "tags:\n  immutable: '-{torch}'\n",
                  "matrix.yaml:8 tags.immutable: '-{torch}' cannot make a Docker tag ([A-Za-z0-9_.-], not starting with . or -, at most 128 characters)",
@@ -203,7 +203,7 @@ def test_torch_and_torchvision_unpinned_are_resolved_not_warned(write_matrix: Ca
     assert matrix.load(path).warnings == ()
 
 
-@pytest.mark.parametrize("name", ["matrix.yaml", "examples/local.yaml"])
+@pytest.mark.parametrize("name", ["matrix.yaml", "examples/local.yaml", "examples/multiarch.yaml"])
 def test_shipped_matrices_are_valid_and_quiet(name: str) -> None:
     from tests.conftest import LOCAL_ROOTS, ROOT
 

@@ -1,0 +1,90 @@
+"""The platforms an image is built for (pure): one typed value, parsed once.
+
+A platform is written as Docker and OCI write it (``os/arch``, the ``platform``
+of an image index); imagesmith builds ``linux/amd64`` and ``linux/arm64``,
+the two for which torch publishes Linux wheels. Everything else (the wheel
+tag's machine, the marker in target names) is derived from it here.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from imagesmith.model.located import printable
+
+# what uname -m (and a wheel's platform tag) calls each Docker architecture
+UNAME = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+class Platform(str, Enum):
+    """``linux/amd64`` or ``linux/arm64``; ``str(p)`` is the Docker spelling."""
+
+    AMD64 = "linux/amd64"
+    ARM64 = "linux/arm64"
+
+    def __str__(self) -> str:  # the value, on every Python (3.12 changed format() of str enums)
+        return self.value
+
+    @property
+    def os(self) -> str:
+        return self.value.split("/")[0]
+
+    @property
+    def arch(self) -> str:
+        """Docker's architecture: ``amd64``, ``arm64``."""
+        return self.value.split("/")[1]
+
+    @property
+    def uname(self) -> str:
+        """The machine as ``uname -m`` and wheel tags write it: ``x86_64``, ``aarch64``."""
+        return UNAME[self.arch]
+
+    @property
+    def docker(self) -> str:
+        """``--platform`` for docker build/pull and the index entry: ``linux/arm64``."""
+        return self.value
+
+    @property
+    def marker(self) -> str:
+        """What target names and cache keys add for this platform: nothing for linux/amd64 (names stay as they
+        were before platforms), the architecture otherwise (``2.9.1-cu128-py3.12-debian12-arm64-base``)."""
+        return "" if self is DEFAULT else self.arch
+
+    @property
+    def cache_parts(self) -> tuple[str, ...]:
+        """What a cache key adds for this platform: nothing for linux/amd64 (its keys stay as they were), the
+        platform otherwise, so images of two machines never share a cache entry (moby/moby#47823)."""
+        return () if self is DEFAULT else (self.value,)
+
+    def wheel_tag(self, glibc: str) -> str:
+        """The manylinux tag of this machine for glibc ``2.N``: ``manylinux_2_28_aarch64``."""
+        return f"manylinux_{glibc.replace('.', '_')}_{self.uname}"
+
+
+DEFAULT = Platform.AMD64  # a matrix without matrix.platform, and every artifact written before platforms
+NAMES = tuple(p.value for p in Platform)
+# other spellings of the two architectures (uname -m, the arm64 variant): named in the error, never accepted
+ALIASES = {"amd64": "amd64", "x86_64": "amd64", "x86-64": "amd64", "arm64": "arm64", "aarch64": "arm64", "arm64/v8": "arm64"}
+
+
+def problem(value: str) -> str | None:
+    """``None`` if ``value`` is a platform imagesmith builds, else why not and what to write."""
+    if value in NAMES:
+        return None
+    allowed = f"platforms: {', '.join(NAMES)}"
+    text = value.strip().lower()
+    os_name, _, arch = text.partition("/") if text.startswith("linux/") else ("", "", text)
+    known = ALIASES.get(arch)
+    if known and not os_name:
+        return f"{printable(value)} names no OS; write linux/{known} ({allowed})"
+    if known:
+        return f"{printable(value)} is written linux/{known}, as Docker writes it ({allowed})"
+    return f"{printable(value)} is not a platform imagesmith builds; {allowed}"
+
+
+def parse(value: str) -> Platform:
+    """``value`` as a Platform (ValueError with :func:`problem`'s sentence otherwise)."""
+    why = problem(value)
+    if why:
+        raise ValueError(why)
+    return Platform(value)
