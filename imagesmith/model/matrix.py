@@ -1032,15 +1032,32 @@ def _secret_file(ctx: Ctx, raw: Any, path: KeyPath) -> Path | None:
 
 
 def _base_images(ctx: Ctx, raw: Any) -> dict[str, str]:
+    """``base_images.<os>``: one reference for every platform, or a mapping platform -> reference (a local base
+    is one architecture: ``{linux/amd64: imagesmith/debian:bookworm, linux/arm64: imagesmith/debian:bookworm-arm64}``).
+    Keys of the result: ``<os>`` and ``<os>@<platform>`` (:func:`base_image_for`)."""
     p: KeyPath = ("base_images",)
     d = ctx.mapping(raw, p, ctx.kb.os.keys())
     out = {}
-    for os_key, ref in d.items():
-        image = ctx.checked(ctx.string(ref, p + (os_key,)) or "", p + (os_key,), grammar.image_reference)
-        out[os_key] = image
-        if not grammar.image_reference(image):
-            _check_base_ref(ctx, image, p + (os_key,))
+    for os_key, value in d.items():
+        if isinstance(value, Mapping):
+            per = ctx.mapping(value, p + (os_key,), platforms.NAMES)
+            for name, ref in per.items():
+                out[f"{os_key}@{name}"] = _base_ref(ctx, ref, p + (os_key, name))
+        else:
+            out[os_key] = _base_ref(ctx, value, p + (os_key,))
     return out
+
+
+def _base_ref(ctx: Ctx, ref: Any, path: KeyPath) -> str:
+    image = ctx.checked(ctx.string(ref, path) or "", path, grammar.image_reference)
+    if not grammar.image_reference(image):
+        _check_base_ref(ctx, image, path)
+    return image
+
+
+def base_image_for(base_images: Mapping[str, str], os_key: str, platform: str) -> str | None:
+    """The plain base an OS key names for ``platform``: its per-platform entry, else its one for every platform."""
+    return base_images.get(f"{os_key}@{platform}") or base_images.get(os_key)
 
 
 def _check_base_ref(ctx: Ctx, ref: str, path: KeyPath) -> None:

@@ -18,7 +18,7 @@ from imagesmith.atomic import write_text
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.model import compat, schemas, tags
 from imagesmith.model.layout import CUDA_PREFIX
-from imagesmith.model.matrix import BUILTIN_PARENTS, Cell, Layer, Matrix, sort_cells
+from imagesmith.model.matrix import BUILTIN_PARENTS, Cell, Layer, Matrix, base_image_for, sort_cells
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
 from imagesmith.model.versions import major
@@ -231,10 +231,10 @@ def cell_id(v: Versions, platform: Platform = DEFAULT_PLATFORM) -> str:
     return f"{v.torch}-{v.variant}-py{v.python}-{v.os}" + (f"-{platform.marker}" if platform.marker else "")
 
 
-def base_image(matrix: Matrix, v: Versions, kb: compat.KnowledgeBase) -> str:
+def base_image(matrix: Matrix, v: Versions, kb: compat.KnowledgeBase, platform: Platform = DEFAULT_PLATFORM) -> str:
     base_from = matrix.layer("base").base_from
     if base_from == "os":
-        return matrix.base_images.get(v.os) or kb.os[v.os].image
+        return base_image_for(matrix.base_images, v.os, platform.value) or kb.os[v.os].image
     cuda = kb.cuda[v.cuda]
     flavor = base_from.split("-", 1)[1]
     cudnn = f"{cuda.cudnn_tag}-" if cuda.cudnn_tag else ""
@@ -310,7 +310,7 @@ def _targets_for_cell(matrix: Matrix, cell: Cell, kb: compat.KnowledgeBase, date
     v = resolve(cell, kb)
     cid = cell_id(v, cell.platform)
     versions = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-    shared = dict(cell=cid, versions=v, base_image=base_image(matrix, v, kb), python_source=python_source(matrix, v, kb),
+    shared = dict(cell=cid, versions=v, base_image=base_image(matrix, v, kb, cell.platform), python_source=python_source(matrix, v, kb),
                   pip=pip_sources(matrix, v, kb))
     depth: dict[str, int] = {}
     for layer in matrix.layers:

@@ -40,6 +40,7 @@ from imagesmith.errors import BuildError, Redactor, UserError
 from imagesmith.model import compat, loader, schemas
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
+from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.versions import matches
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
@@ -96,10 +97,13 @@ def not_ok(doc: dict[str, Any]) -> dict[str, Any]:
 # -- pure helpers ---------------------------------------------------------------------------
 
 
-def context_hash(files: Mapping[str, bytes], buildargs: Mapping[str, str], parent_id: str) -> str:
+def context_hash(files: Mapping[str, bytes], buildargs: Mapping[str, str], parent_id: str, platform: str = "") -> str:
     """What decides an image's content: the context, the logical build
-    arguments (not loopback ports) and the exact parent image."""
+    arguments (not loopback ports), the exact parent image and, for any
+    platform but linux/amd64 (whose hashes stay as they were), the platform."""
     h = hashlib.sha256(HASH_SCHEMA.encode())
+    if platform:
+        h.update(f"\0platform\0{platform}".encode())
     for name, data in sorted(files.items()):
         h.update(f"\0file\0{name}\0{len(data)}\0".encode())
         h.update(data)
@@ -373,7 +377,7 @@ class Builder:
         """A CUDA wheel set's download, with imagesmith's own pip on this host, from ``t``'s package
         sources as its build reaches them (local folders and credentials through the loopback server)."""
         argv = cudabuild.download_argv(sys.executable, pins, dest, self._source_args(t), compat.load().os[t.versions.os].glibc,
-                                       t.versions.python, self.matrix.sources.ca_bundle)
+                                       t.versions.python, self.matrix.sources.ca_bundle, t.platform.uname)
         env = dict(os.environ if self.environ is None else self.environ, PIP_CONFIG_FILE=os.devnull, **self._proxy_args())
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("w") as log:
@@ -545,7 +549,8 @@ class Builder:
             self.stage.adopt(t, result)
             return
         ctx = self.contexts[t.id]
-        result.context_hash = context_hash(ctx.files, self.logical_args(t), self._parent_key(t))
+        result.context_hash = context_hash(ctx.files, self.logical_args(t), self._parent_key(t),
+                                           "" if t.platform is DEFAULT_PLATFORM else t.platform.value)
         cache_tag = result.context_hash.split(":", 1)[1]
         cached = self.engine.image(f"{CACHE_REPOSITORY}:{cache_tag}")
         if cached:
@@ -587,7 +592,7 @@ class Builder:
                     self.display.update(t.id, "building", clean.split(" :", 1)[0].lower())
             outcome = self.engine.build(self.out / t.id, tag, self._real_args(t, parent_id), labels,
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel,
-                                        target=stage)
+                                        target=stage, platform=t.platform.docker)
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
         with self._lock:  # a stage built ahead is this run's too (untagged after the full build)
             self.stages += outcome.stages + (outcome.made[-1:] if stage and _made_last(outcome) else [])
@@ -607,13 +612,22 @@ class Builder:
     def _measure(self, t: Target, result: TargetResult) -> None:
         """Run facts.py inside the image; a mismatch with the plan fails the target."""
         assert result.image_id
+        info = self.engine.image(result.image_id)
+        if info is not None and info.architecture and info.architecture != t.platform.arch:
+            # the classic builder takes a local base of another architecture as it is (moby/moby#47823)
+            result.status, result.error = "failed", (
+                f"wrong architecture: the image is {info.platform}, the cell is {t.platform.docker}; its base "
+                f"{t.base_image} is a {info.platform} image: name a {t.platform.docker} base for it (base_images."
+                f"{t.versions.os}.{t.platform.docker}, e.g. imagesmith base bootstrap --os {t.versions.os} --arch "
+                f"{t.platform.arch}), or build on a native {t.platform.arch} runner")
+            self.engine.remove_image(result.image_id)  # never reused from cache
+            return
         facts_file = Path(self.out / t.id / "facts.json")
         cached = loader.read_cache(facts_file)
         if cached.get("image_id") != result.image_id or not isinstance(cached.get("facts"), dict):
             cached = {"image_id": result.image_id, "facts": self._run_facts(result.image_id)}
             write_text(facts_file, json.dumps(cached, indent=2, sort_keys=True) + "\n")
         result.facts = cached["facts"]
-        info = self.engine.image(result.image_id)
         result.size_bytes = info.size if info else 0
         declared = (info.labels.get("io.imagesmith.packages", "") if info else "").split()
         result.mismatches = compare_facts(t, result.facts or {}, declared)

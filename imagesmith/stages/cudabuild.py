@@ -34,7 +34,7 @@ KEY_SCHEMA = "imagesmith.cuda-layer/1"
 LABEL = "io.imagesmith.cuda."
 # Downloads a set's wheels: (a target whose package sources it uses, pins, destination folder, log file)
 Downloader = Callable[[Target, Sequence[str], Path, Path], None]
-ARCH = "x86_64"  # the knowledge base's wheels are Linux x86_64 ones
+ARCH = "x86_64"  # linux/amd64's (uname -m); another platform's sets pass Platform.uname
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}  # PEP 600's aliases, by glibc 2.N
 
 
@@ -53,13 +53,13 @@ def platforms(glibc: str, arch: str = ARCH) -> list[str]:
 
 
 def download_argv(python: str, pins: Sequence[str], dest: Path, sources: Mapping[str, str], glibc: str,
-                  python_version: str, ca_bundle: Path | None) -> list[str]:
+                  python_version: str, ca_bundle: Path | None, arch: str = ARCH) -> list[str]:
     """pip download of exactly ``pins`` (no dependencies, wheels only) from ``sources`` (the build's
     PIP_* arguments) alone: ``--isolated`` and PIP_CONFIG_FILE=/dev/null (the caller's environment)
     keep the host's pip configuration out, as the build container never saw it."""
     argv = [python, "-m", "pip", "download", "--isolated", "--no-cache-dir", "--disable-pip-version-check",
             "--progress-bar", "off", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
-            "--python-version", python_version, *(f"--platform={tag}" for tag in platforms(glibc))]
+            "--python-version", python_version, *(f"--platform={tag}" for tag in platforms(glibc, arch))]
     if sources.get("PIP_INDEX_URL"):
         argv += ["--index-url", sources["PIP_INDEX_URL"]]
     for option, key in (("--extra-index-url", "PIP_EXTRA_INDEX_URL"), ("--find-links", "PIP_FIND_LINKS"),

@@ -44,6 +44,8 @@ from imagesmith.edges.registry import Credentials, Manifest, RegistryHTTPError, 
 from imagesmith.errors import EngineConnectionLost, ImagesmithError, RegistryError, UserError
 from imagesmith.model import policy, schemas, tags
 from imagesmith.model.matrix import ImageSpec, Matrix, TagPolicy
+from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.platform import Platform
 from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
@@ -381,6 +383,15 @@ class RemoteImage:
     fields: Mapping[str, str] | None
 
 
+MULTI_PLATFORM = (" ({arch} for a matrix of several platforms: one OCI image index per tag across platforms is not "
+                  "published yet; the registry client writes one, Registry.push_index)")
+
+
+def platform_of(target: str) -> str:
+    """A target's platform as its id names it (plan.cell_id marks every platform but linux/amd64)."""
+    return next((p.value for p in Platform if p.marker and f"-{p.marker}-" in f"{target}-"), DEFAULT_PLATFORM.value)
+
+
 class Publisher:
     def __init__(self, engine: EngineLike, registry: RegistryLike, image: ImageSpec, policy: TagPolicy, date: str,
                  out_dir: Path, display: Display | None = None, credentials: Credentials | None = None,
@@ -481,10 +492,13 @@ class Publisher:
         return grant
 
     def _check_unique(self, releases: list[TargetRelease]) -> None:
+        """One target per immutable tag: a second is failed before anything is pushed (it would replace the first)."""
         seen: dict[str, str] = {}
         for r in releases:
             if r.status == "queued" and r.tag in seen:
-                self._fail(r, "failed", f"immutable tag {r.tag!r} is also {seen[r.tag]}'s; add fields to tags.immutable")
+                why = f"immutable tag {r.tag!r} is also {seen[r.tag]}'s; add fields to tags.immutable"
+                several = {platform_of(r.target), platform_of(seen[r.tag])}
+                self._fail(r, "failed", why + (MULTI_PLATFORM if len(several) > 1 else ""))
             seen.setdefault(r.tag, r.target)
 
     def _fail(self, r: TargetRelease, status: str, error: str) -> TargetRelease:

@@ -46,12 +46,14 @@ class EngineDouble:
     removed: list[str] = field(default_factory=list)
     untagged: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    arch: str = ""  # what every image's config says (the classic builder's, whatever platform was asked)
 
     def add(self, ref: str, iid: str, labels: Mapping[str, str] | None = None) -> ImageInfo:
         with self.lock:
             old = self.images.get(iid)
             tags = (old.tags if old else ()) + (ref,)
-            info = ImageInfo(iid, tags, dict(labels or (old.labels if old else {})), 1_500_000_000, "2026-11-30")
+            info = ImageInfo(iid, tags, dict(labels or (old.labels if old else {})), 1_500_000_000, "2026-11-30",
+                             architecture=self.arch)
             self.images[iid] = info
             return info
 
@@ -85,7 +87,7 @@ class EngineDouble:
 
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
               network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
-              target: str | None = None) -> BuildOutcome:
+              target: str | None = None, platform: str | None = None) -> BuildOutcome:
         assert (context / "Dockerfile").is_file() and network_mode == "host"
         self.buildargs[tag] = dict(buildargs)
         on_line("Step 1/2 : FROM parent")
@@ -176,6 +178,24 @@ def test_an_image_that_differs_from_its_plan_fails_and_is_removed(tmp_path: Path
     assert (tmp_path / BASE / "facts.json").is_file()
 
 
+def test_an_image_of_another_architecture_than_its_cell_fails_and_is_removed(tmp_path: Path) -> None:
+    from imagesmith.model.platform import Platform
+
+    m, p = load()
+    arm = [dataclasses.replace(t, platform=Platform.ARM64) if t.id == BASE else t for t in p.targets]
+    p = dataclasses.replace(p, targets=tuple(arm))
+    engine = engine_for(p)
+    engine.arch = "amd64"  # a local amd64 base taken as it is (moby/moby#47823), whatever --platform said
+    report = build.Builder(p, m, engine, tmp_path, prune=False).run()  # type: ignore[arg-type]
+    got = {r.target: r for r in report.results}
+    assert got[BASE].status == "failed" and got[BASE].error == (
+        "wrong architecture: the image is linux/amd64, the cell is linux/arm64; its base imagesmith/debian:bookworm is a "
+        "linux/amd64 image: name a linux/arm64 base for it (base_images.debian12.linux/arm64, e.g. imagesmith base "
+        "bootstrap --os debian12 --arch arm64), or build on a native arm64 runner")
+    assert engine.removed == [got[BASE].image_id] and got[NLP].status == "skipped"
+    assert got[CUDA_BASE].status == "built"  # the linux/amd64 targets: as before
+
+
 def test_a_second_run_takes_every_target_from_the_cache(tmp_path: Path) -> None:
     m, p = load()
     engine = engine_for(p)
@@ -234,7 +254,7 @@ class CountingEngine(EngineDouble):
 
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
               network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
-              target: str | None = None) -> BuildOutcome:
+              target: str | None = None, platform: str | None = None) -> BuildOutcome:
         with self.lock:
             self.started, self.now = self.started + 1, self.now + 1
             self.most = max(self.most, self.now)

@@ -208,3 +208,29 @@ def test_a_multi_platform_matrix_reads_its_cells_in_platform_order(write_matrix:
     ordered = matrix.sort_cells(matrix.load(path).cells)
     assert [(c.torch, str(c.platform)) for c in ordered] == [
         ("2.9", "linux/amd64"), ("2.9", "linux/arm64"), ("2.10", "linux/amd64"), ("2.10", "linux/arm64")]
+
+
+# -- a base per platform ---------------------------------------------------------------------------------
+
+def test_a_local_base_is_named_per_platform(write_matrix: Callable[..., Path]) -> None:
+    from imagesmith.model import plan
+
+    m = matrix.load(write_matrix(BASE + "  platform: [linux/amd64, linux/arm64]\n"
+                                 "base_images:\n  debian12:\n    linux/amd64: imagesmith/debian:bookworm-20261201\n"
+                                 "    linux/arm64: imagesmith/debian:bookworm-arm64-20261201\n"))
+    bases = {str(t.platform): t.base_image for t in plan.expand(m, "20261201").targets}
+    assert bases == {"linux/amd64": "imagesmith/debian:bookworm-20261201",
+                     "linux/arm64": "imagesmith/debian:bookworm-arm64-20261201"}
+
+
+def test_one_base_for_every_platform_is_a_multi_platform_reference(write_matrix: Callable[..., Path]) -> None:
+    from imagesmith.model import plan
+
+    m = matrix.load(write_matrix(BASE + "  platform: [linux/amd64, linux/arm64]\n"
+                                 "base_images: {debian12: 'debian:bookworm-20261124'}\n"))
+    assert {t.base_image for t in plan.expand(m, "20261201").targets} == {"debian:bookworm-20261124"}
+
+
+def test_a_base_for_an_unknown_platform_is_refused(write_matrix: Callable[..., Path]) -> None:
+    found = messages(write_matrix(BASE + "base_images:\n  debian12:\n    linux/riscv64: x/y:1\n"))
+    assert any("base_images.debian12.linux/riscv64: unknown key" in m for m in found), found

@@ -219,6 +219,17 @@ def test_two_targets_with_one_immutable_tag_fail_the_second(world: World) -> Non
     assert data["targets"][1]["error"] == "immutable tag '2.9.1-20261130' is also 2.9.1-base's; add fields to tags.immutable"
 
 
+def test_one_tag_for_two_platforms_fails_the_second_and_says_why(world: World) -> None:
+    amd, arm = item("2.9.1", "base"), item("2.9.1", "base", image_id="sha256:" + "a" * 64)
+    arm = replace(arm, target="2.9.1-cu128-py3.12-debian12-arm64-base")
+    data = world.release([replace(amd, target="2.9.1-cu128-py3.12-debian12-base"), arm], TagPolicy(immutable="{torch}-{date}"))
+    assert [t["status"] for t in data["targets"]] == ["pushed", "failed"]  # never two images under one tag
+    assert data["targets"][1]["error"] == (
+        "immutable tag '2.9.1-20261130' is also 2.9.1-cu128-py3.12-debian12-base's; add fields to tags.immutable ({arch} "
+        "for a matrix of several platforms: one OCI image index per tag across platforms is not published yet; the "
+        "registry client writes one, Registry.push_index)")
+
+
 # -- floating tags -----------------------------------------------------------------------------------
 
 
