@@ -357,8 +357,10 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
     report = with_notes(report, info.config, options, info.labels)
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
     done = finish(report, image, nvml, started, time.monotonic() - t0)
-    if emulated is not None:
+    if emulated is not None:  # the payload saw --gpus none; why it was none is the host's to say
         done["emulation"] = emulated
+        mode = done.get("mode") if isinstance(done.get("mode"), dict) else {}
+        done["mode"] = dict(mode) | {"reason": f"CPU mode: emulated, {policy.emulation_text(emulated)}; GPU checks skipped"}
     return VerifyOutcome(done)
 
 
