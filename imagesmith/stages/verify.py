@@ -359,8 +359,8 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
     done = finish(report, image, nvml, started, time.monotonic() - t0)
     if emulated is not None:  # the payload saw --gpus none; why it was none is the host's to say
         done["emulation"] = emulated
-        mode = done.get("mode") if isinstance(done.get("mode"), dict) else {}
-        done["mode"] = dict(mode) | {"reason": f"CPU mode: emulated, {policy.emulation_text(emulated)}; GPU checks skipped"}
+        mode = done.get("mode")
+        done["mode"] = (dict(mode) if isinstance(mode, dict) else {}) | {"reason": f"CPU mode: emulated, {policy.emulation_text(emulated)}; GPU checks skipped"}
     return VerifyOutcome(done)
 
 
