@@ -25,8 +25,8 @@ GOOD = json.loads((OSV / "PyPI" / "GHSA-53q9-r3pm-6pq6.json").read_text())
 def zip_of(members: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression) as z:
-        for name, data in members.items():
-            z.writestr(name, data)
+        for name, data in members.items():  # a fixed time: the same members always make the same bytes
+            z.writestr(zipfile.ZipInfo(name, date_time=(2025, 8, 29, 0, 0, 0)), data, compress_type=compression)
     return buf.getvalue()
 
 
