@@ -25,6 +25,7 @@ def test_the_example_is_valid_and_complete() -> None:
     assert [c.name for c in fleet.classes] == ["h200", "gh200", "l40s"] and fleet.require == ("h200", "l40s")
     h200 = fleet.klass("h200")
     assert h200.scheduler == "slurm" and h200.gpus == 8 and h200.gpu == "NVIDIA H200"
+    assert [str(c.platform) for c in fleet.classes] == ["linux/amd64", "linux/arm64", "linux/amd64"]
     assert h200.slurm == config.SlurmPlacement(
         partition="gpu-h200", account="ml-platform", qos="normal", constraint="h200&nvlink", gres_type="h200",
         time_limit_s=1800, start_deadline_s=7200, max_requeues=0, runtime="docker",

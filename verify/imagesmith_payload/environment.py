@@ -80,6 +80,7 @@ def collect(ctx: Context) -> Dict[str, Any]:
     return {
         "python": platform.python_version(),
         "python_executable": sys.executable,  # which python3 ran: the one the PATH (or an ENTRYPOINT) chose
+        "machine": platform.machine(),  # x86_64, aarch64 (under qemu-user too: the host's report says emulated)
         "os": _guard(os_name),
         "torch": ctx.torch.__version__ if torch_ok else None,
         "torch_error": None if torch_ok else ctx.torch_error,

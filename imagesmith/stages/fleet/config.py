@@ -18,9 +18,12 @@ from typing import Any, Mapping
 
 from imagesmith.errors import Problem, UserError, ValidationError
 from imagesmith.model import compat
+from imagesmith.model import platform as platforms
 from imagesmith.model.loader import CAPS, LoadError, read_confined
 from imagesmith.model.located import KeyPath, load_located, printable
 from imagesmith.model.matrix import TIERS, Ctx
+from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.platform import Platform
 from imagesmith.resources import payload_dir
 
 SCHEMA_VERSION = 1
@@ -102,6 +105,7 @@ class GpuClass:
     tier: str | None = None
     slurm: SlurmPlacement | None = None
     kubernetes: KubernetesPlacement | None = None
+    platform: Platform = DEFAULT_PLATFORM  # the nodes' own (a GH200 class: linux/arm64); runs there are native
 
     @property
     def scheduler(self) -> str:
@@ -198,7 +202,7 @@ class FleetCtx(Ctx):
 
 WORD = "letters, digits, '.', '_' or '-' (at most 64)"
 TOP_KEYS = ("version", "tier", "classes", "floating")
-CLASS_KEYS = ("gpu", "gpus", "tier", "slurm", "kubernetes")
+CLASS_KEYS = ("gpu", "gpus", "tier", "platform", "slurm", "kubernetes")
 SLURM_KEYS = ("partition", "account", "qos", "constraint", "gres_type", "time_limit", "start_deadline", "max_requeues",
               "runtime", "imagesmith", "docker_host", "cpus_per_task", "mem")
 KUBE_KEYS = ("namespace", "node_selector", "tolerations", "image_pull_secret", "deadline", "ttl", "start_deadline",
@@ -302,11 +306,22 @@ def _class(ctx: FleetCtx, name: str, raw: Any, baselines: Mapping[str, Any]) -> 
     gpu = ctx.name(d.get("gpu"), p + ("gpu",), GPU_MODEL, "a GPU model name", "the name torch reports, e.g. NVIDIA H200")
     _check_gpu(ctx, p, gpus, gpu, baselines)
     return GpuClass(
-        name=name, gpus=gpus, gpu=gpu,
+        name=name, gpus=gpus, gpu=gpu, platform=_platform(ctx, d.get("platform"), p + ("platform",)),
         tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick") if "tier" in d else None,
         slurm=_slurm(ctx, d["slurm"], p + ("slurm",)) if "slurm" in d else None,
         kubernetes=_kubernetes(ctx, d["kubernetes"], p + ("kubernetes",)) if "kubernetes" in d and "slurm" not in d else None,
     )
+
+
+def _platform(ctx: FleetCtx, raw: Any, p: KeyPath) -> Platform:
+    """A class's ``platform:`` (its nodes' own; default linux/amd64), in the matrix's grammar."""
+    if raw is None:
+        return DEFAULT_PLATFORM
+    why = platforms.problem(raw) if isinstance(raw, str) else f"expected one platform ({', '.join(platforms.NAMES)})"
+    if why:
+        ctx.error(p, why)
+        return DEFAULT_PLATFORM
+    return platforms.parse(raw)
 
 
 def _check_gpu(ctx: FleetCtx, p: KeyPath, gpus: int, gpu: str | None, baselines: Mapping[str, Any]) -> None:

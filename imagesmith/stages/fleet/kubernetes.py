@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from imagesmith.errors import UserError
 from imagesmith.model import compat
+from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.stages import verify
 from imagesmith.stages.fleet.config import KubernetesPlacement
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
@@ -32,6 +33,7 @@ MANAGED_BY = "imagesmith"
 LABEL_RUN = "imagesmith.io/fleet-run"
 LABEL_CLASS = "imagesmith.io/fleet-class"
 JOB_NAME_LABEL = "job-name"
+ARCH_LABEL = "kubernetes.io/arch"  # the well-known node label: amd64, arm64
 CONTAINER = "verify"
 INSTALL_HINT = "the kubernetes client is not installed: pip install 'imagesmith[kubernetes]'"
 
@@ -96,7 +98,7 @@ def job_object(job: CellJob, name: str) -> Any:
 def _pod_spec(job: CellJob, name: str) -> Any:
     c, k = _models(), _placement(job)
     return c.V1PodSpec(
-        restart_policy="Never", containers=[_container(job)], node_selector=dict(k.node_selector) or None,
+        restart_policy="Never", containers=[_container(job)], node_selector=_node_selector(job),
         tolerations=[c.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
                                     toleration_seconds=t.seconds) for t in k.tolerations] or None,
         image_pull_secrets=[c.V1LocalObjectReference(name=k.image_pull_secret)] if k.image_pull_secret else None,
@@ -109,6 +111,15 @@ def _pod_spec(job: CellJob, name: str) -> Any:
 
 def _payload_paths() -> list[str]:
     return [*verify.payload_files(), "config.json"]
+
+
+def _node_selector(job: CellJob) -> dict[str, str] | None:
+    """The class's nodeSelector; a class of another platform than linux/amd64 also selects its nodes by the
+    well-known label kubernetes.io/arch (unless the class names that label itself)."""
+    selector = dict(_placement(job).node_selector)
+    if job.klass.platform is not DEFAULT_PLATFORM:
+        selector.setdefault(ARCH_LABEL, job.klass.platform.arch)
+    return selector or None
 
 
 def _container(job: CellJob) -> Any:

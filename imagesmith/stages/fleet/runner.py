@@ -331,8 +331,20 @@ def judge_report(digest: str, klass: GpuClass | None, report: Mapping[str, Any])
     if digests and not any(str(d).endswith("@" + digest) for d in digests):
         problems.append(f"the job verified {', '.join(map(str, digests))}, not {digest}")
     if klass is not None:
-        problems += gpu_problems(klass, fleet_report.gpu_names(report))
+        problems += gpu_problems(klass, fleet_report.gpu_names(report)) + platform_problems(klass, report)
     return problems
+
+
+def platform_problems(klass: GpuClass, report: Mapping[str, Any]) -> list[str]:
+    """A class's runs are native on its platform: an emulated run, or one on another machine, does not count."""
+    emulated = policy.emulation_text(report.get("emulation"))
+    if emulated:
+        return [f"the job ran emulated ({emulated}); a fleet class verifies natively on its {klass.platform.docker} nodes"]
+    machine = (report.get("environment") or {}).get("machine")
+    if isinstance(machine, str) and machine and machine != klass.platform.uname:
+        return [f"the job ran on {machine}, not on the class's {klass.platform.docker} ({klass.platform.uname}): "
+                "check the placement"]
+    return []
 
 
 def gpu_problems(klass: GpuClass, names: Sequence[str]) -> list[str]:
