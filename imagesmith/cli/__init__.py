@@ -415,9 +415,11 @@ def credential_store(release: str | None, stage: str | None, credentials_file: P
 
 
 def _verifier_key(path: Path | None) -> Key | None:
+    if path is None:  # no signing stack (cryptography) needed: verify --local runs on hosts without it
+        return None
     from imagesmith.edges import signing
 
-    return signing.load_signing_key(path, {}) if path is not None else None
+    return signing.load_signing_key(path, {})
 
 
 def _trust_policy(path: Path | None) -> TrustPolicy | None:

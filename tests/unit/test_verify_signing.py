@@ -34,3 +34,26 @@ def test_the_statement_of_verify_json_is_verify_dsse_json() -> None:
 
     assert statement_path(Path("out/verify.json")) == Path("out/verify.dsse.json")
     assert statement_path(Path("report-0.json")) == Path("report-0.dsse.json")
+
+
+BLOCK = """
+import runpy, sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("cryptography", "securesystemslib"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Block())
+sys.argv = ["imagesmith", *sys.argv[1:]]
+runpy.run_module("imagesmith.cli", run_name="__main__")
+"""
+
+
+def test_verify_local_needs_no_signing_stack(tmp_path: Path) -> None:
+    """A GPU host may lack cryptography (the lent H200 does): verify --local without --verifier-key never imports it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", BLOCK, "verify", "--local", "--only", "versions.python", "-q",
+                           "--json", str(tmp_path / "v.json")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "v.json").is_file() and "cryptography" not in done.stderr
