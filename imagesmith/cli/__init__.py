@@ -149,12 +149,15 @@ def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, sh
     if fmt == "json":
         click.echo(json.dumps(plan_mod.to_json(p), indent=2, sort_keys=True))
         return
+    several = len({t.platform for t in p.targets}) > 1  # a platform column only where there is a choice
     print_table(
         f"{len(p.targets)} targets from {matrix_file}",
-        ["target", "parent", "torch", "vision", "cuda", "cudnn", "nccl", "py", "os", "base image", "torch index", "tag", "floating"],
+        ["target", "parent", "torch", "vision", "cuda", "cudnn", "nccl", "py", "os", *(["platform"] if several else []),
+         "base image", "torch index", "tag", "floating"],
         [[t.id, t.parent or "-", t.versions.torch, t.versions.torchvision or "-", t.versions.cuda,
           t.versions.cudnn or "-", t.versions.nccl or "-", t.versions.python, t.versions.os,
-          t.base_image, t.pip.torch_index_url, t.tag, " ".join(t.floating) or "-"] for t in p.targets],
+          *([t.platform.docker] if several else []), t.base_image, t.pip.torch_index_url, t.tag, " ".join(t.floating) or "-"]
+         for t in p.targets],
     )
 
 

@@ -145,3 +145,20 @@ def test_the_multiarch_example_builds_both_platforms_of_one_cell() -> None:
     assert [(t.id, str(t.platform)) for t in p.targets] == [
         ("2.9.1-cu128-py3.12-debian12-base", "linux/amd64"), ("2.9.1-cu128-py3.12-debian12-arm64-base", "linux/arm64")]
     assert [g.platforms for g in p.index_groups()] == [(AMD64, ARM64)]
+
+
+def test_the_plan_table_shows_a_platform_column_only_when_there_is_a_choice() -> None:
+    from click.testing import CliRunner
+
+    from imagesmith.cli import cli
+
+    root = Path(__file__).resolve().parents[2]
+    wide = {"COLUMNS": "300"}  # no cell wrapped
+    several = CliRunner(env=wide).invoke(cli, ["plan", "-m", str(root / "examples" / "multiarch.yaml"), "--date", "20261201"])
+    assert several.exit_code == 0, several.output
+    header = next(line for line in several.output.splitlines() if line.startswith("| target"))
+    assert "| platform " in header
+    assert "2.9.1-cu128-py3.12-debian12-arm64-base" in several.output and several.output.count("linux/arm64") == 1
+    single = CliRunner(env=wide).invoke(cli, ["plan", "-m", str(root / "matrix.yaml"), "--date", "20261201"])
+    assert single.exit_code == 0, single.output
+    assert "| platform " not in next(line for line in single.output.splitlines() if line.startswith("| target"))
