@@ -379,7 +379,7 @@ class Engine:
         ``spec.command`` is what runs: its first word replaces the image's ENTRYPOINT.
         Raises :class:`ContainerRefused` (:class:`GpuRuntimeMissing`, :class:`CommandNotFound`)
         when the engine would not create or start it."""
-        container = self._create(spec)
+        container = self._create_or_clean(spec)
         try:
             self._start(container, spec)
             if spec.on_stderr is not None:
@@ -388,6 +388,16 @@ class Engine:
                 return self._wait(container, spec.timeout_s)
         finally:
             _remove(container)
+
+    def _create_or_clean(self, spec: RunSpec) -> Any:
+        """:meth:`_create`; interrupted (Ctrl-C, SIGTERM from scancel) while the engine was creating it, the
+        container may exist without our knowing its ID: every container of this run's own labels is removed."""
+        try:
+            return self._create(spec)
+        except KeyboardInterrupt:
+            for key, value in spec.labels.items():
+                self.remove_containers(key, value)
+            raise
 
     def _create(self, spec: RunSpec) -> Any:
         """The container for ``spec``; the image's ENTRYPOINT runs only where ``spec.entrypoint`` names it."""
@@ -414,7 +424,7 @@ class Engine:
     @contextlib.contextmanager
     def started(self, spec: RunSpec) -> Iterator["Running"]:
         """A container left running (services probed with ``exec``); always removed."""
-        container = self._create(spec)
+        container = self._create_or_clean(spec)
         try:
             self._start(container, spec)
             yield Running(container)
