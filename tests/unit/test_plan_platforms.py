@@ -14,20 +14,11 @@ from imagesmith.model import matrix, plan, tags
 from imagesmith.model.platform import Platform
 from imagesmith.stages import cudabuild
 from tests.conftest import ROOT
+from tests.unit.test_matrix_platform import BASE
 
 AMD64, ARM64 = Platform.AMD64, Platform.ARM64
 DATE = "20261130"
-ONE = """\
-version: 1
-matrix:
-  torch: ["2.9"]
-  cuda: ["12.8"]
-  python: ["3.12"]
-  os: [debian12]
-layers:
-  base: {}
-  cv: {packages: [torchvision]}
-"""
+ONE = BASE + "layers:\n  base: {}\n  cv: {packages: [torchvision]}\n"  # the one cell of test_matrix_platform
 BOTH = ONE.replace("  os: [debian12]\n", "  os: [debian12]\n  platform: [linux/amd64, linux/arm64]\n")
 
 
