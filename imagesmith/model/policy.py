@@ -39,6 +39,7 @@ class Evidence:
     exclusive: bool | None = None  # the report's sharing.exclusive: None where not measured (older reports too)
     shared_with: str = ""  # 'GPU 0 shared with PID 4242 python3, 1.6 GiB' when not exclusive
     emulated: str = ""  # 'linux/arm64 on a linux/amd64 host (qemu)' when the image ran under emulation
+    emulated_platform: str = ""  # the image's platform then ('linux/arm64')
 
     @property
     def gpu_verified(self) -> bool:
@@ -61,7 +62,7 @@ class Evidence:
         if self.exclusive is False and self.mode == "gpu" and not failed:
             return f"{NOT_GPU_VERIFIED} ({SHARED})"
         if self.emulated:
-            return f"{NOT_GPU_VERIFIED} (emulated {self.emulated.split(' ')[0]}, CPU mode)"
+            return f"{NOT_GPU_VERIFIED} (emulated {self.emulated_platform}, CPU mode)"
         return f"{NOT_GPU_VERIFIED} ({self._why() if self.mode == 'gpu' and failed else self.mode.upper() + ' mode'})"
 
     def _why(self) -> str:
@@ -133,6 +134,7 @@ def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = No
     counts = _mapping(mode.get("gpu_checks"))
     sharing = _mapping(report.get("sharing"))
     exclusive = sharing.get("exclusive")
+    emulated = emulation_text(report.get("emulation"))
     return Evidence(
         ok=verdict(report, declared if declared is not None else _own_flags(report)).ok,
         mode=str(mode.get("mode") or ("gpu" if seen else "cpu")),
@@ -142,7 +144,7 @@ def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = No
         gpu_checks={str(k): int(v) for k, v in counts.items() if isinstance(v, int)},
         exclusive=exclusive if isinstance(exclusive, bool) else None,
         shared_with=describe_foreign(sharing.get("foreign")),
-        emulated=emulation_text(report.get("emulation")),
+        emulated=emulated, emulated_platform=str(_mapping(report.get("emulation")).get("image")) if emulated else "",
     )
 
 
@@ -222,7 +224,7 @@ def how_verified(report: Mapping[str, Any]) -> str:
     ev = evidence(report)
     cuda = _mapping(report.get("environment")).get("cuda")
     if ev.emulated:
-        return f"CPU, emulated {ev.emulated.split(' ')[0]}" + (f": {NOT_GPU_VERIFIED}" if cuda else "")
+        return f"CPU, emulated {ev.emulated_platform}" + (f": {NOT_GPU_VERIFIED}" if cuda else "")
     if ev.mode == "gpu":
         return f"GPU x{ev.gpus}" + ("" if ev.gpu_verified or not ev.ok or not cuda else f": {NOT_GPU_VERIFIED}")
     return f"CPU: {NOT_GPU_VERIFIED}" if cuda else "CPU"

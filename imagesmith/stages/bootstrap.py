@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 from imagesmith.edges.engine import Engine
 from imagesmith.errors import UserError
 from imagesmith.model import compat
+from imagesmith.model.platform import UNAME
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
@@ -34,7 +35,7 @@ SCRUB = ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/*", "va
          "etc/machine-id", "var/lib/dbus/machine-id", "root/.bash_history")
 
 
-ARCHES = {"amd64": "x86_64", "arm64": "aarch64"}  # Debian/OCI architecture -> the kernel's (uname -m, binfmt)
+ARCHES = UNAME  # Debian/OCI architecture -> the kernel's (uname -m, binfmt_misc's qemu-<name>)
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from imagesmith import runstate
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
 from imagesmith.model import compat, policy, schemas
+from imagesmith.model import platform as platforms
 from imagesmith.resources import payload_dir, payload_module
 from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
 from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
@@ -371,7 +372,7 @@ def engine_platform(engine: Any) -> str:
     """The engine's own platform (``linux/amd64``), from ``docker info`` (OSType, Architecture in uname words)."""
     info = engine.info() if hasattr(engine, "info") else {}  # an engine double without info(): no platform known
     machine = str(info.get("Architecture") or "")
-    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+    arch = platforms.ALIASES.get(machine, machine)  # uname -m words (x86_64, aarch64) -> Docker's
     return f"{info.get('OSType') or 'linux'}/{arch}"
 
 
@@ -381,7 +382,7 @@ def emulation(ref: str, image_platform: str, host_platform: str, options: Verify
     if "/" not in image_platform or not host_platform.partition("/")[2] or image_platform == host_platform:
         return None
     if options.require_gpu:
-        arch = image_platform.split("/")[1] if "/" in image_platform else image_platform
+        arch = image_platform.split("/")[1]
         raise UserError(f"{ref} is a {image_platform} image: on this {host_platform} engine it runs only under emulation, "
                         f"never on a GPU; verify it on a native {arch} GPU runner (a fleet class on {image_platform}), "
                         "or leave out --require-gpu to check it in CPU mode under emulation")
