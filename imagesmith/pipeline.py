@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
-from imagesmith.errors import BuildError, UsageError, UserError
+from imagesmith.errors import UsageError, UserError
 from imagesmith.model import loader, policy
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan
@@ -97,15 +97,22 @@ def subject_of(staged: Mapping[str, Any] | artifacts.Staged | None, image_id: st
 def sign_outcome(engine: Any, r: build.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
                  display: Display) -> Path:
     """FOLDER/verify.dsse.json: the report and the inventory measured inside the image, signed by the verifier."""
+    return sign_report(engine, outcome.report, subject_of(r.staged, r.image_id), signer, folder / trust.STATEMENT_FILE,
+                       lambda line: display.note(f"{r.target}: {line}"))
+
+
+def sign_report(engine: Any, report: Mapping[str, Any], subject: trust.Subject, signer: Key, path: Path,
+                note: Callable[[str], None]) -> Path:
+    """PATH: ``report`` and the inventory measured inside its image (``facts.py --inventory``), signed by the
+    verifier as a statement about ``subject``; an inventory that cannot be measured is said through ``note``."""
     inventory: Mapping[str, Any] | None = None
-    image_id = str((outcome.report.get("image") or {}).get("id") or "")
+    image_id = str((report.get("image") or {}).get("id") or "")
     if image_id:
         try:
             inventory = verify.run_facts(engine, image_id, args=["--inventory"])
-        except (BuildError, UserError) as exc:
-            display.note(f"{r.target}: the inventory (the SBOM's input) was not measured: {exc}; the statement carries none")
-    path = folder / trust.STATEMENT_FILE
-    write_text(path, trust.sign(outcome.report, inventory, subject_of(r.staged, r.image_id), signer).decode() + "\n")
+        except UserError as exc:  # a BuildError too
+            note(f"the inventory (the SBOM's input) was not measured: {exc}; the statement carries none")
+    write_text(path, trust.sign(report, inventory, subject, signer).decode() + "\n")
     return path
 
 

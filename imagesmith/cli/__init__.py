@@ -787,22 +787,14 @@ def statement_path(json_out: Path) -> Path:
 def _sign_image_verification(image: str, report: Mapping[str, Any], signer: Key, json_out: Path) -> Path:
     """The report of ``verify IMAGE`` and the inventory measured inside that image, signed as a statement about
     IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on)."""
-    from imagesmith.atomic import write_text
+    from imagesmith import pipeline
     from imagesmith.edges.engine import Engine
-    from imagesmith.stages import trust, verify
+    from imagesmith.stages import trust
     from imagesmith.stages.fleet.config import parse_ref
 
     ref = parse_ref(image)
-    inventory = None
-    image_id = str((report.get("image") or {}).get("id") or "")
-    if image_id:
-        try:
-            inventory = verify.run_facts(Engine(), image_id, args=["--inventory"])
-        except UserError as exc:  # a BuildError too
-            click.secho(f"note: the inventory was not measured ({exc}); the statement carries none", fg="yellow", err=True)
-    path = statement_path(json_out)
-    write_text(path, trust.sign(report, inventory, trust.Subject(ref.name, ref.digest), signer).decode() + "\n")
-    return path
+    return pipeline.sign_report(Engine(), report, trust.Subject(ref.name, ref.digest), signer, statement_path(json_out),
+                                lambda line: click.secho(f"note: {line}", fg="yellow", err=True))
 
 
 def _image_host(image: str) -> str:
