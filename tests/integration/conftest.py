@@ -38,6 +38,7 @@ from tests.integration.engine_fixtures import (  # noqa: F401
     private_index,
     trixie_base,
 )
+from tests.integration.multiarch_fixtures import python_images  # noqa: F401
 from tests.integration.slurm_fixtures import fleet_images, slurm_cluster, slurm_env  # noqa: F401
 
 CERTS_D = Path("/etc/docker/certs.d")
