@@ -442,6 +442,7 @@ class Publisher:
                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                [self._prepare(i) for i in items], trust=self.trust)
         tracked = runstate.Tracked(self.out / "release.json", report.to_json(), lambda doc: doc | {"ok": False})
+        self._indexes = {}
         try:
             self._name_indexes(report.targets, {i.target: i.group for i in items})
             self._check_unique(report.targets)
