@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from imagesmith.errors import Problem, UserError, ValidationError
-from imagesmith.model import compat
 from imagesmith.model import platform as platforms
 from imagesmith.model.loader import CAPS, LoadError, read_confined
-from imagesmith.model.located import KeyPath, load_located, printable
-from imagesmith.model.matrix import TIERS, Ctx
+from imagesmith.model.located import KeyPath, load_located
+from imagesmith.model.matrix.records import TIERS
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
+from imagesmith.model.validation import Ctx
 from imagesmith.resources import payload_dir
 
 SCHEMA_VERSION = 1
@@ -38,7 +38,6 @@ SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 FEATURE = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 CONSTRAINT = re.compile(rf"^\[?{FEATURE}(?:[&|]{FEATURE})*\]?$")
 SLURM_MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
-DURATION = re.compile(r"(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?")  # ASCII digits, bounded
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
 LABEL_NAME = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -150,17 +149,6 @@ def parse_ref(text: str) -> DigestRef:
     return DigestRef(m.group("name"), m.group("digest"))
 
 
-def duration_s(text: str) -> int | None:
-    """``90``, ``90s``, ``30m``, ``1h30m``, ``2d`` -> seconds; None when malformed."""
-    if re.fullmatch("[0-9]{1,12}", text):
-        return int(text)
-    m = DURATION.fullmatch(text)
-    if not text or m is None:
-        return None
-    d, h, mi, s = (int(g or 0) for g in m.groups())
-    return ((d * 24 + h) * 60 + mi) * 60 + s
-
-
 def label_key_ok(key: str) -> bool:
     """A Kubernetes label key: optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
     prefix, sep, name = key.rpartition("/")
@@ -175,31 +163,6 @@ def label_value_ok(value: str) -> bool:
 # validation
 
 
-class FleetCtx(Ctx):
-    """The matrix's located, typed getters; plus grammar checks for fleet values."""
-
-    def name(self, raw: Any, path: KeyPath, grammar: re.Pattern[str], what: str, write: str,
-             default: str | None = None) -> str | None:
-        value = self.string(raw, path, default)
-        if value is not None and not grammar.fullmatch(value):
-            self.error(path, f"{value!r} is not {what}; write {write}")
-            return default
-        return value
-
-    def duration(self, raw: Any, path: KeyPath, default: int, lo: int = 1, hi: int = 30 * 86400) -> int:
-        text = self.string(raw, path)
-        if text is None:
-            return default
-        seconds = duration_s(text.strip())
-        if seconds is None:
-            self.error(path, f"{printable(text, 40)} is not a duration; write e.g. 90s, 30m, 1h30m or 2d")
-            return default
-        if not lo <= seconds <= hi:
-            self.error(path, f"{text} is out of range ({lo} s .. {hi // 86400} d)")
-            return default
-        return seconds
-
-
 WORD = "letters, digits, '.', '_' or '-' (at most 64)"
 TOP_KEYS = ("version", "tier", "classes", "floating")
 CLASS_KEYS = ("gpu", "gpus", "tier", "platform", "slurm", "kubernetes")
@@ -209,7 +172,7 @@ KUBE_KEYS = ("namespace", "node_selector", "tolerations", "image_pull_secret", "
              "cpu", "memory", "shm_size", "context")
 
 
-def _slurm(ctx: FleetCtx, raw: Any, p: KeyPath) -> SlurmPlacement:
+def _slurm(ctx: Ctx, raw: Any, p: KeyPath) -> SlurmPlacement:
     d = ctx.mapping(raw, p, SLURM_KEYS)
     if "partition" not in d:
         ctx.error(p, "a Slurm class needs partition: the partition its jobs go to (sinfo lists them)")
@@ -235,7 +198,7 @@ def _slurm(ctx: FleetCtx, raw: Any, p: KeyPath) -> SlurmPlacement:
     )
 
 
-def _tolerations(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[Toleration, ...]:
+def _tolerations(ctx: Ctx, raw: Any, p: KeyPath) -> tuple[Toleration, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -244,7 +207,7 @@ def _tolerations(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[Toleration, ...]:
     return tuple(_toleration(ctx, item, p + (i,)) for i, item in enumerate(raw))
 
 
-def _toleration(ctx: FleetCtx, raw: Any, p: KeyPath) -> Toleration:
+def _toleration(ctx: Ctx, raw: Any, p: KeyPath) -> Toleration:
     d = ctx.mapping(raw, p, ("key", "operator", "value", "effect", "seconds"))
     key = ctx.string(d.get("key"), p + ("key",))
     if key is not None and not label_key_ok(key):
@@ -260,7 +223,7 @@ def _toleration(ctx: FleetCtx, raw: Any, p: KeyPath) -> Toleration:
     return Toleration(key, operator, value, effect, seconds)
 
 
-def _node_selector(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[tuple[str, str], ...]:
+def _node_selector(ctx: Ctx, raw: Any, p: KeyPath) -> tuple[tuple[str, str], ...]:
     out = []
     for key, value in ctx.open_mapping(raw, p).items():
         text = "" if value is None else ctx.string(value, p + (key,), "") or ""
@@ -272,7 +235,7 @@ def _node_selector(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[tuple[str, str]
     return tuple(sorted(out))
 
 
-def _kubernetes(ctx: FleetCtx, raw: Any, p: KeyPath) -> KubernetesPlacement:
+def _kubernetes(ctx: Ctx, raw: Any, p: KeyPath) -> KubernetesPlacement:
     d = ctx.mapping(raw, p, KUBE_KEYS)
     if "namespace" not in d:
         ctx.error(p, "a Kubernetes class needs namespace: the namespace its Jobs run in")
@@ -294,7 +257,7 @@ def _kubernetes(ctx: FleetCtx, raw: Any, p: KeyPath) -> KubernetesPlacement:
     )
 
 
-def _class(ctx: FleetCtx, name: str, raw: Any, baselines: Mapping[str, Any]) -> GpuClass:
+def _class(ctx: Ctx, name: str, raw: Any, baselines: Mapping[str, Any]) -> GpuClass:
     p: KeyPath = ("classes", name)
     d = ctx.mapping(raw, p, CLASS_KEYS)
     if not CLASS_NAME.fullmatch(name):
@@ -313,7 +276,7 @@ def _class(ctx: FleetCtx, name: str, raw: Any, baselines: Mapping[str, Any]) -> 
     )
 
 
-def _platform(ctx: FleetCtx, raw: Any, p: KeyPath) -> Platform:
+def _platform(ctx: Ctx, raw: Any, p: KeyPath) -> Platform:
     """A class's ``platform:`` (its nodes' own; default linux/amd64), in the matrix's grammar."""
     if raw is None:
         return DEFAULT_PLATFORM
@@ -324,7 +287,7 @@ def _platform(ctx: FleetCtx, raw: Any, p: KeyPath) -> Platform:
     return platforms.parse(raw)
 
 
-def _check_gpu(ctx: FleetCtx, p: KeyPath, gpus: int, gpu: str | None, baselines: Mapping[str, Any]) -> None:
+def _check_gpu(ctx: Ctx, p: KeyPath, gpus: int, gpu: str | None, baselines: Mapping[str, Any]) -> None:
     if gpus > 0 and not gpu:
         ctx.warn(p, "gpu: is not set, so the job's GPUs are not checked against the class; write the model torch reports, e.g. gpu: NVIDIA H200")
     if gpus == 0 and gpu:
@@ -334,7 +297,7 @@ def _check_gpu(ctx: FleetCtx, p: KeyPath, gpus: int, gpu: str | None, baselines:
                                f"it has {', '.join(sorted(baselines)) or 'none'}")
 
 
-def _require(ctx: FleetCtx, raw: Any, classes: Mapping[str, GpuClass]) -> tuple[str, ...]:
+def _require(ctx: Ctx, raw: Any, classes: Mapping[str, GpuClass]) -> tuple[str, ...]:
     p: KeyPath = ("floating",)
     d = ctx.mapping(raw, p, ("require",))
     if "require" not in d:
@@ -357,7 +320,7 @@ def _baselines() -> dict[str, Any]:
 
 def parse(text: str | bytes, file: Path) -> Fleet:
     raw, lines = load_located(text, file.name)
-    ctx = FleetCtx(file.resolve(), lines, compat.load())
+    ctx = Ctx(file.resolve(), lines)
     d = ctx.mapping(raw, (), TOP_KEYS)
     if d.get("version") is not None and str(d["version"]) != str(SCHEMA_VERSION):
         ctx.error(("version",), f"fleet schema version {d['version']} is not supported; this imagesmith reads version {SCHEMA_VERSION}")
