@@ -13,13 +13,16 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Concatenate, Generic, Iterable, Iterator, Mapping, ParamSpec, Sequence, TypeVar
 
 from imagesmith.errors import Problem
 from imagesmith.model import grammar
 from imagesmith.model.located import KeyPath, Lines, dotted, line_of, printable
 from imagesmith.model.paths import PathProblem, Roots, confined, read_text
 
+P = ParamSpec("P")
+T = TypeVar("T")
+C = TypeVar("C", bound="Ctx")
 DURATION = re.compile(r"(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?")  # ASCII digits, bounded
 
 
@@ -63,6 +66,10 @@ class Ctx:
             if key not in allowed:
                 self.error(path + (key,), f"unknown key{did_you_mean(key, allowed)}")
         return {k: v for k, v in raw.items() if k in allowed}
+
+    def section(self: C, raw: Any, path: KeyPath, keys: Iterable[str]) -> Section[C]:
+        """:meth:`mapping` as a :class:`Section`: each key then read by name with its getter."""
+        return Section(self, self.mapping(raw, path, keys), path)
 
     def open_mapping(self, raw: Any, path: KeyPath) -> dict[str, Any]:
         """A mapping whose keys are the user's own (layer names, env vars)."""
@@ -174,6 +181,27 @@ class Ctx:
             confined(self.roots, text, kind="folder")
         except PathProblem as exc:
             self.error(path, str(exc))
+
+
+class Section(Mapping[str, Any], Generic[C]):
+    """A section's known keys and where it was written. ``s("port", Ctx.integer, 2222, 1, 65535)`` reads key
+    ``port`` at ``path.port`` with a getter of the toolkit, or of the section's own (``_sshd(ctx, raw, path)``):
+    every getter takes (ctx, raw value, key path, ...); an absent key is None to it (its default)."""
+
+    def __init__(self, ctx: C, given: dict[str, Any], path: KeyPath) -> None:
+        self.ctx, self.given, self.path = ctx, given, path
+
+    def __call__(self, key: str, getter: Callable[Concatenate[C, Any, KeyPath, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return getter(self.ctx, self.given.get(key), self.path + (key,), *args, **kwargs)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.given[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.given)
+
+    def __len__(self) -> int:
+        return len(self.given)
 
 
 def kind(raw: Any) -> str:

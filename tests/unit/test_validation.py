@@ -50,3 +50,12 @@ def test_getters(call: Callable[[Ctx], Any], value: Any, message: str | None) ->
                                            ("1d2h3m4s", 93784), ("", None), ("1.5h", None), ("m", None), ("5 m", None)])
 def test_durations(text: str, seconds: int | None) -> None:
     assert duration_s(text) == seconds
+
+
+def test_a_section_reads_each_key_at_its_path_with_its_getter() -> None:
+    c = ctx()
+    s = c.section({"a": "x", "b": ["y"], "e": 1}, (), ("a", "b"))
+    assert (dict(s), "a" in s, "e" in s, len(s)) == ({"a": "x", "b": ["y"]}, True, False, 2)
+    assert (s("a", Ctx.integer, 5), s("b", Ctx.strings), s("c", Ctx.string, "dflt")) == (5, ("y",), "dflt")
+    assert [str(p) for p in c.problems] == ["doc.yaml:1 e: unknown key",
+                                           "doc.yaml:1 a: expected a whole number, got 'x'"]

@@ -173,28 +173,27 @@ KUBE_KEYS = ("namespace", "node_selector", "tolerations", "image_pull_secret", "
 
 
 def _slurm(ctx: Ctx, raw: Any, p: KeyPath) -> SlurmPlacement:
-    d = ctx.mapping(raw, p, SLURM_KEYS)
-    if "partition" not in d:
+    s = ctx.section(raw, p, SLURM_KEYS)
+    if "partition" not in s:
         ctx.error(p, "a Slurm class needs partition: the partition its jobs go to (sinfo lists them)")
-    runtime = ctx.choice(d.get("runtime"), p + ("runtime",), RUNTIMES, "docker")
+    runtime = s("runtime", Ctx.choice, RUNTIMES, "docker")
     return SlurmPlacement(
-        partition=ctx.name(d.get("partition"), p + ("partition",), SLURM_NAME, "a Slurm partition name", WORD) or "",
-        account=ctx.name(d.get("account"), p + ("account",), SLURM_NAME, "a Slurm account name", WORD),
-        qos=ctx.name(d.get("qos"), p + ("qos",), SLURM_NAME, "a Slurm QOS name", WORD),
-        constraint=ctx.name(d.get("constraint"), p + ("constraint",), CONSTRAINT, "a Slurm constraint",
-                            "node features joined by & or |, e.g. h200&nvlink"),
-        gres_type=ctx.name(d.get("gres_type"), p + ("gres_type",), SLURM_NAME, "a GRES type", WORD),
-        time_limit_s=ctx.duration(d.get("time_limit"), p + ("time_limit",), 1800),
-        start_deadline_s=ctx.duration(d.get("start_deadline"), p + ("start_deadline",), 3600),
-        max_requeues=ctx.integer(d.get("max_requeues"), p + ("max_requeues",), 0, 0, 10),
+        partition=s("partition", Ctx.name, SLURM_NAME, "a Slurm partition name", WORD) or "",
+        account=s("account", Ctx.name, SLURM_NAME, "a Slurm account name", WORD),
+        qos=s("qos", Ctx.name, SLURM_NAME, "a Slurm QOS name", WORD),
+        constraint=s("constraint", Ctx.name, CONSTRAINT, "a Slurm constraint", "node features joined by & or |, e.g. h200&nvlink"),
+        gres_type=s("gres_type", Ctx.name, SLURM_NAME, "a GRES type", WORD),
+        time_limit_s=s("time_limit", Ctx.duration, 1800),
+        start_deadline_s=s("start_deadline", Ctx.duration, 3600),
+        max_requeues=s("max_requeues", Ctx.integer, 0, 0, 10),
         runtime=runtime,
-        imagesmith=ctx.name(d.get("imagesmith"), p + ("imagesmith",), ABS_PATH, "an absolute path",
-                            "the imagesmith executable on the nodes, e.g. /shared/imagesmith/bin/imagesmith"),
-        docker_host=ctx.name(d.get("docker_host"), p + ("docker_host",), ENGINE_URL, "an engine address",
-                             "unix:///run/podman/podman.sock, tcp://HOST:PORT or ssh://USER@HOST",
-                             PODMAN_SOCKET if runtime == "podman" else None),
-        cpus_per_task=ctx.integer(d.get("cpus_per_task"), p + ("cpus_per_task",), 0, 0, 4096) or None,
-        mem=ctx.name(d.get("mem"), p + ("mem",), SLURM_MEM, "a Slurm memory size", "e.g. 64G or 512000M"),
+        imagesmith=s("imagesmith", Ctx.name, ABS_PATH, "an absolute path",
+                     "the imagesmith executable on the nodes, e.g. /shared/imagesmith/bin/imagesmith"),
+        docker_host=s("docker_host", Ctx.name, ENGINE_URL, "an engine address",
+                      "unix:///run/podman/podman.sock, tcp://HOST:PORT or ssh://USER@HOST",
+                      PODMAN_SOCKET if runtime == "podman" else None),
+        cpus_per_task=s("cpus_per_task", Ctx.integer, 0, 0, 4096) or None,
+        mem=s("mem", Ctx.name, SLURM_MEM, "a Slurm memory size", "e.g. 64G or 512000M"),
     )
 
 
@@ -208,18 +207,18 @@ def _tolerations(ctx: Ctx, raw: Any, p: KeyPath) -> tuple[Toleration, ...]:
 
 
 def _toleration(ctx: Ctx, raw: Any, p: KeyPath) -> Toleration:
-    d = ctx.mapping(raw, p, ("key", "operator", "value", "effect", "seconds"))
-    key = ctx.string(d.get("key"), p + ("key",))
+    s = ctx.section(raw, p, ("key", "operator", "value", "effect", "seconds"))
+    key = s("key", Ctx.string)
     if key is not None and not label_key_ok(key):
         ctx.error(p + ("key",), f"{key!r} is not a Kubernetes label key; write e.g. nvidia.com/gpu")
-    operator = ctx.choice(d.get("operator"), p + ("operator",), OPERATORS, "Equal" if "value" in d else "Exists")
-    value = ctx.string(d.get("value"), p + ("value",))
+    operator = s("operator", Ctx.choice, OPERATORS, "Equal" if "value" in s else "Exists")
+    value = s("value", Ctx.string)
     if value is not None and not label_value_ok(value):
         ctx.error(p + ("value",), f"{value!r} is not a label value; write at most 63 letters, digits, '-', '_' or '.'")
     if operator == "Exists" and value:
         ctx.error(p + ("value",), "operator Exists takes no value; drop value or write operator: Equal")
-    effect = ctx.choice(d.get("effect"), p + ("effect",), EFFECTS, "") or None if "effect" in d else None
-    seconds = ctx.integer(d.get("seconds"), p + ("seconds",), -1, 0, 10**9) if "seconds" in d else None
+    effect = s("effect", Ctx.choice, EFFECTS, "") or None if "effect" in s else None
+    seconds = s("seconds", Ctx.integer, -1, 0, 10**9) if "seconds" in s else None
     return Toleration(key, operator, value, effect, seconds)
 
 
@@ -236,43 +235,42 @@ def _node_selector(ctx: Ctx, raw: Any, p: KeyPath) -> tuple[tuple[str, str], ...
 
 
 def _kubernetes(ctx: Ctx, raw: Any, p: KeyPath) -> KubernetesPlacement:
-    d = ctx.mapping(raw, p, KUBE_KEYS)
-    if "namespace" not in d:
+    s = ctx.section(raw, p, KUBE_KEYS)
+    if "namespace" not in s:
         ctx.error(p, "a Kubernetes class needs namespace: the namespace its Jobs run in")
     quantity = "a Kubernetes quantity"
     return KubernetesPlacement(
-        namespace=ctx.name(d.get("namespace"), p + ("namespace",), DNS_LABEL, "a namespace name",
-                           "lowercase letters, digits and '-' (at most 63)") or "",
-        node_selector=_node_selector(ctx, d.get("node_selector"), p + ("node_selector",)),
-        tolerations=_tolerations(ctx, d.get("tolerations"), p + ("tolerations",)),
-        image_pull_secret=ctx.name(d.get("image_pull_secret"), p + ("image_pull_secret",), DNS_SUBDOMAIN,
-                                   "a Secret name", "the name of a kubernetes.io/dockerconfigjson Secret, e.g. harbor-robot"),
-        deadline_s=ctx.duration(d.get("deadline"), p + ("deadline",), 1800),
-        ttl_s=ctx.duration(d.get("ttl"), p + ("ttl",), 3600, lo=0),
-        start_deadline_s=ctx.duration(d.get("start_deadline"), p + ("start_deadline",), 1800),
-        cpu=ctx.name(d.get("cpu"), p + ("cpu",), QUANTITY, quantity, "e.g. 8 or 500m"),
-        memory=ctx.name(d.get("memory"), p + ("memory",), QUANTITY, quantity, "e.g. 64Gi"),
-        shm_size=ctx.name(d.get("shm_size"), p + ("shm_size",), QUANTITY, quantity, "e.g. 8Gi", "8Gi") or "8Gi",
-        context=ctx.name(d.get("context"), p + ("context",), SLURM_NAME, "a kubeconfig context name", WORD),
+        namespace=s("namespace", Ctx.name, DNS_LABEL, "a namespace name", "lowercase letters, digits and '-' (at most 63)") or "",
+        node_selector=s("node_selector", _node_selector),
+        tolerations=s("tolerations", _tolerations),
+        image_pull_secret=s("image_pull_secret", Ctx.name, DNS_SUBDOMAIN, "a Secret name",
+                            "the name of a kubernetes.io/dockerconfigjson Secret, e.g. harbor-robot"),
+        deadline_s=s("deadline", Ctx.duration, 1800),
+        ttl_s=s("ttl", Ctx.duration, 3600, lo=0),
+        start_deadline_s=s("start_deadline", Ctx.duration, 1800),
+        cpu=s("cpu", Ctx.name, QUANTITY, quantity, "e.g. 8 or 500m"),
+        memory=s("memory", Ctx.name, QUANTITY, quantity, "e.g. 64Gi"),
+        shm_size=s("shm_size", Ctx.name, QUANTITY, quantity, "e.g. 8Gi", "8Gi") or "8Gi",
+        context=s("context", Ctx.name, SLURM_NAME, "a kubeconfig context name", WORD),
     )
 
 
 def _class(ctx: Ctx, name: str, raw: Any, baselines: Mapping[str, Any]) -> GpuClass:
     p: KeyPath = ("classes", name)
-    d = ctx.mapping(raw, p, CLASS_KEYS)
+    s = ctx.section(raw, p, CLASS_KEYS)
     if not CLASS_NAME.fullmatch(name):
         ctx.error(p, f"class name {name!r} must be lowercase letters, digits and '-' (at most 31; it names jobs and folders)")
-    given = [s for s in SCHEDULERS if s in d]
+    given = [k for k in SCHEDULERS if k in s]
     if len(given) != 1:
         ctx.error(p, f"a class runs on one scheduler; give exactly one of slurm: or kubernetes: (found {', '.join(given) or 'none'})")
-    gpus = ctx.integer(d.get("gpus"), p + ("gpus",), 1, 0, 64)
-    gpu = ctx.name(d.get("gpu"), p + ("gpu",), GPU_MODEL, "a GPU model name", "the name torch reports, e.g. NVIDIA H200")
+    gpus = s("gpus", Ctx.integer, 1, 0, 64)
+    gpu = s("gpu", Ctx.name, GPU_MODEL, "a GPU model name", "the name torch reports, e.g. NVIDIA H200")
     _check_gpu(ctx, p, gpus, gpu, baselines)
     return GpuClass(
-        name=name, gpus=gpus, gpu=gpu, platform=_platform(ctx, d.get("platform"), p + ("platform",)),
-        tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick") if "tier" in d else None,
-        slurm=_slurm(ctx, d["slurm"], p + ("slurm",)) if "slurm" in d else None,
-        kubernetes=_kubernetes(ctx, d["kubernetes"], p + ("kubernetes",)) if "kubernetes" in d and "slurm" not in d else None,
+        name=name, gpus=gpus, gpu=gpu, platform=s("platform", _platform),
+        tier=s("tier", Ctx.choice, TIERS, "quick") if "tier" in s else None,
+        slurm=s("slurm", _slurm) if "slurm" in s else None,
+        kubernetes=s("kubernetes", _kubernetes) if "kubernetes" in s and "slurm" not in s else None,
     )
 
 
