@@ -67,20 +67,17 @@ TOP_KEYS = ("version", "image", "matrix", "base_images", "layers", "tags", "veri
 
 def _image(ctx: MatrixCtx, raw: Any) -> ImageSpec:
     p: KeyPath = ("image",)
-    d = ctx.mapping(raw, p, ("repository", "registry", "user", "uid", "labels"))
-    repo = ctx.checked(ctx.string(d.get("repository"), p + ("repository",), "imagesmith/pytorch") or "",
-                       p + ("repository",), grammar.repository)
-    registry = ctx.string(d.get("registry"), p + ("registry",))
-    if registry is not None:
-        ctx.checked(registry, p + ("registry",), grammar.registry_host)
+    s = ctx.section(raw, p, ("repository", "registry", "user", "uid", "labels"))
+    repo = ctx.checked(s("repository", Ctx.string, "imagesmith/pytorch") or "", p + ("repository",), grammar.repository)
+    registry = s("registry", Ctx.optional, grammar.registry_host)
     if len(f"{registry}/{repo}" if registry else repo) > 255:
         ctx.error(p + ("repository",), "registry/repository is over 255 characters, the limit of an image name; shorten it")
     return ImageSpec(
         repository=repo,
         registry=registry,
-        user=ctx.checked(ctx.string(d.get("user"), p + ("user",), "ml") or "ml", p + ("user",), grammar.user_name),
-        uid=ctx.integer(d.get("uid"), p + ("uid",), 1000, 1, 65535),
-        labels=_pairs(ctx, d.get("labels"), p + ("labels",), grammar.label_key),
+        user=ctx.checked(s("user", Ctx.string, "ml") or "ml", p + ("user",), grammar.user_name),
+        uid=s("uid", Ctx.integer, 1000, 1, 65535),
+        labels=s("labels", _pairs, grammar.label_key),
     )
 
 
@@ -320,37 +317,37 @@ def _layers(ctx: MatrixCtx, raw: Any) -> tuple[Layer, ...]:
 
 def _layer(ctx: MatrixCtx, name: str, raw: Any) -> Layer:
     p: KeyPath = ("layers", name)
-    d = ctx.mapping(raw, p, LAYER_KEYS)
+    s = ctx.section(raw, p, LAYER_KEYS)
     if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", name):
         ctx.error(p, f"layer name {name!r} must be lowercase letters, digits and '-' (it goes into tags)")
-    parent = ctx.string(d.get("parent"), p + ("parent",), BUILTIN_PARENTS.get(name, "base"))
-    packages = ctx.strings(d.get("packages"), p + ("packages",))
+    parent = s("parent", Ctx.string, BUILTIN_PARENTS.get(name, "base"))
+    packages = s("packages", Ctx.strings)
     for i, spec in enumerate(packages):
         _check_package(ctx, spec, p + ("packages", i))
-    req = ctx.local_file(d.get("requirements"), p + ("requirements",), REQUIREMENTS_LIMIT)
+    req = s("requirements", Ctx.local_file, REQUIREMENTS_LIMIT)
     pins = _check_requirements(ctx, req[0].name, req[2], p + ("requirements",)) if req else ()
-    template, template_path = _template(ctx, d.get("template"), p + ("template",))
+    template, template_path = s("template", _template)
     return Layer(
         name=name,
         parent=None if name == "base" else parent,
         packages=packages,
-        apt=ctx.checked_strings(d.get("apt"), p + ("apt",), grammar.debian_package),
+        apt=s("apt", Ctx.checked_strings, grammar.debian_package),
         requirements=req[0] if req else None,
         requirements_data=req[1] if req else b"",
         requirements_pins=pins,
-        env=_pairs(ctx, d.get("env"), p + ("env",), grammar.env_name),
-        base_from=ctx.choice(d.get("from"), p + ("from",), BASE_FROM, "os"),
-        toolchain=ctx.boolean(d.get("toolchain"), p + ("toolchain",), name == "base"),
-        cuda_libs=_cuda_libs(ctx, name, d.get("cuda_libs"), p + ("cuda_libs",)),
+        env=s("env", _pairs, grammar.env_name),
+        base_from=s("from", Ctx.choice, BASE_FROM, "os"),
+        toolchain=s("toolchain", Ctx.boolean, name == "base"),
+        cuda_libs=s("cuda_libs", _cuda_libs, name),
         template=template,
         template_path=template_path,
-        jupyter=_jupyter(ctx, d.get("services"), p + ("services",)),
-        sshd=_sshd(ctx, d.get("services"), p + ("services",)),
-        when=_layer_when(ctx, d.get("when"), p + ("when",)),
+        jupyter=s("services", _jupyter),
+        sshd=s("services", _sshd),
+        when=s("when", _layer_when),
     )
 
 
-def _cuda_libs(ctx: MatrixCtx, name: str, raw: Any, path: KeyPath) -> str:
+def _cuda_libs(ctx: MatrixCtx, raw: Any, path: KeyPath, name: str) -> str:
     if raw is not None and name != "base":
         ctx.error(path, "cuda_libs belongs to the base layer (where torch and its CUDA wheels are installed)")
     return str(ctx.choice(raw, path, CUDA_LIBS, "shared"))
@@ -464,13 +461,13 @@ def _check_requirement(ctx: MatrixCtx, name: str, n: int, spec: str, path: KeyPa
 def _jupyter(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Jupyter:
     services = ctx.mapping(raw, path, ("jupyter", "sshd"))
     p = path + ("jupyter",)
-    d = ctx.mapping(services.get("jupyter"), p, ("enabled", "bind", "port", "version"))
-    bind = ctx.string(d.get("bind"), p + ("bind",), "127.0.0.1") or "127.0.0.1"
-    version = ctx.string(d.get("version"), p + ("version",), Jupyter.version) or Jupyter.version
+    s = ctx.section(services.get("jupyter"), p, ("enabled", "bind", "port", "version"))
+    bind = s("bind", Ctx.string, "127.0.0.1") or "127.0.0.1"
+    version = s("version", Ctx.string, Jupyter.version) or Jupyter.version
     return Jupyter(
-        enabled=ctx.boolean(d.get("enabled"), p + ("enabled",), bool(d)),
+        enabled=s("enabled", Ctx.boolean, bool(s)),
         bind=ctx.checked(bind, p + ("bind",), grammar.listen_address),
-        port=ctx.integer(d.get("port"), p + ("port",), 8888, 1, 65535),
+        port=s("port", Ctx.integer, 8888, 1, 65535),
         version=ctx.checked(version, p + ("version",), grammar.python_version),
     )
 
@@ -478,11 +475,8 @@ def _jupyter(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Jupyter:
 def _sshd(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Sshd:
     services = raw if isinstance(raw, dict) else {}
     p = path + ("sshd",)
-    d = ctx.mapping(services.get("sshd"), p, ("enabled", "port"))
-    return Sshd(
-        enabled=ctx.boolean(d.get("enabled"), p + ("enabled",), bool(d)),
-        port=ctx.integer(d.get("port"), p + ("port",), 2222, 1024, 65535),
-    )
+    s = ctx.section(services.get("sshd"), p, ("enabled", "port"))
+    return Sshd(enabled=s("enabled", Ctx.boolean, bool(s)), port=s("port", Ctx.integer, 2222, 1024, 65535))
 
 
 def _ordered(ctx: MatrixCtx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
@@ -511,11 +505,11 @@ def _ordered(ctx: MatrixCtx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
 
 def _tags(ctx: MatrixCtx, raw: Any) -> TagPolicy:
     p: KeyPath = ("tags",)
-    d = ctx.mapping(raw, p, ("immutable", "floating", "prerelease"))
-    immutable = ctx.string(d.get("immutable"), p + ("immutable",), TagPolicy.immutable) or TagPolicy.immutable
+    s = ctx.section(raw, p, ("immutable", "floating", "prerelease"))
+    immutable = s("immutable", Ctx.string, TagPolicy.immutable) or TagPolicy.immutable
     _check_template(ctx, immutable, p + ("immutable",))
-    floating = _floating(ctx, d.get("floating"), p + ("floating",))
-    return TagPolicy(immutable, floating, ctx.boolean(d.get("prerelease"), p + ("prerelease",), False))
+    floating = s("floating", _floating)
+    return TagPolicy(immutable, floating, s("prerelease", Ctx.boolean, False))
 
 
 def _floating(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[FloatingTag, ...]:
@@ -546,15 +540,15 @@ def _check_template(ctx: MatrixCtx, template: str, path: KeyPath) -> None:
 
 def _verify(ctx: MatrixCtx, raw: Any) -> VerifyPolicy:
     p: KeyPath = ("verify",)
-    d = ctx.mapping(raw, p, ("tier", "gpus", "require_gpu", "shm_size", "memory", "timeout", "thresholds"))
-    thresholds = ctx.open_mapping(d.get("thresholds"), p + ("thresholds",))
+    s = ctx.section(raw, p, ("tier", "gpus", "require_gpu", "shm_size", "memory", "timeout", "thresholds"))
+    thresholds = s("thresholds", Ctx.open_mapping)
     return VerifyPolicy(
-        tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick"),
-        gpus=_gpus(ctx, d.get("gpus"), p + ("gpus",)),
-        require_gpu=None if d.get("require_gpu") is None else ctx.boolean(d["require_gpu"], p + ("require_gpu",), True),
-        shm_size=ctx.string(d.get("shm_size"), p + ("shm_size",), "8g") or "8g",
-        memory=ctx.string(d.get("memory"), p + ("memory",)),
-        timeout_s=ctx.integer(d.get("timeout"), p + ("timeout",), 900, 10, 86400),
+        tier=s("tier", Ctx.choice, TIERS, "quick"),
+        gpus=s("gpus", _gpus),
+        require_gpu=None if s.get("require_gpu") is None else s("require_gpu", Ctx.boolean, True),
+        shm_size=s("shm_size", Ctx.string, "8g") or "8g",
+        memory=s("memory", Ctx.string),
+        timeout_s=s("timeout", Ctx.integer, 900, 10, 86400),
         thresholds={k: _threshold(ctx, v, p + ("thresholds", k)) for k, v in thresholds.items()},
     )
 
@@ -588,23 +582,23 @@ SOURCE_KEYS = ("torch_index_url", "index_url", "extra_index_urls", "find_links",
 
 def _sources(ctx: MatrixCtx, raw: Any) -> Sources:
     p: KeyPath = ("sources",)
-    d = ctx.mapping(raw, p, SOURCE_KEYS)
-    proxy = ctx.mapping(d.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
-    ca = _ca_bundle(ctx, d.get("ca_bundle"), p + ("ca_bundle",))
+    s = ctx.section(raw, p, SOURCE_KEYS)
+    proxy = ctx.section(s.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
+    ca = s("ca_bundle", _ca_bundle)
     return Sources(
-        torch_index_url=_index(ctx, d.get("torch_index_url"), p + ("torch_index_url",)),
-        index_url=_index(ctx, d.get("index_url"), p + ("index_url",)),
-        extra_index_urls=_indexes(ctx, d.get("extra_index_urls"), p + ("extra_index_urls",)),
-        find_links=_indexes(ctx, d.get("find_links"), p + ("find_links",)),
-        trusted_hosts=ctx.checked_strings(d.get("trusted_hosts"), p + ("trusted_hosts",), grammar.host),
+        torch_index_url=s("torch_index_url", _index),
+        index_url=s("index_url", _index),
+        extra_index_urls=s("extra_index_urls", _indexes),
+        find_links=s("find_links", _indexes),
+        trusted_hosts=s("trusted_hosts", Ctx.checked_strings, grammar.host),
         ca_bundle=ca[0] if ca else None,
         ca_bundle_data=ca[1] if ca else b"",
-        http_proxy=ctx.optional(proxy.get("http"), p + ("proxy", "http"), grammar.proxy_url),
-        https_proxy=ctx.optional(proxy.get("https"), p + ("proxy", "https"), grammar.proxy_url),
-        no_proxy=ctx.optional(proxy.get("no_proxy"), p + ("proxy", "no_proxy"), grammar.no_proxy),
-        network=ctx.choice(d.get("network"), p + ("network",), NETWORK_MODES, "default"),
-        credentials=_credentials(ctx, d.get("credentials"), p + ("credentials",)),
-        advisories=_advisories(ctx, d.get("advisories"), p + ("advisories",)),
+        http_proxy=proxy("http", Ctx.optional, grammar.proxy_url),
+        https_proxy=proxy("https", Ctx.optional, grammar.proxy_url),
+        no_proxy=proxy("no_proxy", Ctx.optional, grammar.no_proxy),
+        network=s("network", Ctx.choice, NETWORK_MODES, "default"),
+        credentials=s("credentials", _credentials),
+        advisories=s("advisories", _advisories),
     )
 
 
@@ -630,12 +624,11 @@ VULN_KEYS = ("threshold", "allow", "max_age_days")
 
 def _vulnerabilities(ctx: MatrixCtx, raw: Any) -> vulns.Policy:
     p: KeyPath = ("vulnerabilities",)
-    d = ctx.mapping(raw, p, VULN_KEYS)
-    age = d.get("max_age_days")
+    s = ctx.section(raw, p, VULN_KEYS)
     return vulns.Policy(
-        threshold=ctx.choice(d.get("threshold"), p + ("threshold",), vulns.THRESHOLDS, "critical"),
-        allow=_allowances(ctx, d.get("allow"), p + ("allow",)),
-        max_age_days=None if age is None else ctx.integer(age, p + ("max_age_days",), 0, 1, 3650),
+        threshold=s("threshold", Ctx.choice, vulns.THRESHOLDS, "critical"),
+        allow=s("allow", _allowances),
+        max_age_days=None if s.get("max_age_days") is None else s("max_age_days", Ctx.integer, 0, 1, 3650),
     )
 
 
@@ -650,10 +643,10 @@ def _allowances(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[vulns.Allowanc
         return ()
     out = []
     for i, item in enumerate(raw):
-        d = ctx.mapping(item, path + (i,), ("id", "reason", "expires"))
-        ident = ctx.string(d.get("id"), path + (i, "id")) or ""
-        reason = (ctx.string(d.get("reason"), path + (i, "reason")) or "").strip()
-        expires = _date(ctx, d.get("expires"), path + (i, "expires"))
+        s = ctx.section(item, path + (i,), ("id", "reason", "expires"))
+        ident = s("id", Ctx.string) or ""
+        reason = (s("reason", Ctx.string) or "").strip()
+        expires = s("expires", _date)
         if not ADVISORY_ID.fullmatch(ident) or len(ident) > 64:
             ctx.error(path + (i, "id"), f"{printable(ident)} is not an advisory id (GHSA-xxxx-xxxx-xxxx, CVE-2025-32434, PYSEC-2024-1, DSA-5514-1)")
         if not reason:
@@ -725,17 +718,15 @@ def _credentials(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[Credential, .
         return ()
     out = []
     for i, item in enumerate(raw):
-        d = ctx.mapping(item, path + (i,), ("host", "username_env", "password_env", "file"))
-        host = ctx.string(d.get("host"), path + (i, "host"))
+        s = ctx.section(item, path + (i,), ("host", "username_env", "password_env", "file"))
+        host = s("host", Ctx.string)
         if not host:
             ctx.error(path + (i,), "a credential needs host: the index host it is sent to")
             continue
-        if "file" not in d and "password_env" not in d:
+        if "file" not in s and "password_env" not in s:
             ctx.error(path + (i,), "a credential needs password_env (an environment variable) or file (holding user:password)")
-        out.append(Credential(ctx.checked(host, path + (i, "host"), grammar.host),
-                              ctx.optional(d.get("username_env"), path + (i, "username_env"), grammar.env_name),
-                              ctx.optional(d.get("password_env"), path + (i, "password_env"), grammar.env_name),
-                              _secret_file(ctx, d.get("file"), path + (i, "file"))))
+        out.append(Credential(ctx.checked(host, path + (i, "host"), grammar.host), s("username_env", Ctx.optional, grammar.env_name),
+                              s("password_env", Ctx.optional, grammar.env_name), s("file", _secret_file)))
     return tuple(out)
 
 
