@@ -25,6 +25,7 @@ from imagesmith.errors import ImagesmithError, UsageError, UserError
 from imagesmith.model import compat
 from imagesmith.model import matrix as matrix_mod
 from imagesmith.model import plan as plan_mod
+from imagesmith.model.grammar import GPU_LIST
 from imagesmith.render import contexts as render_mod
 from imagesmith.table import print_table
 from imagesmith.units import gb
@@ -632,7 +633,7 @@ def _expect_option(ctx: click.Context, param: click.Parameter, value: str) -> di
 
 def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
     value = value.replace(" ", "")
-    if not matrix_mod.GPU_LIST.match(value):
+    if not GPU_LIST.match(value):
         raise click.BadParameter(f"{value!r}: write all, none, GPU indexes (0,1) or UUIDs (GPU-...)", ctx, param)
     return value
 

@@ -12,7 +12,7 @@ import click
 
 from imagesmith.errors import UserError
 from imagesmith.model import loader, schemas
-from imagesmith.model.matrix import TIERS
+from imagesmith.model.matrix.records import TIERS
 from imagesmith.stages.fleet import config
 from imagesmith.table import print_table
 

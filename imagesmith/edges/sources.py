@@ -26,7 +26,7 @@ from typing import Mapping
 
 from imagesmith.edges.registry import Credentials, from_file
 from imagesmith.errors import UserError
-from imagesmith.model.matrix import Credential, Sources
+from imagesmith.model.matrix.records import Credential, Sources
 
 PORT_BASE, PORT_SPAN = 20000, 20000
 

@@ -1,7 +1,7 @@
 """The grammar of every matrix value that reaches a generated file (pure).
 
 Each check takes a value and returns ``None`` when it is acceptable, else one
-sentence: why not, and what to write instead. ``matrix.py`` calls them where
+sentence: why not, and what to write instead. ``matrix.sections`` calls them where
 values are loaded, so a value is judged against what it *becomes* (a Linux
 user name, a Debian package, a pip requirement, a URL, an image reference,
 an environment variable name, an OCI label key) before anything is rendered.
@@ -46,6 +46,7 @@ NO_PROXY = re.compile(r"[A-Za-z0-9.:/*_\[\]-]+(?:,[A-Za-z0-9.:/*_\[\]-]+)*")
 RESERVED_LABELS = ("org.opencontainers.image.title", "org.opencontainers.image.description",
                    "org.opencontainers.image.base.name")
 MAX_TEXT = 4096  # an ENV or LABEL value
+GPU_LIST = re.compile(r"^(all|none|(\d+|(GPU|MIG)-[A-Za-z0-9-]+)(,(\d+|(GPU|MIG)-[A-Za-z0-9-]+))*)$")  # verify.gpus, --gpus: docker's device list
 
 
 def user_name(value: str) -> str | None:

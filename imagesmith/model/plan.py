@@ -18,7 +18,7 @@ from imagesmith.atomic import write_text
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.model import compat, schemas, tags
 from imagesmith.model.layout import CUDA_PREFIX
-from imagesmith.model.matrix import BUILTIN_PARENTS, Cell, Layer, Matrix, base_image_for, sort_cells
+from imagesmith.model.matrix.records import BUILTIN_PARENTS, Cell, Layer, Matrix, base_image_for, sort_cells
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
 from imagesmith.model.versions import major

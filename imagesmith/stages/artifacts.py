@@ -32,8 +32,8 @@ from imagesmith import __version__, runstate
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.model import loader, plan, schemas
-from imagesmith.model.matrix import FloatingTag, ImageSpec, Matrix, TagPolicy
-from imagesmith.model.tags import DOCKER_TAG
+from imagesmith.model.matrix.records import ImageSpec, Matrix
+from imagesmith.model.tags import DOCKER_TAG, FloatingTag, TagPolicy
 
 BUILD_SCHEMA = schemas.BUILD_ARTIFACT
 BUILD_FILE = "build.json"

@@ -43,9 +43,10 @@ from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
 from imagesmith.edges.registry import Credentials, Manifest, RegistryHTTPError, redact
 from imagesmith.errors import EngineConnectionLost, ImagesmithError, RegistryError, UserError
 from imagesmith.model import policy, schemas, tags
-from imagesmith.model.matrix import ImageSpec, Matrix, TagPolicy
+from imagesmith.model.matrix.records import ImageSpec, Matrix
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
+from imagesmith.model.tags import TagPolicy
 from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown

@@ -29,7 +29,8 @@ from in_toto_attestation.v1 import statement_pb2
 
 from imagesmith.edges import signing
 from imagesmith.edges.registry import Credentials, Registry
-from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.model.matrix.records import ImageSpec
+from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.stages import evidence, verify
 from imagesmith.stages.publish import Backoff, Item, Publisher, evidence_step
 from tests.integration.conftest import PASSWORD, USER, RegistryServer

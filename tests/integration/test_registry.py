@@ -16,8 +16,9 @@ from typing import Any, Callable
 import pytest
 
 from imagesmith.edges.registry import Credentials, Registry, RegistryHTTPError
-from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.policy import Evidence
+from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.stages.publish import Backoff, Item, Publisher
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 

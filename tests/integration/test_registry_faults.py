@@ -43,7 +43,7 @@ def full_registry(registry_engine: Any, tmp_path: Path) -> Iterator[RegistryServ
 
 
 def publisher(engine: Any, server: RegistryServer, out: Path, **seams: Any) -> Publisher:
-    from imagesmith.model.matrix import ImageSpec
+    from imagesmith.model.matrix.records import ImageSpec
 
     seams.setdefault("backoff", Backoff(tries=3, first=0.05))
     return Publisher(engine, Registry(server.host, GOOD), ImageSpec(REPO, server.host), POLICY, "20261130", out,

@@ -96,7 +96,8 @@ def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: En
     """publish with --fleet/--fleet-report semantics and the trust policy: both immutable tags land; only the
     digest whose signed results passed on every class gets its floating tag; the held-back one names the class."""
     from imagesmith.edges.registry import Credentials, Registry
-    from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+    from imagesmith.model.matrix.records import ImageSpec
+    from imagesmith.model.tags import FloatingTag, TagPolicy
     from imagesmith.stages.fleet.gate import load_gate
     from imagesmith.stages.publish import Item, Publisher
     from tests.integration.conftest import PASSWORD, USER

@@ -27,7 +27,8 @@ from typing import Any, Callable
 import pytest
 
 from imagesmith.edges.registry import Credentials, Registry
-from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.model.matrix.records import ImageSpec
+from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.stages import trust
 from imagesmith.stages.promote import Promoter, registry_promoter
 from imagesmith.stages.publish import Item, Publisher

@@ -127,12 +127,6 @@ def test_warnings(text: str, message: str) -> None:
     assert [str(w) for w in config.parse(text, Path("fleet.yaml")).warnings] == [message]
 
 
-@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("1h30m", 5400), ("2d", 172800),
-                                           ("1d2h3m4s", 93784), ("", None), ("1.5h", None), ("m", None), ("5 m", None)])
-def test_durations(text: str, seconds: int | None) -> None:
-    assert config.duration_s(text) == seconds
-
-
 DIGEST = "sha256:" + "ab" * 32
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "imagesmith"
 PLANNING = ("imagesmith.model.matrix", "imagesmith.model.compat", "imagesmith.model.plan", "imagesmith.model.tags", "imagesmith.render.contexts",
-            "imagesmith.model.grammar", "imagesmith.model.located", "imagesmith.render.guard", "imagesmith.model.paths")
+            "imagesmith.model.grammar", "imagesmith.model.located", "imagesmith.render.guard", "imagesmith.model.paths",
+            "imagesmith.model.matrix.records", "imagesmith.model.matrix.sections", "imagesmith.model.validation")
 
 
 def modules() -> dict[str, Path]:

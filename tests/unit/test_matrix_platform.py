@@ -11,6 +11,7 @@ import yaml
 
 from imagesmith.errors import ValidationError
 from imagesmith.model import compat, matrix
+from imagesmith.model.matrix.records import sort_cells
 from imagesmith.model.platform import Platform
 
 AMD64, ARM64 = Platform.AMD64, Platform.ARM64
@@ -205,7 +206,7 @@ def test_a_multi_platform_matrix_reads_its_cells_in_platform_order(write_matrix:
           os: [debian12]
           platform: [linux/arm64, linux/amd64]
         """))
-    ordered = matrix.sort_cells(matrix.load(path).cells)
+    ordered = sort_cells(matrix.load(path).cells)
     assert [(c.torch, str(c.platform)) for c in ordered] == [
         ("2.9", "linux/amd64"), ("2.9", "linux/arm64"), ("2.10", "linux/amd64"), ("2.10", "linux/arm64")]
 

@@ -20,7 +20,8 @@ from imagesmith.edges.engine import push_error
 from imagesmith.edges.registry import Credentials, Manifest
 from imagesmith.errors import EngineConnectionLost, EngineError, RegistryError, UserError
 from imagesmith.model import matrix, plan, policy, tags
-from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.model.matrix.records import ImageSpec
+from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.progress import QuietDisplay
 from imagesmith.stages import publish
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged

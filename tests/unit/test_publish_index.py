@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from imagesmith.edges import registry
-from imagesmith.model.matrix import TagPolicy
 from imagesmith.model.platform import Platform
+from imagesmith.model.tags import TagPolicy
 from imagesmith.stages import publish
 from tests.unit.test_publish import DATE, FakeEngine, FakeRegistry, World, item, manifest_for
 

@@ -17,7 +17,7 @@ import pytest
 from imagesmith.edges import sources
 from imagesmith.edges.registry import Credentials
 from imagesmith.errors import UserError
-from imagesmith.model.matrix import Credential, Sources
+from imagesmith.model.matrix.records import Credential, Sources
 
 USER, PASSWORD = "ci", "s3cr3t:with-colon"
 

@@ -6,7 +6,7 @@ import pytest
 
 from imagesmith.errors import ValidationError
 from imagesmith.model import tags
-from imagesmith.model.matrix import FloatingTag, TagPolicy
+from imagesmith.model.tags import FloatingTag, TagPolicy
 
 
 def fields(torch: str, cuda: str = "12.8", python: str = "3.11", os: str = "ubuntu22.04", layer: str = "base") -> dict[str, str]:

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from imagesmith.errors import Problem, UserError, ValidationError
-from imagesmith.model import compat
 from imagesmith.model import platform as platforms
 from imagesmith.model.loader import CAPS, LoadError, read_confined
-from imagesmith.model.located import KeyPath, load_located, printable
-from imagesmith.model.matrix import TIERS, Ctx
+from imagesmith.model.located import KeyPath, load_located
+from imagesmith.model.matrix.records import TIERS
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
+from imagesmith.model.validation import Ctx
 from imagesmith.resources import payload_dir
 
 SCHEMA_VERSION = 1
@@ -38,7 +38,6 @@ SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 FEATURE = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 CONSTRAINT = re.compile(rf"^\[?{FEATURE}(?:[&|]{FEATURE})*\]?$")
 SLURM_MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
-DURATION = re.compile(r"(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?")  # ASCII digits, bounded
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
 LABEL_NAME = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -150,17 +149,6 @@ def parse_ref(text: str) -> DigestRef:
     return DigestRef(m.group("name"), m.group("digest"))
 
 
-def duration_s(text: str) -> int | None:
-    """``90``, ``90s``, ``30m``, ``1h30m``, ``2d`` -> seconds; None when malformed."""
-    if re.fullmatch("[0-9]{1,12}", text):
-        return int(text)
-    m = DURATION.fullmatch(text)
-    if not text or m is None:
-        return None
-    d, h, mi, s = (int(g or 0) for g in m.groups())
-    return ((d * 24 + h) * 60 + mi) * 60 + s
-
-
 def label_key_ok(key: str) -> bool:
     """A Kubernetes label key: optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
     prefix, sep, name = key.rpartition("/")
@@ -175,31 +163,6 @@ def label_value_ok(value: str) -> bool:
 # validation
 
 
-class FleetCtx(Ctx):
-    """The matrix's located, typed getters; plus grammar checks for fleet values."""
-
-    def name(self, raw: Any, path: KeyPath, grammar: re.Pattern[str], what: str, write: str,
-             default: str | None = None) -> str | None:
-        value = self.string(raw, path, default)
-        if value is not None and not grammar.fullmatch(value):
-            self.error(path, f"{value!r} is not {what}; write {write}")
-            return default
-        return value
-
-    def duration(self, raw: Any, path: KeyPath, default: int, lo: int = 1, hi: int = 30 * 86400) -> int:
-        text = self.string(raw, path)
-        if text is None:
-            return default
-        seconds = duration_s(text.strip())
-        if seconds is None:
-            self.error(path, f"{printable(text, 40)} is not a duration; write e.g. 90s, 30m, 1h30m or 2d")
-            return default
-        if not lo <= seconds <= hi:
-            self.error(path, f"{text} is out of range ({lo} s .. {hi // 86400} d)")
-            return default
-        return seconds
-
-
 WORD = "letters, digits, '.', '_' or '-' (at most 64)"
 TOP_KEYS = ("version", "tier", "classes", "floating")
 CLASS_KEYS = ("gpu", "gpus", "tier", "platform", "slurm", "kubernetes")
@@ -209,33 +172,32 @@ KUBE_KEYS = ("namespace", "node_selector", "tolerations", "image_pull_secret", "
              "cpu", "memory", "shm_size", "context")
 
 
-def _slurm(ctx: FleetCtx, raw: Any, p: KeyPath) -> SlurmPlacement:
-    d = ctx.mapping(raw, p, SLURM_KEYS)
-    if "partition" not in d:
+def _slurm(ctx: Ctx, raw: Any, p: KeyPath) -> SlurmPlacement:
+    s = ctx.section(raw, p, SLURM_KEYS)
+    if "partition" not in s:
         ctx.error(p, "a Slurm class needs partition: the partition its jobs go to (sinfo lists them)")
-    runtime = ctx.choice(d.get("runtime"), p + ("runtime",), RUNTIMES, "docker")
+    runtime = s("runtime", Ctx.choice, RUNTIMES, "docker")
     return SlurmPlacement(
-        partition=ctx.name(d.get("partition"), p + ("partition",), SLURM_NAME, "a Slurm partition name", WORD) or "",
-        account=ctx.name(d.get("account"), p + ("account",), SLURM_NAME, "a Slurm account name", WORD),
-        qos=ctx.name(d.get("qos"), p + ("qos",), SLURM_NAME, "a Slurm QOS name", WORD),
-        constraint=ctx.name(d.get("constraint"), p + ("constraint",), CONSTRAINT, "a Slurm constraint",
-                            "node features joined by & or |, e.g. h200&nvlink"),
-        gres_type=ctx.name(d.get("gres_type"), p + ("gres_type",), SLURM_NAME, "a GRES type", WORD),
-        time_limit_s=ctx.duration(d.get("time_limit"), p + ("time_limit",), 1800),
-        start_deadline_s=ctx.duration(d.get("start_deadline"), p + ("start_deadline",), 3600),
-        max_requeues=ctx.integer(d.get("max_requeues"), p + ("max_requeues",), 0, 0, 10),
+        partition=s("partition", Ctx.name, SLURM_NAME, "a Slurm partition name", WORD) or "",
+        account=s("account", Ctx.name, SLURM_NAME, "a Slurm account name", WORD),
+        qos=s("qos", Ctx.name, SLURM_NAME, "a Slurm QOS name", WORD),
+        constraint=s("constraint", Ctx.name, CONSTRAINT, "a Slurm constraint", "node features joined by & or |, e.g. h200&nvlink"),
+        gres_type=s("gres_type", Ctx.name, SLURM_NAME, "a GRES type", WORD),
+        time_limit_s=s("time_limit", Ctx.duration, 1800),
+        start_deadline_s=s("start_deadline", Ctx.duration, 3600),
+        max_requeues=s("max_requeues", Ctx.integer, 0, 0, 10),
         runtime=runtime,
-        imagesmith=ctx.name(d.get("imagesmith"), p + ("imagesmith",), ABS_PATH, "an absolute path",
-                            "the imagesmith executable on the nodes, e.g. /shared/imagesmith/bin/imagesmith"),
-        docker_host=ctx.name(d.get("docker_host"), p + ("docker_host",), ENGINE_URL, "an engine address",
-                             "unix:///run/podman/podman.sock, tcp://HOST:PORT or ssh://USER@HOST",
-                             PODMAN_SOCKET if runtime == "podman" else None),
-        cpus_per_task=ctx.integer(d.get("cpus_per_task"), p + ("cpus_per_task",), 0, 0, 4096) or None,
-        mem=ctx.name(d.get("mem"), p + ("mem",), SLURM_MEM, "a Slurm memory size", "e.g. 64G or 512000M"),
+        imagesmith=s("imagesmith", Ctx.name, ABS_PATH, "an absolute path",
+                     "the imagesmith executable on the nodes, e.g. /shared/imagesmith/bin/imagesmith"),
+        docker_host=s("docker_host", Ctx.name, ENGINE_URL, "an engine address",
+                      "unix:///run/podman/podman.sock, tcp://HOST:PORT or ssh://USER@HOST",
+                      PODMAN_SOCKET if runtime == "podman" else None),
+        cpus_per_task=s("cpus_per_task", Ctx.integer, 0, 0, 4096) or None,
+        mem=s("mem", Ctx.name, SLURM_MEM, "a Slurm memory size", "e.g. 64G or 512000M"),
     )
 
 
-def _tolerations(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[Toleration, ...]:
+def _tolerations(ctx: Ctx, raw: Any, p: KeyPath) -> tuple[Toleration, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -244,23 +206,23 @@ def _tolerations(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[Toleration, ...]:
     return tuple(_toleration(ctx, item, p + (i,)) for i, item in enumerate(raw))
 
 
-def _toleration(ctx: FleetCtx, raw: Any, p: KeyPath) -> Toleration:
-    d = ctx.mapping(raw, p, ("key", "operator", "value", "effect", "seconds"))
-    key = ctx.string(d.get("key"), p + ("key",))
+def _toleration(ctx: Ctx, raw: Any, p: KeyPath) -> Toleration:
+    s = ctx.section(raw, p, ("key", "operator", "value", "effect", "seconds"))
+    key = s("key", Ctx.string)
     if key is not None and not label_key_ok(key):
         ctx.error(p + ("key",), f"{key!r} is not a Kubernetes label key; write e.g. nvidia.com/gpu")
-    operator = ctx.choice(d.get("operator"), p + ("operator",), OPERATORS, "Equal" if "value" in d else "Exists")
-    value = ctx.string(d.get("value"), p + ("value",))
+    operator = s("operator", Ctx.choice, OPERATORS, "Equal" if "value" in s else "Exists")
+    value = s("value", Ctx.string)
     if value is not None and not label_value_ok(value):
         ctx.error(p + ("value",), f"{value!r} is not a label value; write at most 63 letters, digits, '-', '_' or '.'")
     if operator == "Exists" and value:
         ctx.error(p + ("value",), "operator Exists takes no value; drop value or write operator: Equal")
-    effect = ctx.choice(d.get("effect"), p + ("effect",), EFFECTS, "") or None if "effect" in d else None
-    seconds = ctx.integer(d.get("seconds"), p + ("seconds",), -1, 0, 10**9) if "seconds" in d else None
+    effect = s("effect", Ctx.choice, EFFECTS, "") or None if "effect" in s else None
+    seconds = s("seconds", Ctx.integer, -1, 0, 10**9) if "seconds" in s else None
     return Toleration(key, operator, value, effect, seconds)
 
 
-def _node_selector(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[tuple[str, str], ...]:
+def _node_selector(ctx: Ctx, raw: Any, p: KeyPath) -> tuple[tuple[str, str], ...]:
     out = []
     for key, value in ctx.open_mapping(raw, p).items():
         text = "" if value is None else ctx.string(value, p + (key,), "") or ""
@@ -272,48 +234,47 @@ def _node_selector(ctx: FleetCtx, raw: Any, p: KeyPath) -> tuple[tuple[str, str]
     return tuple(sorted(out))
 
 
-def _kubernetes(ctx: FleetCtx, raw: Any, p: KeyPath) -> KubernetesPlacement:
-    d = ctx.mapping(raw, p, KUBE_KEYS)
-    if "namespace" not in d:
+def _kubernetes(ctx: Ctx, raw: Any, p: KeyPath) -> KubernetesPlacement:
+    s = ctx.section(raw, p, KUBE_KEYS)
+    if "namespace" not in s:
         ctx.error(p, "a Kubernetes class needs namespace: the namespace its Jobs run in")
     quantity = "a Kubernetes quantity"
     return KubernetesPlacement(
-        namespace=ctx.name(d.get("namespace"), p + ("namespace",), DNS_LABEL, "a namespace name",
-                           "lowercase letters, digits and '-' (at most 63)") or "",
-        node_selector=_node_selector(ctx, d.get("node_selector"), p + ("node_selector",)),
-        tolerations=_tolerations(ctx, d.get("tolerations"), p + ("tolerations",)),
-        image_pull_secret=ctx.name(d.get("image_pull_secret"), p + ("image_pull_secret",), DNS_SUBDOMAIN,
-                                   "a Secret name", "the name of a kubernetes.io/dockerconfigjson Secret, e.g. harbor-robot"),
-        deadline_s=ctx.duration(d.get("deadline"), p + ("deadline",), 1800),
-        ttl_s=ctx.duration(d.get("ttl"), p + ("ttl",), 3600, lo=0),
-        start_deadline_s=ctx.duration(d.get("start_deadline"), p + ("start_deadline",), 1800),
-        cpu=ctx.name(d.get("cpu"), p + ("cpu",), QUANTITY, quantity, "e.g. 8 or 500m"),
-        memory=ctx.name(d.get("memory"), p + ("memory",), QUANTITY, quantity, "e.g. 64Gi"),
-        shm_size=ctx.name(d.get("shm_size"), p + ("shm_size",), QUANTITY, quantity, "e.g. 8Gi", "8Gi") or "8Gi",
-        context=ctx.name(d.get("context"), p + ("context",), SLURM_NAME, "a kubeconfig context name", WORD),
+        namespace=s("namespace", Ctx.name, DNS_LABEL, "a namespace name", "lowercase letters, digits and '-' (at most 63)") or "",
+        node_selector=s("node_selector", _node_selector),
+        tolerations=s("tolerations", _tolerations),
+        image_pull_secret=s("image_pull_secret", Ctx.name, DNS_SUBDOMAIN, "a Secret name",
+                            "the name of a kubernetes.io/dockerconfigjson Secret, e.g. harbor-robot"),
+        deadline_s=s("deadline", Ctx.duration, 1800),
+        ttl_s=s("ttl", Ctx.duration, 3600, lo=0),
+        start_deadline_s=s("start_deadline", Ctx.duration, 1800),
+        cpu=s("cpu", Ctx.name, QUANTITY, quantity, "e.g. 8 or 500m"),
+        memory=s("memory", Ctx.name, QUANTITY, quantity, "e.g. 64Gi"),
+        shm_size=s("shm_size", Ctx.name, QUANTITY, quantity, "e.g. 8Gi", "8Gi") or "8Gi",
+        context=s("context", Ctx.name, SLURM_NAME, "a kubeconfig context name", WORD),
     )
 
 
-def _class(ctx: FleetCtx, name: str, raw: Any, baselines: Mapping[str, Any]) -> GpuClass:
+def _class(ctx: Ctx, name: str, raw: Any, baselines: Mapping[str, Any]) -> GpuClass:
     p: KeyPath = ("classes", name)
-    d = ctx.mapping(raw, p, CLASS_KEYS)
+    s = ctx.section(raw, p, CLASS_KEYS)
     if not CLASS_NAME.fullmatch(name):
         ctx.error(p, f"class name {name!r} must be lowercase letters, digits and '-' (at most 31; it names jobs and folders)")
-    given = [s for s in SCHEDULERS if s in d]
+    given = [k for k in SCHEDULERS if k in s]
     if len(given) != 1:
         ctx.error(p, f"a class runs on one scheduler; give exactly one of slurm: or kubernetes: (found {', '.join(given) or 'none'})")
-    gpus = ctx.integer(d.get("gpus"), p + ("gpus",), 1, 0, 64)
-    gpu = ctx.name(d.get("gpu"), p + ("gpu",), GPU_MODEL, "a GPU model name", "the name torch reports, e.g. NVIDIA H200")
+    gpus = s("gpus", Ctx.integer, 1, 0, 64)
+    gpu = s("gpu", Ctx.name, GPU_MODEL, "a GPU model name", "the name torch reports, e.g. NVIDIA H200")
     _check_gpu(ctx, p, gpus, gpu, baselines)
     return GpuClass(
-        name=name, gpus=gpus, gpu=gpu, platform=_platform(ctx, d.get("platform"), p + ("platform",)),
-        tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick") if "tier" in d else None,
-        slurm=_slurm(ctx, d["slurm"], p + ("slurm",)) if "slurm" in d else None,
-        kubernetes=_kubernetes(ctx, d["kubernetes"], p + ("kubernetes",)) if "kubernetes" in d and "slurm" not in d else None,
+        name=name, gpus=gpus, gpu=gpu, platform=s("platform", _platform),
+        tier=s("tier", Ctx.choice, TIERS, "quick") if "tier" in s else None,
+        slurm=s("slurm", _slurm) if "slurm" in s else None,
+        kubernetes=s("kubernetes", _kubernetes) if "kubernetes" in s and "slurm" not in s else None,
     )
 
 
-def _platform(ctx: FleetCtx, raw: Any, p: KeyPath) -> Platform:
+def _platform(ctx: Ctx, raw: Any, p: KeyPath) -> Platform:
     """A class's ``platform:`` (its nodes' own; default linux/amd64), in the matrix's grammar."""
     if raw is None:
         return DEFAULT_PLATFORM
@@ -324,7 +285,7 @@ def _platform(ctx: FleetCtx, raw: Any, p: KeyPath) -> Platform:
     return platforms.parse(raw)
 
 
-def _check_gpu(ctx: FleetCtx, p: KeyPath, gpus: int, gpu: str | None, baselines: Mapping[str, Any]) -> None:
+def _check_gpu(ctx: Ctx, p: KeyPath, gpus: int, gpu: str | None, baselines: Mapping[str, Any]) -> None:
     if gpus > 0 and not gpu:
         ctx.warn(p, "gpu: is not set, so the job's GPUs are not checked against the class; write the model torch reports, e.g. gpu: NVIDIA H200")
     if gpus == 0 and gpu:
@@ -334,7 +295,7 @@ def _check_gpu(ctx: FleetCtx, p: KeyPath, gpus: int, gpu: str | None, baselines:
                                f"it has {', '.join(sorted(baselines)) or 'none'}")
 
 
-def _require(ctx: FleetCtx, raw: Any, classes: Mapping[str, GpuClass]) -> tuple[str, ...]:
+def _require(ctx: Ctx, raw: Any, classes: Mapping[str, GpuClass]) -> tuple[str, ...]:
     p: KeyPath = ("floating",)
     d = ctx.mapping(raw, p, ("require",))
     if "require" not in d:
@@ -357,7 +318,7 @@ def _baselines() -> dict[str, Any]:
 
 def parse(text: str | bytes, file: Path) -> Fleet:
     raw, lines = load_located(text, file.name)
-    ctx = FleetCtx(file.resolve(), lines, compat.load())
+    ctx = Ctx(file.resolve(), lines)
     d = ctx.mapping(raw, (), TOP_KEYS)
     if d.get("version") is not None and str(d["version"]) != str(SCHEMA_VERSION):
         ctx.error(("version",), f"fleet schema version {d['version']} is not supported; this imagesmith reads version {SCHEMA_VERSION}")

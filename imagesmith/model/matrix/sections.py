@@ -1,357 +1,87 @@
-"""matrix.yaml: the whole schema, loading and validation.
+"""The sections of matrix.yaml: one parser per key, from located YAML to the frozen records (pure).
 
-Validated input becomes frozen records at once; nothing downstream indexes raw
-dicts.  Every finding carries ``file:line key.path``; all errors of a file are
-reported together, warnings (legal but suspicious input) come with a fix hint.
+Each parser takes the :class:`MatrixCtx` (the shared toolkit of :mod:`imagesmith.model.validation`
+plus the knowledge base) and the raw value of its section; it returns records and reports every
+problem where it was written (``file:line key.path``), with the fix. Cells are checked against
+the knowledge base here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import difflib
 import graphlib
 import itertools
 import re
 import urllib.parse
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from imagesmith.errors import Problem, ValidationError
 from imagesmith.model import compat, grammar, vulns
 from imagesmith.model import platform as platforms
-from imagesmith.model.located import MAX_BYTES, KeyPath, Lines, TextProblem, dotted, line_of, load_located, printable, read_limited
-from imagesmith.model.paths import PathProblem, Roots, confined, read_text
+from imagesmith.model.located import KeyPath, Lines, printable
+from imagesmith.model.matrix.records import (
+    AXES,
+    BUILTIN_PARENTS,
+    PLATFORM,
+    TIERS,
+    Cell,
+    Credential,
+    ImageSpec,
+    Jupyter,
+    Layer,
+    Matrix,
+    Sources,
+    Sshd,
+    VerifyPolicy,
+)
+from imagesmith.model.paths import PathProblem, Roots, confined
 from imagesmith.model.platform import Platform
-from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS
-from imagesmith.model.tags import FloatingTag as FloatingTag  # re-exported: the matrix's tag policy is the tags module's
-from imagesmith.model.tags import TagPolicy as TagPolicy
-from imagesmith.model.versions import matches, version_key
+from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS, FloatingTag, TagPolicy
+from imagesmith.model.validation import Ctx, did_you_mean, kind
+from imagesmith.model.versions import matches
 
 SCHEMA_VERSION = 1
-AXES = ("torch", "cuda", "python", "os")
-PLATFORM = "platform"  # the fifth axis: optional (default linux/amd64), so a cell is named by the four above
-BUILTIN_PARENTS = {"base": None, "cv": "base", "nlp": "base", "project": "cv"}
 BASE_FROM = ("os", "cuda-runtime", "cuda-devel")
 CUDA_LIBS = ("shared", "venv")  # base layer: torch's CUDA wheels in a layer shared across cells, or in each venv
 NETWORK_MODES = ("default", "host", "none")
-TIERS = ("quick", "standard", "soak")
 KB_PINNED = ("torch", "torchvision", "torchaudio", "numpy")
 REQUIREMENTS_LIMIT = 1 << 20  # bytes of a requirements file
 CA_LIMIT = 4 << 20  # bytes of a CA bundle
 TEMPLATE_LIMIT = 256 << 10  # bytes of a user template
 
 
-# --------------------------------------------------------------------------
-# records
+class MatrixCtx(Ctx):
+    """The shared toolkit's context, plus the knowledge base every cell is checked against."""
 
-
-@dataclass(frozen=True)
-class Cell:
-    """One combination of the axes, as written in the matrix."""
-
-    torch: str
-    cuda: str
-    python: str
-    os: str
-    cudnn: str | None = None
-    origin: tuple[KeyPath, ...] = field(default=(), compare=False)  # where torch, cuda, python, os (, platform) were written
-    platform: Platform = platforms.DEFAULT
-
-    def label(self) -> str:
-        words = [f"{a}={getattr(self, a)}" for a in AXES]
-        return " ".join(words + ([f"platform={self.platform}"] if self.platform is not platforms.DEFAULT else []))
-
-    def where(self) -> dict[str, KeyPath]:
-        """Axis -> where it was written (``platform`` where it was written at all)."""
-        return dict(zip((*AXES, PLATFORM), self.origin)) if len(self.origin) >= len(AXES) else {}
-
-
-@dataclass(frozen=True)
-class Jupyter:
-    enabled: bool = False
-    bind: str = "127.0.0.1"
-    port: int = 8888
-    version: str = "4.4.10"
-
-
-@dataclass(frozen=True)
-class Sshd:
-    enabled: bool = False
-    port: int = 2222
-
-
-@dataclass(frozen=True)
-class Layer:
-    name: str
-    parent: str | None
-    packages: tuple[str, ...] = ()
-    apt: tuple[str, ...] = ()
-    requirements: Path | None = None
-    requirements_data: bytes = b""  # the bytes validate checked; render copies these, never re-reads the path
-    requirements_pins: tuple[str, ...] = ()  # its pinned lines, name==version
-    env: tuple[tuple[str, str], ...] = ()
-    base_from: str = "os"
-    toolchain: bool = True
-    cuda_libs: str = "shared"
-    template: str = ""
-    template_path: Path | None = None  # a template of the user's (trusted code, rendered sandboxed)
-    jupyter: Jupyter = Jupyter()
-    sshd: Sshd = Sshd()
-    when: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    def applies_to(self, cell: "Cell") -> bool:
-        """Whether this layer is built for ``cell`` (``when:`` filter; a platform is matched whole)."""
-        return all(str(cell.platform) in values if axis == PLATFORM else matches_any(getattr(cell, axis), values)
-                   for axis, values in self.when)
-
-
-def matches_any(value: str, wanted: Sequence[str]) -> bool:
-    return any(matches(w, value) for w in wanted)
-
-
-@dataclass(frozen=True)
-class VerifyPolicy:
-    tier: str = "quick"
-    gpus: str = "all"
-    # None: true for CUDA cells (a CUDA image is verified on a GPU), false for CPU cells.
-    # false lets a CUDA image pass verification in CPU mode; floating tags still need a GPU.
-    require_gpu: bool | None = None
-    shm_size: str = "8g"
-    memory: str | None = None
-    timeout_s: int = 900
-    thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Credential:
-    host: str
-    username_env: str | None = None
-    password_env: str | None = None
-    file: Path | None = None
-
-
-@dataclass(frozen=True)
-class Sources:
-    torch_index_url: str | None = None
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: tuple[str, ...] = ()
-    trusted_hosts: tuple[str, ...] = ()
-    ca_bundle: Path | None = None
-    ca_bundle_data: bytes = b""
-    http_proxy: str | None = None
-    https_proxy: str | None = None
-    no_proxy: str | None = None
-    network: str = "default"
-    credentials: tuple[Credential, ...] = ()
-    advisories: tuple[str, ...] = ()  # OSV snapshots: a zip (all.zip) or folder inside the roots, or an http(s) URL
-
-
-@dataclass(frozen=True)
-class ImageSpec:
-    repository: str
-    registry: str | None = None
-    user: str = "ml"
-    uid: int = 1000
-    labels: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def name(self) -> str:
-        return f"{self.registry}/{self.repository}" if self.registry else self.repository
-
-
-@dataclass(frozen=True)
-class Matrix:
-    file: Path
-    image: ImageSpec
-    cells: tuple[Cell, ...]
-    layers: tuple[Layer, ...]  # parents before children
-    base_images: Mapping[str, str]
-    tags: TagPolicy
-    verify: VerifyPolicy
-    sources: Sources
-    warnings: tuple[Problem, ...] = ()
-    vulnerabilities: vulns.Policy = field(default_factory=vulns.Policy)
-    lines: Mapping[KeyPath, int] = field(default_factory=dict, compare=False, repr=False)
-    roots: Roots | None = field(default=None, compare=False, repr=False)
-
-    def problem(self, path: KeyPath, message: str) -> Problem:
-        """A problem found after loading (at plan time), located at the line of ``path``."""
-        return Problem(message, self.file.name, line_of(self.lines, path), dotted(path))
-
-    def layer(self, name: str) -> Layer:
-        return next(layer for layer in self.layers if layer.name == name)
-
-
-# --------------------------------------------------------------------------
-# the validation context: collects located problems
-
-
-class Ctx:
     def __init__(self, file: Path, lines: Lines, kb: compat.KnowledgeBase, roots: Roots | None = None) -> None:
-        self.file, self.lines, self.kb = file, lines, kb
-        self.problems: list[Problem] = []
-        self.base_dir = file.parent
-        self.roots = roots or Roots.of(file)
-        self.variants: set[str] = set()
+        super().__init__(file, lines, roots)
+        self.kb = kb
+        self.variants: set[str] = set()  # the torch wheel variants the cells need (sources.torch_index_url's check)
 
-    def _add(self, path: KeyPath, message: str, severity: str) -> None:
-        line = line_of(self.lines, path)
-        problem = Problem(message, self.file.name, line, dotted(path), severity)
-        if problem not in self.problems:
-            self.problems.append(problem)
-
-    def error(self, path: KeyPath, message: str) -> None:
-        self._add(path, message, "error")
-
-    def warn(self, path: KeyPath, message: str) -> None:
-        self._add(path, message, "warning")
-
-    def errors(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == "error"]
-
-    def warnings(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == "warning"]
-
-    # -- typed getters -------------------------------------------------
-    def mapping(self, raw: Any, path: KeyPath, allowed: Iterable[str]) -> dict[str, Any]:
-        """``raw`` as a mapping with only ``allowed`` keys (others reported)."""
-        if raw is None:
-            return {}
-        if not isinstance(raw, dict):
-            self.error(path, f"expected a mapping, got {_kind(raw)}")
-            return {}
-        allowed = list(allowed)
-        for key in raw:
-            if key not in allowed:
-                self.error(path + (key,), f"unknown key{_did_you_mean(key, allowed)}")
-        return {k: v for k, v in raw.items() if k in allowed}
-
-    def open_mapping(self, raw: Any, path: KeyPath) -> dict[str, Any]:
-        """A mapping whose keys are the user's own (layer names, env vars)."""
-        return self.mapping(raw, path, raw.keys() if isinstance(raw, dict) else ())
-
-    def string(self, raw: Any, path: KeyPath, default: str | None = None) -> str | None:
-        if raw is None:
-            return default
-        if isinstance(raw, (dict, list, bool)):
-            self.error(path, f"expected a string, got {_kind(raw)}")
-            return default
-        return str(raw)
-
-    def strings(self, raw: Any, path: KeyPath) -> tuple[str, ...]:
-        """A list of strings; a single string is taken as a list of one."""
-        if raw is None:
-            return ()
-        if isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
-            return (str(raw),)
-        if not isinstance(raw, list):
-            self.error(path, f"expected a list, got {_kind(raw)}")
-            return ()
-        items = [self.string(v, path + (i,)) for i, v in enumerate(raw)]
-        return tuple(i for i in items if i is not None)
-
-    def boolean(self, raw: Any, path: KeyPath, default: bool) -> bool:
-        if raw is None:
-            return default
-        if not isinstance(raw, bool):
-            self.error(path, f"expected true or false, got {raw!r}")
-            return default
-        return raw
-
-    def integer(self, raw: Any, path: KeyPath, default: int, lo: int = 0, hi: int = 2**31) -> int:
-        if raw is None:
-            return default
-        text = str(raw)
-        if not re.fullmatch("[+-]?[0-9]{1,18}", text):  # ASCII digits only ("²" and "٣" are digits to int()), bounded
-            self.error(path, f"expected a whole number, got {printable(text, 40)}")
-            return default
-        try:
-            value = int(text)
-        except ValueError:
-            self.error(path, f"expected a whole number, got {printable(text, 40)}")
-            return default
-        if not lo <= value <= hi:
-            self.error(path, f"{value} is out of range ({lo}..{hi})")
-        return value
-
-    def choice(self, raw: Any, path: KeyPath, choices: Sequence[str], default: str) -> str:
-        value = self.string(raw, path, default) or default
-        if value not in choices:
-            self.error(path, f"{value!r} is not one of {', '.join(choices)}{_did_you_mean(value, choices)}")
-            return default
-        return value
-
-    def checked(self, value: str, path: KeyPath, check: grammar.Check) -> str:
-        """``value`` checked against its grammar; an error (with the fix) if it fails."""
-        why = check(value)
-        if why:
-            self.error(path, why)
-        return value
-
-    def checked_strings(self, raw: Any, path: KeyPath, check: grammar.Check) -> tuple[str, ...]:
-        return tuple(self.checked(v, path + (i,), check) for i, v in enumerate(self.strings(raw, path)))
-
-    def local_file(self, raw: Any, path: KeyPath, limit: int) -> tuple[Path, bytes, str] | None:
-        """A file named in the matrix: inside the roots, regular, bounded, UTF-8."""
-        text = self.string(raw, path)
-        if text is None:
-            return None
-        try:
-            found = confined(self.roots, text)
-            return (found, *read_text(found, text, limit))
-        except PathProblem as exc:
-            self.error(path, str(exc))
-            return None
-
-    def local_folder(self, text: str, path: KeyPath) -> None:
-        try:
-            confined(self.roots, text, kind="folder")
-        except PathProblem as exc:
-            self.error(path, str(exc))
-
-
-def _kind(raw: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(raw), type(raw).__name__
-    )
-
-
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-# --------------------------------------------------------------------------
-# sections
 
 TOP_KEYS = ("version", "image", "matrix", "base_images", "layers", "tags", "verify", "sources", "vulnerabilities")
 
 
-def _image(ctx: Ctx, raw: Any) -> ImageSpec:
+def _image(ctx: MatrixCtx, raw: Any) -> ImageSpec:
     p: KeyPath = ("image",)
-    d = ctx.mapping(raw, p, ("repository", "registry", "user", "uid", "labels"))
-    repo = ctx.checked(ctx.string(d.get("repository"), p + ("repository",), "imagesmith/pytorch") or "",
-                       p + ("repository",), grammar.repository)
-    registry = ctx.string(d.get("registry"), p + ("registry",))
-    if registry is not None:
-        ctx.checked(registry, p + ("registry",), grammar.registry_host)
+    s = ctx.section(raw, p, ("repository", "registry", "user", "uid", "labels"))
+    repo = ctx.checked(s("repository", Ctx.string, "imagesmith/pytorch") or "", p + ("repository",), grammar.repository)
+    registry = s("registry", Ctx.optional, grammar.registry_host)
     if len(f"{registry}/{repo}" if registry else repo) > 255:
         ctx.error(p + ("repository",), "registry/repository is over 255 characters, the limit of an image name; shorten it")
     return ImageSpec(
         repository=repo,
         registry=registry,
-        user=ctx.checked(ctx.string(d.get("user"), p + ("user",), "ml") or "ml", p + ("user",), grammar.user_name),
-        uid=ctx.integer(d.get("uid"), p + ("uid",), 1000, 1, 65535),
-        labels=_pairs(ctx, d.get("labels"), p + ("labels",), grammar.label_key),
+        user=ctx.checked(s("user", Ctx.string, "ml") or "ml", p + ("user",), grammar.user_name),
+        uid=s("uid", Ctx.integer, 1000, 1, 65535),
+        labels=s("labels", _pairs, grammar.label_key),
     )
 
 
-def _pairs(ctx: Ctx, raw: Any, path: KeyPath, key_check: grammar.Check) -> tuple[tuple[str, str], ...]:
+def _pairs(ctx: MatrixCtx, raw: Any, path: KeyPath, key_check: grammar.Check) -> tuple[tuple[str, str], ...]:
     """A mapping of the user's own keys (env names, label keys) to free text, both checked."""
     out = []
     for key, value in ctx.open_mapping(raw, path).items():
@@ -361,19 +91,19 @@ def _pairs(ctx: Ctx, raw: Any, path: KeyPath, key_check: grammar.Check) -> tuple
     return tuple(sorted(out))
 
 
-def _axis(ctx: Ctx, d: Mapping[str, Any], axis: str) -> list[tuple[str, KeyPath]]:
+def _axis(ctx: MatrixCtx, d: Mapping[str, Any], axis: str) -> list[tuple[str, KeyPath]]:
     path: KeyPath = ("matrix", axis)
     values = ctx.strings(d.get(axis), path)
     return [(v, path + (i,)) for i, v in enumerate(values)]
 
 
-def _cell_entries(ctx: Ctx, raw: Any, key: str) -> list[tuple[dict[str, str], KeyPath]]:
+def _cell_entries(ctx: MatrixCtx, raw: Any, key: str) -> list[tuple[dict[str, str], KeyPath]]:
     """The entries of include/exclude; one whose platform is not one imagesmith builds is reported and dropped."""
     path: KeyPath = ("matrix", key)
     if raw is None:
         return []
     if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of cells, got {_kind(raw)}")
+        ctx.error(path, f"expected a list of cells, got {kind(raw)}")
         return []
     out = []
     for i, item in enumerate(raw):
@@ -386,7 +116,7 @@ def _cell_entries(ctx: Ctx, raw: Any, key: str) -> list[tuple[dict[str, str], Ke
     return out
 
 
-def _platform_axis(ctx: Ctx, raw: Any) -> list[tuple[Platform, KeyPath]]:
+def _platform_axis(ctx: MatrixCtx, raw: Any) -> list[tuple[Platform, KeyPath]]:
     """matrix.platform: a list or one string, each ``linux/amd64`` or ``linux/arm64``; absent: linux/amd64 alone."""
     path: KeyPath = ("matrix", PLATFORM)
     if raw is None:
@@ -406,7 +136,7 @@ def _platform_axis(ctx: Ctx, raw: Any) -> list[tuple[Platform, KeyPath]]:
     return out
 
 
-def _expand(ctx: Ctx, raw: Any) -> list[Cell]:
+def _expand(ctx: MatrixCtx, raw: Any) -> list[Cell]:
     """The cells of the matrix, with include/exclude applied as GitHub Actions does."""
     d = ctx.mapping(raw, ("matrix",), (*AXES, PLATFORM, "cudnn", "include", "exclude"))
     axes = {a: _axis(ctx, d, a) for a in AXES}
@@ -460,7 +190,7 @@ def _key(cell: Cell) -> tuple[str, ...]:
     return (*_axes(cell), cell.platform.value)
 
 
-def _include(ctx: Ctx, cells: _Cells, entry: dict[str, str], path: KeyPath, cudnn: str | None,
+def _include(ctx: MatrixCtx, cells: _Cells, entry: dict[str, str], path: KeyPath, cudnn: str | None,
              plats: Sequence[tuple[Platform, KeyPath]]) -> None:
     """An include matching cells (on the axes and platform it names) adds its other keys to them; one matching
     none adds a cell: for its platform, or for each platform of matrix.platform when it names none."""
@@ -489,12 +219,12 @@ def _with(cell: Cell, extra: Mapping[str, str]) -> Cell:
 # -- cell validation against the knowledge base -----------------------------
 
 
-def _check_cell(ctx: Ctx, cell: Cell, layers: Sequence[Layer], base_images: Mapping[str, str]) -> None:
+def _check_cell(ctx: MatrixCtx, cell: Cell, layers: Sequence[Layer], base_images: Mapping[str, str]) -> None:
     where = cell.where()
     release = ctx.kb.resolve_torch(cell.torch)
     if release is None:
         known = ", ".join(ctx.kb.torch_lines())
-        ctx.error(where.get("torch", ("matrix",)), f"unknown torch {cell.torch}; known: {known}{_did_you_mean(cell.torch, ctx.kb.torch_lines())}")
+        ctx.error(where.get("torch", ("matrix",)), f"unknown torch {cell.torch}; known: {known}{did_you_mean(cell.torch, ctx.kb.torch_lines())}")
         return
     _check_cuda(ctx, cell, release, where)
     if release.variant_for(cell.cuda):
@@ -509,7 +239,7 @@ def _cuda_list(release: compat.TorchRelease) -> str:
     return ", ".join(has) if has else "none"
 
 
-def _check_cuda(ctx: Ctx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
+def _check_cuda(ctx: MatrixCtx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
     path = where.get("cuda", ("matrix",))
     variant = release.variant_for(cell.cuda)
     if variant is None and cell.cuda == "cpu":
@@ -523,17 +253,17 @@ def _check_cuda(ctx: Ctx, cell: Cell, release: compat.TorchRelease, where: Mappi
         ctx.error(("matrix", "cudnn"), f"torch {release.version} {cell.cuda} wheels bundle no cuDNN; drop cudnn for this cell")
 
 
-def _check_python(ctx: Ctx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
+def _check_python(ctx: MatrixCtx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
     if cell.python not in release.python:
         ctx.error(where.get("python", ("matrix",)),
                   f"torch {release.line} has no wheels for Python {cell.python}; it has {', '.join(release.python)}")
 
 
-def _check_os(ctx: Ctx, cell: Cell, where: Mapping[str, KeyPath], layers: Sequence[Layer], base_images: Mapping[str, str]) -> None:
+def _check_os(ctx: MatrixCtx, cell: Cell, where: Mapping[str, KeyPath], layers: Sequence[Layer], base_images: Mapping[str, str]) -> None:
     path = where.get("os", ("matrix",))
     info = ctx.kb.os.get(cell.os)
     if info is None:
-        ctx.error(path, f"unknown os {cell.os!r}; known: {', '.join(ctx.kb.os)}{_did_you_mean(cell.os, ctx.kb.os)}")
+        ctx.error(path, f"unknown os {cell.os!r}; known: {', '.join(ctx.kb.os)}{did_you_mean(cell.os, ctx.kb.os)}")
         return
     base_from = layers[0].base_from if layers else "os"
     if base_from == "os":
@@ -546,7 +276,7 @@ def _check_os(ctx: Ctx, cell: Cell, where: Mapping[str, KeyPath], layers: Sequen
         ctx.error(path, f"nvidia/cuda publishes no CUDA {cell.cuda} images for {cell.os}; it has {', '.join(cuda.image_os)}")
 
 
-def _check_platform(ctx: Ctx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
+def _check_platform(ctx: MatrixCtx, cell: Cell, release: compat.TorchRelease, where: Mapping[str, KeyPath]) -> None:
     """The cell's variant has wheels for its platform, and its OS's glibc runs them (their manylinux tag)."""
     variant = release.variant_for(cell.cuda)
     if variant is None or (cell.python not in release.python) or cell.os not in ctx.kb.os:
@@ -576,7 +306,7 @@ def _nearest(kb: compat.KnowledgeBase, cell: Cell, release: compat.TorchRelease,
 LAYER_KEYS = ("parent", "packages", "apt", "requirements", "env", "from", "toolchain", "cuda_libs", "template", "services", "when")
 
 
-def _layers(ctx: Ctx, raw: Any) -> tuple[Layer, ...]:
+def _layers(ctx: MatrixCtx, raw: Any) -> tuple[Layer, ...]:
     d = ctx.open_mapping(raw if raw is not None else {"base": {}}, ("layers",))
     layers = {name: _layer(ctx, name, spec) for name, spec in d.items()}
     if "base" not in layers:
@@ -585,45 +315,45 @@ def _layers(ctx: Ctx, raw: Any) -> tuple[Layer, ...]:
     return _ordered(ctx, layers)
 
 
-def _layer(ctx: Ctx, name: str, raw: Any) -> Layer:
+def _layer(ctx: MatrixCtx, name: str, raw: Any) -> Layer:
     p: KeyPath = ("layers", name)
-    d = ctx.mapping(raw, p, LAYER_KEYS)
+    s = ctx.section(raw, p, LAYER_KEYS)
     if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", name):
         ctx.error(p, f"layer name {name!r} must be lowercase letters, digits and '-' (it goes into tags)")
-    parent = ctx.string(d.get("parent"), p + ("parent",), BUILTIN_PARENTS.get(name, "base"))
-    packages = ctx.strings(d.get("packages"), p + ("packages",))
+    parent = s("parent", Ctx.string, BUILTIN_PARENTS.get(name, "base"))
+    packages = s("packages", Ctx.strings)
     for i, spec in enumerate(packages):
         _check_package(ctx, spec, p + ("packages", i))
-    req = ctx.local_file(d.get("requirements"), p + ("requirements",), REQUIREMENTS_LIMIT)
+    req = s("requirements", Ctx.local_file, REQUIREMENTS_LIMIT)
     pins = _check_requirements(ctx, req[0].name, req[2], p + ("requirements",)) if req else ()
-    template, template_path = _template(ctx, d.get("template"), p + ("template",))
+    template, template_path = s("template", _template)
     return Layer(
         name=name,
         parent=None if name == "base" else parent,
         packages=packages,
-        apt=ctx.checked_strings(d.get("apt"), p + ("apt",), grammar.debian_package),
+        apt=s("apt", Ctx.checked_strings, grammar.debian_package),
         requirements=req[0] if req else None,
         requirements_data=req[1] if req else b"",
         requirements_pins=pins,
-        env=_pairs(ctx, d.get("env"), p + ("env",), grammar.env_name),
-        base_from=ctx.choice(d.get("from"), p + ("from",), BASE_FROM, "os"),
-        toolchain=ctx.boolean(d.get("toolchain"), p + ("toolchain",), name == "base"),
-        cuda_libs=_cuda_libs(ctx, name, d.get("cuda_libs"), p + ("cuda_libs",)),
+        env=s("env", _pairs, grammar.env_name),
+        base_from=s("from", Ctx.choice, BASE_FROM, "os"),
+        toolchain=s("toolchain", Ctx.boolean, name == "base"),
+        cuda_libs=s("cuda_libs", _cuda_libs, name),
         template=template,
         template_path=template_path,
-        jupyter=_jupyter(ctx, d.get("services"), p + ("services",)),
-        sshd=_sshd(ctx, d.get("services"), p + ("services",)),
-        when=_layer_when(ctx, d.get("when"), p + ("when",)),
+        jupyter=s("services", _jupyter),
+        sshd=s("services", _sshd),
+        when=s("when", _layer_when),
     )
 
 
-def _cuda_libs(ctx: Ctx, name: str, raw: Any, path: KeyPath) -> str:
+def _cuda_libs(ctx: MatrixCtx, raw: Any, path: KeyPath, name: str) -> str:
     if raw is not None and name != "base":
         ctx.error(path, "cuda_libs belongs to the base layer (where torch and its CUDA wheels are installed)")
     return str(ctx.choice(raw, path, CUDA_LIBS, "shared"))
 
 
-def _layer_when(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _layer_when(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str, ...]], ...]:
     d = ctx.mapping(raw, path, (*AXES, PLATFORM))
     out = tuple((axis, ctx.strings(d[axis], path + (axis,))) for axis in AXES if axis in d)
     if PLATFORM in d:
@@ -631,7 +361,7 @@ def _layer_when(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str
     return out
 
 
-def _template(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, Path | None]:
+def _template(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, Path | None]:
     """A layer's own template: one of ours by name, or a file of the user's in
     the matrix's folder (or an allowed root): trusted code, rendered sandboxed."""
     from imagesmith.resources import templates_dir
@@ -652,7 +382,7 @@ def is_shipped_template(name: str, folder: Path) -> bool:
         return False
 
 
-def _check_package(ctx: Ctx, spec: str, path: KeyPath) -> None:
+def _check_package(ctx: MatrixCtx, spec: str, path: KeyPath) -> None:
     why = grammar.pip_requirement(spec)
     if why:
         ctx.error(path, why)
@@ -692,7 +422,7 @@ def _requirement_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _check_requirements(ctx: Ctx, name: str, text: str, path: KeyPath) -> tuple[str, ...]:
+def _check_requirements(ctx: MatrixCtx, name: str, text: str, path: KeyPath) -> tuple[str, ...]:
     """Each line a requirement pip understands; warnings name the package, never quote the file."""
     pins = []
     for n, line in _requirement_lines(text):
@@ -713,7 +443,7 @@ def _option_problem(option: str) -> str | None:
     return None if option in REQ_OPTIONS_OK else f"a pip option that is not supported here (only {', '.join(REQ_OPTIONS_OK)})"
 
 
-def _check_requirement(ctx: Ctx, name: str, n: int, spec: str, path: KeyPath) -> list[str]:
+def _check_requirement(ctx: MatrixCtx, name: str, n: int, spec: str, path: KeyPath) -> list[str]:
     try:
         req = Requirement(spec)
     except InvalidRequirement:
@@ -728,37 +458,34 @@ def _check_requirement(ctx: Ctx, name: str, n: int, spec: str, path: KeyPath) ->
     return [f"{req.name}{req.specifier}"]
 
 
-def _jupyter(ctx: Ctx, raw: Any, path: KeyPath) -> Jupyter:
+def _jupyter(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Jupyter:
     services = ctx.mapping(raw, path, ("jupyter", "sshd"))
     p = path + ("jupyter",)
-    d = ctx.mapping(services.get("jupyter"), p, ("enabled", "bind", "port", "version"))
-    bind = ctx.string(d.get("bind"), p + ("bind",), "127.0.0.1") or "127.0.0.1"
-    version = ctx.string(d.get("version"), p + ("version",), Jupyter.version) or Jupyter.version
+    s = ctx.section(services.get("jupyter"), p, ("enabled", "bind", "port", "version"))
+    bind = s("bind", Ctx.string, "127.0.0.1") or "127.0.0.1"
+    version = s("version", Ctx.string, Jupyter.version) or Jupyter.version
     return Jupyter(
-        enabled=ctx.boolean(d.get("enabled"), p + ("enabled",), bool(d)),
+        enabled=s("enabled", Ctx.boolean, bool(s)),
         bind=ctx.checked(bind, p + ("bind",), grammar.listen_address),
-        port=ctx.integer(d.get("port"), p + ("port",), 8888, 1, 65535),
+        port=s("port", Ctx.integer, 8888, 1, 65535),
         version=ctx.checked(version, p + ("version",), grammar.python_version),
     )
 
 
-def _sshd(ctx: Ctx, raw: Any, path: KeyPath) -> Sshd:
+def _sshd(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Sshd:
     services = raw if isinstance(raw, dict) else {}
     p = path + ("sshd",)
-    d = ctx.mapping(services.get("sshd"), p, ("enabled", "port"))
-    return Sshd(
-        enabled=ctx.boolean(d.get("enabled"), p + ("enabled",), bool(d)),
-        port=ctx.integer(d.get("port"), p + ("port",), 2222, 1024, 65535),
-    )
+    s = ctx.section(services.get("sshd"), p, ("enabled", "port"))
+    return Sshd(enabled=s("enabled", Ctx.boolean, bool(s)), port=s("port", Ctx.integer, 2222, 1024, 65535))
 
 
-def _ordered(ctx: Ctx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
+def _ordered(ctx: MatrixCtx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
     """Parents before children, each generation in the matrix's order (stdlib graphlib);
     unknown parents and cycles are errors (a cycle leaves no layer order: nothing to build)."""
     for layer in layers.values():
         if layer.parent is not None and layer.parent not in layers:
             ctx.error(("layers", layer.name, "parent"),
-                      f"parent {layer.parent!r} is not a layer here; layers: {', '.join(layers)}{_did_you_mean(layer.parent, layers)}")
+                      f"parent {layer.parent!r} is not a layer here; layers: {', '.join(layers)}{did_you_mean(layer.parent, layers)}")
     graph = graphlib.TopologicalSorter({name: layers.keys() & {layer.parent} for name, layer in layers.items()})
     try:
         graph.prepare()
@@ -776,20 +503,20 @@ def _ordered(ctx: Ctx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
 # -- tags, verify, sources ---------------------------------------------------------
 
 
-def _tags(ctx: Ctx, raw: Any) -> TagPolicy:
+def _tags(ctx: MatrixCtx, raw: Any) -> TagPolicy:
     p: KeyPath = ("tags",)
-    d = ctx.mapping(raw, p, ("immutable", "floating", "prerelease"))
-    immutable = ctx.string(d.get("immutable"), p + ("immutable",), TagPolicy.immutable) or TagPolicy.immutable
+    s = ctx.section(raw, p, ("immutable", "floating", "prerelease"))
+    immutable = s("immutable", Ctx.string, TagPolicy.immutable) or TagPolicy.immutable
     _check_template(ctx, immutable, p + ("immutable",))
-    floating = _floating(ctx, d.get("floating"), p + ("floating",))
-    return TagPolicy(immutable, floating, ctx.boolean(d.get("prerelease"), p + ("prerelease",), False))
+    floating = s("floating", _floating)
+    return TagPolicy(immutable, floating, s("prerelease", Ctx.boolean, False))
 
 
-def _floating(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[FloatingTag, ...]:
+def _floating(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[FloatingTag, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of tags, got {_kind(raw)}")
+        ctx.error(path, f"expected a list of tags, got {kind(raw)}")
         return ()
     out = []
     for i, item in enumerate(raw):
@@ -801,37 +528,34 @@ def _floating(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[FloatingTag, ...]:
     return tuple(out)
 
 
-def _check_template(ctx: Ctx, template: str, path: KeyPath) -> None:
+def _check_template(ctx: MatrixCtx, template: str, path: KeyPath) -> None:
     fields = re.findall(r"{([^{}]*)}", template)
     for name in fields:
         if name not in TAG_FIELDS:
-            ctx.error(path, f"unknown tag field {{{name}}}{_did_you_mean(name, TAG_FIELDS)}; fields: {', '.join(TAG_FIELDS)}")
+            ctx.error(path, f"unknown tag field {{{name}}}{did_you_mean(name, TAG_FIELDS)}; fields: {', '.join(TAG_FIELDS)}")
     sample = re.sub(r"{[^{}]*}", "x", template)
     if not template or not DOCKER_TAG.match(sample):
         ctx.error(path, f"{template!r} cannot make a Docker tag ([A-Za-z0-9_.-], not starting with . or -, at most 128 characters)")
 
 
-def _verify(ctx: Ctx, raw: Any) -> VerifyPolicy:
+def _verify(ctx: MatrixCtx, raw: Any) -> VerifyPolicy:
     p: KeyPath = ("verify",)
-    d = ctx.mapping(raw, p, ("tier", "gpus", "require_gpu", "shm_size", "memory", "timeout", "thresholds"))
-    thresholds = ctx.open_mapping(d.get("thresholds"), p + ("thresholds",))
+    s = ctx.section(raw, p, ("tier", "gpus", "require_gpu", "shm_size", "memory", "timeout", "thresholds"))
+    thresholds = s("thresholds", Ctx.open_mapping)
     return VerifyPolicy(
-        tier=ctx.choice(d.get("tier"), p + ("tier",), TIERS, "quick"),
-        gpus=_gpus(ctx, d.get("gpus"), p + ("gpus",)),
-        require_gpu=None if d.get("require_gpu") is None else ctx.boolean(d["require_gpu"], p + ("require_gpu",), True),
-        shm_size=ctx.string(d.get("shm_size"), p + ("shm_size",), "8g") or "8g",
-        memory=ctx.string(d.get("memory"), p + ("memory",)),
-        timeout_s=ctx.integer(d.get("timeout"), p + ("timeout",), 900, 10, 86400),
+        tier=s("tier", Ctx.choice, TIERS, "quick"),
+        gpus=s("gpus", _gpus),
+        require_gpu=None if s.get("require_gpu") is None else s("require_gpu", Ctx.boolean, True),
+        shm_size=s("shm_size", Ctx.string, "8g") or "8g",
+        memory=s("memory", Ctx.string),
+        timeout_s=s("timeout", Ctx.integer, 900, 10, 86400),
         thresholds={k: _threshold(ctx, v, p + ("thresholds", k)) for k, v in thresholds.items()},
     )
 
 
-GPU_LIST = re.compile(r"^(all|none|(\d+|(GPU|MIG)-[A-Za-z0-9-]+)(,(\d+|(GPU|MIG)-[A-Za-z0-9-]+))*)$")
-
-
-def _gpus(ctx: Ctx, raw: Any, path: KeyPath) -> str:
+def _gpus(ctx: MatrixCtx, raw: Any, path: KeyPath) -> str:
     value = (ctx.string(raw, path, "all") or "all").replace(" ", "")
-    if not GPU_LIST.match(value):
+    if not grammar.GPU_LIST.match(value):
         ctx.error(path, f"{value!r} is not all, none or a list of GPU indexes/UUIDs such as 0,1")
         return "all"
     return value
@@ -840,7 +564,7 @@ def _gpus(ctx: Ctx, raw: Any, path: KeyPath) -> str:
 THRESHOLD_KEYS = ("baseline", "fail_fraction", "warn_fraction")
 
 
-def _threshold(ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, float]:
+def _threshold(ctx: MatrixCtx, raw: Any, path: KeyPath) -> dict[str, float]:
     # the keys the payload reads (verify/imagesmith_payload/config.py THRESHOLD_KEYS): a key it would refuse is refused here
     d = ctx.mapping(raw, path, THRESHOLD_KEYS)
     out = {}
@@ -856,29 +580,29 @@ SOURCE_KEYS = ("torch_index_url", "index_url", "extra_index_urls", "find_links",
                "ca_bundle", "proxy", "network", "credentials", "advisories")
 
 
-def _sources(ctx: Ctx, raw: Any) -> Sources:
+def _sources(ctx: MatrixCtx, raw: Any) -> Sources:
     p: KeyPath = ("sources",)
-    d = ctx.mapping(raw, p, SOURCE_KEYS)
-    proxy = ctx.mapping(d.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
-    ca = _ca_bundle(ctx, d.get("ca_bundle"), p + ("ca_bundle",))
+    s = ctx.section(raw, p, SOURCE_KEYS)
+    proxy = ctx.section(s.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
+    ca = s("ca_bundle", _ca_bundle)
     return Sources(
-        torch_index_url=_index(ctx, d.get("torch_index_url"), p + ("torch_index_url",)),
-        index_url=_index(ctx, d.get("index_url"), p + ("index_url",)),
-        extra_index_urls=_indexes(ctx, d.get("extra_index_urls"), p + ("extra_index_urls",)),
-        find_links=_indexes(ctx, d.get("find_links"), p + ("find_links",)),
-        trusted_hosts=ctx.checked_strings(d.get("trusted_hosts"), p + ("trusted_hosts",), grammar.host),
+        torch_index_url=s("torch_index_url", _index),
+        index_url=s("index_url", _index),
+        extra_index_urls=s("extra_index_urls", _indexes),
+        find_links=s("find_links", _indexes),
+        trusted_hosts=s("trusted_hosts", Ctx.checked_strings, grammar.host),
         ca_bundle=ca[0] if ca else None,
         ca_bundle_data=ca[1] if ca else b"",
-        http_proxy=_optional(ctx, proxy.get("http"), p + ("proxy", "http"), grammar.proxy_url),
-        https_proxy=_optional(ctx, proxy.get("https"), p + ("proxy", "https"), grammar.proxy_url),
-        no_proxy=_optional(ctx, proxy.get("no_proxy"), p + ("proxy", "no_proxy"), grammar.no_proxy),
-        network=ctx.choice(d.get("network"), p + ("network",), NETWORK_MODES, "default"),
-        credentials=_credentials(ctx, d.get("credentials"), p + ("credentials",)),
-        advisories=_advisories(ctx, d.get("advisories"), p + ("advisories",)),
+        http_proxy=proxy("http", Ctx.optional, grammar.proxy_url),
+        https_proxy=proxy("https", Ctx.optional, grammar.proxy_url),
+        no_proxy=proxy("no_proxy", Ctx.optional, grammar.no_proxy),
+        network=s("network", Ctx.choice, NETWORK_MODES, "default"),
+        credentials=s("credentials", _credentials),
+        advisories=s("advisories", _advisories),
     )
 
 
-def _advisories(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, ...]:
+def _advisories(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, ...]:
     """OSV snapshots: an http(s) URL, or a zip or folder inside the roots (read when matched, not here)."""
     out = []
     for i, text in enumerate(ctx.strings(raw, path)):
@@ -898,32 +622,31 @@ def _advisories(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, ...]:
 VULN_KEYS = ("threshold", "allow", "max_age_days")
 
 
-def _vulnerabilities(ctx: Ctx, raw: Any) -> vulns.Policy:
+def _vulnerabilities(ctx: MatrixCtx, raw: Any) -> vulns.Policy:
     p: KeyPath = ("vulnerabilities",)
-    d = ctx.mapping(raw, p, VULN_KEYS)
-    age = d.get("max_age_days")
+    s = ctx.section(raw, p, VULN_KEYS)
     return vulns.Policy(
-        threshold=ctx.choice(d.get("threshold"), p + ("threshold",), vulns.THRESHOLDS, "critical"),
-        allow=_allowances(ctx, d.get("allow"), p + ("allow",)),
-        max_age_days=None if age is None else ctx.integer(age, p + ("max_age_days",), 0, 1, 3650),
+        threshold=s("threshold", Ctx.choice, vulns.THRESHOLDS, "critical"),
+        allow=s("allow", _allowances),
+        max_age_days=None if s.get("max_age_days") is None else s("max_age_days", Ctx.integer, 0, 1, 3650),
     )
 
 
 ADVISORY_ID = re.compile(r"[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9.:_]+)+")
 
 
-def _allowances(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[vulns.Allowance, ...]:
+def _allowances(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[vulns.Allowance, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of allowances ({{id, reason, expires}}), got {_kind(raw)}")
+        ctx.error(path, f"expected a list of allowances ({{id, reason, expires}}), got {kind(raw)}")
         return ()
     out = []
     for i, item in enumerate(raw):
-        d = ctx.mapping(item, path + (i,), ("id", "reason", "expires"))
-        ident = ctx.string(d.get("id"), path + (i, "id")) or ""
-        reason = (ctx.string(d.get("reason"), path + (i, "reason")) or "").strip()
-        expires = _date(ctx, d.get("expires"), path + (i, "expires"))
+        s = ctx.section(item, path + (i,), ("id", "reason", "expires"))
+        ident = s("id", Ctx.string) or ""
+        reason = (s("reason", Ctx.string) or "").strip()
+        expires = s("expires", _date)
         if not ADVISORY_ID.fullmatch(ident) or len(ident) > 64:
             ctx.error(path + (i, "id"), f"{printable(ident)} is not an advisory id (GHSA-xxxx-xxxx-xxxx, CVE-2025-32434, PYSEC-2024-1, DSA-5514-1)")
         if not reason:
@@ -935,7 +658,7 @@ def _allowances(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[vulns.Allowance, ...
     return tuple(out)
 
 
-def _date(ctx: Ctx, raw: Any, path: KeyPath) -> dt.date | None:
+def _date(ctx: MatrixCtx, raw: Any, path: KeyPath) -> dt.date | None:
     if raw is None:
         ctx.error(path, "an allowance needs expires: a date (YYYY-MM-DD) when it is looked at again")
         return None
@@ -948,12 +671,7 @@ def _date(ctx: Ctx, raw: Any, path: KeyPath) -> dt.date | None:
         return None
 
 
-def _optional(ctx: Ctx, raw: Any, path: KeyPath, check: grammar.Check) -> str | None:
-    text = ctx.string(raw, path)
-    return None if text is None else ctx.checked(text, path, check)
-
-
-def _index(ctx: Ctx, raw: Any, path: KeyPath) -> str | None:
+def _index(ctx: MatrixCtx, raw: Any, path: KeyPath) -> str | None:
     """An index or find-links URL; a local folder (/path or file:///path) stays inside the roots."""
     text = ctx.string(raw, path)
     if text is None:
@@ -971,12 +689,12 @@ def _index(ctx: Ctx, raw: Any, path: KeyPath) -> str | None:
     return text
 
 
-def _indexes(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[str, ...]:
+def _indexes(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, ...]:
     values = ctx.strings(raw, path)
     return tuple(_index(ctx, v, path + (i,)) or v for i, v in enumerate(values))
 
 
-def _ca_bundle(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[Path, bytes] | None:
+def _ca_bundle(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[Path, bytes] | None:
     found = ctx.local_file(raw, path, CA_LIMIT)
     if found and "-----BEGIN CERTIFICATE-----" not in found[2]:
         ctx.error(path, f"{raw} holds no PEM certificate (-----BEGIN CERTIFICATE-----); give the CA bundle of your proxy")
@@ -984,7 +702,7 @@ def _ca_bundle(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[Path, bytes] | None:
     return (found[0], found[1]) if found else None
 
 
-def _check_torch_index(ctx: Ctx, sources: Sources) -> None:
+def _check_torch_index(ctx: MatrixCtx, sources: Sources) -> None:
     cuda_variants = sorted(v for v in ctx.variants if v != "cpu")
     url = sources.torch_index_url
     if url and "{variant}" not in url and len(cuda_variants) > 1:
@@ -992,29 +710,27 @@ def _check_torch_index(ctx: Ctx, sources: Sources) -> None:
                  "which live on different indexes; write e.g. https://mirror.example.com/whl/{variant}")
 
 
-def _credentials(ctx: Ctx, raw: Any, path: KeyPath) -> tuple[Credential, ...]:
+def _credentials(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[Credential, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of credentials, got {_kind(raw)}")
+        ctx.error(path, f"expected a list of credentials, got {kind(raw)}")
         return ()
     out = []
     for i, item in enumerate(raw):
-        d = ctx.mapping(item, path + (i,), ("host", "username_env", "password_env", "file"))
-        host = ctx.string(d.get("host"), path + (i, "host"))
+        s = ctx.section(item, path + (i,), ("host", "username_env", "password_env", "file"))
+        host = s("host", Ctx.string)
         if not host:
             ctx.error(path + (i,), "a credential needs host: the index host it is sent to")
             continue
-        if "file" not in d and "password_env" not in d:
+        if "file" not in s and "password_env" not in s:
             ctx.error(path + (i,), "a credential needs password_env (an environment variable) or file (holding user:password)")
-        out.append(Credential(ctx.checked(host, path + (i, "host"), grammar.host),
-                              _optional(ctx, d.get("username_env"), path + (i, "username_env"), grammar.env_name),
-                              _optional(ctx, d.get("password_env"), path + (i, "password_env"), grammar.env_name),
-                              _secret_file(ctx, d.get("file"), path + (i, "file"))))
+        out.append(Credential(ctx.checked(host, path + (i, "host"), grammar.host), s("username_env", Ctx.optional, grammar.env_name),
+                              s("password_env", Ctx.optional, grammar.env_name), s("file", _secret_file)))
     return tuple(out)
 
 
-def _secret_file(ctx: Ctx, raw: Any, path: KeyPath) -> Path | None:
+def _secret_file(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Path | None:
     """A credentials file (read at build time, so it may not exist yet), inside the roots:
     otherwise a matrix could send any one-line host file to the host it names."""
     text = ctx.string(raw, path)
@@ -1031,7 +747,7 @@ def _secret_file(ctx: Ctx, raw: Any, path: KeyPath) -> Path | None:
     return resolved
 
 
-def _base_images(ctx: Ctx, raw: Any) -> dict[str, str]:
+def _base_images(ctx: MatrixCtx, raw: Any) -> dict[str, str]:
     """``base_images.<os>``: one reference for every platform, or a mapping platform -> reference (a local base
     is one architecture: ``{linux/amd64: imagesmith/debian:bookworm, linux/arm64: imagesmith/debian:bookworm-arm64}``).
     Keys of the result: ``<os>`` and ``<os>@<platform>`` (:func:`base_image_for`)."""
@@ -1048,19 +764,14 @@ def _base_images(ctx: Ctx, raw: Any) -> dict[str, str]:
     return out
 
 
-def _base_ref(ctx: Ctx, ref: Any, path: KeyPath) -> str:
+def _base_ref(ctx: MatrixCtx, ref: Any, path: KeyPath) -> str:
     image = ctx.checked(ctx.string(ref, path) or "", path, grammar.image_reference)
     if not grammar.image_reference(image):
         _check_base_ref(ctx, image, path)
     return image
 
 
-def base_image_for(base_images: Mapping[str, str], os_key: str, platform: str) -> str | None:
-    """The plain base an OS key names for ``platform``: its per-platform entry, else its one for every platform."""
-    return base_images.get(f"{os_key}@{platform}") or base_images.get(os_key)
-
-
-def _check_base_ref(ctx: Ctx, ref: str, path: KeyPath) -> None:
+def _check_base_ref(ctx: MatrixCtx, ref: str, path: KeyPath) -> None:
     if "@sha256:" in ref or ref.startswith("sha256:"):
         return
     name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
@@ -1068,38 +779,11 @@ def _check_base_ref(ctx: Ctx, ref: str, path: KeyPath) -> None:
         ctx.warn(path, f"{ref!r} is a mutable tag; pin it by digest ({name or ref}@sha256:...) or a dated tag so every build starts from the same bytes")
 
 
-# --------------------------------------------------------------------------
-# entry points
+# -- the whole document ---------------------------------------------------------
 
 
-def load(path: str | Path, kb: compat.KnowledgeBase | None = None, allowed_roots: Sequence[Path] = ()) -> Matrix:
-    """Load and validate ``path``; raise ValidationError listing every error.
-    Paths it names must stay inside its folder or one of ``allowed_roots``."""
-    file = Path(path)
-    try:
-        data = read_limited(file, MAX_BYTES)
-    except TextProblem as exc:
-        raise ValidationError(problems=[Problem(f"{file.name}: {exc.why}")]) from None
-    except OSError as exc:
-        raise ValidationError(problems=[Problem(f"cannot read {file}: {exc.strerror}")]) from None
-    return parse(data, file, kb or compat.load(), allowed_roots)
-
-
-def parse(text: str | bytes, file: Path, kb: compat.KnowledgeBase, allowed_roots: Sequence[Path] = ()) -> Matrix:
-    raw, lines = load_located(text, file.name)
-    ctx = Ctx(file.resolve(), lines, kb, Roots.of(file, allowed_roots))
-    d = ctx.mapping(raw, (), TOP_KEYS)
-    if d.get("version") is not None and str(d["version"]) != str(SCHEMA_VERSION):
-        ctx.error(("version",), f"schema version {d['version']} is not supported; this imagesmith reads version {SCHEMA_VERSION}")
-    if "matrix" not in d:
-        ctx.error((), "no matrix: section; it holds the axes torch, cuda, python, os")
-    matrix = _build(ctx, d)
-    if ctx.errors():
-        raise ValidationError(problems=ctx.errors() + ctx.warnings())
-    return matrix
-
-
-def _build(ctx: Ctx, d: Mapping[str, Any]) -> Matrix:
+def build(ctx: MatrixCtx, d: Mapping[str, Any]) -> Matrix:
+    """The records of a matrix from its top-level mapping; problems are left in ``ctx``."""
     layers = _layers(ctx, d.get("layers"))
     base_images = _base_images(ctx, d.get("base_images"))
     cells = _unique(ctx, _expand(ctx, d.get("matrix")))
@@ -1123,7 +807,7 @@ def _build(ctx: Ctx, d: Mapping[str, Any]) -> Matrix:
     )
 
 
-def _unique(ctx: Ctx, cells: Sequence[Cell]) -> list[Cell]:
+def _unique(ctx: MatrixCtx, cells: Sequence[Cell]) -> list[Cell]:
     seen: dict[tuple[str, ...], Cell] = {}
     for cell in cells:
         key = _key(cell)
@@ -1131,12 +815,3 @@ def _unique(ctx: Ctx, cells: Sequence[Cell]) -> list[Cell]:
             ctx.warn(("matrix", "include"), f"cell {cell.label()} is listed twice; it is built once")
         seen.setdefault(key, cell)
     return list(seen.values())
-
-
-def sort_cells(cells: Iterable[Cell]) -> list[Cell]:
-    """A stable order for cells: torch, cuda, python, os by version."""
-    def key(c: Cell) -> tuple[Any, ...]:
-        cuda = (0,) if c.cuda == "cpu" else version_key(c.cuda)
-        return (version_key(c.torch), cuda, version_key(c.python), c.os, list(Platform).index(c.platform))
-    return sorted(cells, key=key)
-
