@@ -17,8 +17,9 @@ from imagesmith.edges.engine import Engine
 from imagesmith.edges.registry import OCI_INDEX, Credentials, Registry
 from imagesmith.errors import UserError
 from imagesmith.model import policy
-from imagesmith.model.matrix import FloatingTag, ImageSpec, TagPolicy
+from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.platform import Platform
+from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.stages import evidence, verify
 from imagesmith.stages.publish import Backoff, Item, Publisher, evidence_step, index_evidence_step
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
