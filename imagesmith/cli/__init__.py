@@ -806,46 +806,24 @@ def _image_host(image: str) -> str:
 
 def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: CredentialStore, options: Any,
                        reuse: bool, quiet: bool, max_age_days: int | None = None) -> dict[str, Any] | None:
-    """Print what is attached to IMAGE's digest (a registry reference); with --reuse-evidence, the verify report
-    of a signed attestation that stands for a fresh run with these options (evidence.why_not_reused), else None."""
-    from imagesmith.edges import signing
-    from imagesmith.edges.engine import registry_host
-    from imagesmith.stages import evidence
+    """Print what is attached to IMAGE's digest; with --reuse-evidence, the verify report the pipeline found a
+    signed attestation standing for (pipeline.attached_evidence decides), else None."""
+    from imagesmith import pipeline
 
-    if registry_host(image) == "docker.io":
-        return None
-    keys = [signing.load_public_key(k) for k in public_keys]
-    try:
-        found = evidence.read(image, keys, store)
-    except UserError as exc:
-        click.secho(f"note: no evidence read from the registry ({exc})", fg="yellow", err=True)
+    attached = pipeline.attached_evidence(image, public_keys, store, options, reuse, max_age_days)
+    if attached.note:
+        click.secho(f"note: {attached.note}", fg="yellow", err=True)
+    if attached.found is None:
         return None
     if not quiet:
-        print_evidence(found)
-    if not reuse:
-        return None
-    model, count = _gpu_model(options.gpus)
-    wanted = evidence.Wanted(options.tier, model, count, dict(options.expect), bool(options.require_gpu),
-                             options.require_non_root, bool(options.only or options.skip), max_age_days)
-    match, why = evidence.reusable(found, wanted)
-    if match is None:
-        for reason in why:
-            click.echo(f"not reused: {reason}; running again", err=True)
-        return None
-    click.echo(f"reusing the signed verification {match.digest} of {found.name}@{found.digest} "
-               f"({options.tier} tier, {model or 'CPU mode'}): not run again", err=True)
-    return evidence.reused_report(found, match, image)
-
-
-def _gpu_model(gpus: str) -> tuple[str | None, int]:
-    """This host's GPU model and count as --gpus selects them (None: CPU mode)."""
-    from imagesmith.edges.hostinfo import inventory
-    from imagesmith.stages.attestation import model_name
-
-    found = inventory().gpus if gpus != "none" else ()
-    wanted = {g.strip() for g in gpus.split(",")} if gpus not in ("all", "none") else None
-    names = [g.name for g in found if wanted is None or str(g.index) in wanted or g.uuid in wanted]
-    return (model_name(names), len(names)) if names else (None, 0)
+        print_evidence(attached.found)
+    for reason in attached.why_not:
+        click.echo(f"not reused: {reason}; running again", err=True)
+    if attached.reused is not None:
+        found = attached.found
+        click.echo(f"reusing the signed verification {attached.match.digest} of {found.name}@{found.digest} "
+                   f"({options.tier} tier, {attached.gpu_model or 'CPU mode'}): not run again", err=True)
+    return attached.reused
 
 
 def print_evidence(found: Any) -> None:
