@@ -41,7 +41,6 @@ def cli() -> None:
     build, verify, tag and push."""
 
 
-
 for command in (matrix_group, plan_cmd, render_cmd, compat_cmd, base_group, build_cmd, publish_cmd, verify_cmd, evidence_cmd,
                 doctor_cmd, report_cmd, fleet_group):
     cli.add_command(command)

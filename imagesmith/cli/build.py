@@ -8,27 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from imagesmith.cli.common import (
-    credential_store,
-    load_matrix,
-    load_signing_key,
-    load_trust_policy,
-    load_verifier_key,
-    today,
-    vulnerability_gate,
-)
-from imagesmith.cli.fleet import floating_gate, gate_options
-from imagesmith.cli.options import (
-    ALLOW_CPU_OPTION,
-    ALLOW_ROOT_OPTION,
-    CREDENTIALS_OPTION,
-    EVIDENCE_OPTION,
-    MATRIX_OPTION,
-    REGISTRY_CA_OPTION,
-    SIGNING_KEY_OPTION,
-    TRUST_POLICY_OPTION,
-    VERIFIER_KEY_OPTION,
-)
+from imagesmith.cli.common import credential_store, load_matrix, today
+from imagesmith.cli.options import ALLOW_ROOT_OPTION, MATRIX_OPTION, ReleaseArgs, release_options
 from imagesmith.cli.release import finish_release
 from imagesmith.cli.verify import print_outcomes
 from imagesmith.errors import UsageError, UserError
@@ -58,22 +39,13 @@ if TYPE_CHECKING:
               help="Push every image to this staging repository (content tag ctx-<context hash>, never a release tag) and "
                    "record its digest in OUT/<target>/build.json; ancestors come from their jobs' artifacts in OUT or from "
                    "staging (pulled by digest) instead of being rebuilt.")
-@CREDENTIALS_OPTION
-@REGISTRY_CA_OPTION
-@SIGNING_KEY_OPTION
-@VERIFIER_KEY_OPTION
-@TRUST_POLICY_OPTION
-@EVIDENCE_OPTION
-@gate_options
-@ALLOW_CPU_OPTION
+@release_options(verifier_key=True)
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
 @ALLOW_ROOT_OPTION
 def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
-              do_verify: bool, prune: bool, push: bool, date: str | None, stage_repo: str | None, credentials_file: Path | None,
-              registry_ca: Path | None, signing_key: Path | None, verifier_key: Path | None, trust_policy: Path | None,
-              with_evidence: bool, gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
-              as_json: bool, allow_roots: tuple[Path, ...]) -> None:
+              do_verify: bool, prune: bool, push: bool, date: str | None, stage_repo: str | None, release_args: ReleaseArgs,
+              quiet: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import pipeline
@@ -81,17 +53,12 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     from imagesmith.progress import make_display
     from imagesmith.stages import artifacts
 
-    if push and (verifier_key is None or trust_policy is None):
+    if push and (release_args.verifier_key is None or release_args.trust_policy is None):
         raise UsageError(f"build --push: {pipeline.NEEDS_TRUST}")
     m, date = load_matrix(matrix_file, allow_roots), date or today()
-    store = credential_store(m.image.registry, stage_repo, credentials_file)
-    key = load_signing_key(signing_key) if push and with_evidence else None
-    trusted = load_trust_policy(trust_policy)
-    release = pipeline.ReleaseOptions(store, registry_ca, key, with_evidence,
-                                      floating_gate(gate_fleet, fleet_reports, trusted),
-                                      allow_cpu, vulnerabilities=vulnerability_gate(m) if push else None,
-                                      trust=trusted, verifier_key=load_verifier_key(verifier_key))
-    job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, store, registry_ca)
+    store = credential_store(m.image.registry, stage_repo, release_args.credentials_file)
+    release = release_args.options(store, push and release_args.with_evidence, m if push else None)
+    job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, store, release_args.registry_ca)
     picked = len(job.plan.select(only, layers).targets)
     if not picked:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")

@@ -1,10 +1,25 @@
-"""The options several commands share, declared once."""
+"""The options several commands share, declared once, and the typed values a command takes in place of an option
+stack (:func:`gathered`): ``build`` and ``publish`` take the release stack as one :class:`ReleaseArgs`."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, cast
 
 import click
+
+from imagesmith.cli.common import load_signing_key, load_trust_policy, load_verifier_key, vulnerability_gate
+from imagesmith.cli.fleet import floating_gate, gate_options
+
+if TYPE_CHECKING:
+    from imagesmith.edges.credentials import CredentialStore
+    from imagesmith.model.matrix import Matrix
+    from imagesmith.pipeline import ReleaseOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 MATRIX_OPTION = click.option("--matrix", "-m", "matrix_file", default="matrix.yaml", show_default=True,
                              type=click.Path(dir_okay=False, path_type=Path), help="The matrix file.")
@@ -69,3 +84,57 @@ PUBLIC_KEY_OPTION = click.option(
     help="Public key (PEM, as cosign.pub); every signature must verify with one of the keys given (repeat --key "
          "for several signers). Without one, signatures are listed, not checked.")
 
+
+
+def gathered(name: str, make: Callable[..., Any], keys: Sequence[str]) -> Callable[[F], F]:
+    """The command's click parameters ``keys`` handed to it as one typed value ``name``, made by ``make(**those)``;
+    the command takes ``name`` in their place. It declares no option, so where it stands changes no help text."""
+    def decorate(command: F) -> F:
+        @functools.wraps(command)  # shares the options declared so far (click's __click_params__) with the command
+        def with_value(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = make(**{key: kwargs.pop(key) for key in keys})
+            return command(*args, **kwargs)
+        return cast(F, with_value)
+    return decorate
+
+
+@dataclass(frozen=True)
+class ReleaseArgs:
+    """The release option stack of ``build`` and ``publish`` (:func:`release_options`): the files it names, the flags it sets."""
+
+    credentials_file: Path | None = None
+    registry_ca: Path | None = None
+    signing_key: Path | None = None
+    trust_policy: Path | None = None
+    with_evidence: bool = True
+    gate_fleet: Path | None = None
+    fleet_reports: tuple[Path, ...] = ()
+    allow_cpu: bool = False
+    verifier_key: Path | None = None  # build only: signs each verification the build runs
+
+    def options(self, store: CredentialStore, sign: bool, matrix: Matrix | None, **more: Any) -> ReleaseOptions:
+        """The pipeline's release options: the signing key when ``sign`` (a warning without one), the trust policy,
+        the fleet gate, ``matrix``'s vulnerability gate when a matrix is given, the verifier key; ``more``: the rest."""
+        from imagesmith import pipeline
+
+        key = load_signing_key(self.signing_key) if sign else None
+        trusted = load_trust_policy(self.trust_policy)
+        return pipeline.ReleaseOptions(store, self.registry_ca, key, self.with_evidence,
+                                       floating_gate(self.gate_fleet, self.fleet_reports, trusted), self.allow_cpu,
+                                       vulnerabilities=vulnerability_gate(matrix) if matrix is not None else None,
+                                       trust=trusted, verifier_key=load_verifier_key(self.verifier_key), **more)
+
+
+def release_options(verifier_key: bool = False) -> Callable[[F], F]:
+    """The release option stack, declared once for ``build`` (with --verifier-key) and ``publish``: --credentials,
+    --registry-ca, --signing-key, --trust-policy, --evidence/--no-evidence, --fleet, --fleet-report,
+    --allow-cpu-verification, given to the command as one :class:`ReleaseArgs`, ``release_args``."""
+    stack: list[Callable[[Any], Any]] = [CREDENTIALS_OPTION, REGISTRY_CA_OPTION, SIGNING_KEY_OPTION, *([VERIFIER_KEY_OPTION] if verifier_key else []),
+             TRUST_POLICY_OPTION, EVIDENCE_OPTION, gate_options, ALLOW_CPU_OPTION]
+    keys = [f.name for f in dataclasses.fields(ReleaseArgs) if verifier_key or f.name != "verifier_key"]
+
+    def decorate(command: F) -> F:
+        for option in reversed(stack):  # as if written one above the other, in this order
+            command = option(command)
+        return gathered("release_args", ReleaseArgs, keys)(command)
+    return decorate

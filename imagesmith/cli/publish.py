@@ -6,17 +6,8 @@ from pathlib import Path
 
 import click
 
-from imagesmith.cli.common import credential_store, load_matrix, load_signing_key, load_trust_policy, vulnerability_gate
-from imagesmith.cli.fleet import floating_gate, gate_options
-from imagesmith.cli.options import (
-    ALLOW_CPU_OPTION,
-    ALLOW_ROOT_OPTION,
-    CREDENTIALS_OPTION,
-    EVIDENCE_OPTION,
-    REGISTRY_CA_OPTION,
-    SIGNING_KEY_OPTION,
-    TRUST_POLICY_OPTION,
-)
+from imagesmith.cli.common import credential_store, load_matrix
+from imagesmith.cli.options import ALLOW_ROOT_OPTION, ReleaseArgs, release_options
 from imagesmith.cli.release import finish_release
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import matrix as matrix_mod
@@ -40,19 +31,11 @@ from imagesmith.model import matrix as matrix_mod
 @click.option("--stage", "stage_repo", default=None, metavar="REGISTRY/REPO",
               help="The staging repository the builds pushed to (as build --stage): its host gets the credentials "
                    "to pull from; artifacts naming another staging host are refused (exit 1).")
-@CREDENTIALS_OPTION
-@REGISTRY_CA_OPTION
-@SIGNING_KEY_OPTION
-@TRUST_POLICY_OPTION
-@EVIDENCE_OPTION
-@gate_options
-@ALLOW_CPU_OPTION
+@release_options()
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @ALLOW_ROOT_OPTION
 def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, date: str | None,
-                registry_repo: str | None, stage_repo: str | None, credentials_file: Path | None, registry_ca: Path | None,
-                signing_key: Path | None, trust_policy: Path | None, with_evidence: bool,
-                gate_fleet: Path | None, fleet_reports: tuple[Path, ...], allow_cpu: bool, quiet: bool,
+                registry_repo: str | None, stage_repo: str | None, release_args: ReleaseArgs, quiet: bool,
                 allow_roots: tuple[Path, ...]) -> None:
     """Tag and release what passed verification; write OUT/release.json and OUT/release.md.
 
@@ -65,17 +48,12 @@ def publish_cmd(matrix_file: Path | None, out: Path, run_report: Path | None, da
     from imagesmith.stages import artifacts
 
     m = load_matrix(matrix_file, allow_roots) if matrix_file else None
-    if trust_policy is None:
+    if release_args.trust_policy is None:
         raise UsageError(f"publish: {pipeline.NEEDS_TRUST}")
     declared = _declared_release(registry_repo, m)
-    store = credential_store(declared, stage_repo, credentials_file)
-    key = load_signing_key(signing_key) if with_evidence else None
-    trusted = load_trust_policy(trust_policy)
-    release = pipeline.ReleaseOptions(store, registry_ca, key, with_evidence,
-                                      floating_gate(gate_fleet, fleet_reports, trusted),
-                                      allow_cpu, vulnerabilities=vulnerability_gate(m) if m else None,
-                                      release_repository=registry_repo if registry_repo and "/" in registry_repo else None,
-                                      trust=trusted)
+    store = credential_store(declared, stage_repo, release_args.credentials_file)
+    release = release_args.options(store, release_args.with_evidence, m,
+                                   release_repository=registry_repo if registry_repo and "/" in registry_repo else None)
     display = make_display("publishing", quiet)
     with artifacts.locked(out, "imagesmith publish", display.note):
         try:

@@ -3,6 +3,7 @@ and the verification tables ``build --verify`` prints too."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -10,7 +11,7 @@ import click
 
 from imagesmith.cli.common import credential_store, image_host, load_matrix, load_verifier_key
 from imagesmith.cli.evidence import print_evidence
-from imagesmith.cli.options import ALLOW_CPU_OPTION, CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, VERIFIER_KEY_OPTION
+from imagesmith.cli.options import ALLOW_CPU_OPTION, CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, VERIFIER_KEY_OPTION, gathered
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import matrix as matrix_mod
 from imagesmith.table import print_table
@@ -38,7 +39,41 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
+# verify's own typed values: the run's options (the payload's VerifyOptions), the attached evidence, the metrics' targets
+
+RUN_OPTIONS = ("tier", "gpus", "expect", "require_non_root", "allow_shared_gpu", "through_entrypoint", "require_gpu",
+               "allow_cpu", "timeout_s", "shm_size", "memory", "cpus", "soak_minutes", "only", "skip")
+
+
+def run_options(only: str, skip: str, **given: Any) -> VerifyOptions:
+    """The options of the run itself (RUN_OPTIONS) as the payload's VerifyOptions; --only/--skip: ids, comma-separated."""
+    from imagesmith.stages import verify
+
+    return verify.VerifyOptions(**given, only=tuple(filter(None, (s.strip() for s in only.split(",")))),
+                                skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
+
+
+@dataclass(frozen=True)
+class EvidenceArgs:
+    """--key, --reuse-evidence, --max-age-from: how IMAGE's attached evidence is checked, and whether it may stand for a run."""
+
+    public_keys: tuple[Path, ...] = ()
+    reuse_evidence: bool = False
+    age_matrix: Path | None = None
+
+
+@dataclass(frozen=True)
+class MetricsArgs:
+    """--metrics, --pushgateway: where the figures go besides the report."""
+
+    metrics_file: Path | None = None
+    pushgateway: str | None = None
+
+
 @click.command("verify")
+@gathered("options", run_options, RUN_OPTIONS)
+@gathered("evidence", EvidenceArgs, [f.name for f in fields(EvidenceArgs)])
+@gathered("metrics", MetricsArgs, [f.name for f in fields(MetricsArgs)])
 @click.argument("image", required=False)
 @click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default="quick", show_default=True)
 @click.option("--gpus", default="all", show_default=True, callback=_gpus_option,
@@ -93,13 +128,9 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="Also push the figures to this Prometheus Pushgateway, one group per image "
                    "(job=imagesmith, instance=this host, digest=the image's).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], require_non_root: bool,
-               allow_shared_gpu: bool, through_entrypoint: bool, json_out: Path | None, local: bool, python_exe: str | None, require_gpu: bool, allow_cpu: bool,
-               timeout_s: float, shm_size: str, memory: str | None,
-               cpus: float | None, soak_minutes: float | None, only: str, skip: str, no_pull: bool,
-               build_reports: tuple[Path, ...], stage_repo: str | None, credentials_file: Path | None,
-               public_keys: tuple[Path, ...], verifier_key: Path | None, reuse_evidence: bool, age_matrix: Path | None,
-               metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> None:
+def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None, local: bool, python_exe: str | None,
+               no_pull: bool, build_reports: tuple[Path, ...], stage_repo: str | None, credentials_file: Path | None,
+               evidence: EvidenceArgs, verifier_key: Path | None, metrics: MetricsArgs, quiet: bool) -> None:
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
@@ -108,40 +139,34 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
 
     if [bool(image), local, bool(build_reports)].count(True) != 1:
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
-    if require_gpu and allow_cpu:
+    if options.require_gpu and options.allow_cpu:
         raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
-    options = verify.VerifyOptions(
-        tier=tier, gpus=gpus, expect=expect, require_gpu=require_gpu, allow_cpu=allow_cpu, shm_size=shm_size,
-        require_non_root=require_non_root, allow_shared_gpu=allow_shared_gpu, through_entrypoint=through_entrypoint,
-        memory=memory, cpus=cpus, timeout_s=timeout_s, soak_minutes=soak_minutes,
-        only=tuple(filter(None, (s.strip() for s in only.split(",")))),
-        skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
-    export = _metrics_export(metrics_file, pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
+    export = _metrics_export(metrics.metrics_file, metrics.pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
     if stage_repo and not build_reports:
         raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
     signer = load_verifier_key(verifier_key)
     if signer is not None and not build_reports:
-        _check_signable(image, local, json_out, reuse_evidence)
+        _check_signable(image, local, json_out, evidence.reuse_evidence)
     if build_reports:
         _verify_build(build_reports, options, json_out, quiet, credential_store(None, stage_repo, credentials_file), export,
                       signer)
         return
-    if reuse_evidence and not public_keys:
+    if evidence.reuse_evidence and not evidence.public_keys:
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
-    max_age = load_matrix(age_matrix).vulnerabilities.max_age_days if age_matrix else None
+    max_age = load_matrix(evidence.age_matrix).vulnerabilities.max_age_days if evidence.age_matrix else None
     store = credential_store(image_host(image), None, credentials_file) if image and not local else None
     from imagesmith.runstate import Tracked
 
-    reused = _attached_evidence(image, public_keys, store, options, reuse_evidence, quiet, max_age) if image and store else None
+    reused = _attached_evidence(image, evidence.public_keys, store, options, evidence.reuse_evidence, quiet, max_age) if image and store else None
     if reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
-        with Tracked(json_out, verify.running_report(image, tier)) as tracked:
+        with Tracked(json_out, verify.running_report(image, options.tier)) as tracked:
             tracked.complete(reused)
         if not quiet:
             print_verify(reused, json_out)
         return
 
-    with Tracked(json_out, verify.running_report(image, tier)) as tracked:  # --json FILE says running at once
+    with Tracked(json_out, verify.running_report(image, options.tier)) as tracked:  # --json FILE says running at once
         if local:
             outcome = verify.run_local(options, python_exe)
         else:
@@ -156,7 +181,7 @@ def verify_cmd(image: str | None, tier: str, gpus: str, expect: dict[str, str], 
     export(outcome.report, str(json_out or "the verify report"))
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
-    if policy.evidence(outcome.report).exclusive is False and not allow_shared_gpu:
+    if policy.evidence(outcome.report).exclusive is False and not options.allow_shared_gpu:
         raise UserError(f"not verified: {policy.sharing_line(outcome.report)}; run it again with the GPU to itself, "
                         "or pass --allow-shared-gpu to measure this tenant's share")
 
