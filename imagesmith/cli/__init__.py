@@ -85,6 +85,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-
 if __name__ == "__main__":
     main()
