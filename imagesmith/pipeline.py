@@ -384,6 +384,59 @@ def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, d
     return RunOutcome(tuple(results), outcomes, None, path)
 
 
+@dataclass(frozen=True)
+class AttachedEvidence:
+    """What ``imagesmith verify IMAGE`` found attached to IMAGE's digest, and whether a signed verification there
+    stands for a fresh run (:func:`attached_evidence`); the command prints it, in this order."""
+
+    found: Any = None  # an imagesmith.stages.evidence.Evidence; None: nothing read (``note`` says why, when there is a why)
+    note: str | None = None  # why the registry gave no evidence
+    reused: dict[str, Any] | None = None  # the verify report of the attestation that stands for a fresh run
+    why_not: tuple[str, ...] = ()  # --reuse-evidence asked, nothing reusable: the reasons, one per attestation
+    match: Any = None  # the reused attestation (imagesmith.stages.evidence.Attestation)
+    gpu_model: str | None = None  # this host's GPU model as --gpus selects them (None: CPU mode)
+
+
+def attached_evidence(image: str, public_keys: Sequence[Path], store: CredentialStore, options: verify.VerifyOptions,
+                      reuse: bool, max_age_days: int | None = None, read: Callable[..., Any] | None = None,
+                      gpus: Callable[[str], tuple[str | None, int]] | None = None) -> AttachedEvidence:
+    """The evidence attached to IMAGE's digest (a registry reference; none read from Docker Hub), its signatures
+    checked with the public keys in ``public_keys``; with ``reuse`` (--reuse-evidence), the verify report of a signed attestation that stands for a fresh
+    run with ``options`` (:func:`imagesmith.stages.evidence.reusable`), else the reasons none does. ``read`` and
+    ``gpus`` are the registry read and this host's GPU inventory (a test passes doubles)."""
+    from imagesmith.edges import signing
+    from imagesmith.edges.engine import registry_host
+    from imagesmith.stages import evidence
+
+    if registry_host(image) == "docker.io":
+        return AttachedEvidence()
+    keys = [signing.load_public_key(k) for k in public_keys]
+    try:
+        found = (read or evidence.read)(image, keys, store)
+    except UserError as exc:
+        return AttachedEvidence(note=f"no evidence read from the registry ({exc})")
+    if not reuse:
+        return AttachedEvidence(found)
+    model, count = (gpus or gpu_model)(options.gpus)
+    wanted = evidence.Wanted(options.tier, model, count, dict(options.expect), bool(options.require_gpu),
+                             options.require_non_root, bool(options.only or options.skip), max_age_days)
+    match, why = evidence.reusable(found, wanted)
+    if match is None:
+        return AttachedEvidence(found, why_not=tuple(why), gpu_model=model)
+    return AttachedEvidence(found, reused=evidence.reused_report(found, match, image), match=match, gpu_model=model)
+
+
+def gpu_model(gpus: str) -> tuple[str | None, int]:
+    """This host's GPU model and count as --gpus selects them (None: CPU mode)."""
+    from imagesmith.edges.hostinfo import inventory
+    from imagesmith.stages.attestation import model_name
+
+    found = inventory().gpus if gpus != "none" else ()
+    wanted = {g.strip() for g in gpus.split(",")} if gpus not in ("all", "none") else None
+    names = [g.name for g in found if wanted is None or str(g.index) in wanted or g.uuid in wanted]
+    return (model_name(names), len(names)) if names else (None, 0)
+
+
 def read_builds(paths: Sequence[Path]) -> BuildInput:
     """Build reports (OUT/report.json) and build artifacts (OUT/<target>/build.json) of any number of jobs, as one."""
     return merge_inputs([read_build_input(p) for p in paths])

@@ -217,11 +217,11 @@ def test_the_reports_list_the_findings(world: World) -> None:
 
 
 def test_imagesmith_evidence_prints_the_counts(capsys: pytest.CaptureFixture[str]) -> None:
-    from imagesmith import cli
+    from imagesmith.cli.evidence import print_evidence
 
     allow = vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1))
     found = evidence.Evidence("h/r", "sha256:" + "ab" * 32, "m", 1, "referrers API", (),
                               [vex_attestation(result(vulns.Policy(allow=(allow,))))])
-    cli.print_evidence(found)
+    print_evidence(found)
     out = capsys.readouterr().out
     assert "vulnerabilities: 1 critical, 0 high, 0 medium, 0 low, 0 unknown (1 allowed by the matrix)\n" in out

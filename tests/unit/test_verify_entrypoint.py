@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from imagesmith import cli
+from imagesmith.cli.verify import print_verdict
 from imagesmith.edges.engine import ImageConfig, RunResult, RunSpec
 from imagesmith.model import compat
 from imagesmith.resources import payload_module
@@ -70,7 +70,7 @@ def test_the_verdict_never_says_verified_for_a_failed_run(status: str, ok: bool,
               "checks": [{"id": "a", "status": status}]}
     runner = CliRunner()
     with runner.isolation() as (out, _err, _):
-        cli.print_verdict(report)
+        print_verdict(report)
     assert out.getvalue().decode().splitlines() == [line]
 
 

@@ -1,0 +1,126 @@
+"""``imagesmith build``: render and build every target; with --verify/--push the release pipeline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from imagesmith.cli.common import credential_store, load_matrix, today
+from imagesmith.cli.options import ALLOW_ROOT_OPTION, MATRIX_OPTION, ReleaseArgs, release_options
+from imagesmith.cli.release import finish_release
+from imagesmith.cli.verify import print_outcomes
+from imagesmith.errors import UsageError, UserError
+from imagesmith.model import matrix as matrix_mod
+from imagesmith.model import plan as plan_mod
+from imagesmith.table import print_table
+from imagesmith.units import gb
+
+if TYPE_CHECKING:
+    from imagesmith.edges.engine import Engine
+    from imagesmith.pipeline import ReleaseOptions, RunReport
+    from imagesmith.stages.build import BuildReport
+
+
+@click.command("build")
+@MATRIX_OPTION
+@click.option("--out", default="build", show_default=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64), help="Targets built at once.")
+@click.option("--only", multiple=True, help="Targets whose id contains this (with their ancestors); repeatable.")
+@click.option("--layer", "layers", multiple=True, help="Only this layer (with its ancestors); repeatable.")
+@click.option("--verify", "do_verify", is_flag=True, help="Verify each built image (the matrix's verify: settings).")
+@click.option("--prune/--no-prune", default=True, show_default=True,
+              help="After a fully successful build, remove builder stages and superseded cache entries of these targets.")
+@click.option("--push", is_flag=True, help="Verify each built image, then tag and push those that passed.")
+@click.option("--date", default=None, help="Build date for tags (YYYYMMDD); default today.")
+@click.option("--stage", "stage_repo", default=None, metavar="REGISTRY/REPO",
+              help="Push every image to this staging repository (content tag ctx-<context hash>, never a release tag) and "
+                   "record its digest in OUT/<target>/build.json; ancestors come from their jobs' artifacts in OUT or from "
+                   "staging (pulled by digest) instead of being rebuilt.")
+@release_options(verifier_key=True)
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build (or run) report as JSON on stdout.")
+@ALLOW_ROOT_OPTION
+def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], layers: tuple[str, ...],
+              do_verify: bool, prune: bool, push: bool, date: str | None, stage_repo: str | None, release_args: ReleaseArgs,
+              quiet: bool, as_json: bool, allow_roots: tuple[Path, ...]) -> None:
+    """Render and build every target, parents first, reusing what is cached;
+    with --push also verify, tag and push (the release pipeline)."""
+    from imagesmith import pipeline
+    from imagesmith.edges.engine import Engine
+    from imagesmith.progress import make_display
+    from imagesmith.stages import artifacts
+
+    if push and (release_args.verifier_key is None or release_args.trust_policy is None):
+        raise UsageError(f"build --push: {pipeline.NEEDS_TRUST}")
+    m, date = load_matrix(matrix_file, allow_roots), date or today()
+    store = credential_store(m.image.registry, stage_repo, release_args.credentials_file)
+    release = release_args.options(store, push and release_args.with_evidence, m if push else None)
+    job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, store, release_args.registry_ca)
+    picked = len(job.plan.select(only, layers).targets)
+    if not picked:
+        raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
+    engine = Engine()
+    display = make_display(f"building {picked} targets", quiet or as_json)
+    with artifacts.locked(out, "imagesmith build", display.note):  # one writer of OUT, from the build to the release
+        run = pipeline.RunReport(out) if push or do_verify else None  # replaces the last run's report at once: running
+        try:
+            p, report = pipeline.build_stage(engine, job, display, run)
+        finally:
+            display.close()
+        _print_build(report, out, quiet, as_json and run is None)
+        if run is not None:
+            _verify_and_release(engine, m, p, report, out, date, push, quiet, as_json, run, release)
+    if run is None and not report.ok:
+        raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
+
+
+def _verify_and_release(engine: Engine, m: matrix_mod.Matrix, p: plan_mod.Plan, report: BuildReport, out: Path, date: str,
+                        push: bool, quiet: bool, as_json: bool, run: RunReport, release: ReleaseOptions) -> None:
+    """build --verify/--push: the pipeline verifies (and releases); this prints what it made of the build."""
+    from imagesmith import pipeline
+    from imagesmith.progress import make_display
+    from imagesmith.stages import artifacts
+
+    display = make_display(f"verifying {sum(r.ok for r in report.results)} images", quiet or as_json)
+    try:
+        options = pipeline.options_from(m, allow_cpu_verification=release.allow_cpu_verification)
+        done = pipeline.verify_and_release(engine, report, p, artifacts.Release.of(m, date), out, display, run, options,
+                                           release, push)
+    finally:
+        display.close()
+    if as_json:
+        click.echo(done.run_report.read_text())
+    elif not quiet:
+        print_outcomes(done.outcomes)
+    if done.release is not None:
+        finish_release(done.release, quiet or as_json)
+    click.echo(f"run report: {done.run_report}", err=True)
+    if done.failed or done.unbuilt:
+        raise UserError(f"{done.unbuilt} targets did not build, {len(done.failed)} did not verify: {', '.join(done.failed) or '-'}")
+
+
+def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
+    from imagesmith.stages import build
+
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        return
+    for line in build.failure_summary(report):
+        click.echo(line, err=True)
+    if not quiet:
+        staged = any(r.staged for r in report.results)
+        print_table(f"build: {report.seconds:.1f}s, report in {out / 'report.json'}",
+                    ["target", "status", "seconds", "size", "image", *(["staged"] if staged else [])],
+                    [[r.target, r.status, f"{r.seconds:.1f}", gb(r.size_bytes) if r.size_bytes else "-",
+                      (r.image_id or "-")[:19], *([_staged_cell(r.staged)] if staged else [])] for r in report.results])
+
+
+def _staged_cell(staged: dict[str, Any] | None) -> str:
+    if not staged:
+        return "-"
+    how = "from its job's artifact" if staged.get("adopted") else "pushed" if staged.get("pushed") else "already there"
+    return f"{staged['digest'][:19]} ({how})"
+
