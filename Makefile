@@ -149,7 +149,7 @@ test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, 
 unit: install              ## pure tests only (no engine, no registry), with the coverage floor
 	$(call pytest,-q $(COVERAGE) $(UNIT))
 
-lint: install              ## ruff (rules in pyproject.toml), mypy --strict over the package and the tests, the import contracts (import-linter)
+lint: install              ## ruff (rules in pyproject.toml), mypy --strict over the package, the tests and the payload (verify/), the import contracts (import-linter)
 	$(BIN)/ruff check imagesmith tests verify bench
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports --no-cache
