@@ -133,9 +133,11 @@ evidence: install          ## read back what is attached to every digest of $(OU
 	  | while read -r ref; do $(BIN)/imagesmith evidence "$$ref" --key $(basename $(SIGNING_KEY)).pub --credentials $(REGISTRY_CREDENTIALS) || exit 1; done
 
 # The unit tier: pure tests (tests/unit holds no integration/registry/slurm/gpu/prometheus test), measured:
-# coverage of the imagesmith package under the floor in pyproject.toml ([tool.coverage]) fails it.
+# coverage of the imagesmith package and the payload (verify/), the sources [tool.coverage.run] names, child
+# pythons the tests start included (patch = subprocess), under the floor in pyproject.toml ([tool.coverage]).
+# A bare --cov reads the sources from there (--cov=imagesmith would measure the package alone).
 UNIT := -m "not integration and not registry and not slurm and not gpu and not prometheus" tests/unit
-COVERAGE := --cov=imagesmith --cov-report=term:skip-covered
+COVERAGE := --cov --cov-report=term:skip-covered
 # pytest's exit code 5 (no tests collected) fails with a message: a suite that runs nothing proves nothing.
 define pytest
 	@$(BIN)/python -m pytest $(1); code=$$?; \
