@@ -9,11 +9,14 @@ Python distribution with its name as published, the dpkg packages installed
 and /etc/os-release.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import platform
 import sys
 from importlib import metadata
+from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,7 +26,7 @@ from imagesmith_payload.parsers import os_tag, parse_dpkg_status, parse_os_relea
 DPKG_STATUS = "/var/lib/dpkg/status"
 
 
-def os_release():
+def os_release() -> Dict[str, str]:
     try:
         with open("/etc/os-release") as fh:
             return parse_os_release(fh.read())
@@ -31,17 +34,17 @@ def os_release():
         return {}
 
 
-def os_key():
+def os_key() -> str:
     fields = os_release()
     return os_tag(fields) if fields else "unknown"
 
 
-def torch_facts():
+def torch_facts() -> Dict[str, Any]:
     try:
         import torch
     except Exception as exc:  # noqa: BLE001 - any import failure is a fact
         return {"torch_error": "%s: %s" % (type(exc).__name__, exc)}
-    out = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": None, "nccl": None}
+    out: Dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": None, "nccl": None}
     try:
         code = torch.backends.cudnn.version()
         out["cudnn"] = cudnn_version_string(int(code)) if code else None
@@ -55,13 +58,13 @@ def torch_facts():
     return out
 
 
-def distributions():
+def distributions() -> List[Dict[str, str]]:
     """(name as published, version) of every distribution Python sees, sorted."""
     found = {(d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"]}
     return [{"name": n, "version": v} for n, v in sorted(found, key=lambda nv: (nv[0].lower(), nv[1]))]
 
 
-def dpkg_packages():
+def dpkg_packages() -> List[Dict[str, str]]:
     try:
         with open(DPKG_STATUS, encoding="utf-8", errors="replace") as fh:
             return parse_dpkg_status(fh.read())
@@ -69,7 +72,7 @@ def dpkg_packages():
         return []
 
 
-def basic_facts():
+def basic_facts() -> Dict[str, Any]:
     return {
         "python": platform.python_version(),
         "os": os_key(),
@@ -78,7 +81,7 @@ def basic_facts():
     }
 
 
-def main():
+def main() -> None:
     if "--inventory" in sys.argv[1:]:
         facts = dict(basic_facts(), schema="imagesmith.inventory/1", distributions=distributions(),
                      dpkg=dpkg_packages(), os_release=os_release())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -138,8 +139,15 @@ def test_the_baselines_file_holds_the_h200_reference() -> None:
 def test_threshold_for(gpu: Any, check_id: str, overrides: dict[str, Any], expected: Any) -> None:
     thr = baselines.threshold_for(baselines.load_baselines(), gpu, check_id, overrides)
     got = None if thr is None else (thr.baseline, thr.fail_below, thr.warn_below)
-    assert got == (None if expected is None else tuple(pytest.approx(v) for v in expected))
+    assert got == (None if expected is None else pytest.approx(tuple(expected)))
 
 
 def test_a_missing_baselines_file_means_no_baselines(tmp_path: Path) -> None:
     assert baselines.load_baselines(str(tmp_path / "none.json")) == {"schema": baselines.SCHEMA, "gpus": {}}
+
+
+def test_a_baselines_file_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "baselines.json"
+    path.write_text("[]")
+    with pytest.raises(ValueError, match="^" + re.escape(f"{path}: expected a JSON object with schema 'imagesmith.baselines/1', got a list") + "$"):
+        baselines.load_baselines(str(path))

@@ -90,6 +90,11 @@ def test_parse_marker_without_a_marker() -> None:
         report.parse_marker("just logs\n")
 
 
+def test_parse_marker_refuses_a_marker_that_is_not_an_object() -> None:
+    with pytest.raises(ValueError, match=r"^the report marker line holds a JSON list, not an object$"):
+        report.parse_marker(report.MARKER + "[1, 2]\n")
+
+
 # --------------------------------------------------------------------- runner
 def spec(func: Any, needs: str = "nothing", optional: bool = False) -> CheckSpec:
     return CheckSpec("t.check", "a test check", func, "quick", "x", needs, optional)

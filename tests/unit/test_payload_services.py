@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import cast
 
 import pytest
 
@@ -21,7 +20,7 @@ OPEN = "Jupyter runs without authentication (empty token, no password): "
 def judged(argv: list[str], env: dict[str, str] | None = None, files: dict[str, str] | None = None) -> list[tuple[str, str]]:
     env = env or {}
     sources = services.sources_of(argv, env) + [services.file_source(p, t) for p, t in (files or {}).items()]
-    return cast(list[tuple[str, str]], services.judge(services.scan(sources, env), env))
+    return services.judge(services.scan(sources, env), env)
 
 
 @pytest.mark.parametrize("argv, env, findings", [

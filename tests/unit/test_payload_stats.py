@@ -33,7 +33,7 @@ def test_median_of_nothing_is_an_error() -> None:
 ])
 def test_linear_fit_least_squares(xs: list[Any], ys: list[Any], slope: float, intercept: float) -> None:
     got = stats.linear_fit(xs, ys)
-    assert got == (pytest.approx(slope), pytest.approx(intercept))
+    assert got == pytest.approx((slope, intercept))
 
 
 @pytest.mark.parametrize("xs, ys, message", [
@@ -64,11 +64,10 @@ def test_t_quantile_matches_the_table(t_p: float, df: int, t: float) -> None:
 
 def test_slope_fit_standard_error() -> None:
     fit = stats.slope_fit([0, 1, 2, 3, 4], [0.0, 1.2, 1.9, 3.1, 4.0])
-    assert (fit.slope, fit.intercept) == (pytest.approx(0.99), pytest.approx(0.06))
+    assert (fit.slope, fit.intercept) == pytest.approx((0.99, 0.06))
     assert fit.stderr == pytest.approx((0.051 / 3 / 10) ** 0.5)  # sqrt(SSE/(n-2)/Sxx)
     low, high = fit.bounds(0.975)  # t(0.975, 3 df) = 3.182
-    assert (low, high) == (pytest.approx(0.99 - 3.182 * fit.stderr, rel=0.01),
-                           pytest.approx(0.99 + 3.182 * fit.stderr, rel=0.01))
+    assert (low, high) == pytest.approx((0.99 - 3.182 * fit.stderr, 0.99 + 3.182 * fit.stderr), rel=0.01)
 
 
 def test_block_slopes_split_the_samples_in_order() -> None:
@@ -178,7 +177,7 @@ def test_trend_percent_per_round(values: list[Any], trend: Any) -> None:
 
 
 def test_sensor_summary() -> None:
-    samples = [{"temperature_c": 50, "power_w": 600.0, "sm_clock_mhz": 1980, "throttle": []},
+    samples: list[dict[str, Any]] = [{"temperature_c": 50, "power_w": 600.0, "sm_clock_mhz": 1980, "throttle": []},
                {"temperature_c": 61, "power_w": 699.5, "sm_clock_mhz": 1485, "throttle": ["sw_power_cap"]},
                {"temperature_c": None, "power_w": None, "sm_clock_mhz": 1500, "throttle": ["sw_power_cap"]}]
     assert stats.sensor_summary(samples) == {

@@ -22,6 +22,8 @@ def load_baselines(path: str = DEFAULT_PATH) -> Baselines:
             data = json.load(fh)
     except (OSError, ValueError):
         return {"schema": SCHEMA, "gpus": {}}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object with schema {SCHEMA!r}, got a {type(data).__name__}")
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     return data

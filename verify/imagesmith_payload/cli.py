@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import checks  # noqa: F401  (registers every check)
 from .checks.devices import run_mode
@@ -55,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _ids(text: Optional[str]) -> Optional[tuple]:
+def _ids(text: Optional[str]) -> Optional[Tuple[str, ...]]:
     return None if text is None else tuple(s.strip() for s in text.split(",") if s.strip())
 
 

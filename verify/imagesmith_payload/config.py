@@ -10,9 +10,11 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar
 
 from .judge import CudaRelease
+
+T = TypeVar("T")
 
 SCHEMA = "imagesmith.verify-config/1"
 TIERS = ("quick", "standard", "soak")
@@ -94,7 +96,7 @@ _str, _bool, _int, _num = (_typed(str, "a string"), _typed(bool, "true or false"
                            _typed(int, "an integer"), _typed(float, "a number"))
 
 
-def _optional(inner: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+def _optional(inner: Callable[[str, Any], T]) -> Callable[[str, Any], Optional[T]]:
     return lambda path, value: None if value is None else inner(path, value)
 
 

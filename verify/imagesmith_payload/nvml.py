@@ -118,7 +118,8 @@ class Nvml:
         fn = getattr(self.lib, "nvmlDeviceGetPciInfo_v3", None) or self.lib.nvmlDeviceGetPciInfo_v2
         if fn(dev, ctypes.byref(info)) != NVML_SUCCESS:
             raise OSError("nvmlDeviceGetPciInfo failed")
-        return info.busId.decode()
+        bus_id: bytes = info.busId
+        return bus_id.decode()
 
     def name(self, dev: ctypes.c_void_p) -> str:
         buf = ctypes.create_string_buffer(96)

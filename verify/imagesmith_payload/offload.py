@@ -21,12 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .procs import child_env, kill_group
 from .registry import CheckSpec
 from .report import sanitize
-from .results import failed
+from .results import Result, failed
 
 RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
 STRIP = {"--out": 2, "--emit-marker": 1}  # the parent's own outputs: never a worker's
@@ -121,7 +121,7 @@ class Offload:
     def __contains__(self, check_id: str) -> bool:
         return check_id in self.by_id
 
-    def entry(self, spec: CheckSpec, finish: Any) -> Dict[str, Any]:
+    def entry(self, spec: CheckSpec, finish: Callable[[CheckSpec, Result, float], Dict[str, Any]]) -> Dict[str, Any]:
         """The worker's entry for `spec`, or a failed one saying why there is none."""
         worker = self.by_id[spec.id]
         got = worker.result(spec)

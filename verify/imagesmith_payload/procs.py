@@ -93,6 +93,7 @@ class WorkerOutcome:
 def _read_json(path: str) -> Optional[Dict[str, Any]]:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            data = json.load(fh)
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None

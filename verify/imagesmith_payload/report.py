@@ -17,7 +17,7 @@ MARKER = "@@IMAGESMITH-REPORT@@ "
 CHECK_KEYS = ("id", "title", "status", "value", "threshold", "unit", "baseline",
               "percent_of_baseline", "detail", "optional", "duration_s")
 TOP_KEYS = ("schema", "nonce", "tier", "started_at", "duration_s", "environment", "checks", "summary", "sharing")
-NOT_MEASURED = {"exclusive": None, "allowed": False, "foreign": []}
+NOT_MEASURED: Dict[str, Any] = {"exclusive": None, "allowed": False, "foreign": []}
 
 Report = Dict[str, Any]
 
@@ -34,12 +34,13 @@ def summarize(checks: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 def build_report(tier: str, started_at: str, duration_s: float, environment: Dict[str, Any],
                  checks: List[Dict[str, Any]], nonce: Optional[str] = None,
                  sharing: Optional[Dict[str, Any]] = None) -> Report:
-    return sanitize({
+    report: Report = sanitize({  # sanitize keeps a dict a dict (keys made str)
         "schema": SCHEMA, "nonce": nonce, "tier": tier, "started_at": started_at,
         "duration_s": round(duration_s, 2), "environment": environment,
         "checks": checks, "summary": summarize(checks),
         "sharing": dict(NOT_MEASURED) if sharing is None else sharing,
     })
+    return report
 
 
 def sanitize(obj: Any) -> Any:
@@ -82,8 +83,8 @@ def answers_request(report: Report, nonce: Optional[str], requested: Dict[str, b
     exactly once, no other check, optional flags as the registry declares them."""
     problems = []
     if report.get("nonce") != nonce:
-        seen = "missing" if report.get("nonce") is None else f"{_short(report.get('nonce'))}, not this run's"
-        problems.append(f"report.nonce: {seen}: this report was not written by this run's payload")
+        got = "missing" if report.get("nonce") is None else f"{_short(report.get('nonce'))}, not this run's"
+        problems.append(f"report.nonce: {got}: this report was not written by this run's payload")
     if report.get("tier") != tier:
         problems.append(f"report.tier: expected {tier!r}, got {_short(report.get('tier'))}")
     ids = [c.get("id") for c in report.get("checks") or [] if isinstance(c, dict)]
@@ -158,7 +159,10 @@ def parse_marker(text: str) -> Report:
     """The last marker line in a log (the host side's inverse of emit_marker)."""
     for line in reversed(text.splitlines()):
         if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
+            report = json.loads(line[len(MARKER):])
+            if not isinstance(report, dict):
+                raise ValueError(f"the report marker line holds a JSON {type(report).__name__}, not an object")
+            return report
     raise ValueError("no report marker line in the output")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 MIB = 1024 * 1024
 
@@ -168,12 +168,12 @@ def trend_percent_per_round(values: Sequence[float]) -> Optional[float]:
     return 100.0 * slope / abs(mid)
 
 
-def sensor_summary(samples: Sequence[dict]) -> dict:
+def sensor_summary(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """NVML samples of one GPU -> max temperature and power, SM clock range, reasons seen."""
-    def values(key: str) -> list:
+    def values(key: str) -> List[float]:
         return [s[key] for s in samples if isinstance(s.get(key), (int, float))]
     temps, power, clocks = values("temperature_c"), values("power_w"), values("sm_clock_mhz")
-    reasons: dict = {}
+    reasons: Dict[str, int] = {}
     for sample in samples:
         for name in sample.get("throttle") or ():
             reasons[name] = reasons.get(name, 0) + 1

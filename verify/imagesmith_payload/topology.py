@@ -8,9 +8,12 @@ cpu_affinity(uuid) -> set of CPUs. numa_of_cpu maps a CPU to its NUMA node.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .judge import FAIL, PASS, SKIP, WARN
+
+if TYPE_CHECKING:
+    from .nvml import Nvml
 
 # nvmlGpuTopologyLevel_t -> the nvidia-smi topo -m legend
 LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -123,7 +126,7 @@ def cpulist(cpus: Set[int]) -> str:
 class NvmlTopologySource:
     """The topology calls of nvml.Nvml, by device UUID."""
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Nvml) -> None:
         self.nvml = nvml
 
     def _dev(self, uuid: str) -> Any:

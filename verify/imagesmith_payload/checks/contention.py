@@ -73,7 +73,10 @@ class Group:
 
 def _load(path: str) -> Dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def _tail(folder: str, index: int) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..context import Context
 from ..environment import package_version
@@ -141,7 +141,7 @@ def cv_decode(ctx: Context) -> Result:
     img = pattern_image(torch, fresh_seed())
     data = io.encode_jpeg(img, quality=95)
     decoded = io.decode_jpeg(data)
-    quality = {"cpu_psnr_db": round(psnr(torch, img, decoded), 2)}
+    quality: Dict[str, Optional[float]] = {"cpu_psnr_db": round(psnr(torch, img, decoded), 2)}
     if ctx.gpu_count:  # nvJPEG upsamples chroma differently: judge it against the original
         on_gpu = io.decode_jpeg(data, device="cuda").cpu()
         quality["gpu_psnr_db"] = round(psnr(torch, img, on_gpu), 2)
@@ -150,7 +150,7 @@ def cv_decode(ctx: Context) -> Result:
     return _judge_decode(quality)
 
 
-def _cv2_roundtrip(torch: Any, img: Any) -> dict:
+def _cv2_roundtrip(torch: Any, img: Any) -> Dict[str, Optional[float]]:
     try:
         cv2 = importlib.import_module("cv2")
     except ImportError:
@@ -163,7 +163,7 @@ def _cv2_roundtrip(torch: Any, img: Any) -> dict:
     return {"cv2_psnr_db": round(psnr(torch, img, torch.from_numpy(back).permute(2, 0, 1)), 2)}
 
 
-def _judge_decode(q: dict) -> Result:
+def _judge_decode(q: Dict[str, Optional[float]]) -> Result:
     worst = min(v for k, v in q.items() if k.endswith("psnr_db") and v is not None)
     problems = [k for k, v in q.items() if k.endswith("psnr_db") and (v is None or v < 30)]
     text = ", ".join(f"{k} {v}" for k, v in q.items())

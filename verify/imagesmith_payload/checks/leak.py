@@ -152,7 +152,7 @@ def _loop(torch: Any, device: Any, inject_mib: float, plan: Plan) -> Dict[str, A
 
 def run_once(ctx: Context) -> Dict[str, Any]:
     """leak.device runs the loop and leaves it for leak.host (which re-runs alone)."""
-    run = ctx.cache.pop("leak_run", None)
+    run: Optional[Dict[str, Any]] = ctx.cache.pop("leak_run", None)
     if run is None:
         run = leak_loop(ctx.torch, ctx.device, ctx.config.leak_inject_mib)
         ctx.release_memory()

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from ..context import Context
 from ..environment import user
@@ -76,7 +76,7 @@ def jupyter(ctx: Context) -> Result:
 
 
 # ------------------------------------------------------------------------ sshd
-def sshd_settings() -> Tuple[dict, str]:
+def sshd_settings() -> Tuple[Dict[str, str], str]:
     """`sshd -T` when it runs (needs host keys), else the files parsed."""
     binary = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
     if binary:
