@@ -247,12 +247,15 @@ def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: Credent
 
 def _verify_image(image: str, options: Any, no_pull: bool, store: CredentialStore | None, quiet: bool) -> Any:
     from imagesmith.edges.engine import Engine
+    from imagesmith.edges.registry import Registry
     from imagesmith.stages import verify
 
-    creds = store.for_host(image_host(image)) if store else None
+    host = image_host(image)
+    creds = store.for_host(host) if store else None
     progress = None if quiet else (lambda line: click.echo(line, err=True))
+    index_reader = Registry(host, creds) if host != "docker.io" else None  # which platform image of an index ran
     return verify.verify_image(Engine(), image, options, pull=not no_pull, progress=progress,
-                               auth=creds.auth_config() if creds else None)
+                               auth=creds.auth_config() if creds else None, registry=index_reader)
 
 
 def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_out: Path | None, quiet: bool,

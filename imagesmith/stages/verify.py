@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from imagesmith import runstate
-from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
+from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, ImagesmithError, UsageError, UserError
 from imagesmith.model import compat, policy, schemas
 from imagesmith.model import platform as platforms
 from imagesmith.resources import payload_dir, payload_module
@@ -358,7 +358,11 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
     report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
     report = with_notes(report, info.config, options, info.labels)
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
-    picked = index_pick(registry, ref, info) if registry is not None and not pinned(ref) else None
+    try:
+        picked = index_pick(registry, ref, info) if registry is not None and not pinned(ref) else None
+    except (ImagesmithError, OSError) as exc:  # the run stands; only which entry of an index it was is unknown
+        picked = None
+        report = report | {"notes": [*(report.get("notes") or []), f"could not read {ref}'s image index back: {exc}"]}
     if picked is not None:
         image |= picked
         report = report | {"notes": [*(report.get("notes") or []), f"{ref} is an image index ({picked['index']}): verified its "
