@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 
 from imagesmith.edges import registry
+from imagesmith.model import plan
+from imagesmith.model.matrix import load
 from imagesmith.model.platform import Platform
 from imagesmith.model.tags import TagPolicy
 from imagesmith.stages import publish
+from imagesmith.stages.artifacts import BuildRecord, Release
 from tests.unit.test_publish import DATE, FakeEngine, FakeRegistry, World, item, manifest_for
 
 TAG = f"2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-{DATE}"
@@ -147,3 +150,12 @@ def test_targets_of_one_platform_sharing_a_plan_tag_are_no_index(world: World) -
     one, two = item("2.9.1", "base"), item("2.9.1", "cv")
     data = world.release([replace(one, group="g"), replace(two, group="g")], TagPolicy(immutable="{torch}-{date}"))
     assert [t["status"] for t in data["targets"]] == ["pushed", "failed"] and data["indexes"] == []
+
+
+def test_the_items_of_a_build_carry_each_target_platform_and_its_plan_tag() -> None:
+    matrix = load(Path("examples/multiarch.yaml"))
+    targets = plan.expand(matrix, DATE).targets
+    records = [BuildRecord(t, Release.of(matrix, DATE), "built", f"sha256:{t.id}") for t in targets]
+    items = publish.items_from(records, {})
+    assert [(i.platform, i.group) for i in items] == [(t.platform, t.tag) for t in targets]
+    assert {i.platform for i in items} == set(Platform) and len({i.group for i in items}) == 1  # one index, two platforms
