@@ -28,9 +28,10 @@ def validate_cmd(file: Path, date: str | None, allow_roots: tuple[Path, ...]) ->
     target in memory (nothing is written), so what passes here renders.
 
     Lists the templates of the matrix's own folder it ran: they are code."""
+    from imagesmith import pipeline
+
     m = load_matrix(file, allow_roots)
-    p = plan_mod.expand(m, date or today())
-    render_mod.render_all(p, m)
+    p = pipeline.validate(m, date or today())
     _early_vulnerabilities(m, p, dt.datetime.strptime(date or today(), "%Y%m%d").date())
     click.echo(f"OK: {len(m.cells)} cells, {len(p.targets)} targets")
     for layer, path, refs in render_mod.user_templates(m):

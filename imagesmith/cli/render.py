@@ -9,8 +9,6 @@ import click
 from imagesmith.cli.common import load_matrix, today
 from imagesmith.cli.options import ALLOW_ROOT_OPTION, MATRIX_OPTION
 from imagesmith.errors import UserError
-from imagesmith.model import plan as plan_mod
-from imagesmith.render import contexts as render_mod
 
 
 @click.command("render")
@@ -23,16 +21,14 @@ def render_cmd(matrix_file: Path, out: Path, check: bool, allow_roots: tuple[Pat
 
     Every Dockerfile is parsed back with BuildKit's parser and must hold only
     the instructions its template makes; nothing is written otherwise."""
-    m = load_matrix(matrix_file, allow_roots)
-    contexts = render_mod.render_all(plan_mod.expand(m, today()), m)
-    if check:
-        drift = render_mod.check(contexts, out)
-        for line in drift:
-            click.echo(f"drift: {line}", err=True)
-        if drift:
-            raise UserError(f"{len(drift)} rendered files differ from {matrix_file}; run imagesmith render --matrix {matrix_file} --out {out}")
-        click.echo(f"OK: {len(contexts)} build contexts in {out} match {matrix_file}")
-        return
-    render_mod.write(contexts, out)
-    click.echo(f"rendered {len(contexts)} build contexts into {out}/")
+    from imagesmith import pipeline
 
+    done = pipeline.render(load_matrix(matrix_file, allow_roots), today(), out, check)
+    if check:
+        for line in done.drift:
+            click.echo(f"drift: {line}", err=True)
+        if done.drift:
+            raise UserError(f"{len(done.drift)} rendered files differ from {matrix_file}; run imagesmith render --matrix {matrix_file} --out {out}")
+        click.echo(f"OK: {done.contexts} build contexts in {out} match {matrix_file}")
+        return
+    click.echo(f"rendered {done.contexts} build contexts into {out}/")

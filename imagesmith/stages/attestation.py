@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
-import jsonschema
-
 from imagesmith import __version__
 from imagesmith.model import policy
 from imagesmith.resources import data_file
@@ -137,7 +135,9 @@ def predicate_schema() -> dict[str, Any]:
 
 def predicate_problems(predicate: Any) -> list[str]:
     """Where ``predicate`` breaks the verification predicate schema (empty: it follows it)."""
-    validator = jsonschema.Draft202012Validator(predicate_schema())
+    from jsonschema import Draft202012Validator  # jsonschema loads in ~2 s: only where a predicate is checked
+
+    validator = Draft202012Validator(predicate_schema())
     return [f"predicate{''.join(f'[{p!r}]' for p in e.absolute_path)}: {e.message}"
             for e in sorted(validator.iter_errors(predicate), key=lambda e: list(e.absolute_path))]
 

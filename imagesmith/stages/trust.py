@@ -29,13 +29,15 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import jsonschema
 from securesystemslib.signer import SSlibKey
 
 from imagesmith.edges import signing
 from imagesmith.errors import Problem, UserError, ValidationError
+
+if TYPE_CHECKING:
+    from jsonschema import ValidationError as SchemaError
 from imagesmith.model.located import KeyPath, TextProblem, dotted, line_of, load_located, read_limited
 from imagesmith.resources import data_file
 from imagesmith.stages import artifacts, attestation
@@ -117,13 +119,15 @@ def parse_policy(data: str | bytes, path: Path) -> TrustPolicy:
 
 
 def schema_problems(doc: Any, lines: Mapping[KeyPath, int], file: str) -> list[Problem]:
-    validator = jsonschema.Draft202012Validator(policy_schema())
+    from jsonschema import Draft202012Validator  # jsonschema loads in ~2 s: only where a policy is read (as loader does)
+
+    validator = Draft202012Validator(policy_schema())
     found = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
     return [Problem(f"{_plain(e)}; {POLICY_FIX}", file, line_of(lines, tuple(e.absolute_path)),
                     dotted(tuple(e.absolute_path)) or "(top)") for e in found]
 
 
-def _plain(e: jsonschema.ValidationError) -> str:
+def _plain(e: SchemaError) -> str:
     """jsonschema's message, bounded (a huge value is not echoed whole)."""
     text = e.message
     return str(text) if len(text) <= 200 else str(text)[:197] + "..."

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 from imagesmith import pipeline
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.errors import UserError
+from imagesmith.model.matrix import load
 from imagesmith.stages import evidence, verify
 from tests.unit.test_release_vulnerabilities import signed_verification
 
@@ -60,3 +61,14 @@ def test_a_registry_that_refuses_gives_a_note_and_docker_hub_is_not_asked() -> N
     assert attached(True, None) == pipeline.AttachedEvidence(note="no evidence read from the registry (reg.test: 401 Unauthorized)")
     # Docker Hub: not read at all, so a key that does not exist is never opened
     assert attached(True, None, image="pytorch/pytorch:latest", keys=[Path("/nonexistent.pub")]) == pipeline.AttachedEvidence()
+
+
+def test_render_and_validate_are_pipeline_sequences(tmp_path: Path) -> None:
+    """render writes one context per target and --check reports drift; validate renders in memory only."""
+    m = load(Path("examples/multiarch.yaml"))
+    assert len(pipeline.validate(m, "20261201").targets) == 2 and not (tmp_path / "out").exists()
+    assert pipeline.render(m, "20261201", tmp_path / "out") == pipeline.Rendered(2)
+    assert pipeline.render(m, "20261201", tmp_path / "out", check=True) == pipeline.Rendered(2)
+    (tmp_path / "out" / "2.9.1-cu128-py3.12-debian12-base" / "stray").write_text("x")
+    drift = pipeline.render(m, "20261201", tmp_path / "out", check=True).drift
+    assert len(drift) == 1 and drift[0].endswith("stray: not rendered by imagesmith (an extra file in the build context)")
