@@ -44,6 +44,7 @@ from imagesmith.errors import (
     UserError,
     one_line,
 )
+from imagesmith.model.ref import ImageRef
 
 LineSink = Callable[[str], None]
 RUN_LABEL = "io.imagesmith.run"  # on every container imagesmith starts: which run made it
@@ -234,7 +235,7 @@ class Engine:
         """Every ``repository:tag`` reference in the engine."""
         with docker_errors(f"listing {repository}"):
             images = self.client.api.images(name=repository)
-        return sorted(t for i in images for t in i.get("RepoTags") or () if t.rsplit(":", 1)[0] == repository)
+        return sorted(t for i in images for t in i.get("RepoTags") or () if _name_of(t) == repository)
 
     def remove_unused(self, image_id: str) -> bool:
         """Remove an image (and its untagged parents) unless it is tagged, has children or
@@ -297,7 +298,8 @@ class Engine:
         return loaded
 
     def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
-        repo, tag = split_ref(ref)
+        parsed = ImageRef.parse(ref)
+        repo, tag = (str(parsed), None) if parsed.digest else (parsed.name, parsed.tag or "latest")  # a digest stays whole
         with docker_errors(f"pulling {ref}"):
             try:
                 self.client.api.pull(repo, tag=tag, auth_config=dict(auth) if auth else None)
@@ -752,12 +754,8 @@ def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | 
     return (str(user), str(secret), helper) if user and secret else None
 
 
-def split_ref(ref: str) -> tuple[str, str | None]:
-    """``host:5000/a/b:tag`` -> (``host:5000/a/b``, ``tag``); digests stay whole."""
-    if "@" in ref:
-        return ref, None
-    name, _, tag = ref.rpartition(":")
-    if not name or "/" in tag:
-        return ref, "latest"
-    return name, tag
+def _name_of(ref: str) -> str | None:
+    """``host/repository`` of a reference the engine lists (None for ``<none>:<none>``)."""
+    parsed = ImageRef.maybe(ref)
+    return parsed.name if parsed else None
 

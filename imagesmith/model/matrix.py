@@ -26,6 +26,7 @@ from imagesmith.model import platform as platforms
 from imagesmith.model.located import MAX_BYTES, KeyPath, Lines, TextProblem, dotted, line_of, load_located, printable, read_limited
 from imagesmith.model.paths import PathProblem, Roots, confined, read_text
 from imagesmith.model.platform import Platform
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS
 from imagesmith.model.tags import FloatingTag as FloatingTag  # re-exported: the matrix's tag policy is the tags module's
 from imagesmith.model.tags import TagPolicy as TagPolicy
@@ -1061,11 +1062,11 @@ def base_image_for(base_images: Mapping[str, str], os_key: str, platform: str) -
 
 
 def _check_base_ref(ctx: Ctx, ref: str, path: KeyPath) -> None:
-    if "@sha256:" in ref or ref.startswith("sha256:"):
+    parsed = ImageRef.maybe(ref)
+    if parsed is None or parsed.pinned or ref.startswith("sha256:"):
         return
-    name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
-    if not tag or tag == "latest":
-        ctx.warn(path, f"{ref!r} is a mutable tag; pin it by digest ({name or ref}@sha256:...) or a dated tag so every build starts from the same bytes")
+    if not parsed.tag or parsed.tag == "latest":
+        ctx.warn(path, f"{ref!r} is a mutable tag; pin it by digest ({parsed.name}@sha256:...) or a dated tag so every build starts from the same bytes")
 
 
 # --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from imagesmith.edges.engine import Engine
 from imagesmith.errors import UserError
 from imagesmith.model import compat
 from imagesmith.model.platform import UNAME
+from imagesmith.model.ref import ImageRef
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
@@ -133,9 +134,10 @@ def bootstrap(engine: Engine, os_key: str, tag: str | None = None, mirror: str =
     if arch is not None:
         check_runs(arch)
     ref = tag or default_tag(os_key, kb, arch)
-    repository, _, version = ref.rpartition(":")
-    if not repository:
+    parsed = ImageRef.maybe(ref)
+    if parsed is None or not parsed.tag or parsed.digest:
         raise UserError(f"--tag {ref!r} needs the form repository:tag")
+    repository, version = parsed.name, parsed.tag
     with tempfile.TemporaryDirectory(prefix="imagesmith-rootfs-") as tmp:
         root, tar_path = Path(tmp, "rootfs"), Path(tmp, "rootfs.tar")
         debootstrap(suite, root, mirror, runner, foreign)

@@ -41,6 +41,7 @@ from imagesmith.model import compat, loader, schemas
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.versions import matches
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
@@ -342,7 +343,7 @@ class Builder:
         one it used before and no longer does is pruned like a target's old image."""
         for r in self.cuda.results.values() if self.cuda else ():
             if r.image_id:
-                self._own(r.image.rsplit(":", 1)[1], r.image_id)
+                self._own(str(ImageRef.parse(r.image).tag), r.image_id)
 
     def _prebuild_repository(self) -> str:
         return f"{PREBUILD_REPOSITORY}/{self.owner}"

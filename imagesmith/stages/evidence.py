@@ -42,6 +42,7 @@ from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, Manifest, PushedManifest, sha256_digest
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.model import loader, policy
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages import attestation, sbom, vex
 from imagesmith.stages.attestation import Statement, StatementError
 
@@ -703,14 +704,10 @@ class Location:
 
 def locate(reference: str) -> Location:
     """``host[:port]/repo[:tag|@sha256:...]`` -> its parts; a reference without a registry host is a UserError."""
-    from imagesmith.edges.engine import registry_host, split_ref
-
-    host = registry_host(reference)
-    if host == "docker.io":
+    ref = ImageRef.parse(reference)
+    if not ref.host:
         raise UserError(f"{reference}: evidence is read from a registry named in the reference (Docker Hub is not supported); name it, e.g. harbor.example.com/ml/pytorch-cuda:v2.9 or 127.0.0.1:5000/imagesmith/local:latest")
-    name, tag = split_ref(reference)
-    name, _, digest = name.partition("@")
-    return Location(host, name.split("/", 1)[1], digest or tag or "latest")
+    return Location(ref.host, ref.repository, ref.digest or ref.tag or "latest")
 
 
 def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None = None,

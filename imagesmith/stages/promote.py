@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
 from imagesmith.edges.registry import INDEXES, Manifest, PushedManifest, sha256_digest
 from imagesmith.errors import RegistryError
+from imagesmith.model.ref import ImageRef
 
 CHUNK = 64 << 20  # bytes per request when a blob is copied
 
@@ -75,13 +76,12 @@ class Promotion:
         return asdict(self) | {"bytes_moved": self.bytes_moved, "seconds": round(self.seconds, 3)}
 
 
-def split_reference(ref: str) -> tuple[str, str, str]:
-    """``host/path@sha256:…`` -> (host, path, digest)."""
-    name, _, digest = ref.partition("@")
-    host, _, path = name.partition("/")
-    if not digest.startswith("sha256:") or not path:
+def staged_ref(ref: str) -> ImageRef:
+    """``host/path@sha256:…``: a reference on a registry, pinned by digest."""
+    parsed = ImageRef.maybe(ref)
+    if parsed is None or not parsed.host or not parsed.pinned:
         raise RegistryError(f"{ref!r} is not a staged reference (host/repository@sha256:...)")
-    return host, path, digest
+    return parsed
 
 
 class Promoter:
@@ -92,8 +92,9 @@ class Promoter:
         self.source, self.target, self.chunk, self.clock = source, target, chunk, clock
 
     def __call__(self, source_ref: str, repo: str, tag: str) -> Promotion:
-        host, src_repo, digest = split_reference(source_ref)
-        if host != self.source.host:
+        staged = staged_ref(source_ref)
+        src_repo, digest = staged.repository, str(staged.digest)
+        if staged.host != self.source.host:
             raise RegistryError(f"{source_ref} is not on {self.source.host}")
         t0 = self.clock()
         p = Promotion(source_ref, f"{self.target.host}/{repo}:{tag}")
@@ -168,7 +169,7 @@ def registry_promoter(target: Any, store: CredentialStore | None = None,
     clients: dict[str, Any] = {target.host: target}
 
     def promote(source_ref: str, repo: str, tag: str) -> Promotion:
-        host = split_reference(source_ref)[0]
+        host = staged_ref(source_ref).host
         if host not in clients:
             creds = store.for_artifact(host, store.declared.staging, f"the staged image {source_ref}", "staged repository",
                                        STAGE_FLAG)

@@ -37,6 +37,7 @@ from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import BuildError, UserError
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
+from imagesmith.model.ref import ImageRef
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts
@@ -56,8 +57,8 @@ def parse_repository(name: str, release: str) -> tuple[str, str]:
     if name == release:
         raise UserError(f"--stage {name} is the release repository; stage into another repository "
                         f"(e.g. {name.rsplit('/', 1)[0]}/staging): release tags go only where publish puts them")
-    host, _, path = name.partition("/")
-    return host, path
+    ref = ImageRef.parse(name)
+    return ref.host, ref.repository
 
 
 def needed(plan: Plan, picked: set[str], adopted: set[str]) -> Plan:

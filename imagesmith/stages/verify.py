@@ -24,6 +24,7 @@ from imagesmith import runstate
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
 from imagesmith.model import compat, policy, schemas
 from imagesmith.model import platform as platforms
+from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
 from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
 from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
@@ -409,8 +410,8 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
 
 def pinned(ref: str) -> dict[str, str]:
     """``host/repo@sha256:…``: the digest verified, recorded as such (the engine resolved exactly that manifest)."""
-    name, sep, digest = ref.partition("@")
-    return {"digest": digest, "repository": name} if sep and digest.startswith("sha256:") else {}
+    parsed = ImageRef.maybe(ref)
+    return {"digest": str(parsed.digest), "repository": parsed.name} if parsed and parsed.pinned else {}
 
 
 def _remote_engine() -> bool:

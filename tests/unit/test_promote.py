@@ -14,7 +14,7 @@ import pytest
 
 from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Credentials, Manifest, PushedManifest, Registry
 from imagesmith.errors import RegistryError
-from imagesmith.stages.promote import Promoter, split_reference
+from imagesmith.stages.promote import Promoter, staged_ref
 from tests.unit.test_publish import Reply
 
 
@@ -159,7 +159,7 @@ def test_an_index_promotes_each_manifest_it_lists_first() -> None:
 @pytest.mark.parametrize("ref", ["reg.test/staging:tag", "reg.test@sha256:" + "1" * 64, "staging@md5:1"])
 def test_only_staged_references_by_digest_are_promoted(ref: str) -> None:
     with pytest.raises(RegistryError, match="is not a staged reference"):
-        split_reference(ref)
+        staged_ref(ref)
 
 
 @dataclass
