@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagesmith.edges.engine import Engine
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.errors import UserError
 from imagesmith.model import compat
 from imagesmith.model.platform import UNAME
@@ -125,7 +125,7 @@ def pack(root: Path, tar_path: Path, mtime: int) -> None:
             tar.add(path, arcname=str(path.relative_to(root)), recursive=False, filter=normalise)
 
 
-def bootstrap(engine: Engine, os_key: str, tag: str | None = None, mirror: str = DEFAULT_MIRROR,
+def bootstrap(engine: EngineProtocol, os_key: str, tag: str | None = None, mirror: str = DEFAULT_MIRROR,
               runner: Runner = _run, kb: compat.KnowledgeBase | None = None, arch: str | None = None) -> tuple[str, str]:
     """Make the base for ``os_key`` (of ``arch``, default this host's); return (reference, image ID)."""
     kb = kb or compat.load()

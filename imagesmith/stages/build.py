@@ -34,7 +34,8 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import CredentialStore
-from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, Engine, registry_host
+from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, registry_host
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.sources import SourceServer
 from imagesmith.errors import BuildError, Redactor, UserError
 from imagesmith.model import compat, loader, schemas
@@ -233,7 +234,7 @@ def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
 
 
 class Builder:
-    def __init__(self, plan: Plan, matrix: Matrix, engine: Engine, out: Path, jobs: int = 2,
+    def __init__(self, plan: Plan, matrix: Matrix, engine: EngineProtocol, out: Path, jobs: int = 2,
                  display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True,
                  stage: StageLike | None = None, store: CredentialStore | None = None) -> None:
         self.prune, self.stage = prune, stage

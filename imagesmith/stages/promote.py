@@ -26,28 +26,17 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
-from imagesmith.edges.registry import INDEXES, Manifest, PushedManifest, sha256_digest
+from imagesmith.edges.protocols import RegistryProtocol
+from imagesmith.edges.registry import INDEXES, sha256_digest
 from imagesmith.errors import RegistryError
 from imagesmith.model.ref import ImageRef
 
 CHUNK = 64 << 20  # bytes per request when a blob is copied
 
 
-class RegistryLike(Protocol):
-    host: str
-
-    def manifest(self, repo: str, ref: str) -> Manifest | None: ...
-    def has_blob(self, repo: str, digest: str) -> bool: ...
-    def mount_blob(self, repo: str, digest: str, from_repo: str) -> str | None: ...
-    def start_upload(self, repo: str) -> str: ...
-    def cancel_upload(self, repo: str, location: str) -> None: ...
-    def blob_range(self, repo: str, digest: str, start: int, end: int) -> bytes: ...
-    def append_upload(self, repo: str, location: str, data: bytes, offset: int) -> str: ...
-    def finish_upload(self, repo: str, location: str, digest: str) -> None: ...
-    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest: ...
 
 
 @dataclass
@@ -87,7 +76,7 @@ def staged_ref(ref: str) -> ImageRef:
 class Promoter:
     """Copies staged manifests into a release repository through the registry API."""
 
-    def __init__(self, source: RegistryLike, target: RegistryLike, chunk: int = CHUNK,
+    def __init__(self, source: RegistryProtocol, target: RegistryProtocol, chunk: int = CHUNK,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source, self.target, self.chunk, self.clock = source, target, chunk, clock
 

@@ -40,6 +40,7 @@ import tenacity
 from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
+from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.registry import Credentials, Manifest, RegistryHTTPError, redact
 from imagesmith.errors import EngineConnectionLost, ImagesmithError, RegistryError, UserError
 from imagesmith.model import policy, schemas, tags
@@ -65,23 +66,8 @@ T = TypeVar("T")
 # -- seams ------------------------------------------------------------------------------------
 
 
-class EngineLike(Protocol):
-    def tag(self, image_id: str, repository: str, tag: str) -> None: ...
-    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str: ...
-    def image(self, ref: str) -> Any: ...
-    def untag(self, ref: str) -> None: ...
 
 
-class RegistryLike(Protocol):
-    host: str
-
-    def tags(self, repo: str) -> list[str]: ...
-    def manifest(self, repo: str, ref: str) -> Manifest | None: ...
-    def manifest_digest(self, repo: str, ref: str) -> str | None: ...
-    def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: ...
-    def config(self, repo: str, digest: str) -> dict[str, Any]: ...
-    def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: ...
-    def check_upload(self, repo: str) -> None: ...
 
 
 class Verified(Protocol):
@@ -393,7 +379,7 @@ def platform_of(target: str) -> str:
 
 
 class Publisher:
-    def __init__(self, engine: EngineLike, registry: RegistryLike, image: ImageSpec, policy: TagPolicy, date: str,
+    def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, image: ImageSpec, policy: TagPolicy, date: str,
                  out_dir: Path, display: Display | None = None, credentials: Credentials | None = None,
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
                  before_push: Callable[[str], None] | None = None,
@@ -831,19 +817,19 @@ class Publisher:
         report.paths = {k: str(v) for k, v in paths.items()}
 
 
-def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
+def publish(engine: EngineProtocol, registry: RegistryProtocol, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
             display: Display | None = None, credentials: Credentials | None = None, **seams: Any) -> ReleaseReport:
     """Tag, push and record every verified item of ``items``; see :class:`Publisher` (``seams``:
     backoff, sleep, before_push, allow_cpu_verification)."""
     return Publisher(engine, registry, matrix.image, matrix.tags, date, out_dir, display, credentials, **seams).run(items)
 
 
-def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord], outcomes: Mapping[str, Verified],
+def release_to(engine: EngineProtocol, spec: Release, records: Sequence[BuildRecord], outcomes: Mapping[str, Verified],
                out_dir: Path, display: Display | None = None, date: str | None = None, store: CredentialStore | None = None,
                ca_file: Path | None = None, signing_key: Key | None = None,
                with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
-               allow_cpu_verification: bool = False, client: RegistryLike | None = None,
+               allow_cpu_verification: bool = False, client: RegistryProtocol | None = None,
                vulnerabilities: Any = None, trust: Mapping[str, Any] | None = None) -> ReleaseReport:
     """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
     tag policy and build date, ``date`` overriding the latter): the store's login for the release registry when
@@ -894,7 +880,7 @@ def _once(measure: Callable[[str], Mapping[str, Any]]) -> Callable[[str], Mappin
     return inventory
 
 
-def _run_inventory(engine: Any, image_id: str) -> Mapping[str, Any]:
+def _run_inventory(engine: EngineProtocol, image_id: str) -> Mapping[str, Any]:
     from imagesmith.stages import verify
 
     return verify.run_facts(engine, image_id, args=["--inventory"])
@@ -916,7 +902,7 @@ def vulnerability_step(check: Any, name: str, base_images: Mapping[str, str], in
     return gate
 
 
-def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
+def evidence_step(engine: EngineProtocol, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
                   key: Any, out_dir: Path, inventory: Any = None, vulnerabilities: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
     """The evidence stage for one released target: its digest, image, base image and verify report
     (and, with ``vulnerabilities``, the CycloneDX vulnerability document of its SBOM)."""

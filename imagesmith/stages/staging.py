@@ -33,6 +33,7 @@ from typing import Any
 
 from imagesmith import runstate
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore, check_artifact_host
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import BuildError, UserError
 from imagesmith.model.matrix import Matrix
@@ -91,7 +92,7 @@ def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None
 class Stage:
     """The staging repository for one build run (what :class:`imagesmith.stages.build.Builder` calls)."""
 
-    def __init__(self, engine: Any, registry: Registry, path: str, out: Path, credentials: Credentials | None = None,
+    def __init__(self, engine: EngineProtocol, registry: Registry, path: str, out: Path, credentials: Credentials | None = None,
                  display: Display | None = None, measure_inventory: bool = True) -> None:
         self.engine, self.registry, self.path, self.out = engine, registry, path, out
         self.name = f"{registry.host}/{path}"
@@ -185,7 +186,7 @@ class Stage:
         cached_inventory(self.out / t.id / INVENTORY_FILE, image_id, partial(run_facts, self.engine, args=["--inventory"]))
 
 
-def open_stage(name: str, release: str, engine: Any, out: Path, store: CredentialStore | None = None,
+def open_stage(name: str, release: str, engine: EngineProtocol, out: Path, store: CredentialStore | None = None,
                ca_file: Path | None = None, display: Display | None = None) -> Stage:
     """A :class:`Stage` for ``--stage host/path``: the operator declared that host, so it gets the
     store's login for it (--credentials, the environment pair, the docker config, each for its host)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from imagesmith import runstate
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
 from imagesmith.model import compat, policy, schemas
 from imagesmith.model import platform as platforms
@@ -301,7 +302,7 @@ def finish(report: dict[str, Any], image: Mapping[str, Any] | None, nvml: Mappin
     return out
 
 
-def run_facts(engine: Any, image_id: str, args: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+def run_facts(engine: EngineProtocol, image_id: str, args: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run ``verify/facts.py`` (with ``args``, e.g. ``--inventory``) inside the image; its JSON."""
     from imagesmith.edges.engine import RunSpec
 
@@ -334,7 +335,7 @@ def _sampler(options: VerifyOptions, factory: Callable[[], Sampler] | None) -> S
 # -- in a container -----------------------------------------------------------------------------
 
 
-def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
+def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
                  sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
                  progress: Callable[[str], None] | None = None,
                  auth: Mapping[str, str] | None = None) -> VerifyOutcome:
@@ -369,9 +370,9 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
 EMULATOR = "qemu-user through binfmt_misc"
 
 
-def engine_platform(engine: Any) -> str:
+def engine_platform(engine: EngineProtocol) -> str:
     """The engine's own platform (``linux/amd64``), from ``docker info`` (OSType, Architecture in uname words)."""
-    info = engine.info() if hasattr(engine, "info") else {}  # an engine double without info(): no platform known
+    info = engine.info()
     machine = str(info.get("Architecture") or "")
     arch = platforms.ALIASES.get(machine, machine)  # uname -m words (x86_64, aarch64) -> Docker's
     return f"{info.get('OSType') or 'linux'}/{arch}"
@@ -432,7 +433,7 @@ def _run_with_sampler(run: Callable[[], dict[str, Any]], sampler: Sampler | None
 GPU_RUNTIME_FIX = GpuRuntimeMissing.fix
 
 
-def _container_report(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+def _container_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
     try:
         result = engine.run(spec)
     except ContainerRefused as exc:  # the engine would not create or start it (the engine unreachable is no check's failure)
@@ -455,7 +456,7 @@ def _truncated(result: Any) -> str:
     return f" (the container printed {result.stdout_bytes / 2**20:.0f} MiB on stdout; the last {kept / 2**20:.0f} MiB were read)"
 
 
-def _without_gpus(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+def _without_gpus(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
     """No GPU runtime on this engine: run without GPUs and tell the payload why; it
     judges that against what was asked (CPU mode only where that is allowed)."""
     from dataclasses import replace

@@ -15,6 +15,7 @@ import pytest
 from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Credentials, Manifest, PushedManifest, Registry
 from imagesmith.errors import RegistryError
 from imagesmith.stages.promote import Promoter, staged_ref
+from tests.doubles import RegistryBase
 from tests.unit.test_publish import Reply
 
 
@@ -23,7 +24,7 @@ def sha(data: bytes) -> str:
 
 
 @dataclass
-class MemRegistry:
+class MemRegistry(RegistryBase):
     host: str
     blobs: dict[tuple[str, str], bytes] = field(default_factory=dict)
     manifests: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
