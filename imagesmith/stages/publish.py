@@ -41,8 +41,8 @@ from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
-from imagesmith.edges.registry import Credentials, Manifest, RegistryHTTPError, redact
-from imagesmith.errors import EngineConnectionLost, ImagesmithError, RegistryError, UserError
+from imagesmith.edges.registry import Credentials, Manifest, redact
+from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.model import policy, schemas, tags
 from imagesmith.model.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
@@ -51,7 +51,11 @@ from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
 from imagesmith.report.model import verified_how
+from imagesmith.stages import push
 from imagesmith.stages.artifacts import BuildRecord, Release
+from imagesmith.stages.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's
+from imagesmith.stages.push import message_of as message_of
+from imagesmith.stages.push import transient as transient
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
@@ -174,38 +178,6 @@ def label_fields(labels: Mapping[str, str]) -> dict[str, str] | None:
     facts["cuda"] = None if labels.get(LABEL + "cuda") in (None, "", "cpu") else labels[LABEL + "cuda"]
     created = labels.get("org.opencontainers.image.created", "")[:10].replace("-", "")
     return tag_fields(facts, labels.get(LABEL + "layer", ""), labels.get(LABEL + "cell", ""), created)
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff: ``tries`` attempts, waiting first, first*factor, ... (capped)."""
-
-    tries: int = 5
-    first: float = 1.0
-    factor: float = 2.0
-    cap: float = 30.0
-
-    def delays(self) -> list[float]:
-        return [min(self.cap, self.first * self.factor**i) for i in range(max(0, self.tries - 1))]
-
-    def wait(self) -> tenacity.wait.wait_base:
-        """The same schedule as :meth:`delays`, for tenacity."""
-        return tenacity.wait_exponential(multiplier=self.first, exp_base=self.factor, min=0, max=self.cap)
-
-
-def transient(exc: BaseException) -> bool:
-    """May retrying help? Decided by type and HTTP status, never by a message's words: a registry
-    that answered 408/425/429/5xx (:data:`imagesmith.edges.registry.TRANSIENT_STATUS`; a 500 whose body
-    says its storage is full is not) or did not answer at all (:class:`RegistryUnreachable`),
-    the engine's connection lost, a connection reset or timed out: yes. 400/401/403/404, TLS
-    problems, anything else: no."""
-    if isinstance(exc, RegistryHTTPError):
-        return exc.transient
-    return isinstance(exc, (EngineConnectionLost, ConnectionError, TimeoutError))
-
-
-def message_of(exc: BaseException) -> str:
-    return str(exc).strip() or type(exc).__name__
 
 
 # -- what a push sent ---------------------------------------------------------------------------
@@ -579,21 +551,7 @@ class Publisher:
         return str(done.digest)
 
     def _push_once(self, tag: str, auth: Mapping[str, str] | None, ref: str, on_line: Callable[[str], None]) -> str:
-        """One engine push; when the registry answered it with a server error, its own
-        error body (which the engine does not pass on) decides and is shown."""
-        try:
-            return self.engine.push(self.name, tag, auth, on_line)
-        except RegistryError as exc:
-            status = getattr(exc, "status", None)
-            if status is None or status < 500:  # refused (auth, missing), or no answer at all: nothing more to ask
-                raise
-            answer = self._registry_answer()
-            if answer is None:
-                raise
-            said = getattr(exc, "said", message_of(exc))
-            advice = answer.hint or f"check that {self.registry.host} is healthy"
-            raise RegistryHTTPError(f"push {ref} failed: {said}; the registry says: {answer.said} ({advice})",
-                                    answer.status, answer.transient, said=answer.said, hint=answer.hint) from None
+        return push.push_once(self.engine, self.registry, self.repo, self.name, tag, auth, on_line)
 
     def _check_uploads(self) -> None:
         """Once per release, before the first push: does the registry take uploads? A full
@@ -602,16 +560,6 @@ class Publisher:
         if not self._uploads_checked:
             self._retry(f"starting an upload to {self.name}", lambda: self.registry.check_upload(self.repo))
             self._uploads_checked = True
-
-    def _registry_answer(self) -> RegistryHTTPError | None:
-        """The registry's own error for an upload to this repository; None when it accepts one."""
-        try:
-            self.registry.check_upload(self.repo)
-        except RegistryHTTPError as exc:
-            return exc
-        except (ImagesmithError, OSError):
-            return None
-        return None
 
     def _untag(self, ref: str) -> None:
         try:
@@ -785,8 +733,7 @@ class Publisher:
             self.display.note(f"{what}: {self._clean(message_of(exc or Exception()))}; "
                               f"retry {state.attempt_number} of {tries - 1} in {wait:g}s")
 
-        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(transient), stop=tenacity.stop_after_attempt(tries),
-                                     wait=self.backoff.wait(), sleep=self.sleep, before_sleep=note, reraise=True)
+        retrying = push.retrying(self.backoff, self.sleep, note)
         try:
             return retrying(action)
         except (ImagesmithError, OSError) as exc:
