@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, ContextManager, Iterable, Mapping, NoReturn
+from typing import Any, ContextManager, Iterable, Mapping, NoReturn, Sequence
 
 from imagesmith.edges.protocols import BuildOutcome, ImageInfo, LineSink, RunningProtocol, RunResult, RunSpec
 from imagesmith.edges.registry import Manifest, PushedManifest
@@ -51,6 +51,7 @@ class RegistryBase:
     def config(self, repo: str, digest: str) -> dict[str, Any]: unexpected("registry.config")
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: unexpected("registry.labels_of_config")
     def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: unexpected("registry.put_manifest")
+    def push_index(self, repo: str, tag: str, digests: Sequence[str]) -> str: unexpected("registry.push_index")
     def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest: unexpected("registry.push_manifest")
     def check_upload(self, repo: str) -> None: unexpected("registry.check_upload")
     def blob(self, repo: str, digest: str) -> bytes: unexpected("registry.blob")

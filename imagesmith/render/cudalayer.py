@@ -204,16 +204,28 @@ class _Opener:
 
 
 def layer_sources(wheels: Iterable[Path], epoch: int | None) -> list[Source]:
-    """Every file of the layer, sorted; two wheels may not install the same path."""
-    seen: dict[str, str] = {}
+    """Every file of the layer, sorted; two wheels may install the same path only with the same bytes (the CUDA 12
+    wheels each ship an empty ``nvidia/__init__.py``; pip lays one over the other), which the layer then holds once."""
+    seen: dict[str, Source] = {}
     out: list[Source] = []
-    for wheel in sorted(wheels, key=lambda p: p.name):
-        for src in wheel_sources(wheel, epoch):
-            if src.path in seen:
-                raise LayerError(f"{wheel.name} and {seen[src.path]} both install {src.path}")
-            seen[src.path] = wheel.name
-            out.append(src)
+    with contextlib.ExitStack() as stack:
+        opener = _Opener(stack)
+        for wheel in sorted(wheels, key=lambda p: p.name):
+            for src in wheel_sources(wheel, epoch):
+                first = seen.get(src.path)
+                if first is None:
+                    seen[src.path] = src
+                    out.append(src)
+                elif not _same_bytes(opener, first, src):
+                    raise LayerError(f"{wheel.name} and {Path(first.origin).name} both install {src.path}")
     return sorted(out, key=lambda s: s.path.split("/"))
+
+
+def _same_bytes(opener: _Opener, a: Source, b: Source) -> bool:
+    if a.size != b.size:
+        return False
+    with opener(a) as x, opener(b) as y:
+        return x.read() == y.read()
 
 
 def tar_entries(sources: Sequence[Source], prefix: str = PREFIX) -> list[tuple[tarfile.TarInfo, Source | None]]:

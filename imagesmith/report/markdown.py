@@ -170,6 +170,9 @@ def release_lines(rel: Release, level: int) -> list[str]:
         lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
                   f"(verified without a GPU; tags end in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags): "
                   + ", ".join(cell(Code(t.reference)) for t in unvetted)]
+    if rel.indexes:
+        lines += ["", f"{h}# Image indexes", "", *table(["tag", "action", "digest", "platforms", "note"], [
+            [Code(i.tag), i.action, Code(i.digest[:19]), i.platforms, i.reason] for i in rel.indexes])]
     if rel.floating:
         lines += ["", f"{h}# Floating tags", "", *table(["tag", "action", "target", "torch", "digest", "note"], [
             [Code(f.tag), f.action, f.target or "-", f.torch or "-", Code((f.digest or "-")[:19]), f.reason] for f in rel.floating])]
@@ -187,7 +190,8 @@ def release_lines(rel: Release, level: int) -> list[str]:
     if found:
         lines += ["", f"{h}# Known vulnerabilities", "",
                   *table(["target", "advisory", "severity", "package", "version", "fixed in", "allowed"], found)]
-    problems = [*rel.errors, *(f"{t.target}: {t.error}" for t in rel.targets if t.error)]
+    problems = [*rel.errors, *(f"{t.target}: {t.error}" for t in rel.targets if t.error),
+                *(f"image index {i.tag}: {i.reason}" for i in rel.indexes if i.action in ("held", "failed"))]
     if problems:
         lines += ["", f"{h}# Problems", "", *(f"- {text(p)}" for p in problems)]
     return lines + [""] if level > 1 else lines

@@ -233,6 +233,17 @@ class FloatingTag:
 
 
 @dataclass(frozen=True)
+class ImageIndex:
+    """One multi-platform tag's image index as release.json records it (publish's IndexRelease)."""
+
+    tag: str
+    action: str  # pushed | unchanged | held | failed
+    digest: str
+    platforms: str  # "linux/amd64 sha256:…, linux/arm64 sha256:…"
+    reason: str
+
+
+@dataclass(frozen=True)
 class Release:
     registry: str
     repository: str
@@ -245,6 +256,7 @@ class Release:
     pushed: int = 0  # references written
     unchanged: int = 0
     traffic: Traffic | None = None
+    indexes: tuple[ImageIndex, ...] = ()
 
 
 @dataclass(frozen=True)

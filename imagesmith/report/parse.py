@@ -26,6 +26,7 @@ from imagesmith.report.model import (
     Check,
     FloatingTag,
     GpuSeries,
+    ImageIndex,
     Nvml,
     Promotion,
     Release,
@@ -206,7 +207,8 @@ def release_of(raw: Any, source: str = "release.json", where: str = "release") -
     ok = bool(doc.get("ok", not errors and all(x.ok for x in targets)))
     release = Release(r.text(doc, "registry", where), r.text(doc, "repository", where), r.text(doc, "date", where),
                       ok, errors, doc, tuple(targets), tuple(floating), len(r.items(doc.get("pushed"), f"{where}.pushed")),
-                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc, "traffic", where, Traffic))
+                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc, "traffic", where, Traffic),
+                      tuple(_index(r, item, f"{where}.indexes[{i}]") for i, item in enumerate(r.items(doc.get("indexes"), f"{where}.indexes"))))
     return release, {t.target: t for t in targets}
 
 
@@ -260,6 +262,13 @@ def _attached(r: _Reader, raw: Any, at: str) -> Attached:
 def _floating(r: _Reader, raw: Any, at: str) -> FloatingTag:
     f = r.mapping(raw, at)
     return FloatingTag(*(r.text(f, key, at) for key in ("tag", "action", "target", "torch", "digest", "reason")))
+
+
+def _index(r: _Reader, raw: Any, at: str) -> ImageIndex:
+    i = r.mapping(raw, at)
+    platforms = r.mapping(i.get("platforms") or {}, f"{at}.platforms")
+    held = ", ".join(f"{p} {r.text(r.mapping(v, f'{at}.platforms'), 'digest', at, '-')[:19]}" for p, v in sorted(platforms.items()))
+    return ImageIndex(r.text(i, "tag", at), r.text(i, "action", at), r.text(i, "digest", at, "-"), held, r.text(i, "reason", at))
 
 
 def _maybe_verify(r: _Reader, raw: Any, target_id: str) -> Verify | None:

@@ -338,11 +338,12 @@ def _sampler(options: VerifyOptions, factory: Callable[[], Sampler] | None) -> S
 def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
                  sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
                  progress: Callable[[str], None] | None = None,
-                 auth: Mapping[str, str] | None = None) -> VerifyOutcome:
+                 auth: Mapping[str, str] | None = None, registry: IndexReader | None = None) -> VerifyOutcome:
     """Start ``ref`` with the payload inside (the image's ENTRYPOINT never runs);
     never leaves a container behind. An image that is not local is pulled (with
     ``auth``) unless ``pull`` is off. The report counts only if it echoes this
-    run's nonce and answers every check asked for."""
+    run's nonce and answers every check asked for. With ``registry`` (a client for ``ref``'s host), a tag that
+    names an image index records which platform's image of it the engine ran (:func:`index_pick`)."""
     from imagesmith.stages import probe
 
     kb, started, t0 = kb or compat.load(), _now(), time.monotonic()
@@ -359,6 +360,11 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
     report = with_notes(report, info.config, options, info.labels)
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
+    picked = index_pick(registry, ref, info) if registry is not None and not pinned(ref) else None
+    if picked is not None:
+        image |= picked
+        report = report | {"notes": [*(report.get("notes") or []), f"{ref} is an image index ({picked['index']}): verified its "
+                                     f"{picked['platform']} image {picked['digest']}"]}
     done = finish(report, image, nvml, started, time.monotonic() - t0)
     if emulated is not None:  # the payload saw --gpus none; why it was none is the host's to say
         done["emulation"] = emulated
@@ -407,6 +413,31 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
                    network_disabled=True, timeout_s=options.timeout_s,
                    labels={"io.imagesmith.run": f"verify-{os.getpid()}"},
                    environment=PAYLOAD_ENV, on_stderr=progress)
+
+
+class IndexReader(Protocol):
+    def manifest(self, repo: str, ref: str) -> Any: ...  # imagesmith.edges.registry.Manifest | None
+
+
+def index_pick(registry: IndexReader, ref: str, info: Any) -> dict[str, str] | None:
+    """``ref`` (a tag) pulled through an image index: the index's digest (the engine's repo digest for ``ref``'s
+    repository) and the digest of the entry for the image's own platform, read from the registry by the index's
+    digest, which no later push can change. None when ``ref`` names a plain image manifest."""
+    from docker_image import reference  # the reference grammar (imagesmith.model.grammar)
+
+    parsed = reference.Reference.parse(ref)
+    name, repo = str(parsed["name"]), str(parsed.split_hostname()[1])
+    for held in info.repo_digests:
+        repository, _, digest = held.partition("@")
+        if repository != name or not digest.startswith("sha256:"):
+            continue
+        found = registry.manifest(repo, digest)
+        doc = json.loads(found.raw) if found is not None else {}
+        for entry in doc.get("manifests") or []:
+            plat = entry.get("platform") or {}
+            if "/".join(filter(None, (plat.get("os"), plat.get("architecture"), plat.get("variant")))) == info.platform:
+                return {"index": digest, "digest": str(entry.get("digest")), "platform": info.platform}
+    return None
 
 
 def pinned(ref: str) -> dict[str, str]:

@@ -186,6 +186,13 @@ def test_two_wheels_may_not_install_one_path(tmp_path: Path) -> None:
     assert str(err.value) == f"{b.name} and {a.name} both install nvidia/cu13/lib/libsame.so"
 
 
+def test_a_file_two_wheels_install_with_the_same_bytes_is_held_once(tmp_path: Path) -> None:
+    a = make_wheel(tmp_path, "nvidia_cublas_cu12", "12.8.4.1", {"nvidia/__init__.py": b"", "nvidia/cublas/lib/libcublas.so.12": b"a"})
+    b = make_wheel(tmp_path, "nvidia_cuda_cupti_cu12", "12.8.90", {"nvidia/__init__.py": b"", "nvidia/cuda_cupti/lib/libcupti.so.12": b"c"})
+    paths = [s.path for s in cudalayer.layer_sources([a, b], None)]
+    assert paths.count("nvidia/__init__.py") == 1 and "nvidia/cuda_cupti/lib/libcupti.so.12" in paths
+
+
 def test_predicted_size_is_what_is_written(tmp_path: Path) -> None:
     long = "nvidia/cu13/include/" + "deep/" * 30 + "header.h"  # > 100 characters: a PAX header
     wheels = cuda_wheels(tmp_path) + [make_wheel(tmp_path, "nvidia_long", "1.0", {long: b"h" * 777})]
