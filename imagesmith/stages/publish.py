@@ -47,6 +47,7 @@ from imagesmith.model import policy, schemas, tags
 from imagesmith.model.matrix import ImageSpec, Matrix, TagPolicy
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
@@ -566,7 +567,7 @@ class Publisher:
         ref, promote, source = f"{self.name}:{r.tag}", self.promote, r.source
         if promote is None:
             raise ReleaseStopped(f"{r.target} is staged ({r.source}) but this release cannot promote (no registry client for it)")
-        self.display.update(r.target, "pushing", f"promoting {source.rsplit('@', 1)[1][:19]} to {r.tag}")
+        self.display.update(r.target, "pushing", f"promoting {str(ImageRef.parse(source).digest)[:19]} to {r.tag}")
         self.before_push(ref)
         done = self._retry(f"promote {source} to {ref}", lambda: promote(source, self.repo, r.tag))
         r.promotion = done.to_json()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from imagesmith import runstate
-from imagesmith.edges.protocols import EngineProtocol
+from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, UsageError, UserError
 from imagesmith.model import compat, policy, schemas
 from imagesmith.model import platform as platforms
@@ -338,7 +338,7 @@ def _sampler(options: VerifyOptions, factory: Callable[[], Sampler] | None) -> S
 def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
                  sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
                  progress: Callable[[str], None] | None = None,
-                 auth: Mapping[str, str] | None = None, registry: IndexReader | None = None) -> VerifyOutcome:
+                 auth: Mapping[str, str] | None = None, registry: RegistryProtocol | None = None) -> VerifyOutcome:
     """Start ``ref`` with the payload inside (the image's ENTRYPOINT never runs);
     never leaves a container behind. An image that is not local is pulled (with
     ``auth``) unless ``pull`` is off. The report counts only if it echoes this
@@ -415,22 +415,16 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
                    environment=PAYLOAD_ENV, on_stderr=progress)
 
 
-class IndexReader(Protocol):
-    def manifest(self, repo: str, ref: str) -> Any: ...  # imagesmith.edges.registry.Manifest | None
-
-
-def index_pick(registry: IndexReader, ref: str, info: Any) -> dict[str, str] | None:
+def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str] | None:
     """``ref`` (a tag) pulled through an image index: the index's digest (the engine's repo digest for ``ref``'s
     repository) and the digest of the entry for the image's own platform, read from the registry by the index's
     digest, which no later push can change. None when ``ref`` names a plain image manifest."""
-    from docker_image import reference  # the reference grammar (imagesmith.model.grammar)
-
-    parsed = reference.Reference.parse(ref)
-    name, repo = str(parsed["name"]), str(parsed.split_hostname()[1])
+    parsed = ImageRef.parse(ref)
     for held in info.repo_digests:
-        repository, _, digest = held.partition("@")
-        if repository != name or not digest.startswith("sha256:"):
+        pin = ImageRef.maybe(held)
+        if pin is None or pin.name != parsed.name or not pin.pinned:
             continue
+        digest, repo = str(pin.digest), parsed.repository
         found = registry.manifest(repo, digest)
         doc = json.loads(found.raw) if found is not None else {}
         for entry in doc.get("manifests") or []:
