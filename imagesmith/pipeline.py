@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
+from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import loader, policy
 from imagesmith.model.matrix import Matrix
@@ -76,7 +77,7 @@ def options_from(matrix: Matrix, allow_cpu_verification: bool = False, **overrid
     return verify.VerifyOptions(**(base | {k: val for k, val in overrides.items() if val is not None}))
 
 
-def verify_results(engine: Any, results: list[build.TargetResult], options: verify.VerifyOptions, out: Path,
+def verify_results(engine: EngineProtocol, results: list[build.TargetResult], options: verify.VerifyOptions, out: Path,
                    display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
                    folders: Mapping[str, Path] | None = None, signer: Key | None = None) -> dict[str, verify.VerifyOutcome]:
     """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
@@ -93,7 +94,7 @@ def verify_results(engine: Any, results: list[build.TargetResult], options: veri
     return outcomes
 
 
-def verify_one(engine: Any, r: build.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
+def verify_one(engine: EngineProtocol, r: build.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
                auth: Mapping[str, str] | None = None, signer: Key | None = None) -> verify.VerifyOutcome:
     """One built image: a staged one by its digest (pulled when this engine lacks it), else by image ID;
     the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done).
@@ -124,14 +125,14 @@ def subject_of(staged: Mapping[str, Any] | artifacts.Staged | None, image_id: st
     return trust.Subject(trust.IMAGE_ID_SUBJECT, image_id or "")
 
 
-def sign_outcome(engine: Any, r: build.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
+def sign_outcome(engine: EngineProtocol, r: build.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
                  display: Display) -> Path:
     """FOLDER/verify.dsse.json: the report and the inventory measured inside the image, signed by the verifier."""
     return sign_report(engine, outcome.report, subject_of(r.staged, r.image_id), signer, folder / trust.STATEMENT_FILE,
                        lambda line: display.note(f"{r.target}: {line}"))
 
 
-def sign_report(engine: Any, report: Mapping[str, Any], subject: trust.Subject, signer: Key, path: Path,
+def sign_report(engine: EngineProtocol, report: Mapping[str, Any], subject: trust.Subject, signer: Key, path: Path,
                 note: Callable[[str], None]) -> Path:
     """PATH: ``report`` and the inventory measured inside its image (``facts.py --inventory``), signed by the
     verifier as a statement about ``subject``; an inventory that cannot be measured is said through ``note``."""
@@ -146,7 +147,7 @@ def sign_report(engine: Any, report: Mapping[str, Any], subject: trust.Subject, 
     return path
 
 
-def _verify_ref(engine: Any, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,
+def _verify_ref(engine: EngineProtocol, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,
                 auth: Mapping[str, str] | None) -> verify.VerifyOutcome:
     try:
         return verify.verify_image(engine, ref, options, pull=pull, progress=_progress(display, target), auth=auth)
@@ -292,7 +293,7 @@ class ReleaseOptions:
     with_evidence: bool = True
     floating_gate: Callable[[str | None], str | None] | None = None
     allow_cpu_verification: bool = False
-    registry: publish.RegistryLike | None = None  # instead of a client for the release's registry (a test's double)
+    registry: RegistryProtocol | None = None  # instead of a client for the release's registry (a test's double)
     vulnerabilities: Any = None  # an imagesmith.stages.vulngate.Gate: known vulnerabilities gate the release (sources.advisories)
     release_repository: str | None = None  # publish --registry HOST/REPO: the artifacts must release exactly there
     trust: TrustPolicy | None = None  # which verifier keys the release believes (--trust-policy)
@@ -340,7 +341,7 @@ class BuildJob:
         return not self.only and not self.layers
 
 
-def build_stage(engine: Any, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, build.BuildReport]:
+def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, build.BuildReport]:
     """Build what ``job`` picks (OUT/report.json, OUT/<target>/build.json); after a build of the whole plan the
     artifacts of targets it no longer has are removed. The plan built (less what staging adopted) and its
     report; a stop (an error, Ctrl-C) marks ``run`` interrupted."""
@@ -368,7 +369,7 @@ def records_of(report: build.BuildReport, plan: Plan, spec: artifacts.Release) -
     return [artifacts.record_of(results[t.id], t, spec) for t in plan.targets if t.id in results]
 
 
-def verify_and_release(engine: Any, report: build.BuildReport, plan: Plan, spec: artifacts.Release, out: Path,
+def verify_and_release(engine: EngineProtocol, report: build.BuildReport, plan: Plan, spec: artifacts.Release, out: Path,
                        display: Display, run: RunReport, options: verify.VerifyOptions, release: ReleaseOptions,
                        push: bool) -> RunOutcome:
     """After a build of ``plan`` (``imagesmith build --verify/--push``): verify every image it made
@@ -392,7 +393,7 @@ def verify_and_release(engine: Any, report: build.BuildReport, plan: Plan, spec:
 
 
 def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, display: Display,
-                  store: CredentialStore | None = None, json_out: Path | None = None, engine: Any = None,
+                  store: CredentialStore | None = None, json_out: Path | None = None, engine: EngineProtocol | None = None,
                   signer: Key | None = None) -> RunOutcome:
     """``imagesmith verify --build-report``: verify each built/cached target of ``built`` (a staged image by its
     digest, else by image ID), its verify.json in the folder of its build artifact, one run report in ``out``
@@ -495,7 +496,7 @@ def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,
     return creds.auth_config() if creds else None
 
 
-def _release(engine: Any, spec: artifacts.Release, records: Sequence[artifacts.BuildRecord],
+def _release(engine: EngineProtocol, spec: artifacts.Release, records: Sequence[artifacts.BuildRecord],
              outcomes: Mapping[str, verify.VerifyOutcome], out: Path, display: Display, options: ReleaseOptions,
              date: str | None = None, inventory: Callable[[str], Mapping[str, Any]] | None = None,
              signed: "Signed | None" = None) -> publish.ReleaseReport:
@@ -525,7 +526,7 @@ class Signed:
     def to_json(self) -> dict[str, Any]:
         return {"policy": self.policy.to_json(), "targets": {t: a.to_json() for t, a in self.accepted.items()}}
 
-    def inventories(self, engine: Any) -> Callable[[str], Mapping[str, Any]]:
+    def inventories(self, engine: EngineProtocol) -> Callable[[str], Mapping[str, Any]]:
         """Image ID -> its inventory as the verifier measured it inside the image (covered by its signature);
         a local image whose statement carries none is measured now in this engine; a staged one never
         takes an inventory from an unsigned file."""
@@ -589,7 +590,7 @@ def _with_measured(record: artifacts.BuildRecord, measured: Mapping[str, str]) -
 
 
 def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date: str | None = None,
-                      run_report: Path | None = None, matrix: Matrix | None = None, engine: Any = None) -> publish.ReleaseReport:
+                      run_report: Path | None = None, matrix: Matrix | None = None, engine: EngineProtocol | None = None) -> publish.ReleaseReport:
     """Publish what OUT's build artifacts (``*/build.json``, gathered from any number of build jobs) and
     the ``verify.json`` beside each say passed: no matrix needed (one given must agree with them). Staged
     images are promoted registry to registry (no engine); the SBOM's inventory comes from the build job's

@@ -20,9 +20,8 @@ import re
 import tarfile
 import threading
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import docker
 import docker.auth
@@ -31,6 +30,12 @@ import requests
 import urllib3.exceptions
 from docker.types import DeviceRequest, LogConfig
 
+from imagesmith.edges.protocols import BuildOutcome as BuildOutcome  # re-exported: the engine's plain values live with its protocol
+from imagesmith.edges.protocols import ImageConfig as ImageConfig
+from imagesmith.edges.protocols import ImageInfo as ImageInfo
+from imagesmith.edges.protocols import LineSink as LineSink
+from imagesmith.edges.protocols import RunResult as RunResult
+from imagesmith.edges.protocols import RunSpec as RunSpec
 from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, RegistryHTTPError, RegistryUnreachable, registry_hint
 from imagesmith.edges.registry import registry_host as registry_host  # re-exported: the engine's callers name hosts through it
 from imagesmith.errors import (
@@ -44,97 +49,12 @@ from imagesmith.errors import (
     UserError,
     one_line,
 )
+from imagesmith.model.ref import ImageRef
 
-LineSink = Callable[[str], None]
 RUN_LABEL = "io.imagesmith.run"  # on every container imagesmith starts: which run made it
 STEP = re.compile(r"^Step (\d+)/(\d+) :")
 STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12})$")  # the image a build step made (or found in cache)
 FROM_STEP = re.compile(r"^Step \d+/\d+ : FROM ", re.I)
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    id: str
-    tags: tuple[str, ...]
-    labels: Mapping[str, str]
-    size: int
-    created: str
-    repo_digests: tuple[str, ...] = ()
-    parent: str = ""
-    layers: tuple[str, ...] = ()  # RootFS diff IDs, base first
-    config: "ImageConfig" = field(default_factory=lambda: ImageConfig())
-    os: str = "linux"
-    architecture: str = ""  # as the image config says: amd64, arm64 (empty: the engine did not say)
-    variant: str = ""
-
-    @property
-    def platform(self) -> str:
-        """``os/architecture[/variant]`` as OCI writes a platform (``linux/arm64``)."""
-        return "/".join(filter(None, (self.os, self.architecture, self.variant)))
-
-
-@dataclass(frozen=True)
-class ImageConfig:
-    """What the image runs when started plainly (``docker inspect`` .Config)."""
-
-    user: str = ""
-    entrypoint: tuple[str, ...] = ()
-    cmd: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()  # KEY=value, as the engine lists them
-    exposed_ports: tuple[str, ...] = ()
-
-    @property
-    def argv(self) -> list[str]:
-        """What ``docker run IMAGE`` executes: ENTRYPOINT + CMD."""
-        return [*self.entrypoint, *self.cmd]
-
-    def env_map(self) -> dict[str, str]:
-        return dict(item.partition("=")[::2] for item in self.env)
-
-
-@dataclass
-class RunResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-    timed_out: bool = False
-    container_id: str = ""
-    stdout_bytes: int = 0  # what the container wrote (stdout keeps only the last OUTPUT_LIMIT bytes)
-
-
-@dataclass
-class BuildOutcome:
-    image_id: str | None
-    error: str | None = None
-    steps: int = 0
-    cached_steps: int = 0
-    stages: list[str] = field(default_factory=list)  # the last image of each earlier stage this build made (not cache)
-    made: list[str] = field(default_factory=list)  # every step image this build made (not cache), in order
-    _last: tuple[str, bool] | None = None  # the newest step image and whether it came from cache
-    _cached: bool = False
-
-
-@dataclass
-class RunSpec:
-    """How to start a container (verify, inspect)."""
-
-    image: str
-    command: list[str]
-    gpus: str = "none"  # "all" | "none" | "0,1"
-    files: Mapping[str, bytes] = field(default_factory=dict)  # path in container -> bytes
-    files_dir: str = "/opt/imagesmith"
-    environment: Mapping[str, str] = field(default_factory=dict)
-    shm_size: str | None = None
-    mem_limit: str | None = None
-    nano_cpus: int | None = None
-    network_disabled: bool = True
-    timeout_s: float = 600.0
-    labels: Mapping[str, str] = field(default_factory=dict)
-    user: str | None = None  # None: the image's own user
-    on_stderr: LineSink | None = None  # live lines of the container's stderr (progress)
-    network_mode: str | None = None  # "none": loopback only
-    pids_limit: int | None = None
-    entrypoint: list[str] | None = None  # None: command[0] replaces the image's ENTRYPOINT; else this runs command
 
 
 OUTPUT_LIMIT = 64 << 20  # bytes of a container's stdout kept (the tail: the payload's report is its last line)
@@ -234,7 +154,7 @@ class Engine:
         """Every ``repository:tag`` reference in the engine."""
         with docker_errors(f"listing {repository}"):
             images = self.client.api.images(name=repository)
-        return sorted(t for i in images for t in i.get("RepoTags") or () if t.rsplit(":", 1)[0] == repository)
+        return sorted(t for i in images for t in i.get("RepoTags") or () if _name_of(t) == repository)
 
     def remove_unused(self, image_id: str) -> bool:
         """Remove an image (and its untagged parents) unless it is tagged, has children or
@@ -297,7 +217,8 @@ class Engine:
         return loaded
 
     def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
-        repo, tag = split_ref(ref)
+        parsed = ImageRef.parse(ref)
+        repo, tag = (str(parsed), None) if parsed.digest else (parsed.name, parsed.tag or "latest")  # a digest stays whole
         with docker_errors(f"pulling {ref}"):
             try:
                 self.client.api.pull(repo, tag=tag, auth_config=dict(auth) if auth else None)
@@ -752,12 +673,8 @@ def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | 
     return (str(user), str(secret), helper) if user and secret else None
 
 
-def split_ref(ref: str) -> tuple[str, str | None]:
-    """``host:5000/a/b:tag`` -> (``host:5000/a/b``, ``tag``); digests stay whole."""
-    if "@" in ref:
-        return ref, None
-    name, _, tag = ref.rpartition(":")
-    if not name or "/" in tag:
-        return ref, "latest"
-    return name, tag
+def _name_of(ref: str) -> str | None:
+    """``host/repository`` of a reference the engine lists (None for ``<none>:<none>``)."""
+    parsed = ImageRef.maybe(ref)
+    return parsed.name if parsed else None
 

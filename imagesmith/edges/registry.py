@@ -37,6 +37,7 @@ import requests
 
 from imagesmith.errors import Redactor, RegistryError, UserError
 from imagesmith.errors import short as _short
+from imagesmith.model.ref import DOCKER_HUB, ImageRef
 
 ENV_USER = "IMAGESMITH_REGISTRY_USER"
 ENV_PASSWORD = "IMAGESMITH_REGISTRY_PASSWORD"
@@ -132,8 +133,8 @@ def read_docker_config(path: Path) -> Mapping[str, Any]:
 def registry_host(ref: str) -> str:
     """The registry a reference names (Docker's rule: a first component with
     a dot or a port, or localhost, is a host; otherwise Docker Hub)."""
-    first, sep, _ = ref.partition("/")
-    return first if sep and ("." in first or ":" in first or first == "localhost") else "docker.io"
+    parsed = ImageRef.maybe(ref)
+    return parsed.registry if parsed else DOCKER_HUB
 
 
 def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None) -> str:

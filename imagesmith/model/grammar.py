@@ -30,7 +30,9 @@ from docker_image import reference
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from imagesmith.errors import UserError
 from imagesmith.model.located import printable
+from imagesmith.model.ref import ImageRef
 
 Check = Callable[[str], Optional[str]]
 
@@ -164,9 +166,9 @@ def no_proxy(value: str) -> str | None:
 def image_reference(value: str) -> str | None:
     """A Docker image reference (name[:tag][@digest]) as distribution/reference parses it."""
     try:
-        reference.Reference.parse(value)
-    except reference.InvalidReference as exc:
-        return f"{printable(value)} is not an image reference ({exc}); write e.g. ubuntu:24.04 or registry.example.com/base/ubuntu@sha256:..."
+        ImageRef.parse(value)
+    except UserError as exc:
+        return str(exc)
     return None if value == value.strip() else f"{printable(value)} has surrounding spaces; remove them"
 
 

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 from prometheus_client import CollectorRegistry, Gauge, Info
 
 from imagesmith.errors import UserError
+from imagesmith.model.ref import ImageRef
 from imagesmith.report.model import STATUSES, Check, Sharing, Verify
 
 PREFIX = "imagesmith_verify"
@@ -75,7 +76,8 @@ def image_digest(v: Verify) -> str:
     image = image if isinstance(image, Mapping) else {}
     digests = image.get("digests")
     first = digests[0] if isinstance(digests, list) and digests and isinstance(digests[0], str) else ""
-    for value in (image.get("digest"), first.rpartition("@")[2], image.get("id")):
+    pinned = ImageRef.maybe(first)
+    for value in (image.get("digest"), pinned.digest if pinned else None, image.get("id")):
         if isinstance(value, str) and value:
             return value
     return ""

@@ -22,10 +22,11 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagesmith.edges.engine import Engine
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.errors import UserError
 from imagesmith.model import compat
 from imagesmith.model.platform import UNAME
+from imagesmith.model.ref import ImageRef
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
@@ -124,7 +125,7 @@ def pack(root: Path, tar_path: Path, mtime: int) -> None:
             tar.add(path, arcname=str(path.relative_to(root)), recursive=False, filter=normalise)
 
 
-def bootstrap(engine: Engine, os_key: str, tag: str | None = None, mirror: str = DEFAULT_MIRROR,
+def bootstrap(engine: EngineProtocol, os_key: str, tag: str | None = None, mirror: str = DEFAULT_MIRROR,
               runner: Runner = _run, kb: compat.KnowledgeBase | None = None, arch: str | None = None) -> tuple[str, str]:
     """Make the base for ``os_key`` (of ``arch``, default this host's); return (reference, image ID)."""
     kb = kb or compat.load()
@@ -133,9 +134,10 @@ def bootstrap(engine: Engine, os_key: str, tag: str | None = None, mirror: str =
     if arch is not None:
         check_runs(arch)
     ref = tag or default_tag(os_key, kb, arch)
-    repository, _, version = ref.rpartition(":")
-    if not repository:
+    parsed = ImageRef.maybe(ref)
+    if parsed is None or not parsed.tag or parsed.digest:
         raise UserError(f"--tag {ref!r} needs the form repository:tag")
+    repository, version = parsed.name, parsed.tag
     with tempfile.TemporaryDirectory(prefix="imagesmith-rootfs-") as tmp:
         root, tar_path = Path(tmp, "rootfs"), Path(tmp, "rootfs.tar")
         debootstrap(suite, root, mirror, runner, foreign)

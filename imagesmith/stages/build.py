@@ -34,13 +34,15 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import CredentialStore
-from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, Engine, registry_host
+from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, registry_host
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.sources import SourceServer
 from imagesmith.errors import BuildError, Redactor, UserError
 from imagesmith.model import compat, loader, schemas
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.versions import matches
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
@@ -232,7 +234,7 @@ def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
 
 
 class Builder:
-    def __init__(self, plan: Plan, matrix: Matrix, engine: Engine, out: Path, jobs: int = 2,
+    def __init__(self, plan: Plan, matrix: Matrix, engine: EngineProtocol, out: Path, jobs: int = 2,
                  display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True,
                  stage: StageLike | None = None, store: CredentialStore | None = None) -> None:
         self.prune, self.stage = prune, stage
@@ -342,7 +344,7 @@ class Builder:
         one it used before and no longer does is pruned like a target's old image."""
         for r in self.cuda.results.values() if self.cuda else ():
             if r.image_id:
-                self._own(r.image.rsplit(":", 1)[1], r.image_id)
+                self._own(str(ImageRef.parse(r.image).tag), r.image_id)
 
     def _prebuild_repository(self) -> str:
         return f"{PREBUILD_REPOSITORY}/{self.owner}"

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from imagesmith.edges.engine import Engine
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.errors import BuildError
 from imagesmith.model.plan import CudaSet, Plan, Target, cuda_image
 from imagesmith.progress import Display
@@ -109,7 +109,7 @@ def users(plan: Plan) -> dict[CudaSet, list[Target]]:
 
 
 class CudaImages:
-    def __init__(self, plan: Plan, repository: str, engine: Engine, out: Path, base_ids: Mapping[str, str],
+    def __init__(self, plan: Plan, repository: str, engine: EngineProtocol, out: Path, base_ids: Mapping[str, str],
                  download: Downloader, display: Display, epoch: int | None, cache_repository: str) -> None:
         self.plan, self.repository, self.engine, self.out = plan, repository, engine, out
         self.cache_repository = cache_repository

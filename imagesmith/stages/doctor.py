@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from imagesmith.edges import harbor as harbor_api
 from imagesmith.edges.credentials import Declared, load_store
 from imagesmith.edges.hostinfo import HostInfo, inventory
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, docker_config_path, is_loopback, read_docker_config
 from imagesmith.errors import UserError
 from imagesmith.model import compat, schemas
@@ -155,7 +156,7 @@ class Host(Protocol):
 class SystemHost:
     """The real machine: the Docker engine, NVML, the file system."""
 
-    def __init__(self, engine: Any = None, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, engine: EngineProtocol | None = None, environ: Mapping[str, str] | None = None) -> None:
         self._engine = engine
         self.environ = os.environ if environ is None else environ
 

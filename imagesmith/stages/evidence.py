@@ -39,9 +39,11 @@ from securesystemslib.signer import SSlibKey
 from imagesmith.atomic import write_text
 from imagesmith.edges import signing
 from imagesmith.edges.credentials import CredentialStore
-from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, Manifest, PushedManifest, sha256_digest
+from imagesmith.edges.protocols import RegistryProtocol
+from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, sha256_digest
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.model import loader, policy
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages import attestation, sbom, vex
 from imagesmith.stages.attestation import Statement, StatementError
 
@@ -62,14 +64,6 @@ GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # how Go writes an unset time.Time
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-class RegistryLike(Protocol):
-    host: str
-
-    def manifest(self, repo: str, ref: str) -> Manifest | None: ...
-    def blob(self, repo: str, digest: str) -> bytes: ...
-    def push_blob(self, repo: str, data: bytes) -> tuple[str, bool]: ...
-    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest: ...
-    def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None: ...
 
 
 def referrers_tag(digest: str) -> str:
@@ -353,7 +347,7 @@ def verification_summary(a: Attestation) -> dict[str, Any]:
 class Reader:
     """Reads and checks the evidence of one digest; ``keys``: the public keys to trust."""
 
-    def __init__(self, registry: RegistryLike, repo: str, keys: Sequence[SSlibKey] = ()) -> None:
+    def __init__(self, registry: RegistryProtocol, repo: str, keys: Sequence[SSlibKey] = ()) -> None:
         self.registry, self.repo, self.keys = registry, repo, list(keys)
 
     def read(self, ref: str) -> Evidence:
@@ -502,7 +496,7 @@ class Attached:
 class Attacher:
     """Attaches documents and a signature to one digest of ``repo``; ``key`` None: unsigned."""
 
-    def __init__(self, registry: RegistryLike, repo: str, key: signing.Key | None,
+    def __init__(self, registry: RegistryProtocol, repo: str, key: signing.Key | None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.registry, self.repo, self.key, self.clock = registry, repo, key, clock
         self.name = f"{registry.host}/{repo}"
@@ -650,7 +644,7 @@ class ReleaseEvidence:
     """What ``publish`` calls for every digest it released: the inventory (``inventory``: image ID -> what was
     measured inside the image), both documents built, attached."""
 
-    def __init__(self, registry: RegistryLike, repo: str, key: signing.Key | None, inventory: InventoryRunner,
+    def __init__(self, registry: RegistryProtocol, repo: str, key: signing.Key | None, inventory: InventoryRunner,
                  out_dir: Path, vulnerabilities: VulnerabilityCheck | None = None) -> None:
         self.attacher = Attacher(registry, repo, key)
         self.inventory, self.out, self.vulnerabilities = inventory, out_dir, vulnerabilities
@@ -703,14 +697,10 @@ class Location:
 
 def locate(reference: str) -> Location:
     """``host[:port]/repo[:tag|@sha256:...]`` -> its parts; a reference without a registry host is a UserError."""
-    from imagesmith.edges.engine import registry_host, split_ref
-
-    host = registry_host(reference)
-    if host == "docker.io":
+    ref = ImageRef.parse(reference)
+    if not ref.host:
         raise UserError(f"{reference}: evidence is read from a registry named in the reference (Docker Hub is not supported); name it, e.g. harbor.example.com/ml/pytorch-cuda:v2.9 or 127.0.0.1:5000/imagesmith/local:latest")
-    name, tag = split_ref(reference)
-    name, _, digest = name.partition("@")
-    return Location(host, name.split("/", 1)[1], digest or tag or "latest")
+    return Location(ref.host, ref.repository, ref.digest or ref.tag or "latest")
 
 
 def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None = None,

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
+from imagesmith.edges.protocols import RegistryProtocol
 from imagesmith.edges.registry import INDEXES, Manifest
 
 T = TypeVar("T")
@@ -45,11 +46,6 @@ class Retry(Protocol):
     """The release's retry (``Publisher._retry``): ``action`` with backoff on transient errors."""
 
     def __call__(self, what: str, action: Callable[[], T]) -> T: ...
-
-
-class IndexRegistry(Protocol):
-    def manifest(self, repo: str, ref: str) -> Manifest | None: ...
-    def push_index(self, repo: str, tag: str, digests: Sequence[str]) -> str: ...
 
 
 @dataclass
@@ -109,7 +105,7 @@ def name_members(members: Sequence[M], fail: Callable[[M, str], object]) -> str 
     return tag
 
 
-def write(registry: IndexRegistry, repo: str, name: str, tag: str, members: Sequence[Member],
+def write(registry: RegistryProtocol, repo: str, name: str, tag: str, members: Sequence[Member],
           retry: Retry) -> IndexRelease:
     """The index of ``tag`` over ``members``' digests: written only when every member was released."""
     platforms = {m.platform: {"target": m.target, "status": m.status, "digest": m.digest} for m in members}

@@ -15,6 +15,7 @@ import os
 import time
 from typing import Any, Callable
 
+from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.errors import UserError
 
 POLL_S = 1.5
@@ -24,7 +25,7 @@ PROBE_MARKER = "@@IMAGESMITH-PROBE@@ "
 Verdict = tuple[str, str, dict[str, Any]]
 
 
-def service_check(engine: Any, info: Any, window_s: float, check_id: str = "security.service",
+def service_check(engine: EngineProtocol, info: Any, window_s: float, check_id: str = "security.service",
                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """The check entry: fail when a Jupyter API answers without a token, warn when
     the probe could not look, pass otherwise (saying what listened)."""
@@ -51,7 +52,7 @@ def _spec(info: Any, argv: list[str], window_s: float) -> Any:
                    labels={"io.imagesmith.run": f"probe-{os.getpid()}"})
 
 
-def _watch(engine: Any, info: Any, argv: list[str], window_s: float, sleep: Callable[[float], None]) -> Verdict:
+def _watch(engine: EngineProtocol, info: Any, argv: list[str], window_s: float, sleep: Callable[[float], None]) -> Verdict:
     from imagesmith.stages.payload import IN_CONTAINER
 
     declared = [int(p.split("/")[0]) for p in info.config.exposed_ports

@@ -26,27 +26,17 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
-from imagesmith.edges.registry import INDEXES, Manifest, PushedManifest, sha256_digest
+from imagesmith.edges.protocols import RegistryProtocol
+from imagesmith.edges.registry import INDEXES, sha256_digest
 from imagesmith.errors import RegistryError
+from imagesmith.model.ref import ImageRef
 
 CHUNK = 64 << 20  # bytes per request when a blob is copied
 
 
-class RegistryLike(Protocol):
-    host: str
-
-    def manifest(self, repo: str, ref: str) -> Manifest | None: ...
-    def has_blob(self, repo: str, digest: str) -> bool: ...
-    def mount_blob(self, repo: str, digest: str, from_repo: str) -> str | None: ...
-    def start_upload(self, repo: str) -> str: ...
-    def cancel_upload(self, repo: str, location: str) -> None: ...
-    def blob_range(self, repo: str, digest: str, start: int, end: int) -> bytes: ...
-    def append_upload(self, repo: str, location: str, data: bytes, offset: int) -> str: ...
-    def finish_upload(self, repo: str, location: str, digest: str) -> None: ...
-    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest: ...
 
 
 @dataclass
@@ -75,25 +65,25 @@ class Promotion:
         return asdict(self) | {"bytes_moved": self.bytes_moved, "seconds": round(self.seconds, 3)}
 
 
-def split_reference(ref: str) -> tuple[str, str, str]:
-    """``host/path@sha256:…`` -> (host, path, digest)."""
-    name, _, digest = ref.partition("@")
-    host, _, path = name.partition("/")
-    if not digest.startswith("sha256:") or not path:
+def staged_ref(ref: str) -> ImageRef:
+    """``host/path@sha256:…``: a reference on a registry, pinned by digest."""
+    parsed = ImageRef.maybe(ref)
+    if parsed is None or not parsed.host or not parsed.pinned:
         raise RegistryError(f"{ref!r} is not a staged reference (host/repository@sha256:...)")
-    return host, path, digest
+    return parsed
 
 
 class Promoter:
     """Copies staged manifests into a release repository through the registry API."""
 
-    def __init__(self, source: RegistryLike, target: RegistryLike, chunk: int = CHUNK,
+    def __init__(self, source: RegistryProtocol, target: RegistryProtocol, chunk: int = CHUNK,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source, self.target, self.chunk, self.clock = source, target, chunk, clock
 
     def __call__(self, source_ref: str, repo: str, tag: str) -> Promotion:
-        host, src_repo, digest = split_reference(source_ref)
-        if host != self.source.host:
+        staged = staged_ref(source_ref)
+        src_repo, digest = staged.repository, str(staged.digest)
+        if staged.host != self.source.host:
             raise RegistryError(f"{source_ref} is not on {self.source.host}")
         t0 = self.clock()
         p = Promotion(source_ref, f"{self.target.host}/{repo}:{tag}")
@@ -168,7 +158,7 @@ def registry_promoter(target: Any, store: CredentialStore | None = None,
     clients: dict[str, Any] = {target.host: target}
 
     def promote(source_ref: str, repo: str, tag: str) -> Promotion:
-        host = split_reference(source_ref)[0]
+        host = staged_ref(source_ref).host
         if host not in clients:
             creds = store.for_artifact(host, store.declared.staging, f"the staged image {source_ref}", "staged repository",
                                        STAGE_FLAG)

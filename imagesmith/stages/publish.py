@@ -40,20 +40,25 @@ import tenacity
 from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
-from imagesmith.edges.registry import Credentials, Manifest, RegistryHTTPError, redact
-from imagesmith.errors import EngineConnectionLost, ImagesmithError, RegistryError, UserError
+from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
+from imagesmith.edges.registry import Credentials, Manifest, redact
+from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.model import policy, schemas, tags
 from imagesmith.model.matrix.records import ImageSpec, Matrix
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import TagPolicy
 from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
 from imagesmith.report.model import verified_how
-from imagesmith.stages import indexes
+from imagesmith.stages import indexes, push
 from imagesmith.stages.artifacts import BuildRecord, Release
 from imagesmith.stages.indexes import IndexRelease
+from imagesmith.stages.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's
+from imagesmith.stages.push import message_of as message_of
+from imagesmith.stages.push import transient as transient
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
@@ -66,26 +71,6 @@ T = TypeVar("T")
 
 
 # -- seams ------------------------------------------------------------------------------------
-
-
-class EngineLike(Protocol):
-    def tag(self, image_id: str, repository: str, tag: str) -> None: ...
-    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: Callable[[str], None]) -> str: ...
-    def image(self, ref: str) -> Any: ...
-    def untag(self, ref: str) -> None: ...
-
-
-class RegistryLike(Protocol):
-    host: str
-
-    def tags(self, repo: str) -> list[str]: ...
-    def manifest(self, repo: str, ref: str) -> Manifest | None: ...
-    def manifest_digest(self, repo: str, ref: str) -> str | None: ...
-    def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]: ...
-    def config(self, repo: str, digest: str) -> dict[str, Any]: ...
-    def put_manifest(self, repo: str, tag: str, manifest: Manifest) -> str: ...
-    def push_index(self, repo: str, tag: str, digests: Sequence[str]) -> str: ...
-    def check_upload(self, repo: str) -> None: ...
 
 
 class Verified(Protocol):
@@ -194,38 +179,6 @@ def label_fields(labels: Mapping[str, str]) -> dict[str, str] | None:
     facts["cuda"] = None if labels.get(LABEL + "cuda") in (None, "", "cpu") else labels[LABEL + "cuda"]
     created = labels.get("org.opencontainers.image.created", "")[:10].replace("-", "")
     return tag_fields(facts, labels.get(LABEL + "layer", ""), labels.get(LABEL + "cell", ""), created)
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff: ``tries`` attempts, waiting first, first*factor, ... (capped)."""
-
-    tries: int = 5
-    first: float = 1.0
-    factor: float = 2.0
-    cap: float = 30.0
-
-    def delays(self) -> list[float]:
-        return [min(self.cap, self.first * self.factor**i) for i in range(max(0, self.tries - 1))]
-
-    def wait(self) -> tenacity.wait.wait_base:
-        """The same schedule as :meth:`delays`, for tenacity."""
-        return tenacity.wait_exponential(multiplier=self.first, exp_base=self.factor, min=0, max=self.cap)
-
-
-def transient(exc: BaseException) -> bool:
-    """May retrying help? Decided by type and HTTP status, never by a message's words: a registry
-    that answered 408/425/429/5xx (:data:`imagesmith.edges.registry.TRANSIENT_STATUS`; a 500 whose body
-    says its storage is full is not) or did not answer at all (:class:`RegistryUnreachable`),
-    the engine's connection lost, a connection reset or timed out: yes. 400/401/403/404, TLS
-    problems, anything else: no."""
-    if isinstance(exc, RegistryHTTPError):
-        return exc.transient
-    return isinstance(exc, (EngineConnectionLost, ConnectionError, TimeoutError))
-
-
-def message_of(exc: BaseException) -> str:
-    return str(exc).strip() or type(exc).__name__
 
 
 # -- what a push sent ---------------------------------------------------------------------------
@@ -407,7 +360,7 @@ class RemoteImage:
 
 
 class Publisher:
-    def __init__(self, engine: EngineLike, registry: RegistryLike, image: ImageSpec, policy: TagPolicy, date: str,
+    def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, image: ImageSpec, policy: TagPolicy, date: str,
                  out_dir: Path, display: Display | None = None, credentials: Credentials | None = None,
                  backoff: Backoff = Backoff(), sleep: Callable[[float], None] = time.sleep,
                  before_push: Callable[[str], None] | None = None,
@@ -616,7 +569,7 @@ class Publisher:
         ref, promote, source = f"{self.name}:{r.tag}", self.promote, r.source
         if promote is None:
             raise ReleaseStopped(f"{r.target} is staged ({r.source}) but this release cannot promote (no registry client for it)")
-        self.display.update(r.target, "pushing", f"promoting {source.rsplit('@', 1)[1][:19]} to {r.tag}")
+        self.display.update(r.target, "pushing", f"promoting {str(ImageRef.parse(source).digest)[:19]} to {r.tag}")
         self.before_push(ref)
         done = self._retry(f"promote {source} to {ref}", lambda: promote(source, self.repo, r.tag))
         r.promotion = done.to_json()
@@ -624,21 +577,7 @@ class Publisher:
         return str(done.digest)
 
     def _push_once(self, tag: str, auth: Mapping[str, str] | None, ref: str, on_line: Callable[[str], None]) -> str:
-        """One engine push; when the registry answered it with a server error, its own
-        error body (which the engine does not pass on) decides and is shown."""
-        try:
-            return self.engine.push(self.name, tag, auth, on_line)
-        except RegistryError as exc:
-            status = getattr(exc, "status", None)
-            if status is None or status < 500:  # refused (auth, missing), or no answer at all: nothing more to ask
-                raise
-            answer = self._registry_answer()
-            if answer is None:
-                raise
-            said = getattr(exc, "said", message_of(exc))
-            advice = answer.hint or f"check that {self.registry.host} is healthy"
-            raise RegistryHTTPError(f"push {ref} failed: {said}; the registry says: {answer.said} ({advice})",
-                                    answer.status, answer.transient, said=answer.said, hint=answer.hint) from None
+        return push.push_once(self.engine, self.registry, self.repo, self.name, tag, auth, on_line)
 
     def _check_uploads(self) -> None:
         """Once per release, before the first push: does the registry take uploads? A full
@@ -647,16 +586,6 @@ class Publisher:
         if not self._uploads_checked:
             self._retry(f"starting an upload to {self.name}", lambda: self.registry.check_upload(self.repo))
             self._uploads_checked = True
-
-    def _registry_answer(self) -> RegistryHTTPError | None:
-        """The registry's own error for an upload to this repository; None when it accepts one."""
-        try:
-            self.registry.check_upload(self.repo)
-        except RegistryHTTPError as exc:
-            return exc
-        except (ImagesmithError, OSError):
-            return None
-        return None
 
     def _untag(self, ref: str) -> None:
         try:
@@ -849,8 +778,7 @@ class Publisher:
             self.display.note(f"{what}: {self._clean(message_of(exc or Exception()))}; "
                               f"retry {state.attempt_number} of {tries - 1} in {wait:g}s")
 
-        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(transient), stop=tenacity.stop_after_attempt(tries),
-                                     wait=self.backoff.wait(), sleep=self.sleep, before_sleep=note, reraise=True)
+        retrying = push.retrying(self.backoff, self.sleep, note)
         try:
             return retrying(action)
         except (ImagesmithError, OSError) as exc:
@@ -881,19 +809,19 @@ class Publisher:
         report.paths = {k: str(v) for k, v in paths.items()}
 
 
-def publish(engine: EngineLike, registry: RegistryLike, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
+def publish(engine: EngineProtocol, registry: RegistryProtocol, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
             display: Display | None = None, credentials: Credentials | None = None, **seams: Any) -> ReleaseReport:
     """Tag, push and record every verified item of ``items``; see :class:`Publisher` (``seams``:
     backoff, sleep, before_push, allow_cpu_verification)."""
     return Publisher(engine, registry, matrix.image, matrix.tags, date, out_dir, display, credentials, **seams).run(items)
 
 
-def release_to(engine: EngineLike, spec: Release, records: Sequence[BuildRecord], outcomes: Mapping[str, Verified],
+def release_to(engine: EngineProtocol, spec: Release, records: Sequence[BuildRecord], outcomes: Mapping[str, Verified],
                out_dir: Path, display: Display | None = None, date: str | None = None, store: CredentialStore | None = None,
                ca_file: Path | None = None, signing_key: Key | None = None,
                with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
-               allow_cpu_verification: bool = False, client: RegistryLike | None = None,
+               allow_cpu_verification: bool = False, client: RegistryProtocol | None = None,
                vulnerabilities: Any = None, trust: Mapping[str, Any] | None = None) -> ReleaseReport:
     """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
     tag policy and build date, ``date`` overriding the latter): the store's login for the release registry when
@@ -945,7 +873,7 @@ def _once(measure: Callable[[str], Mapping[str, Any]]) -> Callable[[str], Mappin
     return inventory
 
 
-def _run_inventory(engine: Any, image_id: str) -> Mapping[str, Any]:
+def _run_inventory(engine: EngineProtocol, image_id: str) -> Mapping[str, Any]:
     from imagesmith.stages import verify
 
     return verify.run_facts(engine, image_id, args=["--inventory"])
@@ -975,7 +903,7 @@ def index_evidence_step(client: Any, repo: str, key: Any) -> Callable[[str], dic
     return lambda digest: evidence.Attacher(client, repo, key).attach(digest, []).to_json()
 
 
-def evidence_step(engine: Any, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
+def evidence_step(engine: EngineProtocol, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
                   key: Any, out_dir: Path, inventory: Any = None, vulnerabilities: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
     """The evidence stage for one released target: its digest, image, base image and verify report
     (and, with ``vulnerabilities``, the CycloneDX vulnerability document of its SBOM)."""

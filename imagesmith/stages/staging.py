@@ -26,21 +26,27 @@ and gets the same context hash (hence the same content tag) there.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+import tenacity
 
 from imagesmith import runstate
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore, check_artifact_host
-from imagesmith.edges.registry import Credentials, Registry
-from imagesmith.errors import BuildError, UserError
+from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
+from imagesmith.edges.registry import Credentials, Registry, redact
+from imagesmith.errors import BuildError, ImagesmithError, UserError
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
+from imagesmith.model.ref import ImageRef
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import BuildRecord, Staged
+from imagesmith.stages.push import Backoff, message_of, push_once, retrying, transient
 
 TAG_PREFIX = "ctx-"
 
@@ -56,8 +62,8 @@ def parse_repository(name: str, release: str) -> tuple[str, str]:
     if name == release:
         raise UserError(f"--stage {name} is the release repository; stage into another repository "
                         f"(e.g. {name.rsplit('/', 1)[0]}/staging): release tags go only where publish puts them")
-    host, _, path = name.partition("/")
-    return host, path
+    ref = ImageRef.parse(name)
+    return ref.host, ref.repository
 
 
 def needed(plan: Plan, picked: set[str], adopted: set[str]) -> Plan:
@@ -90,11 +96,14 @@ def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None
 class Stage:
     """The staging repository for one build run (what :class:`imagesmith.stages.build.Builder` calls)."""
 
-    def __init__(self, engine: Any, registry: Registry, path: str, out: Path, credentials: Credentials | None = None,
-                 display: Display | None = None, measure_inventory: bool = True) -> None:
+    def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, path: str, out: Path, credentials: Credentials | None = None,
+                 display: Display | None = None, measure_inventory: bool = True, backoff: Backoff = Backoff(),
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.engine, self.registry, self.path, self.out = engine, registry, path, out
         self.name = f"{registry.host}/{path}"
+        self.credentials = credentials
         self.auth = credentials.auth_config() if credentials else None
+        self.backoff, self.sleep = backoff, sleep
         self.display = display or QuietDisplay()
         self.measure_inventory = measure_inventory
         self.adopted: dict[str, BuildRecord] = {}
@@ -167,7 +176,7 @@ class Stage:
         self.display.update(t.id, "pushing", f"staging {tag[:16]}…")
         self.engine.tag(image_id, self.name, tag)
         try:
-            digest = self.engine.push(self.name, tag, self.auth, lambda line: None)
+            digest = self._push_retried(tag)
         finally:
             self.engine.untag(f"{self.name}:{tag}")
         back = self.registry.manifest(self.path, tag)
@@ -175,6 +184,26 @@ class Stage:
             raise BuildError(f"staged {self.name}:{tag} but the registry serves {back.digest if back else 'nothing'} "
                              f"(pushed {digest} of image {image_id}); something else writes to the staging repository")
         return Staged(self.name, tag, digest, pushed=True)
+
+    def _push_retried(self, tag: str) -> str:
+        """The release's push path (:mod:`imagesmith.stages.push`): the registry's own detail on a server error,
+        retried with backoff while retrying may help; then one error saying how often it was tried."""
+        ref, tries = f"{self.name}:{tag}", max(1, self.backoff.tries)
+
+        def note(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0.0
+            self.display.note(f"staging push {ref}: {redact(message_of(exc or Exception()), self.credentials)}; "
+                              f"retry {state.attempt_number} of {tries - 1} in {wait:g}s")
+        try:
+            return retrying(self.backoff, self.sleep, note)(push_once, self.engine, self.registry, self.path, self.name,
+                                                           tag, self.auth, lambda line: None)
+        except (ImagesmithError, OSError) as exc:
+            if not transient(exc) or tries == 1:
+                raise
+            last = redact(message_of(exc), self.credentials)
+        raise BuildError(f"staging push {ref} failed {tries} times; last error: {last}. The staging registry "
+                         f"{self.registry.host} looks down or overloaded: check it, then build again (what was staged stays)")
 
     def _inventory(self, t: Target, image_id: str) -> None:
         from imagesmith.stages.evidence import INVENTORY_FILE, cached_inventory
@@ -184,7 +213,7 @@ class Stage:
         cached_inventory(self.out / t.id / INVENTORY_FILE, image_id, partial(run_facts, self.engine, args=["--inventory"]))
 
 
-def open_stage(name: str, release: str, engine: Any, out: Path, store: CredentialStore | None = None,
+def open_stage(name: str, release: str, engine: EngineProtocol, out: Path, store: CredentialStore | None = None,
                ca_file: Path | None = None, display: Display | None = None) -> Stage:
     """A :class:`Stage` for ``--stage host/path``: the operator declared that host, so it gets the
     store's login for it (--credentials, the environment pair, the docker config, each for its host)."""

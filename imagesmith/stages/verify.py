@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from imagesmith import runstate
+from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, ImagesmithError, UsageError, UserError
 from imagesmith.model import compat, policy, schemas
 from imagesmith.model import platform as platforms
+from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
 from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
 from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
@@ -300,7 +302,7 @@ def finish(report: dict[str, Any], image: Mapping[str, Any] | None, nvml: Mappin
     return out
 
 
-def run_facts(engine: Any, image_id: str, args: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+def run_facts(engine: EngineProtocol, image_id: str, args: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run ``verify/facts.py`` (with ``args``, e.g. ``--inventory``) inside the image; its JSON."""
     from imagesmith.edges.engine import RunSpec
 
@@ -333,10 +335,10 @@ def _sampler(options: VerifyOptions, factory: Callable[[], Sampler] | None) -> S
 # -- in a container -----------------------------------------------------------------------------
 
 
-def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
+def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
                  sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
                  progress: Callable[[str], None] | None = None,
-                 auth: Mapping[str, str] | None = None, registry: IndexReader | None = None) -> VerifyOutcome:
+                 auth: Mapping[str, str] | None = None, registry: RegistryProtocol | None = None) -> VerifyOutcome:
     """Start ``ref`` with the payload inside (the image's ENTRYPOINT never runs);
     never leaves a container behind. An image that is not local is pulled (with
     ``auth``) unless ``pull`` is off. The report counts only if it echoes this
@@ -378,9 +380,9 @@ def verify_image(engine: Any, ref: str, options: VerifyOptions, kb: compat.Knowl
 EMULATOR = "qemu-user through binfmt_misc"
 
 
-def engine_platform(engine: Any) -> str:
+def engine_platform(engine: EngineProtocol) -> str:
     """The engine's own platform (``linux/amd64``), from ``docker info`` (OSType, Architecture in uname words)."""
-    info = engine.info() if hasattr(engine, "info") else {}  # an engine double without info(): no platform known
+    info = engine.info()
     machine = str(info.get("Architecture") or "")
     arch = platforms.ALIASES.get(machine, machine)  # uname -m words (x86_64, aarch64) -> Docker's
     return f"{info.get('OSType') or 'linux'}/{arch}"
@@ -417,22 +419,16 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
                    environment=PAYLOAD_ENV, on_stderr=progress)
 
 
-class IndexReader(Protocol):
-    def manifest(self, repo: str, ref: str) -> Any: ...  # imagesmith.edges.registry.Manifest | None
-
-
-def index_pick(registry: IndexReader, ref: str, info: Any) -> dict[str, str] | None:
+def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str] | None:
     """``ref`` (a tag) pulled through an image index: the index's digest (the engine's repo digest for ``ref``'s
     repository) and the digest of the entry for the image's own platform, read from the registry by the index's
     digest, which no later push can change. None when ``ref`` names a plain image manifest."""
-    from docker_image import reference  # the reference grammar (imagesmith.model.grammar)
-
-    parsed = reference.Reference.parse(ref)
-    name, repo = str(parsed["name"]), str(parsed.split_hostname()[1])
+    parsed = ImageRef.parse(ref)
     for held in info.repo_digests:
-        repository, _, digest = held.partition("@")
-        if repository != name or not digest.startswith("sha256:"):
+        pin = ImageRef.maybe(held)
+        if pin is None or pin.name != parsed.name or not pin.pinned:
             continue
+        digest, repo = str(pin.digest), parsed.repository
         found = registry.manifest(repo, digest)
         doc = json.loads(found.raw) if found is not None else {}
         for entry in doc.get("manifests") or []:
@@ -444,8 +440,8 @@ def index_pick(registry: IndexReader, ref: str, info: Any) -> dict[str, str] | N
 
 def pinned(ref: str) -> dict[str, str]:
     """``host/repo@sha256:…``: the digest verified, recorded as such (the engine resolved exactly that manifest)."""
-    name, sep, digest = ref.partition("@")
-    return {"digest": digest, "repository": name} if sep and digest.startswith("sha256:") else {}
+    parsed = ImageRef.maybe(ref)
+    return {"digest": str(parsed.digest), "repository": parsed.name} if parsed and parsed.pinned else {}
 
 
 def _remote_engine() -> bool:
@@ -466,7 +462,7 @@ def _run_with_sampler(run: Callable[[], dict[str, Any]], sampler: Sampler | None
 GPU_RUNTIME_FIX = GpuRuntimeMissing.fix
 
 
-def _container_report(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+def _container_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
     try:
         result = engine.run(spec)
     except ContainerRefused as exc:  # the engine would not create or start it (the engine unreachable is no check's failure)
@@ -489,7 +485,7 @@ def _truncated(result: Any) -> str:
     return f" (the container printed {result.stdout_bytes / 2**20:.0f} MiB on stdout; the last {kept / 2**20:.0f} MiB were read)"
 
 
-def _without_gpus(engine: Any, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+def _without_gpus(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
     """No GPU runtime on this engine: run without GPUs and tell the payload why; it
     judges that against what was asked (CPU mode only where that is allowed)."""
     from dataclasses import replace

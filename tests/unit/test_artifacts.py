@@ -21,6 +21,7 @@ from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts, build, staging
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged
 from tests.conftest import LOCAL_ROOTS, ROOT
+from tests.doubles import EngineBase
 
 DATE = "20261130"
 LOCAL = matrix.load(ROOT / "examples" / "local.yaml", allowed_roots=LOCAL_ROOTS)
@@ -299,7 +300,7 @@ def test_an_artifact_whose_build_job_did_not_complete_is_never_read_as_a_build(t
                                         f"complete) \\(state: {state}.*; run its build job"):
         pipeline.read_build_input(path)
     with pytest.raises(UserError, match=f"state: {state}"):
-        pipeline.publish_artifacts(tmp_path, Notes(), pipeline.ReleaseOptions(), engine=object())
+        pipeline.publish_artifacts(tmp_path, Notes(), pipeline.ReleaseOptions(), engine=EngineBase())
     assert not (tmp_path / "release.json").exists() and not (tmp_path / "run-report.json").exists()
 
 

@@ -21,6 +21,7 @@ import pytest
 from imagesmith.errors import UserError
 from imagesmith.model import compat
 from imagesmith.stages import bootstrap
+from tests.doubles import EngineBase
 
 KB = compat.load()
 MIRROR = "http://mirror.example/debian"
@@ -87,7 +88,7 @@ def test_pack_sorts_entries_clamps_times_and_keeps_links(tmp_path: Path) -> None
 
 
 @dataclass
-class ImportDouble:
+class ImportDouble(EngineBase):
     """engine.import_rootfs as bootstrap calls it."""
 
     calls: list[tuple[list[str], str, str, list[str]]] = field(default_factory=list)
@@ -99,7 +100,7 @@ class ImportDouble:
 
 
 @dataclass
-class LoadDouble:
+class LoadDouble(EngineBase):
     """engine.load and engine.image as the foreign-architecture bootstrap calls them: what the archive holds."""
 
     loaded: dict[str, bytes] = field(default_factory=dict)
@@ -135,7 +136,7 @@ needs_root_and_debootstrap = pytest.mark.skipif(os.geteuid() != 0 or shutil.whic
 @needs_root_and_debootstrap
 def test_bootstrap_imports_a_scrubbed_tree_under_the_default_tag() -> None:
     engine = ImportDouble()
-    ref, iid = bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB)  # type: ignore[arg-type]
+    ref, iid = bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB)
     assert (ref, iid) == ("imagesmith/debian:bookworm", "sha256:imported")
     ((names, repository, tag, changes),) = engine.calls
     assert (repository, tag) == ("imagesmith/debian", "bookworm")
@@ -151,7 +152,7 @@ def test_a_failed_debootstrap_shows_its_last_lines() -> None:
         return subprocess.CompletedProcess(cmd, 1, "".join(f"I: step {i}\n" for i in range(9)), "E: Couldn't download\n")
 
     with pytest.raises(UserError) as err:
-        bootstrap.bootstrap(ImportDouble(), "debian13", mirror=MIRROR, runner=fails, kb=KB)  # type: ignore[arg-type]
+        bootstrap.bootstrap(ImportDouble(), "debian13", mirror=MIRROR, runner=fails, kb=KB)
     assert str(err.value) == (f"debootstrap trixie from {MIRROR} failed (exit 1):\n"
                               "I: step 5\nI: step 6\nI: step 7\nI: step 8\nE: Couldn't download")
 
@@ -161,7 +162,7 @@ def test_a_tag_without_a_repository_is_refused_before_any_work() -> None:
         raise AssertionError("debootstrap ran")
 
     with pytest.raises(UserError, match=r"^--tag 'bookworm' needs the form repository:tag$"):
-        bootstrap.bootstrap(ImportDouble(), "debian12", tag="bookworm", runner=never, kb=KB)  # type: ignore[arg-type]
+        bootstrap.bootstrap(ImportDouble(), "debian12", tag="bookworm", runner=never, kb=KB)
 
 
 def handler(folder: Path, arch: str, state: str = "enabled") -> Path:
@@ -202,7 +203,7 @@ def test_an_arm64_base_is_debootstrapped_for_arm64_and_loaded_as_linux_arm64(mon
     monkeypatch.setattr(bootstrap, "host_arch", lambda: "amd64")
     monkeypatch.setattr(bootstrap, "check_runs", lambda arch: None)  # the handler itself: the test above
     engine, seen[:] = LoadDouble(), []
-    ref, iid = bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB, arch="arm64")  # type: ignore[arg-type]
+    ref, iid = bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB, arch="arm64")
     assert (ref, iid) == ("imagesmith/debian:bookworm-arm64", "sha256:loaded")
     assert seen[0][:3] == ["debootstrap", "--variant=minbase", "--arch=arm64"] and seen[0][3] == "bookworm"
     (manifest,) = json.loads(engine.loaded["manifest.json"])
@@ -220,5 +221,5 @@ def test_an_arm64_base_is_debootstrapped_for_arm64_and_loaded_as_linux_arm64(mon
 def test_this_hosts_architecture_is_imported_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bootstrap, "host_arch", lambda: "amd64")
     engine, seen[:] = ImportDouble(), []
-    bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB, arch="amd64")  # type: ignore[arg-type]
+    bootstrap.bootstrap(engine, "debian12", mirror=MIRROR, runner=fake_debootstrap, kb=KB, arch="amd64")
     assert len(engine.calls) == 1 and not any(a.startswith("--arch") for a in seen[0])

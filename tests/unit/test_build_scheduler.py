@@ -21,6 +21,7 @@ from imagesmith.errors import BuildError, UserError
 from imagesmith.model import matrix, plan
 from imagesmith.stages import build
 from tests.conftest import LOCAL_ROOTS, ROOT
+from tests.doubles import EngineBase
 
 BASE = "2.13.0-cpu-py3.11-debian12-base"
 NLP = "2.13.0-cpu-py3.11-debian12-nlp"
@@ -34,7 +35,7 @@ def image_id(name: str) -> str:
 
 
 @dataclass
-class EngineDouble:
+class EngineDouble(EngineBase):
     """Just the Engine methods Builder calls, over a dict of images; builds succeed
     unless the tag is in ``fail``; facts come from ``facts`` (tag -> facts)."""
 
@@ -79,7 +80,7 @@ class EngineDouble:
     def remove_unused(self, iid: str) -> bool:
         return False
 
-    def remove_image(self, ref: str, force: bool = True) -> None:
+    def remove_image(self, ref: str, force: bool = True, keep_parents: bool = False) -> None:
         self.removed.append(ref)
 
     def remove_containers(self, label: str, value: str) -> int:
@@ -139,7 +140,7 @@ def statuses(report: build.BuildReport) -> dict[str, str]:
 def test_every_target_builds_parents_first_and_is_measured(tmp_path: Path) -> None:
     m, p = load()
     engine = engine_for(p)
-    report = build.Builder(p, m, engine, tmp_path, jobs=2, prune=False).run()  # type: ignore[arg-type]
+    report = build.Builder(p, m, engine, tmp_path, jobs=2, prune=False).run()
     assert report.ok and set(statuses(report).values()) == {"built"}
     order = [next(t.id for t in p.targets if t.image == tag) for tag in engine.built]
     for t in p.targets:
@@ -156,7 +157,7 @@ def test_every_target_builds_parents_first_and_is_measured(tmp_path: Path) -> No
 
 def test_a_failed_target_skips_its_descendants_and_nothing_else(tmp_path: Path) -> None:
     m, p = load()
-    report = build.Builder(p, m, engine_for(p, {CUDA_BASE}), tmp_path, prune=False).run()  # type: ignore[arg-type]
+    report = build.Builder(p, m, engine_for(p, {CUDA_BASE}), tmp_path, prune=False).run()
     got = statuses(report)
     assert got[CUDA_BASE] == "failed" and got[BASE] == got[NLP] == "built"
     assert {got[CV], got[PROJECT]} == {"skipped"}
@@ -171,7 +172,7 @@ def test_a_failed_target_skips_its_descendants_and_nothing_else(tmp_path: Path) 
 def test_an_image_that_differs_from_its_plan_fails_and_is_removed(tmp_path: Path) -> None:
     m, p = load()
     engine = engine_for(p, lie={NLP: {"torch": "2.12.0"}})
-    report = build.Builder(p, m, engine, tmp_path, prune=False).run()  # type: ignore[arg-type]
+    report = build.Builder(p, m, engine, tmp_path, prune=False).run()
     nlp = next(r for r in report.results if r.target == NLP)
     assert nlp.status == "failed" and nlp.error == "image differs from the plan: torch: plan says 2.13.0, image has 2.12.0"
     assert engine.removed == [nlp.image_id] and not (tmp_path / NLP / "facts.json").exists()
@@ -186,7 +187,7 @@ def test_an_image_of_another_architecture_than_its_cell_fails_and_is_removed(tmp
     p = dataclasses.replace(p, targets=tuple(arm))
     engine = engine_for(p)
     engine.arch = "amd64"  # a local amd64 base taken as it is (moby/moby#47823), whatever --platform said
-    report = build.Builder(p, m, engine, tmp_path, prune=False).run()  # type: ignore[arg-type]
+    report = build.Builder(p, m, engine, tmp_path, prune=False).run()
     got = {r.target: r for r in report.results}
     assert got[BASE].status == "failed" and got[BASE].error == (
         "wrong architecture: the image is linux/amd64, the cell is linux/arm64; its base imagesmith/debian:bookworm is a "
@@ -199,9 +200,9 @@ def test_an_image_of_another_architecture_than_its_cell_fails_and_is_removed(tmp
 def test_a_second_run_takes_every_target_from_the_cache(tmp_path: Path) -> None:
     m, p = load()
     engine = engine_for(p)
-    first = build.Builder(p, m, engine, tmp_path, prune=False).run()  # type: ignore[arg-type]
+    first = build.Builder(p, m, engine, tmp_path, prune=False).run()
     built = list(engine.built)
-    second = build.Builder(p, m, engine, tmp_path, prune=False).run()  # type: ignore[arg-type]
+    second = build.Builder(p, m, engine, tmp_path, prune=False).run()
     assert set(statuses(second).values()) == {"cached"} and engine.built == built
     assert [r.image_id for r in second.results] == [r.image_id for r in first.results]
     assert [r.context_hash for r in second.results] == [r.context_hash for r in first.results]
@@ -214,7 +215,7 @@ def test_a_missing_base_image_that_cannot_be_pulled_says_how_to_make_it(tmp_path
     engine = engine_for(p)
     del engine.images[image_id("imagesmith/debian:trixie")]
     with pytest.raises(UserError) as err:
-        build.Builder(p, m, engine, tmp_path).run()  # type: ignore[arg-type]
+        build.Builder(p, m, engine, tmp_path).run()
     assert str(err.value) == ("base image imagesmith/debian:trixie is not in the engine and cannot be pulled (pull access "
                               "denied for imagesmith/debian:trixie); on a host with no registry make it: "
                               "imagesmith base bootstrap --os debian13 --tag imagesmith/debian:trixie")
@@ -225,7 +226,7 @@ def test_a_missing_base_image_that_cannot_be_pulled_says_how_to_make_it(tmp_path
 
 def test_build_arguments_reach_the_loopback_server_and_the_proxy(tmp_path: Path) -> None:
     m, p = load()
-    builder = build.Builder(p, m, engine_for(p), tmp_path)  # type: ignore[arg-type]
+    builder = build.Builder(p, m, engine_for(p), tmp_path)
     t = target(p, BASE)
     assert builder.logical_args(t) == {"PIP_INDEX_URL": "https://pypi.org/simple", "PIP_EXTRA_INDEX_URL": "",  # the index is the torch index: named once
                                        "PIP_FIND_LINKS": "/opt/wheels", "PIP_TRUSTED_HOST": ""}
@@ -248,7 +249,7 @@ class CountingEngine(EngineDouble):
     breaks the barrier: its timeout only keeps a wrong scheduler from hanging the test)."""
 
     meet: threading.Barrier | None = None
-    started: int = 0
+    builds_started: int = 0
     now: int = 0
     most: int = 0
 
@@ -256,9 +257,9 @@ class CountingEngine(EngineDouble):
               network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
               target: str | None = None, platform: str | None = None) -> BuildOutcome:
         with self.lock:
-            self.started, self.now = self.started + 1, self.now + 1
+            self.builds_started, self.now = self.builds_started + 1, self.now + 1
             self.most = max(self.most, self.now)
-            first = self.meet is not None and self.started <= self.meet.parties
+            first = self.meet is not None and self.builds_started <= self.meet.parties
         try:
             if first and self.meet is not None:
                 self.meet.wait()
@@ -282,7 +283,7 @@ def built_order(p: plan.Plan, engine: EngineDouble) -> list[str]:
 def test_one_job_builds_one_target_at_a_time_parents_first(tmp_path: Path) -> None:
     m, p = load()
     engine = counting_engine(p)
-    report = build.Builder(p, m, engine, tmp_path, jobs=1, prune=False).run()  # type: ignore[arg-type]
+    report = build.Builder(p, m, engine, tmp_path, jobs=1, prune=False).run()
     order = built_order(p, engine)
     assert report.ok and engine.most == 1 and sorted(order) == sorted(t.id for t in p.targets)
     assert all(order.index(t.parent) < order.index(t.id) for t in p.targets if t.parent)
@@ -291,7 +292,7 @@ def test_one_job_builds_one_target_at_a_time_parents_first(tmp_path: Path) -> No
 def test_two_jobs_build_two_independent_targets_at_once(tmp_path: Path) -> None:
     m, p = load()
     engine = counting_engine(p, threading.Barrier(2, timeout=60))
-    report = build.Builder(p, m, engine, tmp_path, jobs=2, prune=False).run()  # type: ignore[arg-type]
+    report = build.Builder(p, m, engine, tmp_path, jobs=2, prune=False).run()
     assert report.ok and engine.most == 2
     order = built_order(p, engine)
     assert all(order.index(t.parent) < order.index(t.id) for t in p.targets if t.parent)
@@ -302,7 +303,7 @@ def test_a_plan_whose_targets_form_a_cycle_is_refused_before_anything_builds(tmp
     looped = tuple(dataclasses.replace(t, parent=NLP) if t.id == BASE else t for t in p.targets)
     engine = engine_for(p)
     with pytest.raises(BuildError) as err:
-        build.Builder(dataclasses.replace(p, targets=looped), m, engine, tmp_path).run()  # type: ignore[arg-type]
+        build.Builder(dataclasses.replace(p, targets=looped), m, engine, tmp_path).run()
     assert str(err.value) == (f"the plan's targets form a cycle ({BASE} -> {NLP} -> {BASE}); each target's parent "
                               "must be built before it: check the layers' parent keys")
     assert engine.built == []
@@ -310,7 +311,7 @@ def test_a_plan_whose_targets_form_a_cycle_is_refused_before_anything_builds(tmp
 
 def test_an_interrupt_cancels_what_has_not_finished_and_keeps_what_has(tmp_path: Path) -> None:
     m, p = load()
-    builder = build.Builder(p, m, engine_for(p), tmp_path, jobs=1, prune=False)  # type: ignore[arg-type]
+    builder = build.Builder(p, m, engine_for(p), tmp_path, jobs=1, prune=False)
     builder._prepare()
 
     def interrupt() -> None:

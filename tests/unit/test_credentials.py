@@ -18,6 +18,7 @@ from imagesmith.edges.credentials import ENV_HOST, CredentialStore, Declared, lo
 from imagesmith.edges.registry import Credentials
 from imagesmith.errors import UserError
 from tests.conftest import LOCAL_ROOTS, ROOT
+from tests.doubles import EngineBase
 from tests.unit.test_ci_examples import imagesmith_calls, problems
 from tests.unit.trustkeys import policy_file
 
@@ -341,7 +342,7 @@ def test_publish_refuses_artifacts_releasing_another_repository_than_declared(tm
     store = CredentialStore(Declared(release="127.0.0.1:5000"))
     options = pipeline.ReleaseOptions(store, with_evidence=False, release_repository="127.0.0.1:5000/ml/other")
     with pytest.raises(UserError) as err:
-        pipeline.publish_artifacts(tmp_path, Recorder(), options, engine=object())
+        pipeline.publish_artifacts(tmp_path, Recorder(), options, engine=EngineBase())
     assert str(err.value) == (f"the build artifacts in {tmp_path} release 127.0.0.1:5000/imagesmith/local, but --registry "
                               "declares 127.0.0.1:5000/ml/other; nothing was sent: publish them with --registry "
                               "127.0.0.1:5000/imagesmith/local if that is yours")

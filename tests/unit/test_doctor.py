@@ -16,6 +16,7 @@ from imagesmith.edges.hostinfo import HostGpu, HostInfo
 from imagesmith.errors import EngineError
 from imagesmith.stages import doctor
 from imagesmith.stages.doctor import FAIL, GB, OK, WARN, Disk, Facts, Needs, Result
+from tests.doubles import EngineBase
 
 T = TypeVar("T")
 
@@ -437,7 +438,7 @@ def test_system_host_reads_docker_config_and_cdi_specs(tmp_path: Path) -> None:
     (cdi / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
     (cdi / "other.yaml").write_text("kind: vendor.example/fpga\n")
     (cdi / "notes.txt").write_text("nvidia.com/gpu")
-    host = doctor.SystemHost(engine=object(), environ={"DOCKER_CONFIG": str(tmp_path / "docker")})
+    host = doctor.SystemHost(engine=EngineBase(), environ={"DOCKER_CONFIG": str(tmp_path / "docker")})
     assert host.docker_config() == {"auths": {"r.example": {"auth": "eA=="}}}
     assert host.cdi_specs([str(cdi), str(tmp_path / "absent")]) == [str(cdi / "nvidia.yaml")]
     assert host.disk_usage(str(tmp_path)).free > 0

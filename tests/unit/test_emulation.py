@@ -10,12 +10,13 @@ import pytest
 from imagesmith.errors import UserError
 from imagesmith.model import policy
 from imagesmith.stages import verify
+from tests.doubles import EngineBase
 
 OPTIONS = verify.VerifyOptions()
 ARM_ON_AMD = {"image": "linux/arm64", "host": "linux/amd64", "by": verify.EMULATOR}
 
 
-class Info:
+class Info(EngineBase):
     def __init__(self, doc: dict[str, Any]) -> None:
         self.doc = doc
 

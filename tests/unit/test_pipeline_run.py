@@ -20,6 +20,7 @@ from imagesmith.edges.engine import RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, UserError
 from imagesmith.stages import artifacts, build
 from imagesmith.stages.artifacts import BuildRecord, Release
+from tests.doubles import EngineBase
 from tests.unit.test_build_scheduler import BASE, engine_for, load, true_facts
 from tests.unit.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
 from tests.unit.test_publish import FakeEngine, FakeRegistry, image_labels
@@ -32,11 +33,14 @@ IMAGE = "sha256:" + "1" * 64
 
 
 @dataclass
-class StageEngine:
+class StageEngine(EngineBase):
     """The verify double (runs the payload) and the publish double (tag, push into the registry double) as one engine."""
 
     verifier: EngineDouble
     pusher: FakeEngine
+
+    def info(self) -> dict[str, Any]:
+        return self.verifier.info()
 
     def image(self, ref: str) -> Any:
         return self.pusher.image(ref) or self.verifier.image(ref)
@@ -192,7 +196,7 @@ def test_a_matrix_given_to_publish_must_agree_with_the_artifacts(tmp_path: Path)
     saved(tmp_path)
     other = dataclasses.replace(M, image=dataclasses.replace(M.image, repository="ml/other"))
     with pytest.raises(UserError) as err:
-        pipeline.publish_artifacts(tmp_path, Recorder(), pipeline.ReleaseOptions(), matrix=other, engine=object())
+        pipeline.publish_artifacts(tmp_path, Recorder(), pipeline.ReleaseOptions(), matrix=other, engine=EngineBase())
     assert str(err.value) == (f"the build artifacts in {tmp_path} release 127.0.0.1:5000/imagesmith/local (local.yaml), not what "
                               "local.yaml says (127.0.0.1:5000/ml/other); publish without --matrix, or build again from local.yaml")
 

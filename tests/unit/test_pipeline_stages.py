@@ -17,6 +17,7 @@ from imagesmith.errors import ContainerRefused, EngineConnectionLost, RegistryEr
 from imagesmith.model import policy
 from imagesmith.resources import payload_module
 from imagesmith.stages import build, verify
+from tests.doubles import EngineBase
 
 OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",))
 
@@ -41,13 +42,16 @@ MEASURED = {"torch": "2.13.0+cpu", "cuda": None, "cudnn": None, "python": "3.11.
 
 
 @dataclass
-class EngineDouble:
+class EngineDouble(EngineBase):
     """Images by ID; a run answers as a genuine payload (or the engine fails with ``error``)."""
 
     out: Path
     error: Exception | None = None
     seen: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=lambda: dict(MEASURED))  # what the payload measured
+
+    def info(self) -> dict[str, Any]:
+        return {}  # docker info names no platform: verify compares none
 
     def image(self, ref: str) -> ImageInfo | None:
         return ImageInfo(ref, (), {"io.imagesmith.cuda": "cpu"}, 1, "t") if ref.startswith("sha256:") else None
@@ -127,6 +131,6 @@ def test_publish_takes_no_verdict_from_a_run_report(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"state": "complete", "verify": {"a": genuine()}}))
     with pytest.raises(UserError) as err:
-        pipeline.publish_artifacts(tmp_path, Recorder(), pipeline.ReleaseOptions(), run_report=path, engine=object())
+        pipeline.publish_artifacts(tmp_path, Recorder(), pipeline.ReleaseOptions(), run_report=path, engine=EngineBase())
     assert str(err.value) == (f"--run-report {path}: a run report is a file another job wrote, not evidence; publish reads "
                               f"the signed statement (verify.dsse.json) beside each build.json in {tmp_path}")

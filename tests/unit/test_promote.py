@@ -14,7 +14,8 @@ import pytest
 
 from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Credentials, Manifest, PushedManifest, Registry
 from imagesmith.errors import RegistryError
-from imagesmith.stages.promote import Promoter, split_reference
+from imagesmith.stages.promote import Promoter, staged_ref
+from tests.doubles import RegistryBase
 from tests.unit.test_publish import Reply
 
 
@@ -23,7 +24,7 @@ def sha(data: bytes) -> str:
 
 
 @dataclass
-class MemRegistry:
+class MemRegistry(RegistryBase):
     host: str
     blobs: dict[tuple[str, str], bytes] = field(default_factory=dict)
     manifests: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
@@ -159,7 +160,7 @@ def test_an_index_promotes_each_manifest_it_lists_first() -> None:
 @pytest.mark.parametrize("ref", ["reg.test/staging:tag", "reg.test@sha256:" + "1" * 64, "staging@md5:1"])
 def test_only_staged_references_by_digest_are_promoted(ref: str) -> None:
     with pytest.raises(RegistryError, match="is not a staged reference"):
-        split_reference(ref)
+        staged_ref(ref)
 
 
 @dataclass

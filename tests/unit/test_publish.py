@@ -26,6 +26,7 @@ from imagesmith.progress import QuietDisplay
 from imagesmith.stages import publish
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged
 from tests.conftest import LOCAL_ROOTS, ROOT
+from tests.doubles import EngineBase, RegistryBase
 
 DATE = "20261130"
 IMAGE = ImageSpec(repository="ml/pytorch", registry="reg.test:5000")
@@ -44,7 +45,7 @@ def manifest_for(image_id: str) -> Manifest:
 
 
 @dataclass
-class FakeRegistry:
+class FakeRegistry(RegistryBase):
     """A registry in memory: tag -> manifest, config digest -> labels."""
 
     host: str = "reg.test:5000"
@@ -106,7 +107,7 @@ class FakeRegistry:
 
 
 @dataclass
-class FakeEngine:
+class FakeEngine(EngineBase):
     """An engine whose push lands in a FakeRegistry; ``fail`` injects push errors."""
 
     reg: FakeRegistry

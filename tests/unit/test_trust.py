@@ -16,6 +16,7 @@ from imagesmith.edges import signing
 from imagesmith.errors import UserError, ValidationError
 from imagesmith.model import policy
 from imagesmith.stages import artifacts, attestation, trust, verify
+from tests.doubles import EngineBase
 from tests.unit.test_artifacts import PLAN, record
 from tests.unit.trustkeys import key_files, verifier
 
@@ -255,7 +256,7 @@ def test_a_signed_statement_gives_publish_the_measured_facts_and_the_inventory(
     tid = found.record.target.id
     assert signed.outcomes[tid].ok and signed.accepted[tid].verifier == "gpu-h200"
     assert signed.records[0].facts == {"torch": "2.13.0+cpu", "python": "3.11.2", "cuda": None, "cudnn": None}
-    assert signed.inventories(object())(str(found.record.image_id)) == {"dpkg": []}
+    assert signed.inventories(EngineBase())(str(found.record.image_id)) == {"dpkg": []}
     assert signed.to_json()["targets"][tid]["subject"] == f"{subject.name}@{subject.digest}"
 
 

@@ -16,6 +16,7 @@ from imagesmith.errors import CommandNotFound, ContainerRefused, EngineConnectio
 from imagesmith.model import compat
 from imagesmith.resources import payload_module
 from imagesmith.stages import verify
+from tests.doubles import EngineBase
 
 LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
 INFO = ImageInfo("sha256:abc", ("img:1",), LABELS, 1, "2026-11-30", ("reg/img@sha256:d",),
@@ -33,11 +34,14 @@ def answer(spec: RunSpec, tamper: Callable[[dict[str, Any]], dict[str, Any]] = l
 
 
 @dataclass
-class EngineDouble:
+class EngineDouble(EngineBase):
     """engine.image/pull/run as verify calls them; ``outcome`` decides what a run does."""
 
     outcome: Callable[[RunSpec], RunResult]
     specs: list[RunSpec] = field(default_factory=list)
+
+    def info(self) -> dict[str, Any]:
+        return {}  # docker info names no platform: verify compares none
 
     def image(self, ref: str) -> ImageInfo | None:
         return INFO if ref == "img:1" else None

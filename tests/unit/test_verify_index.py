@@ -8,12 +8,13 @@ from typing import Any
 
 from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Manifest
 from imagesmith.stages import verify
+from tests.doubles import RegistryBase
 
 AMD, ARM, INDEX = ("sha256:" + c * 64 for c in "abc")
 REF = "127.0.0.1:5000/ml/pytorch:2.9.1-base-20261201"
 
 
-class Registry:
+class Registry(RegistryBase):
     def __init__(self, docs: dict[str, dict[str, Any]]) -> None:
         self.docs: dict[str, dict[str, Any]] = docs
         self.asked: list[tuple[str, str]] = []

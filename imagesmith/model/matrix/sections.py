@@ -39,6 +39,7 @@ from imagesmith.model.matrix.records import (
 )
 from imagesmith.model.paths import PathProblem, Roots, confined
 from imagesmith.model.platform import Platform
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS, FloatingTag, TagPolicy
 from imagesmith.model.validation import Ctx, did_you_mean, kind
 from imagesmith.model.versions import matches
@@ -772,11 +773,11 @@ def _base_ref(ctx: MatrixCtx, ref: Any, path: KeyPath) -> str:
 
 
 def _check_base_ref(ctx: MatrixCtx, ref: str, path: KeyPath) -> None:
-    if "@sha256:" in ref or ref.startswith("sha256:"):
+    parsed = ImageRef.maybe(ref)
+    if parsed is None or parsed.pinned or ref.startswith("sha256:"):
         return
-    name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
-    if not tag or tag == "latest":
-        ctx.warn(path, f"{ref!r} is a mutable tag; pin it by digest ({name or ref}@sha256:...) or a dated tag so every build starts from the same bytes")
+    if not parsed.tag or parsed.tag == "latest":
+        ctx.warn(path, f"{ref!r} is a mutable tag; pin it by digest ({parsed.name}@sha256:...) or a dated tag so every build starts from the same bytes")
 
 
 # -- the whole document ---------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from imagesmith.errors import UserError
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages import trust
 from imagesmith.stages.fleet import config
 from imagesmith.stages.fleet import report as fleet_report
@@ -82,7 +83,7 @@ def believed(cell: CellResult, root: Path, policy: trust.TrustPolicy, klass: Gpu
     if cell.statement is None:
         return failed(f"its result is not signed; run imagesmith fleet verify --verifier-key KEY with a key "
                       f"{policy.file} names for class {cell.klass}")
-    expected = trust.Subject(cell.ref.rpartition("@")[0], cell.digest)
+    expected = trust.Subject(ImageRef.parse(cell.ref).name, cell.digest)
     try:
         got = trust.read_statement(root / cell.statement, policy, expected, root=root)
     except UserError as exc:

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.model import loader, schemas
+from imagesmith.model.ref import ImageRef
 
 SCHEMA = schemas.FLEET_REPORT
 STATUSES = ("pass", "fail", "cancelled")
@@ -56,7 +57,7 @@ class CellResult:
 
     @property
     def digest(self) -> str:
-        return self.ref.rpartition("@")[2]
+        return str(ImageRef.parse(self.ref).digest)
 
     @property
     def ok(self) -> bool:
@@ -158,7 +159,8 @@ def _cell(f: _Field, c: Any, where: str) -> CellResult:
     if status not in STATUSES:
         raise f.fail(f"{where}.status", f"{status!r} is not one of {', '.join(STATUSES)}")
     ref = f.get(c, "ref", str, where, "")
-    if "@sha256:" not in ref:
+    parsed = ImageRef.maybe(ref)
+    if parsed is None or not parsed.pinned:
         raise f.fail(f"{where}.ref", f"{ref!r} is not pinned by digest")
     return CellResult(
         ref=ref, klass=f.get(c, "class", str, where, ""), scheduler=f.get(c, "scheduler", str, where, ""), status=status,

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith.errors import UserError
 from imagesmith.model import loader, schemas
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages import verify
 from imagesmith.stages.fleet.config import GpuClass, SlurmPlacement
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
@@ -109,8 +110,8 @@ def verify_argv(job: CellJob, imagesmith: str) -> list[str]:
 
 def pyxis_argv(job: CellJob) -> list[str]:
     """The payload inside the image under pyxis/enroot (``REGISTRY#REPO@DIGEST`` is enroot's spelling)."""
-    host, sep, path = job.ref.name.partition("/")
-    image = f"{host}#{path}@{job.ref.digest}" if sep and ("." in host or ":" in host or host == "localhost") else str(job.ref)
+    ref = ImageRef.parse(str(job.ref))
+    image = f"{ref.host}#{ref.repository}@{ref.digest}" if ref.host else str(ref)
     return ["srun", f"--container-image={image}", f"--container-mounts={job.workdir / 'payload'}:{PAYLOAD_MOUNT}:ro",
             "--no-container-mount-home", "python3", f"{PAYLOAD_MOUNT}/run.py",
             "--config", f"{PAYLOAD_MOUNT}/config.json", "--emit-marker"]
