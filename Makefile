@@ -142,6 +142,8 @@ COVERAGE := --cov --cov-report=term:skip-covered
 # fail_under is the total's: the payload's torch checks run only where torch is, and the lock holds no torch).
 PACKAGE_COVERAGE_FLOOR := 85
 define package_coverage
+	@$(BIN)/python -m coverage report --format=total --precision=2 >/dev/null \
+	  || { echo "make: total coverage $$($(BIN)/python -m coverage report --format=total --precision=2 --fail-under=0) % is under fail_under in pyproject.toml ([tool.coverage.report])" >&2; exit 1; }
 	@total=$$($(BIN)/python -m coverage report --include='imagesmith/*' --format=total --precision=2 --fail-under=0) \
 	  && awk -v total="$$total" -v floor=$(PACKAGE_COVERAGE_FLOOR) 'BEGIN { exit !(total + 0 >= floor + 0) }' \
 	  || { echo "make: coverage of the imagesmith package is $$total %, under its floor $(PACKAGE_COVERAGE_FLOOR) % (PACKAGE_COVERAGE_FLOOR, Makefile)" >&2; exit 1; }; \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24's benchmark: the GH200 cell (bench/configs/gh200.yaml) built for linux/arm64 under emulation and for
+# Issue 24's benchmark: a GH200 cell (bench/configs/gh200.yaml) built for linux/arm64 under emulation and for
 # linux/amd64 natively, one after the other, each from no cache; wall time and image size of each, as a table.
 # Needs the two bases: imagesmith base bootstrap --os debian12 [--arch arm64]. Usage: bench/multiarch.sh [OUT]
 set -euo pipefail
@@ -9,7 +9,7 @@ MATRIX=bench/configs/gh200.yaml
 mkdir -p "$OUT"
 echo "| platform | target | build (s) | image size (GB) |"
 echo "| --- | --- | ---: | ---: |"
-for target in 2.9.1-cu128-py3.11-debian12-base 2.9.1-cu128-py3.11-debian12-arm64-base; do
+for target in 2.14.1-cu130-py3.11-debian12-base 2.14.1-cu130-py3.11-debian12-arm64-base; do
   "$BIN/imagesmith" build --matrix "$MATRIX" --out "$OUT/$target" --only "$target" --jobs 1 --no-prune \
     --allow-root /etc/ssl/certs > "$OUT/$target.log" 2>&1 || { echo "build of $target failed: $OUT/$target.log" >&2; exit 1; }
   read -r ref seconds size < <("$BIN/python" -c 'import json, sys

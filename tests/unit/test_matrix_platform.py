@@ -235,3 +235,20 @@ def test_one_base_for_every_platform_is_a_multi_platform_reference(write_matrix:
 def test_a_base_for_an_unknown_platform_is_refused(write_matrix: Callable[..., Path]) -> None:
     found = messages(write_matrix(BASE + "base_images:\n  debian12:\n    linux/riscv64: x/y:1\n"))
     assert any("base_images.debian12.linux/riscv64: unknown key" in m for m in found), found
+
+
+@pytest.mark.parametrize("torch, cuda, refused", [("2.9", "12.8", True), ("2.10", "12.8", True), ("2.14", "13.0", False),
+                                                 ("2.13", "cpu", False)])
+def test_a_cuda_cell_on_arm64_never_takes_torch_from_pypi_where_pypi_has_the_cpu_build(
+        write_matrix: Callable[..., Path], torch: str, cuda: str, refused: bool) -> None:
+    """PyPI's aarch64 torch 2.6-2.10 wheels are CPU builds (pytorch/pytorch#160162): a cu128 cell would build without CUDA."""
+    text = (BASE.replace('"2.9"', f'"{torch}"').replace('"12.8"', f'"{cuda}"') + "  platform: [linux/amd64, linux/arm64]\n"
+            + "sources:\n  torch_index_url: https://pypi.org/simple\n")
+    if not refused:
+        assert matrix.load(write_matrix(text)).cells
+        return
+    [problem] = messages(write_matrix(text))
+    assert problem.startswith(f"matrix.yaml:9 sources.torch_index_url: PyPI's linux/arm64 wheel of torch {torch}.")
+    assert "is the CPU build (torch.version.cuda is None; pytorch/pytorch#160162)" in problem
+    assert "take its cu128 wheels from https://download.pytorch.org/whl/cu128" in problem
+    assert matrix.load(write_matrix(text.replace("https://pypi.org/simple", "https://mirror.example.com/whl/{variant}"))).cells

@@ -135,6 +135,7 @@ class PlatformWheels:
     manylinux: str | None = None  # e.g. manylinux_2_28_aarch64; None: not recorded (linux/amd64: every OS here runs them)
     status: str = "resolves"
     note: str = ""
+    pypi: str = ""  # "cpu": PyPI's wheel of these releases for this platform is the CPU build, whatever the variant
 
     @property
     def available(self) -> bool:
@@ -333,7 +334,8 @@ def _platform_rows(raw: Mapping[str, Any]) -> tuple[PlatformRow, ...]:
             status = str(r.get("status", "resolves"))
             if status not in WHEEL_STATUS:
                 raise ValueError(f"platforms.{name}: status {status!r} is not one of {', '.join(WHEEL_STATUS)}")
-            wheels = PlatformWheels(platform, r.get("manylinux"), status, " ".join(str(r.get("note", "")).split()))
+            wheels = PlatformWheels(platform, r.get("manylinux"), status, " ".join(str(r.get("note", "")).split()),
+                                    str(r.get("pypi", "")))
             rows.append(PlatformRow(str(r["torch"]), str(r["variant"]), wheels))
     return tuple(rows)
 

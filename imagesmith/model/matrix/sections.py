@@ -711,6 +711,28 @@ def _check_torch_index(ctx: MatrixCtx, sources: Sources) -> None:
                  "which live on different indexes; write e.g. https://mirror.example.com/whl/{variant}")
 
 
+PYPI_HOSTS = ("pypi.org", "pypi.python.org")
+
+
+def _check_pypi_platform_wheels(ctx: MatrixCtx, cells: Sequence[Cell], sources: Sources) -> None:
+    """A CUDA cell whose platform's torch wheel on PyPI is the CPU build (the knowledge base's ``pypi: cpu``) must not
+    take torch from PyPI: it would build, and run, without CUDA (pytorch/pytorch#160162)."""
+    url = sources.torch_index_url
+    if not url or urllib.parse.urlsplit(url).hostname not in PYPI_HOSTS:
+        return
+    for cell in cells:
+        release = ctx.kb.resolve_torch(cell.torch)
+        variant = release.variant_for(cell.cuda) if release else None
+        wheels = ctx.kb.wheels_for(release, variant.name, cell.platform) if release and variant and variant.cuda else None
+        if release is not None and variant is not None and wheels is not None and wheels.pypi == "cpu":
+            ctx.error(("sources", "torch_index_url"),
+                      f"PyPI's {cell.platform} wheel of torch {release.version} is the CPU build (torch.version.cuda is None; "
+                      f"pytorch/pytorch#160162), so cell {cell.label()} would get no CUDA; take its {variant.name} wheels from "
+                      f"{variant.index} (or a mirror of it: write {{variant}} in torch_index_url), or build torch 2.11 or newer, "
+                      "whose PyPI aarch64 wheels are CUDA builds")
+            return
+
+
 def _credentials(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[Credential, ...]:
     if raw is None:
         return ()
@@ -792,6 +814,7 @@ def build(ctx: MatrixCtx, d: Mapping[str, Any]) -> Matrix:
         _check_cell(ctx, cell, layers, base_images)
     sources = _sources(ctx, d.get("sources"))
     _check_torch_index(ctx, sources)
+    _check_pypi_platform_wheels(ctx, cells, sources)
     return Matrix(
         file=ctx.file,
         image=_image(ctx, d.get("image")),
