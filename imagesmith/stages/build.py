@@ -133,6 +133,21 @@ def owner_tag(target_id: str) -> str:
     return "t-" + hashlib.sha256(target_id.encode()).hexdigest()[:40]
 
 
+QEMU_MIDR = "MIDR_EL1"  # oneDNN's xbyak_aarch64 reads it from sysfs at torch's import; QEMU on an amd64 host has none
+
+
+def emulation_hint(error: str, image_platform: str, engine_platform: str) -> str:
+    """What to add to a measurement of an ``image_platform`` image that failed on an ``engine_platform`` engine: where
+    it runs under QEMU, the native runner that can measure it (and why torch cannot start, when that is the cause)."""
+    if "/" not in image_platform or image_platform == engine_platform:
+        return ""
+    arch = image_platform.rpartition("/")[2]
+    why = (f"; torch cannot start under QEMU on this {engine_platform} host (oneDNN's xbyak_aarch64 reads {QEMU_MIDR} from "
+           "sysfs, which only an arm64 kernel has)") if QEMU_MIDR in error else ""
+    return (f" [the {image_platform} image ran under emulation{why}: build or measure it on a native {arch} runner "
+            f"(docs/matrix.md, Native and emulated builds)]")
+
+
 def compare_facts(t: Target, facts: Mapping[str, Any], declared: list[str]) -> list[str]:
     """Where the measured image differs from the plan (empty: it matches)."""
     v = t.versions
@@ -627,7 +642,7 @@ class Builder:
         facts_file = Path(self.out / t.id / "facts.json")
         cached = loader.read_cache(facts_file)
         if cached.get("image_id") != result.image_id or not isinstance(cached.get("facts"), dict):
-            cached = {"image_id": result.image_id, "facts": self._run_facts(result.image_id)}
+            cached = {"image_id": result.image_id, "facts": self._measured(t, result.image_id, info.platform if info else "")}
             write_text(facts_file, json.dumps(cached, indent=2, sort_keys=True) + "\n")
         result.facts = cached["facts"]
         result.size_bytes = info.size if info else 0
@@ -637,6 +652,18 @@ class Builder:
             result.status, result.error = "failed", "image differs from the plan: " + "; ".join(result.mismatches)
             facts_file.unlink(missing_ok=True)
             self.engine.remove_image(result.image_id)  # never reused from cache
+
+    def _measured(self, t: Target, image_id: str, image_platform: str) -> dict[str, Any]:
+        """The image's facts; a measurement that failed under emulation says where it can be measured."""
+        try:
+            return self._run_facts(image_id)
+        except BuildError as exc:
+            raise BuildError(str(exc) + emulation_hint(str(exc), image_platform or t.platform.docker, self._engine_platform())) from None
+
+    def _engine_platform(self) -> str:
+        from imagesmith.stages.verify import engine_platform
+
+        return engine_platform(self.engine)
 
     def _run_facts(self, image_id: str) -> dict[str, Any]:
         from imagesmith.stages.verify import run_facts
