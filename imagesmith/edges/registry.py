@@ -379,12 +379,16 @@ class Registry:
         return out
 
     def manifest(self, repo: str, ref: str) -> Manifest | None:
-        """The manifest ``ref`` (tag or digest) names; None if there is none.
-        An index (multi-arch) resolves to its linux/amd64 manifest's config."""
+        """The manifest ``ref`` (tag or digest) names; None if there is none. Fetched by digest, its bytes must hash
+        to that digest (a registry cannot hand back another document). An index (multi-arch) resolves to its
+        linux/amd64 manifest's config."""
         resp = self._request("GET", f"/v2/{repo}/manifests/{ref}", repo, missing_ok=True, headers={"Accept": ACCEPT})
         if resp is None:
             return None
         body = resp.content
+        if ref.startswith("sha256:") and sha256_digest(body) != ref:
+            raise RegistryHTTPError(f"{self.host}/{repo}@{ref}: the registry served a document whose digest is "
+                                    f"{sha256_digest(body)}; nothing read from it is used")
         digest = resp.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
         media_type = resp.headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
         return Manifest(digest, media_type, self._config_digest(repo, json.loads(body), media_type), body)

@@ -27,6 +27,7 @@ from imagesmith.model import compat, policy, schemas
 from imagesmith.model import platform as platforms
 from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
+from imagesmith.stages.artifacts import DIGEST
 from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
 from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
 from imagesmith.stages.payload import check_entry as check_entry
@@ -422,7 +423,8 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
 def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str] | None:
     """``ref`` (a tag) pulled through an image index: the index's digest (the engine's repo digest for ``ref``'s
     repository) and the digest of the entry for the image's own platform, read from the registry by the index's
-    digest, which no later push can change. None when ``ref`` names a plain image manifest."""
+    digest, which no later push can change (and the client checks that the bytes hash to it). None when ``ref``
+    names a plain image manifest, or the index's entry names no sha256 digest."""
     parsed = ImageRef.parse(ref)
     for held in info.repo_digests:
         pin = ImageRef.maybe(held)
@@ -434,7 +436,8 @@ def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str
         for entry in doc.get("manifests") or []:
             plat = entry.get("platform") or {}
             if "/".join(filter(None, (plat.get("os"), plat.get("architecture"), plat.get("variant")))) == info.platform:
-                return {"index": digest, "digest": str(entry.get("digest")), "platform": info.platform}
+                entry_digest = str(entry.get("digest"))
+                return {"index": digest, "digest": entry_digest, "platform": info.platform} if DIGEST.fullmatch(entry_digest) else None
     return None
 
 

@@ -6,7 +6,10 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Manifest
+import pytest
+
+from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Manifest, RegistryHTTPError, sha256_digest
+from imagesmith.edges.registry import Registry as RealRegistry
 from imagesmith.stages import verify
 from tests.doubles import RegistryBase
 
@@ -45,3 +48,33 @@ def test_a_plain_image_manifest_or_a_platform_missing_from_the_index_picks_nothi
     assert verify.index_pick(Registry({AMD: {"config": {"digest": AMD}}}), REF, image("linux/amd64", f"127.0.0.1:5000/ml/pytorch@{AMD}")) is None
     assert verify.index_pick(Registry({INDEX: INDEX_DOC}), REF, image("linux/ppc64le", f"127.0.0.1:5000/ml/pytorch@{INDEX}")) is None
     assert verify.index_pick(Registry({INDEX: INDEX_DOC}), REF, image("linux/amd64")) is None  # never pulled from a registry
+
+
+def test_an_index_entry_that_names_no_sha256_digest_is_not_recorded() -> None:
+    hostile = {"mediaType": OCI_INDEX, "manifests": [{"digest": "sha256:x\n| forged |", "platform": {"os": "linux", "architecture": "amd64"}}]}
+    assert verify.index_pick(Registry({INDEX: hostile}), REF, image("linux/amd64", f"127.0.0.1:5000/ml/pytorch@{INDEX}")) is None
+
+
+class Served:
+    """A registry that answers every manifest GET with ``body`` (and a Docker-Content-Digest naming what was asked)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def get(self, url: str, **kw: Any) -> Any:
+        return self.request("GET", url, **kw)
+
+    def request(self, method: str, url: str, **kw: Any) -> Any:
+        asked = url.rpartition("/")[2]
+        return SimpleNamespace(status_code=200, content=self.body, reason="OK", json=lambda: json.loads(self.body),
+                               headers={"Content-Type": DOCKER_V2, "Docker-Content-Digest": asked})
+
+
+def test_a_manifest_fetched_by_digest_must_hash_to_it() -> None:
+    body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_V2, "config": {"digest": AMD}}).encode()
+    good = sha256_digest(body)
+    client = RealRegistry("127.0.0.1:5000", session=Served(body))  # type: ignore[arg-type]
+    found = client.manifest("ml/pytorch", good)
+    assert found is not None and found.digest == good
+    with pytest.raises(RegistryHTTPError, match=f"the registry served a document whose digest is {good}"):
+        client.manifest("ml/pytorch", INDEX)  # the header repeats what was asked; the bytes say otherwise
