@@ -67,6 +67,12 @@ NAMES = tuple(p.value for p in Platform)
 ALIASES = {"amd64": "amd64", "x86_64": "amd64", "x86-64": "amd64", "arm64": "arm64", "aarch64": "arm64", "arm64/v8": "arm64"}
 
 
+def emulated(image: str, host: str) -> bool:
+    """Whether an image of platform ``image`` (``linux/arm64``) runs under emulation on an engine of platform ``host``;
+    not when either side is unknown (no ``os/arch``)."""
+    return "/" in image and bool(host.partition("/")[2]) and image != host
+
+
 def problem(value: str) -> str | None:
     """``None`` if ``value`` is a platform imagesmith builds, else why not and what to write."""
     if value in NAMES:

@@ -42,6 +42,7 @@ from imagesmith.model import compat, loader, schemas
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.platform import emulated
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.versions import matches
 from imagesmith.progress import Display, QuietDisplay
@@ -139,7 +140,7 @@ QEMU_MIDR = "MIDR_EL1"  # oneDNN's xbyak_aarch64 reads it from sysfs at torch's 
 def emulation_hint(error: str, image_platform: str, engine_platform: str) -> str:
     """What to add to a measurement of an ``image_platform`` image that failed on an ``engine_platform`` engine: where
     it runs under QEMU, the native runner that can measure it (and why torch cannot start, when that is the cause)."""
-    if "/" not in image_platform or image_platform == engine_platform:
+    if not emulated(image_platform, engine_platform):
         return ""
     arch = image_platform.rpartition("/")[2]
     why = (f"; torch cannot start under QEMU on this {engine_platform} host (oneDNN's xbyak_aarch64 reads {QEMU_MIDR} from "

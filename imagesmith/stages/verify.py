@@ -392,7 +392,7 @@ def engine_platform(engine: EngineProtocol) -> str:
 def emulation(ref: str, image_platform: str, host_platform: str, options: VerifyOptions) -> dict[str, str] | None:
     """The report's ``emulation`` block when ``ref`` (of ``image_platform``) is not the engine's platform; a
     GPU required of an emulated run is a UserError (it can never be GPU-verified here)."""
-    if "/" not in image_platform or not host_platform.partition("/")[2] or image_platform == host_platform:
+    if not platforms.emulated(image_platform, host_platform):
         return None
     if options.require_gpu:
         arch = image_platform.split("/")[1]
