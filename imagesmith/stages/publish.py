@@ -472,6 +472,9 @@ class Publisher:
             if tag is None:
                 continue
             self._indexes[tag] = members
+            for m in (m for m in members if m.status == "queued" and tags.tag_problems(m.tag)):  # "-arm64" made it too long
+                self._fail(m, "failed", "; ".join(tags.tag_problems(m.tag)) + " (tags.immutable in the matrix, with the "
+                           "platform's suffix)")
             first, rest = members[0], members[1:]
             first.may_float = all(m.may_float for m in members)
             for m in rest:

@@ -159,3 +159,12 @@ def test_the_items_of_a_build_carry_each_target_platform_and_its_plan_tag() -> N
     items = publish.items_from(records, {})
     assert [(i.platform, i.group) for i in items] == [(t.platform, t.tag) for t in targets]
     assert {i.platform for i in items} == set(Platform) and len({i.group for i in items}) == 1  # one index, two platforms
+
+
+def test_a_platform_tag_docker_cannot_take_fails_that_platform_and_so_the_index(world: World) -> None:
+    long = TagPolicy(immutable="{torch}-" + "x" * 109 + "-{date}")  # 124 characters: "-amd64", "-arm64" make 130
+    data = world.release(twins(), long)
+    assert [t["status"] for t in data["targets"]] == ["failed", "failed"]
+    assert "is 130 characters; Docker allows 128" in data["targets"][1]["error"] and data["targets"][1]["error"].endswith(
+        "(tags.immutable in the matrix, with the platform's suffix)")
+    assert world.engine.pushes == [] and data["indexes"][0]["action"] == "held"
