@@ -158,7 +158,7 @@ endef
 test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, the unit tier with its coverage floor, the rest
 	$(call pytest,-q -ra $(COVERAGE) $(UNIT))
 	$(package_coverage)
-	$(call pytest,-q -ra tests --ignore=tests/unit)
+	$(call pytest,-q -ra --durations=25 tests --ignore=tests/unit)
 
 unit: install              ## pure tests only (no engine, no registry), with the coverage floor
 	$(call pytest,-q $(COVERAGE) $(UNIT))

@@ -235,3 +235,85 @@ def tiny_image(registry_engine: Any, tmp_path: Path) -> Iterator[Callable[..., s
     finally:
         for image_id in made:
             registry_engine.remove_image(image_id, force=True)
+
+
+# -- order: the CUDA cells last ------------------------------------------------------------------------
+# cuda_cells (two torch 2.14.1 + CUDA 13.0 images and their shared CUDA layer, the largest thing the suite
+# builds) is session-scoped: it lives from its first user to the end. Its modules run last, so the other
+# modules' builds and registries never sit on the disk beside it. Modules stay whole and in their order.
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    cuda_modules = {item.path for item in items if "cuda_cells" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: item.path in cuda_modules)
+
+
+# -- disk: where the suite's space goes --------------------------------------------------------------
+# A full disk fails a build deep inside the engine ("no space left on device" at some COPY). The summary
+# names the free space at the start, the lowest seen after any test (and which test that was), and at the
+# end, for the temporary folder and the engine's data root, so a CI log says whether the suite or the
+# machine ran out.
+
+
+@dataclass
+class DiskWatch:
+    paths: dict[str, str] = field(default_factory=dict)  # label -> path, one per file system
+    start: dict[str, int] = field(default_factory=dict)
+    lowest: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def free(self) -> dict[str, int]:
+        return {label: shutil.disk_usage(path).free for label, path in self.paths.items()}
+
+    def sample(self, nodeid: str) -> None:
+        for label, free in self.free().items():
+            if label not in self.lowest or free < self.lowest[label][0]:
+                self.lowest[label] = (free, nodeid)
+
+    def lines(self) -> list[str]:
+        end = self.free()
+        lines = []
+        for label, path in self.paths.items():
+            low, nodeid = self.lowest.get(label, (end[label], "no test"))
+            lines.append(f"{label} ({path}): free {self.start[label] / 1e9:.1f} GB at the start, lowest {low / 1e9:.1f} GB "
+                         f"(after {nodeid}), {end[label] / 1e9:.1f} GB at the end")
+        return lines
+
+
+_DISK = DiskWatch()
+
+
+def _docker_root() -> str | None:
+    try:
+        done = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    root = done.stdout.strip()
+    return root if done.returncode == 0 and root and Path(root).is_dir() else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def disk_watch() -> DiskWatch:
+    """Starts the disk watch with the first integration test (this conftest loads at collection, after the
+    session started)."""
+    import tempfile
+
+    if not _DISK.paths:
+        seen: set[int] = set()
+        for label, path in (("temporary folder", tempfile.gettempdir()), ("engine data root", _docker_root())):
+            if path and os.stat(path).st_dev not in seen:
+                seen.add(os.stat(path).st_dev)
+                _DISK.paths[label] = path
+        _DISK.start = _DISK.free()
+    return _DISK
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    if _DISK.paths:
+        _DISK.sample(nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _DISK.paths:
+        terminalreporter.section("disk")
+        for line in _DISK.lines():
+            terminalreporter.write_line(line)
