@@ -44,13 +44,17 @@ INDEX_URL ?= https://pypi.org/simple
 # `make lock UPGRADE=ruff` (or UPGRADE="ruff mypy") moves those packages to their newest allowed
 # release and keeps every other pin; UPGRADE=all moves everything.
 UPGRADE ?=
-PIP = env PIP_CONFIG_FILE=/dev/null $(1)/python -m pip --isolated --disable-pip-version-check install -q --index-url $(INDEX_URL)
+PIP = env PIP_CONFIG_FILE=/dev/null $(1)/python -m pip --isolated --disable-pip-version-check install -q --index-url $(INDEX_URL) --find-links $(CPU_TORCH_LINKS)
 UV_ENV := env -u UV_INDEX -u UV_INDEX_URL -u UV_DEFAULT_INDEX -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS \
   -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PYTHON -u UV_NO_BINARY -u UV_NO_BUILD
 # the oldest Python the lock must install on: pyproject.toml's requires-python (">=3.10" -> 3.10)
 LOCK_PYTHON := $(shell sed -n 's/^requires-python *= *">=\([0-9.]*\)".*/\1/p' pyproject.toml)
+# torch's CPU build (the payload-test extra) is not on PyPI: its wheel comes from pytorch.org's CPU page, or
+# from a folder where this machine keeps it (/opt/wheels on the CI machines). The lock records its version and
+# hash only, never where it came from; `make install` reads the same place.
+CPU_TORCH_LINKS ?= $(if $(wildcard /opt/wheels/torch-*+cpu-*.whl),/opt/wheels,https://download.pytorch.org/whl/cpu/torch/)
 UV_COMPILE = $(UV_ENV) $(UV) pip compile --quiet --no-config --universal --python-version $(or $(LOCK_PYTHON),$(error pyproject.toml: no requires-python = ">=X.Y" line to lock for)) \
-  --generate-hashes --index-url $(INDEX_URL)
+  --generate-hashes --index-url $(INDEX_URL) --find-links $(CPU_TORCH_LINKS)
 LOCK_INPUTS := pyproject.toml .cache/lock/build-system.in
 LOCK_COMPILE = $(UV_COMPILE) --all-extras --custom-compile-command 'make lock' $(LOCK_INPUTS)
 # the requirement lines of a lock file (name==version ; markers), without hashes and comments

@@ -1,10 +1,8 @@
-"""The payload's checks on this machine's CPU (torch needed; skipped without it).
+"""The payload's checks on this machine's CPU, with torch's CPU build.
 
-torch is not in requirements/lock.txt, so `make unit` skips this module. The lock is written from PyPI
-alone (Makefile, `make lock`), and PyPI's Linux x86_64 torch is the CUDA build: torch 2.15.0 pulls 29
-wheels, 2.8 GiB to download (cuDNN, cuBLAS, NCCL, triton, ...), into every `make install`. The CPU-only
-wheel lives on download.pytorch.org, an index the lock does not read. Where torch is installed (a GPU
-host, or PYTHONPATH naming a folder that holds a CPU torch) this module runs.
+torch 2.13.0+cpu is in requirements/lock.txt (the payload-test extra, for Python 3.11 on Linux x86_64, the
+Python `make install` uses), so `make unit` runs this module. Elsewhere torch is not installed and the module
+skips, saying so.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (not in requirements/lock.txt: see this module's docstring)")
+torch = pytest.importorskip("torch", reason="torch is not installed: requirements/lock.txt pins its CPU build for Python 3.11 on Linux x86_64 only")
 
 VERIFY = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
 sys.path.insert(0, VERIFY)
