@@ -13,6 +13,7 @@ import click
 from imagesmith.errors import UserError
 from imagesmith.model import loader, schemas
 from imagesmith.model.matrix.records import TIERS
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages.fleet import config
 from imagesmith.table import print_table
 
@@ -42,7 +43,7 @@ def validate_cmd(file: Path) -> None:
     click.echo(f"OK: {len(fleet.classes)} classes ({where}); floating tags require {', '.join(fleet.require)}")
 
 
-def _refs(refs: Sequence[str], release: Path | None) -> list[config.DigestRef]:
+def _refs(refs: Sequence[str], release: Path | None) -> list[ImageRef]:
     found = [config.parse_ref(r) for r in refs]
     if release is not None:
         found += _release_refs(release)
@@ -51,7 +52,7 @@ def _refs(refs: Sequence[str], release: Path | None) -> list[config.DigestRef]:
     return found
 
 
-def undeclared_refs(refs: Sequence[str], release: Path | None, registry: str | None) -> set[config.DigestRef]:
+def undeclared_refs(refs: Sequence[str], release: Path | None, registry: str | None) -> set[ImageRef]:
     """The --release report's images on a host the operator did not declare (--registry): their jobs get no
     credentials. A report naming another host than --registry is a UserError (nothing is submitted)."""
     from imagesmith.edges.credentials import check_artifact_host
@@ -59,15 +60,15 @@ def undeclared_refs(refs: Sequence[str], release: Path | None, registry: str | N
     named = {config.parse_ref(r) for r in refs}
     found = [r for r in (_release_refs(release) if release is not None else []) if r not in named]
     for ref in found:
-        check_artifact_host(ref.name.split("/", 1)[0], registry, str(release), "release registry", "--registry HOST")
+        check_artifact_host(ref.host, registry, str(release), "release registry", "--registry HOST")
     return set() if registry else set(found)
 
 
-def without_credentials(jobs: Sequence[Any], refs: set[config.DigestRef]) -> list[Any]:
+def without_credentials(jobs: Sequence[Any], refs: set[ImageRef]) -> list[Any]:
     return [dataclasses.replace(j, credentials=None) if j.ref in refs else j for j in jobs]
 
 
-def _release_refs(path: Path) -> list[config.DigestRef]:
+def _release_refs(path: Path) -> list[ImageRef]:
     """Every image a release report pushed or found unchanged, by digest (read through
     :mod:`imagesmith.model.loader`: confined, bounded, strict JSON, schema release-1)."""
     doc = loader.load_json_artifact(path, schema=schemas.RELEASE, fix="give the release.json that imagesmith publish wrote")

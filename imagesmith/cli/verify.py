@@ -219,7 +219,7 @@ def _sign_image_verification(image: str, report: Mapping[str, Any], signer: Key,
     from imagesmith.stages.fleet.config import parse_ref
 
     ref = parse_ref(image)
-    return pipeline.sign_report(Engine(), report, trust.Subject(ref.name, ref.digest), signer, statement_path(json_out),
+    return pipeline.sign_report(Engine(), report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out),
                                 lambda line: click.secho(f"note: {line}", fg="yellow", err=True))
 
 

@@ -52,6 +52,11 @@ class ImageRef:
         return f"{self.host}/{self.repository}" if self.host else self.repository
 
     @property
+    def basename(self) -> str:
+        """The last component of the repository path (``pytorch`` of ``reg/ml/pytorch``): an OCI purl's name."""
+        return self.repository.rsplit("/", 1)[-1]
+
+    @property
     def registry(self) -> str:
         """The registry the reference names: its host, else Docker Hub."""
         return self.host or DOCKER_HUB
@@ -60,6 +65,14 @@ class ImageRef:
     def pinned(self) -> bool:
         """Pinned by a sha256 digest (the one digest a registry and the engine resolve)."""
         return bool(self.digest and self.digest.startswith("sha256:"))
+
+    @property
+    def sha256(self) -> str:
+        """The digest of a reference pinned by sha256 (a ValueError for any other: a reference that must be
+        pinned is parsed by a rule that requires the digest, e.g. the fleet's ``parse_ref``)."""
+        if self.digest is None or not self.pinned:
+            raise ValueError(f"{self} is not pinned by a sha256 digest")
+        return self.digest
 
     def with_tag(self, tag: str | None) -> ImageRef:
         return replace(self, tag=tag)

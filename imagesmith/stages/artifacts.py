@@ -33,6 +33,7 @@ from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.model import loader, plan, schemas
 from imagesmith.model.matrix.records import ImageSpec, Matrix
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import DOCKER_TAG, FloatingTag, TagPolicy
 
 BUILD_SCHEMA = schemas.BUILD_ARTIFACT
@@ -84,12 +85,18 @@ class Staged:
         return f"{self.repository}@{self.digest}"
 
     @property
+    def ref(self) -> ImageRef:
+        """``repository@digest`` by the reference grammar (the repository is checked to name a host where an
+        artifact is read: :func:`check_repository`)."""
+        return ImageRef.parse(self.reference)
+
+    @property
     def host(self) -> str:
-        return self.repository.split("/", 1)[0]
+        return self.ref.host
 
     @property
     def path(self) -> str:
-        return self.repository.split("/", 1)[1]
+        return self.ref.repository
 
 
 NOT_OURS = "it is not a build artifact this imagesmith wrote (build again with imagesmith build)"

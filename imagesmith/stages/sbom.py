@@ -22,6 +22,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
 from imagesmith.errors import UserError
+from imagesmith.model.ref import ImageRef
 
 INVENTORY_SCHEMA = "imagesmith.inventory/1"
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
@@ -110,7 +111,7 @@ def deb_component(p: DebPackage, inv: Inventory) -> Component:
 
 def image_component(image: ImageIdentity) -> Component:
     host_repo = image.name
-    purl = PackageURL(type="oci", name=host_repo.rsplit("/", 1)[-1], version=image.digest,
+    purl = PackageURL(type="oci", name=ImageRef.parse(host_repo).basename, version=image.digest,
                       qualifiers={"repository_url": host_repo})
     base = Component(type=ComponentType.CONTAINER, name=image.base_image, bom_ref="base-image",
                      properties=[Property(name=PROPERTY_PREFIX + "role", value="base-image")])

@@ -136,7 +136,8 @@ DIGEST = "sha256:" + "ab" * 32
     (f"pytorch@{DIGEST}", "pytorch"),
 ])
 def test_digest_references(text: str, name: str) -> None:
-    assert config.parse_ref(text) == config.DigestRef(name, DIGEST) and str(config.parse_ref(text)) == text
+    ref = config.parse_ref(text)
+    assert (ref.name, ref.tag, ref.sha256, str(ref)) == (name, None, DIGEST, text)
 
 
 @pytest.mark.parametrize("text", [

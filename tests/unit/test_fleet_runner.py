@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import pytest
 
 from imagesmith.errors import UserError
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages.fleet import config, runner
 from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
@@ -89,7 +90,7 @@ class Scripted:
 
 
 def run(tmp_path: Path, scheduler: Scripted, requeues: int = 0, fleet_text: str = FLEET,
-        refs: Sequence[config.DigestRef] = (REF,)) -> tuple[FleetReport, list[str], Clock]:
+        refs: Sequence[ImageRef] = (REF,)) -> tuple[FleetReport, list[str], Clock]:
     path = tmp_path / "fleet.yaml"
     path.write_text(fleet_text % {"requeues": requeues})
     fleet = config.load(path)
@@ -184,7 +185,7 @@ def test_one_job_per_digest_and_class(tmp_path: Path) -> None:
     two = FLEET + "  b:\n    gpus: 0\n    tier: standard\n    slurm: {partition: q}\n"
     sched = Scripted([(FINISHED, "COMPLETED")], good_report())
     rep, _, _ = run(tmp_path, sched, fleet_text=two, refs=(REF, other, REF))
-    assert [(j.ref.digest[7:9], j.klass.name, j.tier) for j in sched.submitted] == [
+    assert [(j.ref.sha256[7:9], j.klass.name, j.tier) for j in sched.submitted] == [
         ("ab", "a", "quick"), ("ab", "b", "standard"), ("cd", "a", "quick"), ("cd", "b", "standard")]
     assert [c.status for c in rep.cells] == ["pass", "pass", "fail", "fail"]  # the report names sha256:abab..., not cdcd...
 

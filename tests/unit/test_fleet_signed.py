@@ -145,7 +145,7 @@ def test_a_statement_publish_must_not_believe_holds_the_tag_back(tmp_path: Path,
     cell_path = report.parent / json.loads(report.read_text())["cells"][0]["statement"]
     if tamper == "stranger":
         stranger, _ = keys(tmp_path / "stranger", {"stranger": ["*"]})
-        cell_path.write_bytes(trust.sign(H200, None, trust.Subject(REF.name, REF.digest), stranger["stranger"],
+        cell_path.write_bytes(trust.sign(H200, None, trust.Subject(REF.name, REF.sha256), stranger["stranger"],
                                          {"class": "h200"}))
     elif tamper == "digest":
         other = "sha256:" + "cd" * 32

@@ -47,4 +47,12 @@ def test_with_tag_and_digest() -> None:
     assert str(ref.with_digest(D)) == f"reg.test/ml/x:v1@{D}" and ref.with_digest(D).pinned
     assert str(ref.with_tag("v2")) == "reg.test/ml/x:v2" and not ref.pinned
     assert str(ref.with_digest(D).with_tag(None)) == f"reg.test/ml/x@{D}"
+    assert (ref.basename, ImageRef.parse("pytorch").basename) == ("x", "pytorch")
     assert not ImageRef.parse("reg.test/ml/x@sha512:" + "0" * 128).pinned
+
+
+def test_sha256_only_of_a_pinned_reference() -> None:
+    assert ImageRef.parse(f"reg.test/ml/x:v1@{D}").sha256 == D
+    for text in ("reg.test/ml/x:v1", "reg.test/ml/x@sha512:" + "0" * 128):
+        with pytest.raises(ValueError, match="is not pinned by a sha256 digest"):
+            _ = ImageRef.parse(text).sha256

@@ -23,6 +23,7 @@ from imagesmith.model.located import KeyPath, load_located
 from imagesmith.model.matrix.records import TIERS
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.validation import Ctx
 from imagesmith.resources import payload_dir
 
@@ -131,22 +132,13 @@ class Fleet:
         return next(c for c in self.classes if c.name == name)
 
 
-@dataclass(frozen=True)
-class DigestRef:
-    name: str  # host/repository
-    digest: str  # sha256:...
-
-    def __str__(self) -> str:
-        return f"{self.name}@{self.digest}"
-
-
-def parse_ref(text: str) -> DigestRef:
-    """``host/repo@sha256:<64 hex>`` or a UserError saying what to write."""
-    m = DIGEST_REF.fullmatch(text)
-    if m is None:
+def parse_ref(text: str) -> ImageRef:
+    """``host/repo@sha256:<64 hex>`` (no tag: the digest alone names what the fleet runs) as an
+    :class:`ImageRef`, or a UserError saying what to write."""
+    if DIGEST_REF.fullmatch(text) is None:
         raise UserError(f"{text!r} is not an image pinned by digest; write REGISTRY/REPOSITORY@sha256:<64 hex digits> "
                         f"(the digest publish printed, or skopeo inspect --format '{{{{.Digest}}}}')")
-    return DigestRef(m.group("name"), m.group("digest"))
+    return ImageRef.parse(text)
 
 
 def label_key_ok(key: str) -> bool:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from imagesmith.stages.fleet.config import DigestRef, GpuClass
+from imagesmith.model.ref import ImageRef
+from imagesmith.stages.fleet.config import GpuClass
 
 # Phases, whatever the scheduler calls them:
 PENDING = "pending"  # accepted, not started (queued, requeued, image pulling, unschedulable)
@@ -22,7 +23,7 @@ PHASES = (PENDING, RUNNING, FINISHED, ENDED, GONE)
 class CellJob:
     """One (digest x class): what to verify, where, and the folder its files go to."""
 
-    ref: DigestRef
+    ref: ImageRef
     klass: GpuClass
     tier: str
     workdir: Path  # absolute; on a filesystem the nodes share (Slurm)
@@ -31,11 +32,11 @@ class CellJob:
 
     @property
     def key(self) -> str:
-        return f"{self.ref.digest}/{self.klass.name}"
+        return f"{self.ref.sha256}/{self.klass.name}"
 
     @property
     def short(self) -> str:
-        return f"{self.klass.name} {self.ref.digest[7:19]}"
+        return f"{self.klass.name} {self.ref.sha256[7:19]}"
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def _placement(job: CellJob) -> KubernetesPlacement:
 
 
 def job_name(job: CellJob, suffix: str) -> str:
-    return f"imagesmith-{job.klass.name}-{job.ref.digest[7:19]}-{suffix}"
+    return f"imagesmith-{job.klass.name}-{job.ref.sha256[7:19]}-{suffix}"
 
 
 def payload_items(files: Sequence[str]) -> list[tuple[str, str]]:

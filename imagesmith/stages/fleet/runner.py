@@ -29,9 +29,10 @@ from imagesmith.atomic import write_text
 from imagesmith.edges.signing import Key
 from imagesmith.errors import UserError
 from imagesmith.model import policy
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages import trust
 from imagesmith.stages.fleet import report as fleet_report
-from imagesmith.stages.fleet.config import DigestRef, Fleet, GpuClass
+from imagesmith.stages.fleet.config import Fleet, GpuClass
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView, Scheduler
 from imagesmith.stages.fleet.report import CellResult, FleetReport
 from imagesmith.stages.verify import declared_checks
@@ -58,7 +59,7 @@ def run_id() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
-def cell_jobs(fleet: Fleet, refs: Sequence[DigestRef], out: Path, rid: str, tier: str | None,
+def cell_jobs(fleet: Fleet, refs: Sequence[ImageRef], out: Path, rid: str, tier: str | None,
               classes: Sequence[str] = (), credentials: Path | None = None) -> list[CellJob]:
     """One job per (digest x class); the tier: the class's own, else --tier, else the fleet file's."""
     chosen = [c for c in fleet.classes if not classes or c.name in classes]
@@ -66,7 +67,7 @@ def cell_jobs(fleet: Fleet, refs: Sequence[DigestRef], out: Path, rid: str, tier
     if unknown:
         raise UserError(f"--class {', '.join(unknown)}: not in {fleet.file.name}; classes: {', '.join(c.name for c in fleet.classes)}")
     out = out.resolve()
-    return [CellJob(ref, k, k.tier or tier or fleet.tier, out / ref.digest[7:19] / k.name, rid,
+    return [CellJob(ref, k, k.tier or tier or fleet.tier, out / ref.sha256[7:19] / k.name, rid,
                     credentials.resolve() if credentials else None) for ref in dict.fromkeys(refs) for k in chosen]
 
 
@@ -216,7 +217,7 @@ class FleetRun:
         job, view = cell.job, cell.view
         context = {"class": job.klass.name, "run_id": job.run_id, "scheduler": job.klass.scheduler,
                    "job_id": cell.job_id or "", "node": view.node if view else ""}
-        subject = trust.Subject(job.ref.name, job.ref.digest)
+        subject = trust.Subject(job.ref.name, job.ref.sha256)
         write_text(job.workdir / trust.STATEMENT_FILE, trust.sign(report, None, subject, self.signer, context).decode() + "\n")
 
     def _cancel(self, cell: Cell, reason: str) -> None:
@@ -317,7 +318,7 @@ def _never_submitted(cell: Cell) -> CellResult:
 
 def judge(job: CellJob, report: Mapping[str, Any]) -> list[str]:
     """Why a cell with a report fails: failed checks, another image, the wrong GPUs."""
-    return judge_report(job.ref.digest, job.klass, report)
+    return judge_report(job.ref.sha256, job.klass, report)
 
 
 def judge_report(digest: str, klass: GpuClass | None, report: Mapping[str, Any]) -> list[str]:

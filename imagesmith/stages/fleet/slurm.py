@@ -33,7 +33,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith.errors import UserError
 from imagesmith.model import loader, schemas
-from imagesmith.model.ref import ImageRef
 from imagesmith.stages import verify
 from imagesmith.stages.fleet.config import GpuClass, SlurmPlacement
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
@@ -73,7 +72,7 @@ def verify_timeout_s(time_limit_s: int) -> int:
 
 
 def job_name(job: CellJob) -> str:
-    return f"imagesmith-{job.klass.name}-{job.ref.digest[7:19]}"
+    return f"imagesmith-{job.klass.name}-{job.ref.sha256[7:19]}"
 
 
 def sbatch_argv(job: CellJob, environ: Mapping[str, str]) -> list[str]:
@@ -110,8 +109,8 @@ def verify_argv(job: CellJob, imagesmith: str) -> list[str]:
 
 def pyxis_argv(job: CellJob) -> list[str]:
     """The payload inside the image under pyxis/enroot (``REGISTRY#REPO@DIGEST`` is enroot's spelling)."""
-    ref = ImageRef.parse(str(job.ref))
-    image = f"{ref.host}#{ref.repository}@{ref.digest}" if ref.host else str(ref)
+    ref = job.ref
+    image = f"{ref.host}#{ref.repository}@{ref.sha256}" if ref.host else str(ref)
     return ["srun", f"--container-image={image}", f"--container-mounts={job.workdir / 'payload'}:{PAYLOAD_MOUNT}:ro",
             "--no-container-mount-home", "python3", f"{PAYLOAD_MOUNT}/run.py",
             "--config", f"{PAYLOAD_MOUNT}/config.json", "--emit-marker"]
