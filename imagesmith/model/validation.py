@@ -290,10 +290,18 @@ class Table:
 
     def read(self, ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, Any]:
         """Unknown keys and missing required ones reported, then each key read; its value by name."""
+        return self.values(ctx, self.given(ctx, raw, path), path)
+
+    def given(self, ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, Any]:
+        """The first half of :meth:`read`: the known keys written (raw), unknown and missing required ones reported."""
         given = ctx.mapping(raw, path, self.names)
         for key in self.keys:
             if key.required and key.name not in given:
                 ctx.error(path, key.required)
+        return given
+
+    def values(self, ctx: Ctx, given: Mapping[str, Any], path: KeyPath) -> dict[str, Any]:
+        """The second half of :meth:`read`: each key of ``given`` (from :meth:`given`) read, the rules run."""
         values: dict[str, Any] = {}
         for item in self.items:
             if isinstance(item, Rule):

@@ -600,32 +600,6 @@ def _verify(ctx: MatrixCtx, raw: Any) -> VerifyPolicy:
     )
 
 
-SOURCE_KEYS = ("torch_index_url", "index_url", "extra_index_urls", "find_links", "trusted_hosts",
-               "ca_bundle", "proxy", "network", "credentials", "advisories")
-
-
-def _sources(ctx: MatrixCtx, raw: Any) -> Sources:
-    p: KeyPath = ("sources",)
-    s = ctx.section(raw, p, SOURCE_KEYS)
-    proxy = ctx.section(s.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
-    ca = s("ca_bundle", _ca_bundle)
-    return Sources(
-        torch_index_url=s("torch_index_url", _index),
-        index_url=s("index_url", _index),
-        extra_index_urls=s("extra_index_urls", _indexes),
-        find_links=s("find_links", _indexes),
-        trusted_hosts=s("trusted_hosts", Ctx.checked_strings, grammar.host),
-        ca_bundle=ca[0] if ca else None,
-        ca_bundle_data=ca[1] if ca else b"",
-        http_proxy=proxy("http", Ctx.optional, grammar.proxy_url),
-        https_proxy=proxy("https", Ctx.optional, grammar.proxy_url),
-        no_proxy=proxy("no_proxy", Ctx.optional, grammar.no_proxy),
-        network=s("network", Ctx.choice, NETWORK_MODES, "default"),
-        credentials=s("credentials", _credentials),
-        advisories=s("advisories", _advisories),
-    )
-
-
 def _advisories(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, ...]:
     """OSV snapshots: an http(s) URL, or a zip or folder inside the roots (read when matched, not here)."""
     out = []
@@ -794,6 +768,45 @@ def _secret_file(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Path | None:
         ctx.error(path, f"{text} resolves to {resolved}, outside {ctx.roots.base}; keep it in the matrix's folder, "
                   f"or allow its folder on the command line: --allow-root {resolved.parent}")
     return resolved
+
+
+PROXY = Table("proxy", (
+    Key("http", partial(Ctx.optional, check=grammar.proxy_url)),
+    Key("https", partial(Ctx.optional, check=grammar.proxy_url)),
+    Key("no_proxy", partial(Ctx.optional, check=grammar.no_proxy)),
+))
+
+
+def _proxy_values(ctx: MatrixCtx, v: dict[str, Any], p: KeyPath) -> None:
+    v["proxy"] = PROXY.values(ctx, v["proxy"], p + ("proxy",))
+
+
+SOURCES = Table("sources", (  # -> Sources
+    Key("proxy", PROXY.given),  # its unknown keys first, as they always came; its values below
+    Key("ca_bundle", _ca_bundle),
+    Key("torch_index_url", _index),
+    Key("index_url", _index),
+    Key("extra_index_urls", _indexes),
+    Key("find_links", _indexes),
+    Key("trusted_hosts", partial(Ctx.checked_strings, check=grammar.host)),
+    Rule(_proxy_values),
+    Key("network", partial(Ctx.choice, choices=NETWORK_MODES), Sources.network),
+    Key("credentials", _credentials),
+    Key("advisories", _advisories),
+))
+SOURCE_KEYS = SOURCES.names
+
+
+def _sources(ctx: MatrixCtx, raw: Any) -> Sources:
+    v = SOURCES.read(ctx, raw, ("sources",))
+    ca, proxy = v["ca_bundle"], v["proxy"]
+    return Sources(
+        torch_index_url=v["torch_index_url"], index_url=v["index_url"], extra_index_urls=v["extra_index_urls"],
+        find_links=v["find_links"], trusted_hosts=v["trusted_hosts"],
+        ca_bundle=ca[0] if ca else None, ca_bundle_data=ca[1] if ca else b"",
+        http_proxy=proxy["http"], https_proxy=proxy["https"], no_proxy=proxy["no_proxy"],
+        network=v["network"], credentials=v["credentials"], advisories=v["advisories"],
+    )
 
 
 def _base_images(ctx: MatrixCtx, raw: Any) -> dict[str, str]:
