@@ -94,3 +94,12 @@ def test_not_a_mapping_is_reported_once_and_every_key_still_read() -> None:
     values = TABLE.read(c, [1], ("s",))
     assert shown(c) == ["doc.yaml:1 s: expected a mapping, got a list", "doc.yaml:1 s: s needs name: what it is called"]
     assert values["port"] == 2222
+
+
+def test_given_then_values_is_read_in_two_steps() -> None:
+    c = ctx()
+    given = TABLE.given(c, {"mode": "fast", "prot": 1}, ("s",))
+    assert given == {"mode": "fast"}
+    assert shown(c) == ["doc.yaml:1 s.prot: unknown key; did you mean 'port'?", "doc.yaml:1 s: s needs name: what it is called"]
+    assert TABLE.values(c, given, ("s",)) == {"name": None, "port": 2222, "mode": "fast", "on": False, "limit": None}
+    assert len(c.problems) == 2

@@ -4,6 +4,15 @@ Each parser takes the :class:`MatrixCtx` (the shared toolkit of :mod:`imagesmith
 plus the knowledge base) and the raw value of its section; it returns records and reports every
 problem where it was written (``file:line key.path``), with the fix. Cells are checked against
 the knowledge base here too.
+
+A section whose keys are plain reads is a key table (:class:`~imagesmith.model.validation.Table`)
+declared next to its parser: ``IMAGE``, ``TAGS``, ``VERIFY``, ``VULNERABILITIES`` and ``ALLOWANCE``,
+``SOURCES`` and ``PROXY``, ``JUPYTER`` and ``SSHD`` list each key with its getter and default, in the
+order the keys are read (which is the order of their messages); a check across keys is a ``Rule`` at
+its place, and what is left to code is turning the values into records. The matrix itself (axes,
+include/exclude: the cells), the layers (a layer's defaults follow its name; services is read twice),
+base_images, thresholds, floating tags and credentials stay functions: their keys are the user's own,
+or which keys are read depends on others.
 """
 
 from __future__ import annotations

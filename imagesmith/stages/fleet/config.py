@@ -6,6 +6,8 @@ turned into frozen records at once. Every value that later lands in a batch
 script, an ``sbatch`` argument or a Kubernetes Job is checked here against the
 grammar of what it becomes (Slurm names, label keys and values, quantities,
 durations); the renderers still pass argv lists and quote what they write.
+The slurm: and kubernetes: placements are key tables of the matrix's toolkit
+(:class:`~imagesmith.model.validation.Table`: each key, its getter, its default).
 """
 
 from __future__ import annotations
