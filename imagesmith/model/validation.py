@@ -243,7 +243,6 @@ class Key:
     required: str = ""
     optional: bool = False
     check: grammar.Check | None = None
-    doc: str = ""
 
     def value(self, ctx: Ctx, given: Mapping[str, Any], values: Mapping[str, Any], path: KeyPath) -> Any:
         raw, where = given.get(self.name), path + (self.name,)
@@ -258,7 +257,8 @@ class Key:
 
 @dataclass(frozen=True)
 class Rule:
-    """A check across keys, run at its place among the keys: ``check(ctx, values, path)``."""
+    """A step across keys, run at its place among the keys: ``check(ctx, values, path)`` checks the values
+    read so far (or completes them: a nested table's values, read where they always were)."""
 
     check: Callable[[Any, dict[str, Any], KeyPath], None]
 

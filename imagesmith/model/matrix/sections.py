@@ -96,8 +96,8 @@ IMAGE = Table("image", (  # -> ImageSpec
     Key("repository", Ctx.string, "imagesmith/pytorch", check=grammar.repository),
     Key("registry", partial(Ctx.optional, check=grammar.registry_host)),
     Rule(_image_name_length),
-    Key("user", Ctx.text, "ml", check=grammar.user_name),
-    Key("uid", partial(Ctx.integer, lo=1, hi=65535), 1000),
+    Key("user", Ctx.text, ImageSpec.user, check=grammar.user_name),
+    Key("uid", partial(Ctx.integer, lo=1, hi=65535), ImageSpec.uid),
     Key("labels", partial(_pairs, key_check=grammar.label_key)),
 ))
 
@@ -671,7 +671,7 @@ def _allowances(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[vulns.Allowanc
 
 
 VULNERABILITIES = Table("vulnerabilities", (  # -> vulns.Policy
-    Key("threshold", partial(Ctx.choice, choices=vulns.THRESHOLDS), "critical"),
+    Key("threshold", partial(Ctx.choice, choices=vulns.THRESHOLDS), vulns.Policy.threshold),
     Key("allow", _allowances),
     Key("max_age_days", partial(Ctx.integer, lo=1, hi=3650), 0, optional=True),  # absent: None, no age limit
 ))
