@@ -6,12 +6,21 @@ the default), and record every problem with ``file:line key.path`` so that all
 errors of a file are reported together. What a value must look like beyond its
 type is :mod:`imagesmith.model.grammar`'s (one check per thing a value becomes);
 what each section holds is the caller's (``matrix.sections``, ``stages.fleet.config``).
+
+A section whose keys are plain reads is declared as a :class:`Table`, in the spirit of pre-commit's
+cfgv schemas (``Map('Name', 'id', Required(...), Optional(...))``): one :class:`Key` per key, with its
+getter, default and whether it is required, in the order it is read; a :class:`Rule` checks across keys
+at its place in that order, and a :class:`Derived` default is computed from the keys before it (cfgv's
+conditional keys). ``TABLE.read(ctx, raw, path)`` reports unknown keys (with a did-you-mean) and missing
+required ones, then reads each key at ``path.key`` and returns the values by name. Logic that is
+genuinely across keys (which records to build, which keys to skip) stays code after the read.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Concatenate, Generic, Iterable, Iterator, Mapping, ParamSpec, Sequence, TypeVar
 
@@ -82,6 +91,10 @@ class Ctx:
             self.error(path, f"expected a string, got {kind(raw)}")
             return default
         return str(raw)
+
+    def text(self, raw: Any, path: KeyPath, default: str) -> str:
+        """:meth:`string`, whose default also stands for an empty one."""
+        return self.string(raw, path, default) or default
 
     def strings(self, raw: Any, path: KeyPath) -> tuple[str, ...]:
         """A list of strings; a single string is taken as a list of one."""
@@ -202,6 +215,100 @@ class Section(Mapping[str, Any], Generic[C]):
 
     def __len__(self) -> int:
         return len(self.given)
+
+
+# -- a section's keys as a table -------------------------------------------------------
+
+MISSING: Any = object()  # a Key without a default: its getter's own
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A default that depends on the section (cfgv's conditional keys): ``fn(given, values)``, with the
+    keys written (known ones, raw) and the values of the keys read before this one."""
+
+    fn: Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a :class:`Table`: ``read(ctx, raw, path.name[, default=...])``, a getter of :class:`Ctx`
+    (``functools.partial`` binds its other arguments) or the section's own; the raw value is None when
+    the key is absent. ``required``: the error, at the section, when it is absent. ``optional``: an
+    absent (or null) value is None and is not read. ``check``: the grammar a string read must meet."""
+
+    name: str
+    read: Callable[..., Any]
+    default: Any = MISSING
+    required: str = ""
+    optional: bool = False
+    check: grammar.Check | None = None
+
+    def value(self, ctx: Ctx, given: Mapping[str, Any], values: Mapping[str, Any], path: KeyPath) -> Any:
+        raw, where = given.get(self.name), path + (self.name,)
+        if raw is None and self.optional:
+            return None
+        default = self.default.fn(given, values) if isinstance(self.default, Derived) else self.default
+        value = self.read(ctx, raw, where) if default is MISSING else self.read(ctx, raw, where, default=default)
+        if self.check is not None and isinstance(value, str):
+            ctx.checked(value, where, self.check)
+        return value
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A step across keys, run at its place among the keys: ``check(ctx, values, path)`` checks the values
+    read so far (or completes them: a nested table's values, read where they always were)."""
+
+    check: Callable[[Any, dict[str, Any], KeyPath], None]
+
+
+def checks(name: str, check: grammar.Check) -> Rule:
+    """A :class:`Rule` checking the string read for ``name`` against its grammar (later than the read)."""
+
+    def rule(ctx: Ctx, values: dict[str, Any], path: KeyPath) -> None:
+        if values[name] is not None:
+            ctx.checked(values[name], path + (name,), check)
+
+    return Rule(rule)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A section's keys, in the order they are read, and the rules across them (cfgv's ``Map``)."""
+
+    name: str
+    items: tuple[Key | Rule, ...]
+
+    @property
+    def keys(self) -> tuple[Key, ...]:
+        return tuple(item for item in self.items if isinstance(item, Key))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(key.name for key in self.keys)
+
+    def read(self, ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, Any]:
+        """Unknown keys and missing required ones reported, then each key read; its value by name."""
+        return self.values(ctx, self.given(ctx, raw, path), path)
+
+    def given(self, ctx: Ctx, raw: Any, path: KeyPath) -> dict[str, Any]:
+        """The first half of :meth:`read`: the known keys written (raw), unknown and missing required ones reported."""
+        given = ctx.mapping(raw, path, self.names)
+        for key in self.keys:
+            if key.required and key.name not in given:
+                ctx.error(path, key.required)
+        return given
+
+    def values(self, ctx: Ctx, given: Mapping[str, Any], path: KeyPath) -> dict[str, Any]:
+        """The second half of :meth:`read`: each key of ``given`` (from :meth:`given`) read, the rules run."""
+        values: dict[str, Any] = {}
+        for item in self.items:
+            if isinstance(item, Rule):
+                item.check(ctx, values, path)
+            else:
+                values[item.name] = item.value(ctx, given, values, path)
+        return values
 
 
 def kind(raw: Any) -> str:

@@ -4,6 +4,15 @@ Each parser takes the :class:`MatrixCtx` (the shared toolkit of :mod:`imagesmith
 plus the knowledge base) and the raw value of its section; it returns records and reports every
 problem where it was written (``file:line key.path``), with the fix. Cells are checked against
 the knowledge base here too.
+
+A section whose keys are plain reads is a key table (:class:`~imagesmith.model.validation.Table`)
+declared next to its parser: ``IMAGE``, ``TAGS``, ``VERIFY``, ``VULNERABILITIES`` and ``ALLOWANCE``,
+``SOURCES`` and ``PROXY``, ``JUPYTER`` and ``SSHD`` list each key with its getter and default, in the
+order the keys are read (which is the order of their messages); a check across keys is a ``Rule`` at
+its place, and what is left to code is turning the values into records. The matrix itself (axes,
+include/exclude: the cells), the layers (a layer's defaults follow its name; services is read twice),
+base_images, thresholds, floating tags and credentials stay functions: their keys are the user's own,
+or which keys are read depends on others.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import graphlib
 import itertools
 import re
 import urllib.parse
+from functools import partial
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -41,7 +51,7 @@ from imagesmith.model.paths import PathProblem, Roots, confined
 from imagesmith.model.platform import Platform
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS, FloatingTag, TagPolicy
-from imagesmith.model.validation import Ctx, did_you_mean, kind
+from imagesmith.model.validation import Ctx, Derived, Key, Rule, Table, checks, did_you_mean, kind
 from imagesmith.model.versions import matches
 
 SCHEMA_VERSION = 1
@@ -66,22 +76,6 @@ class MatrixCtx(Ctx):
 TOP_KEYS = ("version", "image", "matrix", "base_images", "layers", "tags", "verify", "sources", "vulnerabilities")
 
 
-def _image(ctx: MatrixCtx, raw: Any) -> ImageSpec:
-    p: KeyPath = ("image",)
-    s = ctx.section(raw, p, ("repository", "registry", "user", "uid", "labels"))
-    repo = ctx.checked(s("repository", Ctx.string, "imagesmith/pytorch") or "", p + ("repository",), grammar.repository)
-    registry = s("registry", Ctx.optional, grammar.registry_host)
-    if len(f"{registry}/{repo}" if registry else repo) > 255:
-        ctx.error(p + ("repository",), "registry/repository is over 255 characters, the limit of an image name; shorten it")
-    return ImageSpec(
-        repository=repo,
-        registry=registry,
-        user=ctx.checked(s("user", Ctx.string, "ml") or "ml", p + ("user",), grammar.user_name),
-        uid=s("uid", Ctx.integer, 1000, 1, 65535),
-        labels=s("labels", _pairs, grammar.label_key),
-    )
-
-
 def _pairs(ctx: MatrixCtx, raw: Any, path: KeyPath, key_check: grammar.Check) -> tuple[tuple[str, str], ...]:
     """A mapping of the user's own keys (env names, label keys) to free text, both checked."""
     out = []
@@ -90,6 +84,26 @@ def _pairs(ctx: MatrixCtx, raw: Any, path: KeyPath, key_check: grammar.Check) ->
         text = ctx.string(value, path + (key,), "")
         out.append((key, ctx.checked("" if text is None else text, path + (key,), grammar.text)))
     return tuple(sorted(out))
+
+
+def _image_name_length(ctx: MatrixCtx, v: dict[str, Any], p: KeyPath) -> None:
+    repo, registry = v["repository"], v["registry"]
+    if len(f"{registry}/{repo}" if registry else repo) > 255:
+        ctx.error(p + ("repository",), "registry/repository is over 255 characters, the limit of an image name; shorten it")
+
+
+IMAGE = Table("image", (  # -> ImageSpec
+    Key("repository", Ctx.string, "imagesmith/pytorch", check=grammar.repository),
+    Key("registry", partial(Ctx.optional, check=grammar.registry_host)),
+    Rule(_image_name_length),
+    Key("user", Ctx.text, ImageSpec.user, check=grammar.user_name),
+    Key("uid", partial(Ctx.integer, lo=1, hi=65535), ImageSpec.uid),
+    Key("labels", partial(_pairs, key_check=grammar.label_key)),
+))
+
+
+def _image(ctx: MatrixCtx, raw: Any) -> ImageSpec:
+    return ImageSpec(**IMAGE.read(ctx, raw, ("image",)))
 
 
 def _axis(ctx: MatrixCtx, d: Mapping[str, Any], axis: str) -> list[tuple[str, KeyPath]]:
@@ -459,25 +473,30 @@ def _check_requirement(ctx: MatrixCtx, name: str, n: int, spec: str, path: KeyPa
     return [f"{req.name}{req.specifier}"]
 
 
+ANY_GIVEN = Derived(lambda given, _: bool(given))  # a service is enabled when any of its keys is written
+
+JUPYTER = Table("jupyter", (  # -> Jupyter; the grammar checks come where they always came, after enabled
+    Key("bind", Ctx.text, Jupyter.bind),
+    Key("version", Ctx.text, Jupyter.version),
+    Key("enabled", Ctx.boolean, ANY_GIVEN),
+    checks("bind", grammar.listen_address),
+    Key("port", partial(Ctx.integer, lo=1, hi=65535), Jupyter.port),
+    checks("version", grammar.python_version),
+))
+SSHD = Table("sshd", (  # -> Sshd
+    Key("enabled", Ctx.boolean, ANY_GIVEN),
+    Key("port", partial(Ctx.integer, lo=1024, hi=65535), Sshd.port),
+))
+
+
 def _jupyter(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Jupyter:
     services = ctx.mapping(raw, path, ("jupyter", "sshd"))
-    p = path + ("jupyter",)
-    s = ctx.section(services.get("jupyter"), p, ("enabled", "bind", "port", "version"))
-    bind = s("bind", Ctx.string, "127.0.0.1") or "127.0.0.1"
-    version = s("version", Ctx.string, Jupyter.version) or Jupyter.version
-    return Jupyter(
-        enabled=s("enabled", Ctx.boolean, bool(s)),
-        bind=ctx.checked(bind, p + ("bind",), grammar.listen_address),
-        port=s("port", Ctx.integer, 8888, 1, 65535),
-        version=ctx.checked(version, p + ("version",), grammar.python_version),
-    )
+    return Jupyter(**JUPYTER.read(ctx, services.get("jupyter"), path + ("jupyter",)))
 
 
 def _sshd(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Sshd:
     services = raw if isinstance(raw, dict) else {}
-    p = path + ("sshd",)
-    s = ctx.section(services.get("sshd"), p, ("enabled", "port"))
-    return Sshd(enabled=s("enabled", Ctx.boolean, bool(s)), port=s("port", Ctx.integer, 2222, 1024, 65535))
+    return Sshd(**SSHD.read(ctx, services.get("sshd"), path + ("sshd",)))
 
 
 def _ordered(ctx: MatrixCtx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
@@ -502,15 +521,6 @@ def _ordered(ctx: MatrixCtx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
 
 
 # -- tags, verify, sources ---------------------------------------------------------
-
-
-def _tags(ctx: MatrixCtx, raw: Any) -> TagPolicy:
-    p: KeyPath = ("tags",)
-    s = ctx.section(raw, p, ("immutable", "floating", "prerelease"))
-    immutable = s("immutable", Ctx.string, TagPolicy.immutable) or TagPolicy.immutable
-    _check_template(ctx, immutable, p + ("immutable",))
-    floating = s("floating", _floating)
-    return TagPolicy(immutable, floating, s("prerelease", Ctx.boolean, False))
 
 
 def _floating(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[FloatingTag, ...]:
@@ -539,19 +549,21 @@ def _check_template(ctx: MatrixCtx, template: str, path: KeyPath) -> None:
         ctx.error(path, f"{template!r} cannot make a Docker tag ([A-Za-z0-9_.-], not starting with . or -, at most 128 characters)")
 
 
-def _verify(ctx: MatrixCtx, raw: Any) -> VerifyPolicy:
-    p: KeyPath = ("verify",)
-    s = ctx.section(raw, p, ("tier", "gpus", "require_gpu", "shm_size", "memory", "timeout", "thresholds"))
-    thresholds = s("thresholds", Ctx.open_mapping)
-    return VerifyPolicy(
-        tier=s("tier", Ctx.choice, TIERS, "quick"),
-        gpus=s("gpus", _gpus),
-        require_gpu=None if s.get("require_gpu") is None else s("require_gpu", Ctx.boolean, True),
-        shm_size=s("shm_size", Ctx.string, "8g") or "8g",
-        memory=s("memory", Ctx.string),
-        timeout_s=s("timeout", Ctx.integer, 900, 10, 86400),
-        thresholds={k: _threshold(ctx, v, p + ("thresholds", k)) for k, v in thresholds.items()},
-    )
+def _tag_template(ctx: MatrixCtx, raw: Any, path: KeyPath, default: str) -> str:
+    template = ctx.text(raw, path, default)
+    _check_template(ctx, template, path)
+    return template
+
+
+TAGS = Table("tags", (  # -> TagPolicy
+    Key("immutable", _tag_template, TagPolicy.immutable),
+    Key("floating", _floating),
+    Key("prerelease", Ctx.boolean, TagPolicy.prerelease),
+))
+
+
+def _tags(ctx: MatrixCtx, raw: Any) -> TagPolicy:
+    return TagPolicy(**TAGS.read(ctx, raw, ("tags",)))
 
 
 def _gpus(ctx: MatrixCtx, raw: Any, path: KeyPath) -> str:
@@ -577,29 +589,23 @@ def _threshold(ctx: MatrixCtx, raw: Any, path: KeyPath) -> dict[str, float]:
     return out
 
 
-SOURCE_KEYS = ("torch_index_url", "index_url", "extra_index_urls", "find_links", "trusted_hosts",
-               "ca_bundle", "proxy", "network", "credentials", "advisories")
+VERIFY = Table("verify", (  # -> VerifyPolicy; each threshold's keys are read after the table
+    Key("thresholds", Ctx.open_mapping),
+    Key("tier", partial(Ctx.choice, choices=TIERS), VerifyPolicy.tier),
+    Key("gpus", _gpus),
+    Key("require_gpu", Ctx.boolean, True, optional=True),  # absent: None (true for CUDA cells, false for CPU ones)
+    Key("shm_size", Ctx.text, VerifyPolicy.shm_size),
+    Key("memory", Ctx.string),
+    Key("timeout", partial(Ctx.integer, lo=10, hi=86400), VerifyPolicy.timeout_s),
+))
 
 
-def _sources(ctx: MatrixCtx, raw: Any) -> Sources:
-    p: KeyPath = ("sources",)
-    s = ctx.section(raw, p, SOURCE_KEYS)
-    proxy = ctx.section(s.get("proxy"), p + ("proxy",), ("http", "https", "no_proxy"))
-    ca = s("ca_bundle", _ca_bundle)
-    return Sources(
-        torch_index_url=s("torch_index_url", _index),
-        index_url=s("index_url", _index),
-        extra_index_urls=s("extra_index_urls", _indexes),
-        find_links=s("find_links", _indexes),
-        trusted_hosts=s("trusted_hosts", Ctx.checked_strings, grammar.host),
-        ca_bundle=ca[0] if ca else None,
-        ca_bundle_data=ca[1] if ca else b"",
-        http_proxy=proxy("http", Ctx.optional, grammar.proxy_url),
-        https_proxy=proxy("https", Ctx.optional, grammar.proxy_url),
-        no_proxy=proxy("no_proxy", Ctx.optional, grammar.no_proxy),
-        network=s("network", Ctx.choice, NETWORK_MODES, "default"),
-        credentials=s("credentials", _credentials),
-        advisories=s("advisories", _advisories),
+def _verify(ctx: MatrixCtx, raw: Any) -> VerifyPolicy:
+    p: KeyPath = ("verify",)
+    v = VERIFY.read(ctx, raw, p)
+    return VerifyPolicy(
+        tier=v["tier"], gpus=v["gpus"], require_gpu=v["require_gpu"], shm_size=v["shm_size"], memory=v["memory"],
+        timeout_s=v["timeout"], thresholds={k: _threshold(ctx, t, p + ("thresholds", k)) for k, t in v["thresholds"].items()},
     )
 
 
@@ -620,43 +626,7 @@ def _advisories(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, ...]:
     return tuple(out)
 
 
-VULN_KEYS = ("threshold", "allow", "max_age_days")
-
-
-def _vulnerabilities(ctx: MatrixCtx, raw: Any) -> vulns.Policy:
-    p: KeyPath = ("vulnerabilities",)
-    s = ctx.section(raw, p, VULN_KEYS)
-    return vulns.Policy(
-        threshold=s("threshold", Ctx.choice, vulns.THRESHOLDS, "critical"),
-        allow=s("allow", _allowances),
-        max_age_days=None if s.get("max_age_days") is None else s("max_age_days", Ctx.integer, 0, 1, 3650),
-    )
-
-
 ADVISORY_ID = re.compile(r"[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9.:_]+)+")
-
-
-def _allowances(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[vulns.Allowance, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of allowances ({{id, reason, expires}}), got {kind(raw)}")
-        return ()
-    out = []
-    for i, item in enumerate(raw):
-        s = ctx.section(item, path + (i,), ("id", "reason", "expires"))
-        ident = s("id", Ctx.string) or ""
-        reason = (s("reason", Ctx.string) or "").strip()
-        expires = s("expires", _date)
-        if not ADVISORY_ID.fullmatch(ident) or len(ident) > 64:
-            ctx.error(path + (i, "id"), f"{printable(ident)} is not an advisory id (GHSA-xxxx-xxxx-xxxx, CVE-2025-32434, PYSEC-2024-1, DSA-5514-1)")
-        if not reason:
-            ctx.error(path + (i, "reason"), "an allowance needs a reason: why this image may ship with the advisory")
-        else:
-            ctx.checked(reason, path + (i, "reason"), grammar.text)
-        if expires is not None and ident and reason:
-            out.append(vulns.Allowance(ident, reason, expires))
-    return tuple(out)
 
 
 def _date(ctx: MatrixCtx, raw: Any, path: KeyPath) -> dt.date | None:
@@ -670,6 +640,45 @@ def _date(ctx: MatrixCtx, raw: Any, path: KeyPath) -> dt.date | None:
     except ValueError:
         ctx.error(path, f"{printable(str(raw))} is not a date; write YYYY-MM-DD")
         return None
+
+
+ALLOWANCE = Table("allowance", (  # -> vulns.Allowance, once id and reason are checked
+    Key("id", Ctx.string),
+    Key("reason", Ctx.string),
+    Key("expires", _date),  # its absence is _date's error, at the key
+))
+
+
+def _allowances(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[vulns.Allowance, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        ctx.error(path, f"expected a list of allowances ({{id, reason, expires}}), got {kind(raw)}")
+        return ()
+    out = []
+    for i, item in enumerate(raw):
+        v = ALLOWANCE.read(ctx, item, path + (i,))
+        ident, reason, expires = v["id"] or "", (v["reason"] or "").strip(), v["expires"]
+        if not ADVISORY_ID.fullmatch(ident) or len(ident) > 64:
+            ctx.error(path + (i, "id"), f"{printable(ident)} is not an advisory id (GHSA-xxxx-xxxx-xxxx, CVE-2025-32434, PYSEC-2024-1, DSA-5514-1)")
+        if not reason:
+            ctx.error(path + (i, "reason"), "an allowance needs a reason: why this image may ship with the advisory")
+        else:
+            ctx.checked(reason, path + (i, "reason"), grammar.text)
+        if expires is not None and ident and reason:
+            out.append(vulns.Allowance(ident, reason, expires))
+    return tuple(out)
+
+
+VULNERABILITIES = Table("vulnerabilities", (  # -> vulns.Policy
+    Key("threshold", partial(Ctx.choice, choices=vulns.THRESHOLDS), vulns.Policy.threshold),
+    Key("allow", _allowances),
+    Key("max_age_days", partial(Ctx.integer, lo=1, hi=3650), 0, optional=True),  # absent: None, no age limit
+))
+
+
+def _vulnerabilities(ctx: MatrixCtx, raw: Any) -> vulns.Policy:
+    return vulns.Policy(**VULNERABILITIES.read(ctx, raw, ("vulnerabilities",)))
 
 
 def _index(ctx: MatrixCtx, raw: Any, path: KeyPath) -> str | None:
@@ -768,6 +777,45 @@ def _secret_file(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Path | None:
         ctx.error(path, f"{text} resolves to {resolved}, outside {ctx.roots.base}; keep it in the matrix's folder, "
                   f"or allow its folder on the command line: --allow-root {resolved.parent}")
     return resolved
+
+
+PROXY = Table("proxy", (
+    Key("http", partial(Ctx.optional, check=grammar.proxy_url)),
+    Key("https", partial(Ctx.optional, check=grammar.proxy_url)),
+    Key("no_proxy", partial(Ctx.optional, check=grammar.no_proxy)),
+))
+
+
+def _proxy_values(ctx: MatrixCtx, v: dict[str, Any], p: KeyPath) -> None:
+    v["proxy"] = PROXY.values(ctx, v["proxy"], p + ("proxy",))
+
+
+SOURCES = Table("sources", (  # -> Sources
+    Key("proxy", PROXY.given),  # its unknown keys first, as they always came; its values below
+    Key("ca_bundle", _ca_bundle),
+    Key("torch_index_url", _index),
+    Key("index_url", _index),
+    Key("extra_index_urls", _indexes),
+    Key("find_links", _indexes),
+    Key("trusted_hosts", partial(Ctx.checked_strings, check=grammar.host)),
+    Rule(_proxy_values),
+    Key("network", partial(Ctx.choice, choices=NETWORK_MODES), Sources.network),
+    Key("credentials", _credentials),
+    Key("advisories", _advisories),
+))
+SOURCE_KEYS = SOURCES.names
+
+
+def _sources(ctx: MatrixCtx, raw: Any) -> Sources:
+    v = SOURCES.read(ctx, raw, ("sources",))
+    ca, proxy = v["ca_bundle"], v["proxy"]
+    return Sources(
+        torch_index_url=v["torch_index_url"], index_url=v["index_url"], extra_index_urls=v["extra_index_urls"],
+        find_links=v["find_links"], trusted_hosts=v["trusted_hosts"],
+        ca_bundle=ca[0] if ca else None, ca_bundle_data=ca[1] if ca else b"",
+        http_proxy=proxy["http"], https_proxy=proxy["https"], no_proxy=proxy["no_proxy"],
+        network=v["network"], credentials=v["credentials"], advisories=v["advisories"],
+    )
 
 
 def _base_images(ctx: MatrixCtx, raw: Any) -> dict[str, str]:

@@ -6,6 +6,8 @@ turned into frozen records at once. Every value that later lands in a batch
 script, an ``sbatch`` argument or a Kubernetes Job is checked here against the
 grammar of what it becomes (Slurm names, label keys and values, quantities,
 durations); the renderers still pass argv lists and quote what they write.
+The slurm: and kubernetes: placements are key tables of the matrix's toolkit
+(:class:`~imagesmith.model.validation.Table`: each key, its getter, its default).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -24,7 +27,7 @@ from imagesmith.model.matrix.records import TIERS
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
 from imagesmith.model.ref import ImageRef
-from imagesmith.model.validation import Ctx
+from imagesmith.model.validation import Ctx, Derived, Key, Table
 from imagesmith.resources import payload_dir
 
 SCHEMA_VERSION = 1
@@ -158,34 +161,39 @@ def label_value_ok(value: str) -> bool:
 WORD = "letters, digits, '.', '_' or '-' (at most 64)"
 TOP_KEYS = ("version", "tier", "classes", "floating")
 CLASS_KEYS = ("gpu", "gpus", "tier", "platform", "slurm", "kubernetes")
-SLURM_KEYS = ("partition", "account", "qos", "constraint", "gres_type", "time_limit", "start_deadline", "max_requeues",
-              "runtime", "imagesmith", "docker_host", "cpus_per_task", "mem")
-KUBE_KEYS = ("namespace", "node_selector", "tolerations", "image_pull_secret", "deadline", "ttl", "start_deadline",
-             "cpu", "memory", "shm_size", "context")
+
+
+def _named(pattern: re.Pattern[str], what: str, write: str) -> partial[str | None]:
+    """:meth:`Ctx.name` for one kind of name: a string matching ``pattern``, or ``is not {what}; write {write}``."""
+    return partial(Ctx.name, pattern=pattern, what=what, write=write)
+
+
+SLURM = Table("slurm", (  # -> SlurmPlacement; runtime first: docker_host's default follows it
+    Key("runtime", partial(Ctx.choice, choices=RUNTIMES), SlurmPlacement.runtime),
+    Key("partition", _named(SLURM_NAME, "a Slurm partition name", WORD),
+        required="a Slurm class needs partition: the partition its jobs go to (sinfo lists them)"),
+    Key("account", _named(SLURM_NAME, "a Slurm account name", WORD)),
+    Key("qos", _named(SLURM_NAME, "a Slurm QOS name", WORD)),
+    Key("constraint", _named(CONSTRAINT, "a Slurm constraint", "node features joined by & or |, e.g. h200&nvlink")),
+    Key("gres_type", _named(SLURM_NAME, "a GRES type", WORD)),
+    Key("time_limit", Ctx.duration, SlurmPlacement.time_limit_s),
+    Key("start_deadline", Ctx.duration, SlurmPlacement.start_deadline_s),
+    Key("max_requeues", partial(Ctx.integer, lo=0, hi=10), SlurmPlacement.max_requeues),
+    Key("imagesmith", _named(ABS_PATH, "an absolute path", "the imagesmith executable on the nodes, e.g. /shared/imagesmith/bin/imagesmith")),
+    Key("docker_host", _named(ENGINE_URL, "an engine address", "unix:///run/podman/podman.sock, tcp://HOST:PORT or ssh://USER@HOST"),
+        Derived(lambda given, values: PODMAN_SOCKET if values["runtime"] == "podman" else None)),
+    Key("cpus_per_task", partial(Ctx.integer, lo=0, hi=4096), 0),  # 0: not asked for (None)
+    Key("mem", _named(SLURM_MEM, "a Slurm memory size", "e.g. 64G or 512000M")),
+))
 
 
 def _slurm(ctx: Ctx, raw: Any, p: KeyPath) -> SlurmPlacement:
-    s = ctx.section(raw, p, SLURM_KEYS)
-    if "partition" not in s:
-        ctx.error(p, "a Slurm class needs partition: the partition its jobs go to (sinfo lists them)")
-    runtime = s("runtime", Ctx.choice, RUNTIMES, "docker")
+    v = SLURM.read(ctx, raw, p)
     return SlurmPlacement(
-        partition=s("partition", Ctx.name, SLURM_NAME, "a Slurm partition name", WORD) or "",
-        account=s("account", Ctx.name, SLURM_NAME, "a Slurm account name", WORD),
-        qos=s("qos", Ctx.name, SLURM_NAME, "a Slurm QOS name", WORD),
-        constraint=s("constraint", Ctx.name, CONSTRAINT, "a Slurm constraint", "node features joined by & or |, e.g. h200&nvlink"),
-        gres_type=s("gres_type", Ctx.name, SLURM_NAME, "a GRES type", WORD),
-        time_limit_s=s("time_limit", Ctx.duration, 1800),
-        start_deadline_s=s("start_deadline", Ctx.duration, 3600),
-        max_requeues=s("max_requeues", Ctx.integer, 0, 0, 10),
-        runtime=runtime,
-        imagesmith=s("imagesmith", Ctx.name, ABS_PATH, "an absolute path",
-                     "the imagesmith executable on the nodes, e.g. /shared/imagesmith/bin/imagesmith"),
-        docker_host=s("docker_host", Ctx.name, ENGINE_URL, "an engine address",
-                      "unix:///run/podman/podman.sock, tcp://HOST:PORT or ssh://USER@HOST",
-                      PODMAN_SOCKET if runtime == "podman" else None),
-        cpus_per_task=s("cpus_per_task", Ctx.integer, 0, 0, 4096) or None,
-        mem=s("mem", Ctx.name, SLURM_MEM, "a Slurm memory size", "e.g. 64G or 512000M"),
+        partition=v["partition"] or "", account=v["account"], qos=v["qos"], constraint=v["constraint"], gres_type=v["gres_type"],
+        time_limit_s=v["time_limit"], start_deadline_s=v["start_deadline"], max_requeues=v["max_requeues"],
+        runtime=v["runtime"], imagesmith=v["imagesmith"], docker_host=v["docker_host"],
+        cpus_per_task=v["cpus_per_task"] or None, mem=v["mem"],
     )
 
 
@@ -226,24 +234,29 @@ def _node_selector(ctx: Ctx, raw: Any, p: KeyPath) -> tuple[tuple[str, str], ...
     return tuple(sorted(out))
 
 
+QUANTITY_WHAT = "a Kubernetes quantity"
+KUBERNETES = Table("kubernetes", (  # -> KubernetesPlacement
+    Key("namespace", _named(DNS_LABEL, "a namespace name", "lowercase letters, digits and '-' (at most 63)"),
+        required="a Kubernetes class needs namespace: the namespace its Jobs run in"),
+    Key("node_selector", _node_selector),
+    Key("tolerations", _tolerations),
+    Key("image_pull_secret", _named(DNS_SUBDOMAIN, "a Secret name", "the name of a kubernetes.io/dockerconfigjson Secret, e.g. harbor-robot")),
+    Key("deadline", Ctx.duration, KubernetesPlacement.deadline_s),
+    Key("ttl", partial(Ctx.duration, lo=0), KubernetesPlacement.ttl_s),
+    Key("start_deadline", Ctx.duration, KubernetesPlacement.start_deadline_s),
+    Key("cpu", _named(QUANTITY, QUANTITY_WHAT, "e.g. 8 or 500m")),
+    Key("memory", _named(QUANTITY, QUANTITY_WHAT, "e.g. 64Gi")),
+    Key("shm_size", _named(QUANTITY, QUANTITY_WHAT, "e.g. 8Gi"), KubernetesPlacement.shm_size),
+    Key("context", _named(SLURM_NAME, "a kubeconfig context name", WORD)),
+))
+
+
 def _kubernetes(ctx: Ctx, raw: Any, p: KeyPath) -> KubernetesPlacement:
-    s = ctx.section(raw, p, KUBE_KEYS)
-    if "namespace" not in s:
-        ctx.error(p, "a Kubernetes class needs namespace: the namespace its Jobs run in")
-    quantity = "a Kubernetes quantity"
+    v = KUBERNETES.read(ctx, raw, p)
     return KubernetesPlacement(
-        namespace=s("namespace", Ctx.name, DNS_LABEL, "a namespace name", "lowercase letters, digits and '-' (at most 63)") or "",
-        node_selector=s("node_selector", _node_selector),
-        tolerations=s("tolerations", _tolerations),
-        image_pull_secret=s("image_pull_secret", Ctx.name, DNS_SUBDOMAIN, "a Secret name",
-                            "the name of a kubernetes.io/dockerconfigjson Secret, e.g. harbor-robot"),
-        deadline_s=s("deadline", Ctx.duration, 1800),
-        ttl_s=s("ttl", Ctx.duration, 3600, lo=0),
-        start_deadline_s=s("start_deadline", Ctx.duration, 1800),
-        cpu=s("cpu", Ctx.name, QUANTITY, quantity, "e.g. 8 or 500m"),
-        memory=s("memory", Ctx.name, QUANTITY, quantity, "e.g. 64Gi"),
-        shm_size=s("shm_size", Ctx.name, QUANTITY, quantity, "e.g. 8Gi", "8Gi") or "8Gi",
-        context=s("context", Ctx.name, SLURM_NAME, "a kubeconfig context name", WORD),
+        namespace=v["namespace"] or "", node_selector=v["node_selector"], tolerations=v["tolerations"],
+        image_pull_secret=v["image_pull_secret"], deadline_s=v["deadline"], ttl_s=v["ttl"], start_deadline_s=v["start_deadline"],
+        cpu=v["cpu"], memory=v["memory"], shm_size=v["shm_size"] or "8Gi", context=v["context"],
     )
 
 
