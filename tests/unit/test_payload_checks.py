@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: requirement
 VERIFY = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
 sys.path.insert(0, VERIFY)
 
-from imagesmith_payload.checks.leak import QUICK, STANDARD, leak_loop  # noqa: E402
+from imagesmith_payload.checks.leak import STANDARD  # noqa: E402
 from imagesmith_payload.checks.matmul import matmul_error  # noqa: E402
 from imagesmith_payload.judge import MATMUL_TOLERANCE  # noqa: E402
 from imagesmith_payload.report import validate_report  # noqa: E402
@@ -71,23 +71,46 @@ def test_matmul_error_on_cpu_is_within_tolerance(kind: str) -> None:
     assert matmul_error(torch, torch.device("cpu"), kind, 1234) <= MATMUL_TOLERANCE[kind]
 
 
-@pytest.mark.parametrize("plan", [QUICK, STANDARD])
-def test_leak_loop_catches_one_mib_per_step_in_few_steps(plan: Any) -> None:
-    run = leak_loop(torch, torch.device("cpu"), inject_mib=1.0, plan=plan)
-    assert run["caught"] is not None and run["caught"]["steps"] <= 200, run["caught"]
-    assert run["device"].verdict().leaking and run["host"].verdict().leaking
+# The loop runs in a Python process of its own, as in an image: host RSS is the process's, and the test
+# process's own memory (its other tests, coverage, the garbage collector freeing earlier objects) would
+# blur a series that must read +1 MiB per step, or read flat.
+LEAK_RUN = """
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from imagesmith_payload.checks.leak import QUICK, STANDARD, leak_loop
+run = leak_loop(torch, torch.device("cpu"), inject_mib=float(sys.argv[2]), plan={"quick": QUICK, "standard": STANDARD}[sys.argv[3]])
+verdicts = {key: run[key].verdict() for key in ("device", "host")}
+print(json.dumps({"steps": run["steps"], "caught": (run["caught"] or {}).get("steps"),
+                  **{key: [v.leaking, v.describe()] for key, v in verdicts.items()}}))
+"""
+
+
+def leak_run(inject_mib: float, plan: str = "standard") -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", LEAK_RUN, VERIFY, str(inject_mib), plan], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("plan", ["quick", "standard"])
+def test_leak_loop_catches_one_mib_per_step_in_few_steps(plan: str) -> None:
+    run = leak_run(1.0, plan)
+    assert run["caught"] is not None and run["caught"] <= 200, run
+    assert run["device"][0] and run["host"][0], run
 
 
 def test_leak_loop_catches_a_small_steady_leak_of_live_tensors() -> None:
-    run = leak_loop(torch, torch.device("cpu"), inject_mib=0.05)
-    assert run["device"].verdict().leaking, run["device"].verdict().describe()
+    run = leak_run(0.05)
+    assert run["device"][0], run["device"][1]
 
 
 def test_leak_loop_clean_run_raises_no_alarm() -> None:
-    run = leak_loop(torch, torch.device("cpu"), inject_mib=0.0)
-    assert run["steps"] == STANDARD.steps and run["caught"] is None
+    run = leak_run(0.0)
+    assert run["steps"] == STANDARD.steps and run["caught"] is None, run
     for key in ("device", "host"):
-        assert not run[key].verdict().leaking, run[key].verdict().describe()
+        assert not run[key][0], run[key][1]
 
 
 def test_leak_check_through_the_config_knob(tmp_path: Path) -> None:
