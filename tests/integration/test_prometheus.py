@@ -145,10 +145,11 @@ def test_node_exporter_serves_the_textfile_of_two_reports(node_exporter: Server)
 
 
 def test_verify_local_writes_the_textfile_and_pushes(node_exporter: Server, pushgateway: Server, tmp_path: Path) -> None:
-    """The command itself: a quick CPU-mode run of the payload on this host (torch is absent here, so
-    versions.torch fails and the command exits 1) still exports what it measured."""
+    """The command itself: a quick CPU-mode run of the payload on this host that fails (versions.torch: torch
+    1.13.1 expected, which no host here has, with or without the lock's CPU torch) still exports what it measured."""
     textfile = node_exporter.folder / "imagesmith.prom"
     run = subprocess.run([str(IMAGESMITH), "verify", "--local", "--gpus", "none", "--allow-cpu-verification", "--only", "versions",
+                          "--expect", "torch=1.13.1",
                           "--json", str(tmp_path / "r.json"), "--metrics", str(textfile), "--pushgateway", pushgateway.url],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and run.stderr.splitlines()[-1] == "error: verification failed: versions.torch", run.stderr
