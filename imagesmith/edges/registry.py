@@ -386,10 +386,11 @@ class Registry:
         if resp is None:
             return None
         body = resp.content
-        if ref.startswith("sha256:") and sha256_digest(body) != ref:
+        actual = sha256_digest(body)
+        if ref.startswith("sha256:") and actual != ref:
             raise RegistryHTTPError(f"{self.host}/{repo}@{ref}: the registry served a document whose digest is "
-                                    f"{sha256_digest(body)}; nothing read from it is used")
-        digest = resp.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+                                    f"{actual}; nothing read from it is used")
+        digest = resp.headers.get("Docker-Content-Digest") or actual
         media_type = resp.headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
         return Manifest(digest, media_type, self._config_digest(repo, json.loads(body), media_type), body)
 
