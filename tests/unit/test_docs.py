@@ -108,7 +108,7 @@ def test_matrix_reference_documents_every_key() -> None:
     text = (DOCS / "matrix.md").read_text(encoding="utf-8")
     wanted = [f"## {key}\n" for key in sections.TOP_KEYS]
     wanted += [f"| `matrix.{key}` |" for key in (*records.AXES, records.PLATFORM, "cudnn", "include", "exclude")]
-    wanted += [f"| `sources.{key}` |" for key in sections.SOURCE_KEYS]
+    wanted += [f"| `sources.{key}` |" for key in sections.SOURCES.names]
     wanted += [f"| `{key}` |" for key in sections.LAYER_KEYS if key != "services"] + ["| `services.jupyter` |", "| `services.sshd` |"]
     wanted += [f"`{{{field}}}`" for field in tags.TAG_FIELDS]
     assert [w for w in wanted if w not in text] == []

@@ -803,7 +803,6 @@ SOURCES = Table("sources", (  # -> Sources
     Key("credentials", _credentials),
     Key("advisories", _advisories),
 ))
-SOURCE_KEYS = SOURCES.names
 
 
 def _sources(ctx: MatrixCtx, raw: Any) -> Sources:
