@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "verify"))
 
 from imagesmith_payload import nvml, sharing
-from imagesmith_payload.sharing import Seen, Snapshot
+from imagesmith_payload.sharing import MemoryLedger, Seen, Snapshot, Watched
 
 U0, U1 = "GPU-aaaa", "GPU-bbbb"
 VISIBLE = {U0: 0, U1: 1}
@@ -28,54 +28,111 @@ def name_of(pid: int) -> Optional[str]:
     return NAMES.get(pid)
 
 
-def row(gpu: int, pid: int, name: Optional[str], used: Optional[int], seen: str) -> Dict[str, Any]:
-    return {"gpu": gpu, "uuid": U0 if gpu == 0 else U1, "pid": pid, "name": name, "used_bytes": used, "seen": seen}
+def row(gpu: int, pid: Optional[int], name: Optional[str], used: Optional[int], seen: str,
+        first: Optional[float] = None, last: Optional[float] = None, by: str = "payload") -> Dict[str, Any]:
+    return {"gpu": gpu, "uuid": U0 if gpu == 0 else U1, "pid": pid, "name": name, "used_bytes": used, "seen": seen,
+            "first": first, "last": last, "by": by}
 
 
-# start, end, ours, handshake result -> exclusive, foreign, notes
-@pytest.mark.parametrize("start, end, ours, mine, exclusive, foreign, notes", [
-    # host mode: our PID is listed at the end; nothing else
-    (snap(), snap(Seen(U0, 500, 2 << 30)), {500}, None, True, [], ()),
+def clean(*uuids: str, own: bool = True, samples: int = 40) -> Watched:
+    """A sampler's record of a whole run: our processes listed, every MiB accounted on ``uuids``."""
+    watched = Watched(own_listed=own)
+    for uuid in uuids:
+        ledger = watched.ledgers.setdefault(uuid, MemoryLedger())
+        for i in range(samples):
+            ledger.feed(100.0 + i * 0.25, 8 << 20)
+    for i in range(samples):
+        watched.tick(100.0 + i * 0.25)
+    return watched
+
+
+# start, end, ours, handshake result, the sampler's record -> exclusive, foreign, notes
+@pytest.mark.parametrize("start, end, ours, mine, watched, exclusive, foreign, notes", [
+    # host mode: our PID is listed at the end; nothing else; watched whole and accounted: exclusive
+    (snap(), snap(Seen(U0, 500, 2 << 30)), {500}, None, clean(U0, U1), True, [], ()),
+    # the same two snapshots with nobody watching between them: not measured, never true
+    (snap(), snap(Seen(U0, 500, 2 << 30)), {500}, None, None, None, [], ()),
     # host mode: a neighbour there from start to end, named from /proc
     (snap(Seen(U0, 4242, 1717986918)), snap(Seen(U0, 4242, 1717986918), Seen(U0, 500, 1 << 30)), {500}, None,
-     False, [row(0, 4242, "python3", 1717986918, "both")], ()),
+     clean(U0, U1), False, [row(0, 4242, "python3", 1717986918, "both")], ()),
     # a neighbour that left before the end, another that came during the run, on GPU 1
-    (snap(Seen(U0, 77, None)), snap(Seen(U0, 500, 1), Seen(U1, 4242, 5), Seen(U1, 500, 1)), {500, 501}, None,
+    (snap(Seen(U0, 77, None)), snap(Seen(U0, 500, 1), Seen(U1, 4242, 5), Seen(U1, 500, 1)), {500, 501}, None, None,
      False, [row(0, 77, "Xorg", None, "start"), row(1, 4242, "python3", 5, "end")], ()),
     # a child of ours (501) still on the GPU at the end is ours
-    (snap(), snap(Seen(U0, 500, 1), Seen(U0, 501, 1)), {500, 501}, None, True, [], ()),
+    (snap(), snap(Seen(U0, 500, 1), Seen(U0, 501, 1)), {500, 501}, None, clean(U0, U1), True, [], ()),
     # a GPU the run does not use is not looked at
-    (snap(Seen("GPU-other", 4242, 1)), snap(Seen(U0, 500, 1)), {500}, None, True, [], ()),
-    # container: host PIDs; the marker allocation finds ours (90001), the other one is foreign, unnamed
-    (snap(Seen(U0, 90000, 3)), snap(Seen(U0, 90000, 3), Seen(U0, 90001, 9)), {1}, 90001,
+    (snap(Seen("GPU-other", 4242, 1)), snap(Seen(U0, 500, 1)), {500}, None, clean(U0, U1), True, [], ()),
+    # older drivers in a container list host PIDs: the marker allocation finds ours (90001), the other is foreign
+    (snap(Seen(U0, 90000, 3)), snap(Seen(U0, 90000, 3), Seen(U0, 90001, 9)), {1}, 90001, None,
      False, [row(0, 90000, None, 3, "both")],
      ("own PID 90001 (host namespace) found by a 256 MiB marker allocation",)),
-    # container, no per-process memory: the only PID new since the start is ours
-    (snap(Seen(U0, 90000, None)), snap(Seen(U0, 90000, None), Seen(U0, 90001, None)), {1}, None,
+    # ... no per-process memory: the only PID new since the start is ours
+    (snap(Seen(U0, 90000, None)), snap(Seen(U0, 90000, None), Seen(U0, 90001, None)), {1}, None, None,
      False, [row(0, 90000, None, None, "both")],
      ("own PID 90001 (host namespace) taken as the only process new since the start",)),
-    (snap(), snap(Seen(U0, 90001, None)), {1}, None, True, [],
+    # ... nobody else, but the lists never showed a PID of this namespace: unknown, not exclusive
+    (snap(), snap(Seen(U0, 90001, None)), {1}, None, clean(U0, U1, own=False), None, [],
      ("own PID 90001 (host namespace) taken as the only process new since the start",)),
-    # container, two new PIDs and no way to tell: unknown, not blamed, not trusted
-    (snap(), snap(Seen(U0, 90001, None), Seen(U0, 90002, None)), {1}, None, None,
+    # ... two new PIDs and no way to tell: unknown, not blamed, not trusted
+    (snap(), snap(Seen(U0, 90001, None), Seen(U0, 90002, None)), {1}, None, None, None,
      [],
      ("own PID not identified among 2 processes new since the start (NVML gave no per-process memory): "
       "exclusivity unknown",)),
     # ... but a process there before our first context is foreign all the same
     (snap(Seen(U0, 90000, None)), snap(Seen(U0, 90000, None), Seen(U0, 90001, None), Seen(U0, 90002, None)), {1},
-     None, False, [row(0, 90000, None, None, "both")],
+     None, None, False, [row(0, 90000, None, None, "both")],
      ("own PID not identified among 2 processes new since the start (NVML gave no per-process memory): "
       "exclusivity unknown",)),
     # the end snapshot failed: what the start saw still counts
-    (snap(Seen(U0, 4242, 1)), snap(error="OSError: lost"), {500}, None, False, [row(0, 4242, None, 1, "start")],
+    (snap(Seen(U0, 4242, 1)), snap(error="OSError: lost"), {500}, None, None, False, [row(0, 4242, None, 1, "start")],
      ("not measured at the end: OSError: lost",)),
 ])
-def test_sharing_rule(start: Snapshot, end: Snapshot, ours: set[int], mine: Optional[int], exclusive: Optional[bool],
-                      foreign: List[Dict[str, Any]], notes: tuple[str, ...]) -> None:
-    got = sharing.judge(start, end, VISIBLE, ours, False, lambda _uuid: mine, name_of)
-    assert got.sharing == {"exclusive": exclusive, "allowed": False, "foreign": foreign}
-    assert got.notes == notes
+def test_sharing_rule(start: Snapshot, end: Snapshot, ours: set[int], mine: Optional[int], watched: Optional[Watched],
+                      exclusive: Optional[bool], foreign: List[Dict[str, Any]], notes: tuple[str, ...]) -> None:
+    got = sharing.judge(start, end, VISIBLE, ours, False, lambda _uuid: mine, name_of, watched)
+    assert (got.sharing["exclusive"], got.sharing["foreign"], got.notes) == (exclusive, foreign, notes)
     assert sharing.validate(got.sharing) == []
+
+
+def tenant_watch() -> Watched:
+    """Host namespace: PID 4242 listed from 101 s to 103 s; on GPU 1 1.0 GiB nobody listed, 102 s to 104 s."""
+    watched = clean(U0, U1)
+    watched.see(U0, 4242, 1 << 30, 101.0, "python3")
+    watched.see(U0, 4242, 2 << 30, 103.0, None)
+    ledger = watched.ledgers[U1] = MemoryLedger()
+    for t, held in ((101.75, 8 << 20), (102.0, 1 << 30), (103.0, 1 << 30), (104.0, 1 << 30), (104.25, 8 << 20)):
+        ledger.feed(t, held)
+    return watched
+
+
+def test_the_sampler_names_tenants_between_the_snapshots_with_their_times() -> None:
+    got = sharing.judge(snap(), snap(Seen(U0, 500, 1)), VISIBLE, {500}, False, None, name_of, tenant_watch())
+    assert got.sharing["foreign"] == [row(0, 4242, "python3", 2 << 30, "during", 101.0, 103.0),
+                                      row(1, None, None, 1 << 30, "during", 102.0, 104.0)]
+    assert got.sharing["exclusive"] is False
+    assert got.sharing["reason"] == ("another process used the GPU: GPU 0 shared with PID 4242 python3, 2.0 GiB; "
+                                     "GPU 1: 1.0 GiB held by processes this run cannot see")
+
+
+def test_listed_tenants_of_another_namespace_are_not_named_but_unseen_memory_is() -> None:
+    watched = tenant_watch()
+    watched.own_listed = False  # the lists never showed a PID of ours: their PIDs are not this namespace's
+    got = sharing.judge(snap(), snap(), VISIBLE, {1}, False, None, name_of, watched)
+    assert got.sharing["foreign"] == [row(1, None, None, 1 << 30, "during", 102.0, 104.0)]
+
+
+@pytest.mark.parametrize("watched, reason", [  # the end snapshot lists no PID of ours: the sampler's record decides
+    (clean(U0, U1), "no other process listed and every MiB accounted for in 40 samples (largest gap 0.25 s)"),
+    (clean(U0), "this driver gives no per-device memory v2 figures, so memory held by processes this run cannot see "
+                "goes unnoticed"),
+    (clean(U0, U1, own=False), "NVML never listed this run's own processes here (another PID namespace): its lists say "
+                               "nothing of others"),
+    (Watched(error="NVML failed while watching: OSError: lost"),
+     "not watched for the whole run (NVML failed while watching: OSError: lost)"),
+])
+def test_exclusive_only_when_watched_whole_and_accounted(watched: Watched, reason: str) -> None:
+    got = sharing.judge(snap(), snap(), VISIBLE, {500}, False, None, name_of, watched)
+    assert (got.sharing["exclusive"], got.sharing["reason"]) == (reason.startswith("no other") or None, reason)
 
 
 @pytest.mark.parametrize("start, end, visible, note", [
@@ -84,15 +141,41 @@ def test_sharing_rule(start: Snapshot, end: Snapshot, ours: set[int], mine: Opti
 ])
 def test_not_measured_is_null_never_true(start: Snapshot, end: Snapshot, visible: Dict[str, int], note: str) -> None:
     got = sharing.judge(start, end, visible, {500}, True, None, name_of)
-    assert (got.sharing, got.notes) == ({"exclusive": None, "allowed": True, "foreign": []}, (note,))
+    assert (got.sharing, got.notes) == ({"exclusive": None, "allowed": True, "foreign": [], "reason": note}, (note,))
 
 
-def entry(check_id: str, status: str, threshold: Optional[float] = 100.0, detail: str = "d") -> Dict[str, Any]:
-    return {"id": check_id, "status": status, "threshold": threshold, "detail": detail}
+@pytest.mark.parametrize("readings, listing, left", [
+    ([3 << 30, 3 << 30], [(500, 1 << 30)], 2 << 30),
+    ([3 << 30, 2 << 30], [(500, 1 << 30)], 1 << 30),  # a process of ours freed meanwhile: the smaller reading
+    ([1 << 30, 1 << 30], [(500, 2 << 30)], 0),  # grew after the reading: nothing unaccounted, never negative
+    ([None, None], [(500, 1 << 30)], None),  # no memory v2
+    ([3 << 30, 3 << 30], [(500, None)], None),  # a listed process without its figure
+])
+def test_unaccounted_memory(readings: List[Optional[int]], listing: List[Any], left: Optional[int]) -> None:
+    assert sharing.unaccounted(readings, listing) == left
 
 
-SHARED = {"exclusive": False, "allowed": False, "foreign": [row(0, 4242, "python3", 1717986918, "both")]}
-WHY = "inconclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB; measured: "
+def test_the_memory_ledger_needs_a_tenant_to_stay() -> None:
+    ledger = MemoryLedger(floor=100, hold_s=1.0)
+    for t, held in ((0.0, 900), (0.5, 900), (0.75, 0),  # a context being born: 0.5 s, not a tenant
+                    (2.0, 500), (2.5, None), (3.0, 700), (3.25, 50),  # 1.0 s over the floor, a blind sample within
+                    (5.0, 400), (6.5, 400)):  # still there at the end of the run
+        ledger.feed(t, held)
+    assert ledger.episodes() == [(2.0, 3.0, 700), (5.0, 6.5, 400)]
+    assert ledger.current() == (5.0, 6.5, 400)
+    assert (ledger.samples, ledger.blind) == (8, 1)
+
+
+def entry(check_id: str, status: str, threshold: Optional[float] = 100.0, detail: str = "d",
+          window: Optional[tuple[float, float]] = (100.0, 110.0)) -> Dict[str, Any]:
+    got: Dict[str, Any] = {"id": check_id, "status": status, "threshold": threshold, "detail": detail}
+    if window is not None:
+        got["window"] = {"start": window[0], "end": window[1]}
+    return got
+
+
+SHARED = {"exclusive": False, "allowed": False, "foreign": [row(0, 4242, "python3", 1717986918, "both", 95.0, 120.0)]}
+WHY = "inconclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB during this check; measured: "
 
 
 @pytest.mark.parametrize("given, sharing_, status, detail", [
@@ -103,6 +186,13 @@ WHY = "inconclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB; measured: "
     (entry("matmul.bf16", "fail"), SHARED, "fail", "d"),  # not a throughput check
     (entry("gemm.bf16", "fail"), dict(SHARED, allowed=True), "fail", "d"),  # --allow-shared-gpu: judged as measured
     (entry("gemm.bf16", "fail"), {"exclusive": None, "allowed": False, "foreign": []}, "fail", "d"),
+    # the tenant's time against the check's window (half a second of margin either side)
+    (entry("gemm.bf16", "fail", window=(121.0, 125.0)), SHARED, "fail", "d"),  # it had left: the GPU is blamed
+    (entry("gemm.bf16", "fail", window=(120.4, 125.0)), SHARED, "inconclusive", WHY + "fail: d"),
+    (entry("gemm.bf16", "fail", window=(80.0, 94.0)), SHARED, "fail", "d"),  # before it came
+    (entry("gemm.bf16", "fail", window=None), SHARED, "inconclusive", WHY + "fail: d"),  # no window: any tenant counts
+    (entry("gemm.bf16", "fail", window=(121.0, 125.0)), {"allowed": False, "foreign": [row(0, 4242, None, None, "start")]},
+     "inconclusive", "inconclusive: GPU 0 shared with PID 4242 during this check; measured: fail: d"),  # a tenant without times
 ])
 def test_throughput_on_a_shared_gpu_is_inconclusive(given: Dict[str, Any], sharing_: Dict[str, Any], status: str,
                                                     detail: str) -> None:
@@ -110,13 +200,26 @@ def test_throughput_on_a_shared_gpu_is_inconclusive(given: Dict[str, Any], shari
     assert (got["status"], got["detail"]) == (status, detail)
 
 
+@pytest.mark.parametrize("window, got", [
+    ({"start": 1.0, "end": 2.0}, (1.0, 2.0)),
+    ({"start": 2.0, "end": 1.0}, None),
+    ({"start": float("nan"), "end": 2.0}, None),
+    ({"start": True, "end": 2.0}, None),
+    ([1.0, 2.0], None),
+])
+def test_window_of_reads_only_a_sane_window(window: Any, got: Any) -> None:
+    assert sharing.window_of({"window": window}) == got
+
+
 @pytest.mark.parametrize("sharing_, line", [
-    (SHARED, "not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (throughput checks inconclusive; "
-             "not verified)"),
+    (SHARED, "not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (throughput checks during a tenant "
+             "inconclusive; not verified)"),
     (dict(SHARED, allowed=True), "not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (--allow-shared-gpu: "
                                  "throughput is the tenant's share)"),
     ({"exclusive": True, "allowed": False, "foreign": []}, "GPUs exclusive to this run"),
     ({"exclusive": None, "allowed": False, "foreign": []}, "GPU exclusivity not measured"),
+    ({"exclusive": None, "allowed": False, "foreign": [], "reason": "remote engine"},
+     "GPU exclusivity not measured (remote engine)"),
 ])
 def test_verdict_line(sharing_: Dict[str, Any], line: str) -> None:
     assert sharing.verdict_line(sharing_) == line
@@ -148,7 +251,7 @@ class Source:
 
 def test_take_and_identify_by_growth() -> None:
     src = Source({U0: {90000: 5 << 30, 90001: 1 << 30}}, ours=90001)
-    assert sharing.take(src) == Snapshot((Seen(U0, 90000, 5 << 30), Seen(U0, 90001, 1 << 30)), {U0: 99})
+    assert sharing.take(src, lambda: 7.0) == Snapshot((Seen(U0, 90000, 5 << 30), Seen(U0, 90001, 1 << 30)), {U0: 99}, t=7.0)
     assert sharing.identify_by_growth(src, U0, src.grower(U0)) == 90001
     blind = Source({U0: {90000: None, 90001: None}}, ours=90001)
     assert sharing.identify_by_growth(blind, U0, lambda _n: (lambda: None)) is None

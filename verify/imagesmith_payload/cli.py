@@ -21,10 +21,11 @@ from .parsers import parse_expect
 from .registry import REGISTRY, select
 from .report import build_report, emit_marker, write_report
 from .runner import progress_printer, run_checks, run_soak
-from .sharing import judge_throughput_entries, verdict_line
+from .sharing import judge_entry, judge_throughput_entries, verdict_line
 from .watch import SharingWatch
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+THROUGHPUT = {s.id for s in REGISTRY.values() if s.throughput}
 SERIAL = "IMAGESMITH_PAYLOAD_SERIAL"  # set: every check in this process, one after another (no workers)
 
 
@@ -149,10 +150,16 @@ class Session:
         self._header(len(specs))
         progress = progress_printer()
         if self.config.tier == "soak":
-            entries = run_soak(specs, self.ctx, self.config.soak_minutes, progress, self._hung)
+            entries = run_soak(specs, self.ctx, self.config.soak_minutes, progress, self._hung, self._judge)
         else:
-            entries = run_checks(specs, self.ctx, progress, self._hung, self.offload)
+            entries = run_checks(specs, self.ctx, progress, self._hung, self.offload, self._judge)
         return self._finish(entries)
+
+    def _judge(self, entry: Dict[str, Any]) -> Dict[str, Any]:
+        """A throughput check as it ends, against the tenants seen so far: its live line says what the report will."""
+        if self.config.allow_shared_gpu or entry.get("id") not in THROUGHPUT:
+            return entry
+        return judge_entry(entry, self.watch.foreign_now(), THROUGHPUT)
 
     def _finish(self, entries: List[Dict[str, Any]]) -> int:
         self.watch.end()
@@ -161,7 +168,7 @@ class Session:
 
     def _report(self, entries: List[Dict[str, Any]]) -> int:
         sharing, detail = self.watch.verdict()
-        entries = judge_throughput_entries(entries, sharing, {s.id for s in REGISTRY.values() if s.throughput})
+        entries = judge_throughput_entries(entries, sharing, THROUGHPUT)
         self.environment["gpu_sharing"] = detail
         report = build_report(self.config.tier, self.started, time.monotonic() - self.t0,
                               self.environment, entries, self.config.nonce, sharing)
@@ -171,11 +178,11 @@ class Session:
         if self.marker:
             emit_marker(report)
         s = report["summary"]
+        verdict = outcome_word(s["ok"], sharing)
         print(f"imagesmith payload: {s['pass']} pass, {s['warn']} warn, {s['fail']} fail, "
               f"{s['skip']} skip, {s['inconclusive']} inconclusive in {report['duration_s']:.1f} s; "
-              f"{verdict_line(sharing)} -> "
-              f"{'OK' if s['ok'] else 'FAILED'}", file=sys.stderr, flush=True)
-        return EXIT_OK if s["ok"] else EXIT_FAILED
+              f"{verdict_line(sharing)} -> {verdict}", file=sys.stderr, flush=True)
+        return EXIT_OK if verdict == "OK" else EXIT_FAILED
 
     def _hung(self, entries: List[Dict[str, Any]]) -> None:
         """Called by the watchdog thread: report what we have, then stop hard
@@ -196,6 +203,15 @@ class Session:
         print(f"imagesmith payload: tier {self.config.tier}, {n} checks; python {env['python']}, "
               f"torch {env['torch']}, cuda {env['cuda']}, driver {env['driver']}; GPUs: {gpus}",
               file=sys.stderr, flush=True)
+
+
+def outcome_word(ok: bool, sharing: Dict[str, Any]) -> str:
+    """The summary's last word, as the exit code says it: a shared GPU is not verified, whatever passed."""
+    if not ok:
+        return "FAILED"
+    if sharing.get("exclusive") is False and not sharing.get("allowed"):
+        return "NOT VERIFIED (the GPU was shared)"
+    return "OK"
 
 
 def mode_summary(mode: Mode, entries: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -69,8 +69,17 @@ def gpus(ctx: Context) -> List[Dict[str, Any]]:
         props = ctx.torch.cuda.get_device_properties(i)
         out.append({"index": i, "name": props.name, "capability": f"{props.major}.{props.minor}",
                     "memory_gib": round(props.total_memory / 2**30, 1),
-                    "multiprocessors": props.multi_processor_count})
+                    "multiprocessors": props.multi_processor_count, "uuid": nvml_uuid(props)})
     return out
+
+
+def nvml_uuid(props: Any) -> Optional[str]:
+    """The GPU's UUID as NVML and the DCGM exporter write it ('GPU-...'): it names the card whatever the numbering."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
 def collect(ctx: Context) -> Dict[str, Any]:

@@ -96,6 +96,16 @@ class Nvml:
             return None
         return int(rates.gpu)
 
+    def memory(self, dev: ctypes.c_void_p) -> Optional[Tuple[int, int]]:
+        """(bytes in use by processes, bytes the driver reserves) from nvmlDeviceGetMemoryInfo_v2; None where
+        the driver has no v2 (its v1 ``used`` counts the reserve too, so nobody's share can be told from it).
+        Unlike the process lists this is the device's, whatever PID namespace asks."""
+        fn = getattr(self.lib, "nvmlDeviceGetMemoryInfo_v2", None)
+        info = MemoryV2(version=NVML_MEMORY_V2)
+        if fn is None or fn(dev, ctypes.byref(info)) != NVML_SUCCESS:
+            return None
+        return int(info.used), int(info.reserved)
+
     def processes(self, dev: ctypes.c_void_p) -> List[Tuple[int, Optional[int]]]:
         """(pid, used bytes or None) of every compute and graphics process on the device.
         PIDs are in the PID namespace the driver sees (the host's, inside a container)."""
@@ -160,6 +170,16 @@ class PciInfo(ctypes.Structure):
     _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
                 ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
                 ("busId", ctypes.c_char * 32)]
+
+
+class MemoryV2(ctypes.Structure):
+    """nvmlMemory_v2_t (nvml.h): used excludes the driver's reserve."""
+
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
+                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+NVML_MEMORY_V2 = ctypes.sizeof(MemoryV2) | (2 << 24)  # nvmlMemory_v2 (0x02000028)
 
 
 class Utilization(ctypes.Structure):

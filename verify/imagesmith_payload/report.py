@@ -11,13 +11,14 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from .judge import FAIL, STATUSES
 from .sharing import validate as validate_sharing
+from .sharing import window_of
 
 SCHEMA = "imagesmith.verify-report/1"
 MARKER = "@@IMAGESMITH-REPORT@@ "
 CHECK_KEYS = ("id", "title", "status", "value", "threshold", "unit", "baseline",
               "percent_of_baseline", "detail", "optional", "duration_s")
 TOP_KEYS = ("schema", "nonce", "tier", "started_at", "duration_s", "environment", "checks", "summary", "sharing")
-NOT_MEASURED: Dict[str, Any] = {"exclusive": None, "allowed": False, "foreign": []}
+NOT_MEASURED: Dict[str, Any] = {"exclusive": None, "allowed": False, "foreign": [], "reason": "not measured"}
 
 Report = Dict[str, Any]
 
@@ -125,6 +126,9 @@ def _check_problems(i: int, entry: Any) -> List[str]:
         problems.append(f"{where}.detail: expected one line of text")
     if not isinstance(entry.get("optional", False), bool):
         problems.append(f"{where}.optional: expected true or false, got {_short(entry.get('optional'))}")
+    if "window" in entry and window_of(entry) is None:
+        problems.append(f"{where}.window: expected {{start, end}}: wall-clock seconds, start <= end, "
+                        f"got {_short(entry.get('window'))}")
     return problems
 
 

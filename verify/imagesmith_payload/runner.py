@@ -16,6 +16,7 @@ from .stats import median, trend_percent_per_round
 
 Progress = Callable[[Dict[str, Any], int, int], None]
 OnHang = Callable[[List[Dict[str, Any]]], None]
+Judge = Callable[[Dict[str, Any]], Dict[str, Any]]  # an entry judged again as it ends (sharing.judge_entry)
 
 
 def gate(spec: CheckSpec, ctx: Context) -> Optional[str]:
@@ -60,10 +61,12 @@ def finish(spec: CheckSpec, result: Result, seconds: float) -> Dict[str, Any]:
 
 
 def run_checks(specs: Sequence[CheckSpec], ctx: Context, progress: Progress,
-               on_hang: OnHang, offload: Optional[Any] = None) -> List[Dict[str, Any]]:
+               on_hang: OnHang, offload: Optional[Any] = None, judge: Optional[Judge] = None) -> List[Dict[str, Any]]:
     """Each check in turn under a watchdog; on a hang, on_hang gets the results so far.
     With `offload` (offload.Offload), its checks run in worker processes meanwhile and are
-    collected after the others; the entries come back in the order of `specs`."""
+    collected after the others; the entries come back in the order of `specs`. Every entry
+    carries its window (wall-clock start and end; a worker's entry the worker's own), and
+    `judge` sees each entry before it is shown (a tenant on the GPU during its window)."""
     order = {spec.id: n for n, spec in enumerate(specs)}
     here = [s for s in specs if offload is None or s.id not in offload]
     ordered = here + [s for s in specs if offload is not None and s.id in offload]
@@ -76,6 +79,7 @@ def run_checks(specs: Sequence[CheckSpec], ctx: Context, progress: Progress,
             done + [_hung(s, t)] + [_not_run(x, s) for x in r]))
         dog.daemon = True
         dog.start()
+        began = time.time()
         try:
             if offload is not None and spec.id in offload:
                 entry = offload.entry(spec, finish)
@@ -83,9 +87,15 @@ def run_checks(specs: Sequence[CheckSpec], ctx: Context, progress: Progress,
                 entry = finish(spec, call_check(spec, ctx), time.monotonic() - t0)
         finally:
             dog.cancel()
-        done.append(entry)
+        entry.setdefault("window", window(began, time.time()))
+        done.append(judge(entry) if judge is not None else entry)
         progress(done[-1], i, len(specs))
     return sorted(done, key=lambda e: order.get(e["id"], len(order)))
+
+
+def window(start: float, end: float) -> Dict[str, float]:
+    """A check's window in the report: wall-clock seconds (the host's watch uses the same clock)."""
+    return {"start": round(start, 3), "end": round(end, 3)}
 
 
 def _hung(spec: CheckSpec, timeout: float) -> Dict[str, Any]:
@@ -100,12 +110,12 @@ def _not_run(spec: CheckSpec, hung: CheckSpec) -> Dict[str, Any]:
 
 # ------------------------------------------------------------------------ soak
 def run_soak(specs: Sequence[CheckSpec], ctx: Context, minutes: float, progress: Progress,
-             on_hang: OnHang) -> List[Dict[str, Any]]:
+             on_hang: OnHang, judge: Optional[Judge] = None) -> List[Dict[str, Any]]:
     """Repeat the checks until `minutes` have passed (at least once); fold with trends."""
     deadline = time.monotonic() + 60.0 * minutes
     rounds: List[List[Dict[str, Any]]] = []
     while not rounds or time.monotonic() < deadline:
-        rounds.append(run_checks(specs, ctx, progress, on_hang))
+        rounds.append(run_checks(specs, ctx, progress, on_hang, judge=judge))
     return [fold_rounds([r[i] for r in rounds]) for i in range(len(specs))]
 
 
@@ -123,6 +133,9 @@ def fold_rounds(entries: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     last["data"] = {"rounds": len(entries), "values": values, "statuses": statuses,
                     "trend_percent_per_round": None if trend is None else round(trend, 3)}
     last["duration_s"] = round(sum(e["duration_s"] for e in entries), 2)
+    spans = [e["window"] for e in entries if isinstance(e.get("window"), dict)]
+    if spans:
+        last["window"] = {"start": spans[0]["start"], "end": spans[-1]["end"]}
     if bad:
         worst_entry = entries[bad[0]]
         last["detail"] = f"failed in {len(bad)}/{len(entries)} rounds; first: {worst_entry['detail']}"
