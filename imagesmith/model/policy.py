@@ -19,11 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from imagesmith.resources import payload_module
+
 NOT_GPU_VERIFIED = "not GPU-verified"
 CPU_VERIFIED_SUFFIX = "-not-gpu-verified"
 ALLOW_FLAG = "--allow-cpu-verification"
 GOOD = ("pass", "warn")
 SHARED = "the GPU was not exclusive to the run"
+UNWATCHED = "GPU exclusivity not measured"
+WATCH_FIX = ("verify it where imagesmith runs beside the engine (a local engine, NVML on the host), so that the host "
+             "watches the GPU for the whole run")
 
 
 @dataclass(frozen=True)
@@ -38,15 +43,23 @@ class Evidence:
     gpu_checks: Mapping[str, int]  # status -> count of checks that need a GPU
     exclusive: bool | None = None  # the report's sharing.exclusive: None where not measured (older reports too)
     shared_with: str = ""  # 'GPU 0 shared with PID 4242 python3, 1.6 GiB' when not exclusive
+    sharing_reason: str = ""  # why exclusive is what it is (the report's sharing.reason)
     emulated: str = ""  # 'linux/arm64 on a linux/amd64 host (qemu)' when the image ran under emulation
     emulated_platform: str = ""  # the image's platform then ('linux/arm64')
 
     @property
     def gpu_verified(self) -> bool:
-        """Never under emulation: qemu runs no GPU kernels, so nothing it ran speaks for a GPU."""
+        """Never under emulation: qemu runs no GPU kernels, so nothing it ran speaks for a GPU. Only on a GPU
+        somebody watched for the whole run and found the run's alone (``exclusive`` true): not measured is no pass."""
         ran = self.gpu_checks.get("pass", 0) + self.gpu_checks.get("warn", 0) if self.gpu_checks else 1
         return (self.ok and self.mode == "gpu" and not self.emulated and self.gpus >= 1 and self.devices in GOOD
-                and not self.gpu_checks.get("fail", 0) and ran >= 1 and self.exclusive is not False)
+                and not self.gpu_checks.get("fail", 0) and ran >= 1 and self.exclusive is True)
+
+    @property
+    def unwatched(self) -> bool:
+        """A GPU run whose checks all held but whose GPU nobody could watch for the whole run."""
+        ran = self.gpu_checks.get("pass", 0) + self.gpu_checks.get("warn", 0) if self.gpu_checks else 1
+        return self.mode == "gpu" and self.exclusive is None and not self.gpu_checks.get("fail", 0) and ran >= 1
 
     def describe(self) -> str:
         """One line: 'GPU-verified on 2 GPUs' or 'not GPU-verified: <why>'."""
@@ -61,6 +74,8 @@ class Evidence:
         failed = self.gpu_checks.get("fail", 0)
         if self.exclusive is False and self.mode == "gpu" and not failed:
             return f"{NOT_GPU_VERIFIED} ({SHARED})"
+        if self.unwatched and not self.emulated:
+            return f"{NOT_GPU_VERIFIED} ({UNWATCHED})"
         if self.emulated:
             return f"{NOT_GPU_VERIFIED} (emulated {self.emulated_platform}, CPU mode)"
         return f"{NOT_GPU_VERIFIED} ({self._why() if self.mode == 'gpu' and failed else self.mode.upper() + ' mode'})"
@@ -71,6 +86,8 @@ class Evidence:
         failed = self.gpu_checks.get("fail", 0)
         if self.exclusive is False and self.mode == "gpu" and not failed:
             return f"{SHARED}: {self.shared_with}"
+        if self.unwatched:
+            return f"{UNWATCHED}" + (f": {self.sharing_reason}" if self.sharing_reason else "")
         if self.mode == "gpu" and failed:
             return f"{failed} GPU check{'s' if failed != 1 else ''} failed"
         reason = self.reason.removesuffix(f": {NOT_GPU_VERIFIED}")
@@ -144,6 +161,7 @@ def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = No
         gpu_checks={str(k): int(v) for k, v in counts.items() if isinstance(v, int)},
         exclusive=exclusive if isinstance(exclusive, bool) else None,
         shared_with=describe_foreign(sharing.get("foreign")),
+        sharing_reason=str(sharing.get("reason"))[:300] if isinstance(sharing.get("reason"), str) else "",
         emulated=emulated, emulated_platform=str(_mapping(report.get("emulation")).get("image")) if emulated else "",
     )
 
@@ -159,19 +177,10 @@ def emulation_text(raw: Any) -> str:
 
 
 def describe_foreign(foreign: Any, limit: int = 3) -> str:
-    """'GPU 0 shared with PID 4242 python3, 1.6 GiB; ...' from a report's sharing.foreign (untrusted: types checked)."""
-    rows = [f for f in foreign if isinstance(f, Mapping)] if isinstance(foreign, list) else []
-    parts = []
-    for f in rows[:limit]:
-        name = f" {f['name']}" if isinstance(f.get("name"), str) and f["name"] else ""
-        used = f.get("used_bytes")
-        size = f", {used / 2**30:.1f} GiB" if isinstance(used, int) and not isinstance(used, bool) else ""
-        parts.append(f"GPU {_int(f.get('gpu'))} shared with PID {_int(f.get('pid'))}{name}{size}")
-    return "; ".join(parts) + (f" (and {len(rows) - limit} more)" if len(rows) > limit else "")
-
-
-def _int(value: Any) -> str:
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "?"
+    """'GPU 0 shared with PID 4242 python3, 1.6 GiB; ...' from a report's sharing.foreign (untrusted: the payload's
+    one wording, which checks every value's type)."""
+    text: str = payload_module("sharing").describe(foreign, limit)
+    return text
 
 
 def sharing_line(report: Mapping[str, Any]) -> str:
@@ -183,7 +192,8 @@ def sharing_line(report: Mapping[str, Any]) -> str:
     if exclusive is True:
         return "GPUs exclusive to this run"
     if exclusive is not False:
-        return "GPU exclusivity not measured"
+        reason = sharing.get("reason")
+        return UNWATCHED + (f" ({str(reason)[:300]})" if isinstance(reason, str) and reason else "")
     how = ("--allow-shared-gpu: throughput measured this tenant's share" if sharing.get("allowed") is True
            else "throughput checks inconclusive")
     return f"not exclusive: {describe_foreign(sharing.get('foreign'))} ({how}; not verified: no floating tag)"
@@ -215,7 +225,8 @@ def grant(cuda_image: bool, ev: Evidence, allow_cpu: bool) -> Grant:
     if allow_cpu:
         return Grant(True, False, CPU_VERIFIED_SUFFIX,
                      f"{what}; immutable tag only, marked {CPU_VERIFIED_SUFFIX}, no floating tags ({ALLOW_FLAG})")
-    return Grant(False, False, "", f"{what}; not tagged: verify it on a GPU host, or pass {ALLOW_FLAG} to push "
+    where = WATCH_FIX if ev.unwatched else "verify it on a GPU host"
+    return Grant(False, False, "", f"{what}; not tagged: {where}, or pass {ALLOW_FLAG} to push "
                                    f"its immutable tag marked {CPU_VERIFIED_SUFFIX} (no floating tags)")
 
 

@@ -40,7 +40,7 @@ def labels(torch: str, layer: str) -> dict[str, str]:
             "io.imagesmith.cell": f"{torch}-cu128-py3.11-ubuntu22.04"}
 
 
-ON_GPU = Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 12})
+ON_GPU = Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 12}, exclusive=True)
 ON_CPU = Evidence(True, "cpu", 0, "CPU mode: no GPU visible (the Docker engine has no NVIDIA container runtime)", "skip",
                   {"skip": 12})
 

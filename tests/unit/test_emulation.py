@@ -55,7 +55,8 @@ def test_a_gpu_required_of_an_emulated_run_is_refused_with_what_to_do() -> None:
 def report(mode: str, cuda: str | None, emulation: dict[str, str] | None) -> dict[str, Any]:
     gpus = [{"name": "NVIDIA H200"}] if mode == "gpu" else []
     return {"checks": [{"id": "versions.torch", "status": "pass"}, {"id": "gpu.devices", "status": "pass"}],
-            "mode": {"mode": mode, "gpus": len(gpus)}, "environment": {"cuda": cuda, "gpus": gpus}, "emulation": emulation}
+            "mode": {"mode": mode, "gpus": len(gpus)}, "environment": {"cuda": cuda, "gpus": gpus}, "emulation": emulation,
+            "sharing": {"exclusive": True, "allowed": False, "foreign": []}}
 
 
 def test_nothing_run_under_emulation_is_gpu_verified() -> None:

@@ -10,7 +10,9 @@ import pytest
 from imagesmith.model import policy
 from tests.conftest import ROOT
 
-GPU = policy.Evidence(True, "gpu", 2, "GPU mode: 2 GPUs (--gpus all)", "pass", {"pass": 20, "skip": 1})
+GPU = policy.Evidence(True, "gpu", 2, "GPU mode: 2 GPUs (--gpus all)", "pass", {"pass": 20, "skip": 1}, exclusive=True)
+UNWATCHED = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 20}, None,
+                            sharing_reason="the engine is remote")
 CPU_NO_RUNTIME = policy.Evidence(True, "cpu", 0, "CPU mode: no GPU visible (the Docker engine has no NVIDIA container "
                                  "runtime)", "skip", {"skip": 20})
 CPU_ASKED = policy.Evidence(True, "cpu", 0, "CPU mode, as asked (--gpus none): GPU checks skipped", "skip", {"skip": 20})
@@ -24,6 +26,10 @@ SHARED_NOTE = ("not GPU-verified: the GPU was not exclusive to the run: GPU 0 sh
                "not tagged: verify it again with the GPU to itself")
 REFUSED = ("; not tagged: verify it on a GPU host, or pass --allow-cpu-verification to push its immutable tag marked "
            "-not-gpu-verified (no floating tags)")
+UNWATCHED_NOTE = ("not GPU-verified: GPU exclusivity not measured: the engine is remote; not tagged: verify it where "
+                  "imagesmith runs beside the engine (a local engine, NVML on the host), so that the host watches the GPU "
+                  "for the whole run, or pass --allow-cpu-verification to push its immutable tag marked -not-gpu-verified "
+                  "(no floating tags)")
 
 
 # CUDA image?, evidence, --allow-cpu-verification -> release?, floating?, suffix, note
@@ -38,6 +44,10 @@ REFUSED = ("; not tagged: verify it on a GPU host, or pass --allow-cpu-verificat
     (True, FAILED, True, False, False, "", "verification failed"),
     (True, SHARED, False, False, False, "", SHARED_NOTE),  # a shared GPU: not verified, whatever the flags
     (True, SHARED, True, False, False, "", SHARED_NOTE),
+    # every check passed on a GPU nobody could watch for the whole run: not measured is no pass
+    (True, UNWATCHED, False, False, False, "", UNWATCHED_NOTE),
+    (True, UNWATCHED, True, True, False, "-not-gpu-verified",
+     f"not GPU-verified: GPU exclusivity not measured: the engine is remote{ALLOWED}"),
     (False, CPU_ASKED, False, True, True, "", ""),  # a CPU-only image is vetted on a CPU
     (False, GPU, False, True, True, "", ""),
     (False, FAILED, True, False, False, "", "verification failed"),
@@ -47,8 +57,11 @@ def test_release_policy(cuda: bool, ev: policy.Evidence, allow: bool, release: b
     assert policy.grant(cuda, ev, allow) == policy.Grant(release, floating, suffix, note)
 
 
+WATCHED = {"exclusive": True, "allowed": False, "foreign": [], "reason": "the host watched"}
+
+
 def report(**kw: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"summary": {"ok": True}, "environment": {"gpus": []}, "checks": []}
+    base: dict[str, Any] = {"summary": {"ok": True}, "environment": {"gpus": []}, "checks": [], "sharing": WATCHED}
     return base | kw
 
 
@@ -64,6 +77,9 @@ def report(**kw: Any) -> dict[str, Any]:
     # reports written before the mode block: GPUs in the environment and gpu.devices decide
     (report(environment={"gpus": [{"index": 0}, {"index": 1}]}, checks=[{"id": "gpu.devices", "status": "pass"}]),
      "gpu", 2, True),
+    # ... and a report without a sharing verdict (written before it, or by a run nobody watched): not GPU-verified
+    (report(environment={"gpus": [{"index": 0}]}, checks=[{"id": "gpu.devices", "status": "pass"}], sharing=None),
+     "gpu", 1, False),
     (report(checks=[{"id": "gpu.devices", "status": "skip"}]), "cpu", 0, False),
     ({}, "cpu", 0, False),  # a payload that never reported
 ])
@@ -72,9 +88,11 @@ def test_evidence_from_a_verify_report(rep: dict[str, Any], mode: str, gpus: int
     assert (ev.mode, ev.gpus, ev.gpu_verified) == (mode, gpus, verified)
 
 
-def test_the_2x_h200_standard_report_is_gpu_verified() -> None:
+def test_the_2x_h200_standard_report_without_a_watch_is_not_gpu_verified() -> None:
     rep = json.loads((ROOT / "tests" / "fixtures" / "reports" / "h200x2-standard.json").read_text())
-    assert policy.evidence(rep).describe() == "GPU-verified on 2 GPUs"
+    assert "sharing" not in rep  # written before runs were watched: every check passed, nobody watched the GPUs
+    assert policy.evidence(rep).describe() == "not GPU-verified: GPU exclusivity not measured"
+    assert policy.evidence(rep | {"sharing": WATCHED}).describe() == "GPU-verified on 2 GPUs"
 
 
 @pytest.mark.parametrize("tag, marked", [("2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130-not-gpu-verified", True),
@@ -100,6 +118,8 @@ def test_how_verified(rep: dict[str, Any], cell: str) -> None:
     (GPU, "GPU-verified on 2 GPUs", "GPU-verified on 2 GPUs"),
     (CPU_ASKED, f"not GPU-verified: {CPU_ASKED.reason}", "not GPU-verified (CPU mode)"),
     (GPU_CHECK_FAILED, "not GPU-verified: 1 GPU check failed", "not GPU-verified (1 GPU check failed)"),
+    (UNWATCHED, "not GPU-verified: GPU exclusivity not measured: the engine is remote",
+     "not GPU-verified (GPU exclusivity not measured)"),
     (policy.Evidence(True, "cpu", 0, "CPU mode: no GPU visible (x); CPU verification allowed: not GPU-verified", "skip", {}),
      "not GPU-verified: CPU mode: no GPU visible (x); CPU verification allowed", "not GPU-verified (CPU mode)"),
 ])
@@ -133,13 +153,19 @@ FOREIGN = [{"gpu": 0, "uuid": "GPU-1", "pid": 4242, "name": "python3", "used_byt
      "not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (--allow-shared-gpu: throughput measured this "
      "tenant's share; not verified: no floating tag)"),
     ({"exclusive": False, "allowed": False, "foreign": [{"gpu": "x", "pid": None, "name": 7, "used_bytes": True}]}, False,
-     "not exclusive: GPU ? shared with PID ? (throughput checks inconclusive; not verified: no floating tag)"),
+     "not exclusive: GPU ?: memory held by processes this run cannot see (throughput checks inconclusive; not verified: "
+     "no floating tag)"),
     ({"exclusive": True, "allowed": False, "foreign": []}, True, "GPUs exclusive to this run"),
     ({"exclusive": None, "allowed": False, "foreign": []}, None, "GPU exclusivity not measured"),
+    ({"exclusive": None, "allowed": False, "foreign": [], "reason": "the engine is remote"}, None,
+     "GPU exclusivity not measured (the engine is remote)"),
+    ({"exclusive": False, "allowed": False, "foreign": [{"gpu": 0, "pid": None, "used_bytes": 1 << 30}]}, False,
+     "not exclusive: GPU 0: 1.0 GiB held by processes this run cannot see (throughput checks inconclusive; not "
+     "verified: no floating tag)"),
     ("garbage", None, ""),
 ])
 def test_sharing_in_the_evidence(sharing: Any, exclusive: Any, line: str) -> None:
     rep = report(mode={"mode": "gpu", "gpus": 1, "gpu_checks": {"pass": 9}}, checks=[{"id": "gpu.devices", "status": "pass"}],
                  sharing=sharing)
     ev = policy.evidence(rep)
-    assert (ev.exclusive, policy.sharing_line(rep), ev.gpu_verified) == (exclusive, line, exclusive is not False)
+    assert (ev.exclusive, policy.sharing_line(rep), ev.gpu_verified) == (exclusive, line, exclusive is True)

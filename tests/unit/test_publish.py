@@ -151,7 +151,7 @@ def image_labels(torch: str, layer: str = "base", cuda: str = "12.8") -> dict[st
             "io.imagesmith.cell": f"{torch}-cell", "org.opencontainers.image.created": "2026-11-01T00:00:00+00:00"}
 
 
-ON_GPU = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 12, "skip": 3})
+ON_GPU = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 12, "skip": 3}, exclusive=True)
 ON_CPU = policy.Evidence(True, "cpu", 0, "CPU mode: no GPU visible (the Docker engine has no NVIDIA runtime)", "skip",
                          {"skip": 15})
 

@@ -71,10 +71,14 @@ def test_a_report_that_claims_ok_with_a_failed_required_check_is_not_a_pass() ->
     ({"cuda": "13.0"}, {"mode": "cpu", "gpus": 0, "reason": "no GPU visible"}, "NOT GPU-verified: no GPU visible"),
     ({"cuda": None}, {"mode": "cpu", "gpus": 0, "reason": "no GPU visible"}, "CPU-only image (no CUDA), verified on a CPU"),
     ({"cuda": "13.0", "gpus": [{"name": "NVIDIA H200"}]}, {"mode": "gpu", "gpus": 1, "status": "pass"}, "GPU-verified on 1 GPU"),
+    ({"cuda": "13.0", "gpus": [{"name": "NVIDIA H200"}]}, {"mode": "gpu", "gpus": 1, "status": "pass", "unwatched": True},
+     "NOT GPU-verified: GPU exclusivity not measured: the engine is remote"),
 ])
 def test_an_attestation_says_in_plain_words_whether_it_was_gpu_verified(env: dict[str, Any], mode: dict[str, Any],
                                                                         words: str) -> None:
-    rep = report(check("versions.torch"), **env) | {"mode": mode}
+    watched = {"exclusive": None if mode.pop("unwatched", False) else True, "allowed": False, "foreign": [],
+               "reason": "the engine is remote"}
+    rep = report(check("versions.torch"), **env) | {"mode": mode, "sharing": watched}
     predicate = attestation.verification_predicate(rep, verify.declared_checks())
     assert predicate["gpu_verification"] == words and attestation.predicate_problems(predicate) == []
 
