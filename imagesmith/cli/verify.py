@@ -168,7 +168,7 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
 
     with Tracked(json_out, verify.running_report(image, options.tier)) as tracked:  # --json FILE says running at once
         if local:
-            outcome = verify.run_local(options, python_exe)
+            outcome = verify.run_local(options, python_exe, progress=None if quiet else (lambda line: click.echo(line, err=True)))
         else:
             outcome = _verify_image(image or "", options, no_pull, store, quiet)
         tracked.complete(outcome.report)
@@ -350,9 +350,11 @@ def print_verdict(report: dict[str, Any]) -> None:
     from imagesmith.stages import verify
 
     passed = verify.VerifyOutcome(report).ok
+    shared = policy.evidence(report).exclusive is False and (report.get("sharing") or {}).get("allowed") is not True
+    word = "FAILED verification" if not passed else "NOT VERIFIED (the GPU was shared)" if shared else "verified"
     digests = (report.get("image") or {}).get("digests", [])
     for digest in digests:
-        click.echo(f"verified {digest}" if passed else f"FAILED verification: {digest}")
+        click.echo(f"{word}: {digest}" if word != "verified" else f"verified {digest}")
     sharing = policy.sharing_line(report)
     if sharing:
         click.secho(sharing, fg="yellow" if "not exclusive" in sharing else None)

@@ -302,6 +302,8 @@ class Engine:
         when the engine would not create or start it."""
         container = self._create_or_clean(spec)
         try:
+            if spec.on_created is not None:
+                spec.on_created(str(container.id))
             self._start(container, spec)
             if spec.on_stderr is not None:
                 _follow(container, spec.on_stderr)

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from imagesmith.edges.gpuwatch import ProcessWatch, watch_devices
+
 SERIES = ("memory_used_mib", "utilization_gpu_pct", "utilization_memory_pct",
           "temperature_c", "power_w", "sm_clock_mhz", "mem_clock_mhz")
 
@@ -109,12 +111,15 @@ def driver_supports(host: HostInfo, toolkit_cuda: str) -> Tuple[str, str]:
 
 # --------------------------------------------------------------------- sampler
 class NvmlSampler:
-    """Samples GPUs on a daemon thread; use as a context manager or start()/stop()."""
+    """Samples GPUs on a daemon thread; use as a context manager or start()/stop(). With ``watch``, each
+    tick also samples the GPUs' processes and memory (:class:`~imagesmith.edges.gpuwatch.ProcessWatch`):
+    ``self.watch`` once started, its record in ``result()["watch"]``."""
 
-    def __init__(self, indices: Optional[Sequence[int]] = None, interval_s: float = 0.25,
-                 nvml: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, indices: Optional[Sequence[int | str]] = None, interval_s: float = 0.25,
+                 nvml: Any = None, clock: Callable[[], float] = time.monotonic, watch: bool = False) -> None:
         self.interval_s, self.clock = interval_s, clock
-        self._nvml, self._indices = nvml, indices
+        self._nvml, self._indices, self._watch = nvml, indices, watch
+        self.watch: Optional[ProcessWatch] = None
         self._handles: Dict[int, Any] = {}
         self._meta: Dict[int, Dict[str, str]] = {}
         self._series: Dict[int, Dict[str, List[Any]]] = {}
@@ -143,15 +148,14 @@ class NvmlSampler:
     def _open(self) -> None:
         self._nvml = self._nvml or load_nvml()
         self._nvml.nvmlInit()
-        indices = self._indices
-        if indices is None:
-            indices = range(self._nvml.nvmlDeviceGetCount())
-        for i in indices:
-            handle = self._nvml.nvmlDeviceGetHandleByIndex(i)
+        wanted = None if self._indices is None else [str(i) for i in self._indices]
+        devices = watch_devices(self._nvml, wanted)  # NVML indexes or UUIDs -> host index
+        for i, (handle, uuid) in devices.items():
             self._handles[i] = handle
-            self._meta[i] = {"name": _text(self._nvml.nvmlDeviceGetName(handle)),
-                             "uuid": _text(self._nvml.nvmlDeviceGetUUID(handle))}
+            self._meta[i] = {"name": _text(self._nvml.nvmlDeviceGetName(handle)), "uuid": uuid}
             self._series[i] = {k: [] for k in ("t",) + SERIES}
+        if self._watch:
+            self.watch = ProcessWatch(self._nvml, devices, self.interval_s)
 
     def stop(self) -> Dict[str, Any]:
         if self._thread is not None:
@@ -167,6 +171,8 @@ class NvmlSampler:
             self._stop.wait(self.interval_s)
 
     def sample_once(self) -> None:
+        if self.watch is not None:
+            self.watch.tick()
         t = round(self.clock() - self._t0, 3)
         for i, handle in self._handles.items():
             series = self._series[i]
@@ -177,7 +183,10 @@ class NvmlSampler:
     def result(self) -> Dict[str, Any]:
         gpus = [{"index": i, **self._meta[i], "series": self._series[i],
                  "summary": summarize(self._series[i])} for i in sorted(self._series)]
-        return {"interval_s": self.interval_s, "error": self.error, "gpus": gpus}
+        out: Dict[str, Any] = {"interval_s": self.interval_s, "error": self.error, "gpus": gpus}
+        if self._watch:
+            out["watch"] = self.watch.result() if self.watch is not None else {"error": self.error or "not started", "samples": 0}
+        return out
 
 
 def read_sensors(nvml: Any, handle: Any) -> Dict[str, Any]:

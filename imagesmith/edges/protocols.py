@@ -102,6 +102,7 @@ class RunSpec:
     network_mode: str | None = None  # "none": loopback only
     pids_limit: int | None = None
     entrypoint: list[str] | None = None  # None: command[0] replaces the image's ENTRYPOINT; else this runs command
+    on_created: Callable[[str], None] | None = None  # told the container's full ID once it exists, before it starts
 
 
 class RunningProtocol(Protocol):

@@ -15,6 +15,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,6 +28,7 @@ from imagesmith.model import compat, policy, schemas
 from imagesmith.model import platform as platforms
 from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
+from imagesmith.stages import gpuwatch
 from imagesmith.stages.artifacts import DIGEST
 from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
 from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
@@ -329,8 +331,32 @@ def _sampler(options: VerifyOptions, factory: Callable[[], Sampler] | None) -> S
         return factory()
     from imagesmith.edges.hostinfo import NvmlSampler
 
-    indices = None if options.gpus == "all" else [int(g) for g in options.gpus.split(",") if g.strip().isdigit()]
-    return NvmlSampler(indices=indices)
+    wanted = None if options.gpus == "all" else [g.strip() for g in options.gpus.split(",") if g.strip()]
+    return NvmlSampler(indices=wanted, watch=True)
+
+
+def _unwatched(options: VerifyOptions, remote: bool) -> str:
+    """Why the host did not watch the run's GPUs (the sharing verdict's reason when nothing else was seen)."""
+    if remote:
+        return (f"the engine is remote (DOCKER_HOST={os.environ.get('DOCKER_HOST', '')[:80]}): NVML on this host says "
+                "nothing of its GPUs, so nobody watched them for the whole run")
+    if not options.sample_gpus:
+        return "the host's GPU sampling was off"
+    return "the host did not watch the GPUs"
+
+
+def _watch_of(sampler: Sampler | None) -> Any:
+    """The sampler's live process watch (edges.gpuwatch.ProcessWatch), when it has one."""
+    return getattr(sampler, "watch", None)
+
+
+def _judged(report: dict[str, Any], nvml: Mapping[str, Any] | None, options: VerifyOptions, remote: bool) -> dict[str, Any]:
+    """The payload's report with the host's view of the GPUs joined in (imagesmith.stages.gpuwatch)."""
+    watch = nvml.get("watch") if isinstance(nvml, Mapping) else None
+    if watch is None and isinstance(nvml, Mapping) and nvml.get("error"):
+        watch = {"error": nvml["error"], "samples": 0}
+    joined = gpuwatch.join(report, watch if isinstance(watch, Mapping) else None, _unwatched(options, remote), options.allow_shared_gpu)
+    return gpuwatch.host_indexes(joined, nvml)
 
 
 # -- in a container -----------------------------------------------------------------------------
@@ -355,9 +381,12 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     emulated = emulation(ref, getattr(info, "platform", ""), engine_platform(engine), options)
     if emulated is not None:
         options = replace(options, gpus="none")  # qemu runs no GPU kernels: CPU mode, said so everywhere
-    spec = payload_spec(info, options, kb, request, progress)
-    sampler = None if _remote_engine() else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
+    remote = _remote_engine()
+    sampler = None if remote else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
+    spec = payload_spec(info, options, kb, request, gpuwatch.live(progress, lambda: _watch_of(sampler)))
+    spec = replace(spec, on_created=lambda cid: _claim(sampler, in_container_owner(cid)))
     report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options, request, info.config), sampler)
+    report = _judged(report, nvml, options, remote)
     report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
     report = with_notes(report, info.config, options, info.labels)
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
@@ -439,6 +468,19 @@ def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str
                 entry_digest = str(entry.get("digest"))
                 return {"index": digest, "digest": entry_digest, "platform": info.platform} if DIGEST.fullmatch(entry_digest) else None
     return None
+
+
+def in_container_owner(container_id: str) -> Callable[[int], bool]:
+    from imagesmith.edges.gpuwatch import in_container
+
+    return in_container(container_id)
+
+
+def _claim(sampler: Sampler | None, owner: Callable[[int], bool]) -> None:
+    """From now on the host's watch counts ``owner``'s processes as the run's own."""
+    watch = _watch_of(sampler)
+    if watch is not None:
+        watch.claim(owner)
 
 
 def pinned(ref: str) -> dict[str, str]:
@@ -527,8 +569,10 @@ def _why_no_report(code: int, output: str, image: Any = None) -> str:
 
 
 def run_local(options: VerifyOptions, python: str | None = None, kb: compat.KnowledgeBase | None = None,
-              sampler_factory: Callable[[], Sampler] | None = None) -> VerifyOutcome:
-    """The payload on this host's Python (a GPU host without Docker)."""
+              sampler_factory: Callable[[], Sampler] | None = None,
+              progress: Callable[[str], None] | None = None) -> VerifyOutcome:
+    """The payload on this host's Python (a GPU host without Docker); its progress lines go to ``progress``
+    (None: nowhere), each throughput check's judged against what the host's watch saw during it."""
     kb, started, t0 = kb or compat.load(), _now(), time.monotonic()
     request = request_for(options)
     config = payload_config({}, options, kb, request)
@@ -537,30 +581,68 @@ def run_local(options: VerifyOptions, python: str | None = None, kb: compat.Know
         config_path.write_text(json.dumps(config))
         cmd = [python or sys.executable, str(payload_dir() / "run.py"), *payload_args(options, str(config_path))]
         sampler = _sampler(options, sampler_factory)
-        report, nvml = _run_with_sampler(lambda: _local_report(cmd, options, request), sampler)
+        lines = gpuwatch.live(progress, lambda: _watch_of(sampler))
+        report, nvml = _run_with_sampler(lambda: _local_report(cmd, options, request, sampler, lines), sampler)
+    report = _judged(report, nvml, options, remote=False)
     skipped = [check_entry(c, HOST_CHECKS[c][1], "skip", "no image: verify --local runs this host's Python")
                for c in request.host_checks]
     return VerifyOutcome(finish(with_checks(report, skipped), None, nvml, started, time.monotonic() - t0))
 
 
 def local_gpu_env(gpus: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """--local: --gpus none hides every GPU; a list selects those GPUs, unless
-    CUDA_VISIBLE_DEVICES already says which (then the payload counts what it sees)."""
+    """--local: --gpus none hides every GPU; a list selects those GPUs (numbered as NVML numbers them: PCI order),
+    unless CUDA_VISIBLE_DEVICES already says which (then the payload counts what it sees)."""
     if gpus == "none":
         return {"CUDA_VISIBLE_DEVICES": ""}
     if gpus != "all" and "CUDA_VISIBLE_DEVICES" not in environ:
-        return {"CUDA_VISIBLE_DEVICES": gpus}
+        return {"CUDA_VISIBLE_DEVICES": gpus, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     return {}
 
 
-def _local_report(cmd: list[str], options: VerifyOptions, request: Request) -> dict[str, Any]:
+def _local_report(cmd: list[str], options: VerifyOptions, request: Request, sampler: Sampler | None = None,
+                  lines: Callable[[str], None] | None = None) -> dict[str, Any]:
     env = os.environ | PAYLOAD_ENV | local_gpu_env(options.gpus, os.environ)
     try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, env=env, timeout=options.timeout_s)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    except OSError as exc:
+        raise UserError(f"--python {cmd[0]}: cannot be started ({exc.strerror or exc}); give a Python 3 on this host") from None
+    from imagesmith.edges.gpuwatch import descendant_of
+
+    _claim(sampler, descendant_of(proc.pid))
+    relay = threading.Thread(target=_relay, args=(proc.stderr, lines), daemon=True)
+    relay.start()
+    out = _Collect(proc.stdout)
+    try:
+        code = proc.wait(timeout=options.timeout_s)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
         return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s", options.tier)
-    stdout = proc.stdout.decode(errors="replace")
+    finally:
+        relay.join(timeout=5)
+    stdout = out.text()
     report, problem = judge_output(stdout, request)
     if report is None:
-        return failed_report("payload.report", problem or _why_no_report(proc.returncode, stdout), options.tier)
+        return failed_report("payload.report", problem or _why_no_report(code, stdout), options.tier)
     return report
+
+
+def _relay(stream: Any, lines: Callable[[str], None] | None) -> None:
+    """The payload's stderr, line by line, to ``lines`` (read to the end either way, so it never blocks)."""
+    for raw in iter(stream.readline, b""):
+        if lines is not None:
+            lines(raw.decode(errors="replace").rstrip("\n"))
+    stream.close()
+
+
+class _Collect:
+    """A child's stdout read to its end on a thread of its own (stderr is read beside it)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._chunks: list[bytes] = []
+        self._thread = threading.Thread(target=lambda: self._chunks.append(stream.read()), daemon=True)
+        self._thread.start()
+
+    def text(self) -> str:
+        self._thread.join(timeout=30)
+        return b"".join(self._chunks).decode(errors="replace")

@@ -46,7 +46,7 @@ def test_the_payload_is_told_what_was_asked() -> None:
 @pytest.mark.parametrize("gpus, environ, env", [
     ("none", {}, {"CUDA_VISIBLE_DEVICES": ""}),
     ("none", {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": ""}),
-    ("0,1", {}, {"CUDA_VISIBLE_DEVICES": "0,1"}),
+    ("0,1", {}, {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),  # numbered as NVML numbers them
     ("0", {"CUDA_VISIBLE_DEVICES": ""}, {}),  # the environment hides the GPU: the payload sees none and fails
     ("all", {}, {}),
 ])
