@@ -39,6 +39,7 @@ MAX_GPUS = 64  # one host
 MAX_FOREIGN = 4096  # sharing.foreign entries one report may list
 MAX_SERIES = 10000  # from one report (the standard tier on 2 GPUs makes ~300)
 GPU_LABELS = ("gpu", "UUID", "modelName")  # with Hostname (a base label): the DCGM exporter's
+GpuLabel = tuple[str, str, str]  # the gpu label (the host's NVML index), UUID, model name
 
 # A check's unit -> (metric name after the prefix, factor to the base unit, help)
 UNITS: Mapping[str, tuple[str, float, str]] = {
@@ -140,7 +141,7 @@ class VerifyMetrics:
         if ran_s is not None:
             self.set("imagesmith_fleet_cell_run_seconds", "How long the cell's job ran.", ran_s, **base)
 
-    def _check(self, c: Check, base: dict[str, str], gpus: Mapping[int, tuple[str, str]], lab: _Labels, where: str) -> None:
+    def _check(self, c: Check, base: dict[str, str], gpus: Mapping[int, GpuLabel], lab: _Labels, where: str) -> None:
         labels = {**base, "check": lab.value(c.id, f"{where}.id")}
         for status in STATUSES:
             self.set("check_status", "1 for the outcome the check had (pass, warn, fail, skip), 0 for the others.",
@@ -163,7 +164,7 @@ class _Sharing:
     """``sharing`` as :mod:`imagesmith.report.parse` validated it (types, outcomes), turned into series; what is
     left to check here is what a label value may hold and how many series one report may make."""
 
-    def __init__(self, out: VerifyMetrics, base: dict[str, str], gpus: Mapping[int, tuple[str, str]], lab: _Labels) -> None:
+    def __init__(self, out: VerifyMetrics, base: dict[str, str], gpus: Mapping[int, GpuLabel], lab: _Labels) -> None:
         self.out, self.base, self.gpus, self.lab = out, base, gpus, lab
 
     def add(self, shared: Sharing | None) -> None:
@@ -176,7 +177,7 @@ class _Sharing:
                      float(shared.allowed), **self.base)
         # a 0 for every GPU only when the payload could tell (exclusive not null); else only what it saw
         counts = {gpu: 0 for gpu in self.gpus} if shared.exclusive is not None else {}
-        uuids = {gpu: uuid for gpu, (uuid, _model) in self.gpus.items() if uuid}
+        uuids = {gpu: uuid for gpu, (_label, uuid, _model) in self.gpus.items() if uuid}
         if len(shared.foreign) > MAX_FOREIGN:
             raise self.lab.fail("sharing.foreign", f"expected a list of at most {MAX_FOREIGN} processes")
         for i, tenant in enumerate(shared.foreign):
@@ -185,9 +186,9 @@ class _Sharing:
             uuids.setdefault(gpu, self.lab.value(tenant.uuid, f"sharing.foreign[{i}].uuid"))
         _check_gpu_count(len(counts), self.lab)
         for gpu, n in sorted(counts.items()):
-            model = self.gpus.get(gpu, ("", ""))[1]
+            labels = _gpu_labels(gpu, self.gpus) | {"UUID": uuids.get(gpu, "")}
             self.out.set("foreign_processes", "Processes of other users seen on the GPU during the verification.", float(n),
-                         **self.base, gpu=str(gpu), UUID=uuids.get(gpu, ""), modelName=model)
+                         **self.base, **labels)
 
 
 class _Labels:
@@ -268,22 +269,42 @@ def _ended_at(v: Verify, lab: _Labels) -> float | None:
     return started.timestamp() + (v.duration_s or 0.0)
 
 
-def _gpus(v: Verify, lab: _Labels) -> dict[int, tuple[str, str]]:
-    """GPU index -> (UUID, model name): names from the environment, UUIDs from the host's NVML sampler."""
-    out: dict[int, tuple[str, str]] = {}
+def _gpus(v: Verify, lab: _Labels) -> dict[int, GpuLabel]:
+    """The payload's GPU index -> (the ``gpu`` label, UUID, model name), as the DCGM exporter labels that card: the
+    host's NVML index and the card's UUID. The payload names each GPU's UUID and the host adds its NVML index
+    (``host_index``); with ``--gpus 2,3`` the payload's GPU 0 is the host's 2. A report without them (written before)
+    is read as the host's sampler numbered it."""
+    out: dict[int, GpuLabel] = {}
     nvml = v.raw.get("nvml")
-    sources = [("environment.gpus", v.environment.get("gpus")), ("nvml.gpus", nvml.get("gpus") if isinstance(nvml, Mapping) else None)]
-    for where, items in sources:
-        for i, g in enumerate(items if isinstance(items, list) else []):
-            if not isinstance(g, Mapping) or g.get("index") is None:
-                continue
-            gpu = lab.gpu(g.get("index"), f"{where}[{i}].index")
-            uuid, name = out.get(gpu, ("", ""))
-            new_uuid, new_name = g.get("uuid"), g.get("name")
-            out[gpu] = (lab.value(new_uuid, f"{where}[{i}].uuid") if isinstance(new_uuid, str) else uuid,
-                        name or (lab.value(new_name, f"{where}[{i}].name") if isinstance(new_name, str) else ""))
+    sampled = {}  # host index -> (uuid, name), from the host's sampler
+    for i, g in enumerate(_items(nvml.get("gpus") if isinstance(nvml, Mapping) else None)):
+        if g.get("index") is not None:
+            sampled[lab.gpu(g.get("index"), f"nvml.gpus[{i}].index")] = (_text(g.get("uuid"), lab, f"nvml.gpus[{i}].uuid"),
+                                                                         _text(g.get("name"), lab, f"nvml.gpus[{i}].name"))
+    for i, g in enumerate(_items(v.environment.get("gpus"))):
+        if g.get("index") is None:
+            continue
+        where = f"environment.gpus[{i}]"
+        mine = lab.gpu(g.get("index"), f"{where}.index")
+        host = lab.gpu(g["host_index"], f"{where}.host_index") if g.get("host_index") is not None else None
+        uuid = _text(g.get("uuid"), lab, f"{where}.uuid")
+        at = host if host is not None else mine if not uuid else None
+        sampled_uuid, sampled_name = sampled.get(at, ("", "")) if at is not None else ("", "")
+        out[mine] = (str(host if host is not None else mine), uuid or sampled_uuid,
+                     _text(g.get("name"), lab, f"{where}.name") or sampled_name)
+    for index, (uuid, name) in sampled.items():  # GPUs the host sampled that the payload did not list
+        if not any(u == uuid for _l, u, _n in out.values()) and index not in out:
+            out[index] = (str(index), uuid, name)
     _check_gpu_count(len(out), lab)
     return out
+
+
+def _items(raw: Any) -> list[Mapping[str, Any]]:
+    return [g for g in raw if isinstance(g, Mapping)] if isinstance(raw, list) else []
+
+
+def _text(raw: Any, lab: _Labels, where: str) -> str:
+    return lab.value(raw, where) if isinstance(raw, str) else ""
 
 
 def _check_gpu_count(n: int, lab: _Labels) -> None:
@@ -304,6 +325,7 @@ def _per_gpu(raw: Any, lab: _Labels, where: str) -> list[tuple[int, float]]:
     return out
 
 
-def _gpu_labels(gpu: int, gpus: Mapping[int, tuple[str, str]]) -> dict[str, str]:
-    uuid, model = gpus.get(gpu, ("", ""))
-    return {"gpu": str(gpu), "UUID": uuid, "modelName": model}
+def _gpu_labels(gpu: int, gpus: Mapping[int, GpuLabel]) -> dict[str, str]:
+    """The DCGM exporter's labels of the payload's GPU ``gpu``: the host's index, the card's UUID, its model."""
+    label, uuid, model = gpus.get(gpu, (str(gpu), "", ""))
+    return {"gpu": label, "UUID": uuid, "modelName": model}
