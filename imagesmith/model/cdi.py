@@ -75,6 +75,12 @@ class Mount:
     options: tuple[str, ...] = ()
     type: str = ""
 
+    @property
+    def bind(self) -> bool:
+        """A bind mount (OCI: no type, or a dummy one such as ``none``, or the option bind/rbind): ``host_path`` is
+        a path of the host; for another type (``tmpfs``) it is the file system's source name."""
+        return self.type in ("", "bind", "none") or bool({"bind", "rbind"} & set(self.options))
+
 
 @dataclass(frozen=True)
 class Hook:
@@ -198,14 +204,15 @@ def _node(at: _At, doc: Mapping[str, Any], path: KeyPath) -> DeviceNode:
 
 def _mount(at: _At, doc: Mapping[str, Any], path: KeyPath) -> Mount:
     host, target = str(doc["hostPath"]), str(doc["containerPath"])
-    if not _absolute(host):
+    mount = Mount(host, target, tuple(str(o) for o in doc.get("options") or ()), str(doc.get("type") or ""))
+    if mount.bind and not _absolute(host):
         raise at.refuse(path + ("hostPath",), f"{printable(host)} is not an absolute path")
     if not _absolute(target):
         raise at.refuse(path + ("containerPath",), f"{printable(target)} is not an absolute path")
     if _normal(target) in RESERVED_TARGETS:
         raise at.refuse(path + ("containerPath",), f"{printable(target)} would mount over the container's own "
                                                    f"{_normal(target)}: a mount may not target /, /proc, /sys or /dev")
-    return Mount(host, target, tuple(str(o) for o in doc.get("options") or ()), str(doc.get("type") or ""))
+    return mount
 
 
 def _hook(at: _At, doc: Mapping[str, Any], path: KeyPath) -> Hook:
@@ -386,7 +393,7 @@ def _mounts(mounts: Sequence[Mount]) -> tuple[tuple[BindMount, ...], list[str]]:
     out: dict[str, BindMount] = {}
     notes, dropped = [], set()
     for m in mounts:
-        if m.type not in ("", "bind", "none") and not {"bind", "rbind"} & set(m.options):
+        if not m.bind:
             notes.append(f"mount of {m.container_path} (type {m.type}) not applied: only bind mounts are translated")
             continue
         out[_normal(m.container_path)] = BindMount(m.host_path, m.container_path, "rw" not in m.options)

@@ -206,6 +206,17 @@ def test_deep_yaml_is_refused_at_its_line(tmp_path: Path) -> None:
         gpus.read_specs([str(tmp_path)])
 
 
+def test_a_mount_of_another_type_names_its_source_not_a_path(tmp_path: Path) -> None:
+    doc = changed("containerEdits.mounts", [{"hostPath": "tmpfs", "containerPath": "/run/vendor", "type": "tmpfs"}])
+    (tmp_path / "nvidia.json").write_text(json.dumps(doc))
+    (mount,) = gpus.read_spec(tmp_path / "nvidia.json").edits.mounts
+    assert (mount.host_path, mount.bind) == ("tmpfs", False)
+    doc["containerEdits"]["mounts"][0]["options"] = ["bind"]  # the option makes it a bind mount: its source is a path again
+    (tmp_path / "nvidia.json").write_text(json.dumps(doc))
+    with pytest.raises(LoadError, match=r"containerEdits.mounts\[0\].hostPath: 'tmpfs' is not an absolute path"):
+        gpus.read_spec(tmp_path / "nvidia.json")
+
+
 def test_only_spec_files_of_the_folder_itself_are_read(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "x.json").write_text("not even json")
