@@ -495,7 +495,8 @@ def _gpu_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, reque
     try:
         report = _container_report(engine, applied, options, request, image)
     except GpuRuntimeMissing as exc:
-        refused = f"the engine refused {'the CDI devices' if path.path == gpupath.CDI_ENGINE else '--gpus'} ({exc})"
+        said = str(exc).replace(f" ({GPU_RUNTIME_FIX})", "")  # the fix is the note's, once
+        refused = f"the engine refused {'the CDI devices' if path.path == gpupath.CDI_ENGINE else '--gpus'} ({said})"
         if path.then is not None:
             report = _gpu_report(engine, spec, options, request, image, gpu, path.then)
             return report | {"notes": [*(report.get("notes") or []), f"{refused}: ran by {path.then.path} instead"]}

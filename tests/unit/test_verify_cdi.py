@@ -24,7 +24,8 @@ from tests.unit.test_verify_entrypoint import BYPASSED
 
 GPU_OPTIONS = replace(OPTIONS, gpus="all")
 NVIDIA_INFO = {"Runtimes": {"runc": {}, "nvidia": {"path": "nvidia-container-runtime"}}}
-REFUSED = GpuRuntimeMissing('creating a container of sha256:abc: could not select device driver "" with capabilities: [[gpu]]')
+SAID = 'creating a container of sha256:abc: could not select device driver "" with capabilities: [[gpu]]'
+REFUSED = GpuRuntimeMissing(f"{SAID} ({verify.GPU_RUNTIME_FIX})")  # as engine_error words it
 SPEC = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
         "devices": [{"name": "all", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}],
         "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"],
@@ -102,7 +103,7 @@ def test_no_runtime_and_no_spec_tries_gpus_then_runs_without_them_saying_why(tmp
     assert [(s.gpus, s.cdi_devices) for s in specs] == [("all", ()), ("none", ())]
     assert json.loads(specs[1].files["config.json"])["gpu_unavailable"] == verify.GPU_RUNTIME_FIX
     assert report["gpu_path"]["path"] == "none"
-    assert report["gpu_path"]["why"] == f"the engine refused --gpus ({REFUSED}): ran without GPUs"
+    assert report["gpu_path"]["why"] == f"the engine refused --gpus ({SAID}): ran without GPUs"
     assert report["notes"][0] == f"ran without GPUs: {verify.GPU_RUNTIME_FIX}"
 
 
@@ -112,7 +113,7 @@ def test_a_remote_engine_with_cdi_gets_the_names_when_it_refuses_gpus() -> None:
     assert [(s.gpus, s.cdi_devices) for s in specs] == [("all", ()), ("none", ("nvidia.com/gpu=all",))]
     assert report["gpu_path"]["path"] == "cdi-engine" and report["gpu_path"]["devices"] == ["nvidia.com/gpu=all"]
     assert report["notes"] == ["GPUs by CDI, resolved by the engine (nvidia.com/gpu=all)",
-                               f"the engine refused --gpus ({REFUSED}): ran by cdi-engine instead", BYPASSED]
+                               f"the engine refused --gpus ({SAID}): ran by cdi-engine instead", BYPASSED]
 
 
 def test_engine_cdi_refused_runs_without_gpus_with_the_cdi_fix(tmp_path: Path) -> None:
