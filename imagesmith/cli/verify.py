@@ -13,6 +13,7 @@ from imagesmith.cli.common import credential_store, image_host, load_matrix, loa
 from imagesmith.cli.evidence import print_evidence
 from imagesmith.cli.options import ALLOW_CPU_OPTION, CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, VERIFIER_KEY_OPTION, gathered
 from imagesmith.errors import UsageError, UserError
+from imagesmith.model.gpupath import RUNTIMES
 from imagesmith.model.grammar import GPU_LIST
 from imagesmith.table import print_table
 
@@ -41,7 +42,7 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 # verify's own typed values: the run's options (the payload's VerifyOptions), the attached evidence, the metrics' targets
 
-RUN_OPTIONS = ("tier", "gpus", "expect", "require_non_root", "allow_shared_gpu", "through_entrypoint", "require_gpu",
+RUN_OPTIONS = ("tier", "gpus", "gpu_runtime", "expect", "require_non_root", "allow_shared_gpu", "through_entrypoint", "require_gpu",
                "allow_cpu", "timeout_s", "shm_size", "memory", "cpus", "soak_minutes", "only", "skip")
 
 
@@ -79,6 +80,11 @@ class MetricsArgs:
 @click.option("--gpus", default="all", show_default=True, callback=_gpus_option,
               help="all (every GPU, at least one), none (CPU mode), or a list such as 0,1 (exactly those); "
                    "fewer visible GPUs than asked fails gpu.devices.")
+@click.option("--gpu-runtime", type=click.Choice(RUNTIMES), default="auto", show_default=True,
+              help="How the GPUs reach the container: nvidia (the engine's --gpus), cdi (the CDI specs in /etc/cdi or "
+                   "/var/run/cdi: nvidia.com/gpu=all, =0, =GPU-...; passed to an engine with CDI, applied by imagesmith "
+                   "on one without), or auto: --gpus where the engine lists an nvidia runtime, else CDI where a spec on "
+                   "this host offers the GPUs, else --gpus tried (the report's gpu_path says which ran; docs/verification.md).")
 @click.option("--expect", default="", callback=_expect_option,
               help="Versions to expect instead of the image's labels, comma-separated NAME=VERSION: torch=2.9.1,cuda=12.8 "
                    "(cuda=cpu: a CPU-only torch), also cudnn, nccl, python, os, torchvision, ... or pip:NAME=VERSION.")
@@ -141,6 +147,9 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
     if options.require_gpu and options.allow_cpu:
         raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
+    if options.gpu_runtime != "auto" and (local or options.gpus == "none"):
+        why = "--local starts no container" if local else "--gpus none asks for no GPU"
+        raise UsageError(f"--gpu-runtime {options.gpu_runtime} says how GPUs reach a container; {why}: leave it out")
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
     export = _metrics_export(metrics.metrics_file, metrics.pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
     if stage_repo and not build_reports:

@@ -28,7 +28,7 @@ import docker.auth
 import docker.errors
 import requests
 import urllib3.exceptions
-from docker.types import DeviceRequest, LogConfig
+from docker.types import DeviceRequest, LogConfig, Mount
 
 from imagesmith.edges.protocols import BuildOutcome as BuildOutcome  # re-exported: the engine's plain values live with its protocol
 from imagesmith.edges.protocols import ImageConfig as ImageConfig
@@ -49,6 +49,7 @@ from imagesmith.errors import (
     UserError,
     one_line,
 )
+from imagesmith.model.cdi import BindMount, Symlink
 from imagesmith.model.ref import ImageRef
 
 RUN_LABEL = "io.imagesmith.run"  # on every container imagesmith starts: which run made it
@@ -71,6 +72,29 @@ def device_requests(gpus: str) -> list[DeviceRequest]:
     if gpus == "all":
         return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return [DeviceRequest(device_ids=[g.strip() for g in gpus.split(",") if g.strip()], capabilities=[["gpu"]])]
+
+
+def cdi_requests(names: Iterable[str]) -> list[DeviceRequest]:
+    """CDI device names (``nvidia.com/gpu=all``) for an engine that resolves them itself: what ``docker run
+    --device nvidia.com/gpu=all`` sends to Docker 25 and newer."""
+    found = [n for n in names if n]
+    return [DeviceRequest(driver="cdi", device_ids=found)] if found else []
+
+
+def bind_mounts(mounts: Iterable[BindMount]) -> list[Mount]:
+    return [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in mounts]
+
+
+def tar_links(links: Iterable[Symlink]) -> bytes:
+    """A tar of symbolic links at their absolute paths (the engine makes missing parent folders, root-owned 0755;
+    an existing folder is left as it is)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for link in links:
+            info = tarfile.TarInfo(link.path.lstrip("/"))
+            info.type, info.linkname, info.mode = tarfile.SYMTYPE, link.target, 0o777
+            tar.addfile(info)
+    return buf.getvalue()
 
 
 def tar_files(files: Mapping[str, bytes], root: str) -> bytes:
@@ -329,19 +353,23 @@ class Engine:
         entrypoint, args = (spec.command[:1], spec.command[1:]) if spec.entrypoint is None else (spec.entrypoint, spec.command)
         with docker_errors(f"creating a container of {spec.image[:19]}", ContainerRefused):
             return self.client.containers.create(
-            spec.image, args, entrypoint=entrypoint, detach=True,
-            environment=dict(spec.environment), device_requests=device_requests(spec.gpus), shm_size=spec.shm_size,
-            mem_limit=spec.mem_limit, nano_cpus=spec.nano_cpus, labels=dict(spec.labels), user=spec.user or "",
+                spec.image, args, entrypoint=entrypoint, detach=True, environment=dict(spec.environment),
+                device_requests=device_requests(spec.gpus) + cdi_requests(spec.cdi_devices), shm_size=spec.shm_size,
+                mem_limit=spec.mem_limit, nano_cpus=spec.nano_cpus, labels=dict(spec.labels), user=spec.user or "",
                 log_config=LOG_CONFIG, pids_limit=spec.pids_limit,
                 **({"network_mode": spec.network_mode} if spec.network_mode else {"network_disabled": spec.network_disabled}),
+                **({"devices": [d.docker() for d in spec.devices]} if spec.devices else {}),
+                **({"mounts": bind_mounts(spec.mounts)} if spec.mounts else {}),
             )
 
     @staticmethod
     def _start(container: Any, spec: RunSpec) -> None:
-        """Copy ``spec.files`` in and start it (the engine checks the command and devices here)."""
+        """Copy ``spec.files`` and ``spec.links`` in and start it (the engine checks the command and devices here)."""
         with docker_errors(f"starting a container of {spec.image[:19]}", ContainerRefused):
             if spec.files:
                 container.put_archive("/", tar_files(spec.files, spec.files_dir))
+            if spec.links:
+                container.put_archive("/", tar_links(spec.links))
             container.start()
 
     @contextlib.contextmanager

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from imagesmith.edges.registry import Manifest, PushedManifest
+from imagesmith.model.cdi import BindMount, DeviceMapping, Symlink
 
 LineSink = Callable[[str], None]
 
@@ -103,6 +104,12 @@ class RunSpec:
     pids_limit: int | None = None
     entrypoint: list[str] | None = None  # None: command[0] replaces the image's ENTRYPOINT; else this runs command
     on_created: Callable[[str], None] | None = None  # told the container's full ID once it exists, before it starts
+    # GPUs by CDI (imagesmith.stages.gpus.apply): names an engine with CDI resolves itself, or what imagesmith
+    # translated a spec's edits into for an engine without it
+    cdi_devices: tuple[str, ...] = ()  # fully-qualified CDI names: nvidia.com/gpu=all (a device request of driver cdi)
+    devices: tuple[DeviceMapping, ...] = ()  # host device nodes (docker --device HOST:CONTAINER:PERMISSIONS)
+    mounts: tuple[BindMount, ...] = ()  # bind mounts, read-only unless the spec said rw
+    links: tuple[Symlink, ...] = ()  # symbolic links placed in the container before it starts (put_archive)
 
 
 class RunningProtocol(Protocol):

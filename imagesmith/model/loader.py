@@ -37,7 +37,7 @@ from typing import Any, Mapping, NoReturn
 
 from imagesmith.errors import UserError, ValidationError
 from imagesmith.model import schemas
-from imagesmith.model.located import MAX_DEPTH, KeyPath, Lines, dotted, load_located, printable
+from imagesmith.model.located import MAX_DEPTH, KeyPath, Lines, dotted, line_of, load_located, printable
 from imagesmith.resources import data_file
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -52,6 +52,7 @@ CAPS: Mapping[str, int] = {
     schemas.FLEET_REPORT: 16 * MIB,
     "fleet.yaml": 1 * MIB,
     "inventory": 16 * MIB,
+    schemas.CDI_SPEC: 4 * MIB,  # nvidia-ctk's spec for one GPU is about 13 KiB; 8 GPUs with MIG devices some 300 KiB
 }
 REPORT_CAP = max(CAPS.values())  # `imagesmith report` reads any of the report kinds
 MAX_INT_DIGITS = 20  # 2**64 has 20 digits; no count, size or time imagesmith writes comes near
@@ -62,6 +63,10 @@ SCHEMA_FILES: Mapping[str, str] = {
     schemas.RELEASE: "release-1.schema.json",
     schemas.RUN_REPORT: "run-report-1.schema.json",
     schemas.FLEET_REPORT: "fleet-report-1.schema.json",
+}
+# Files others write (no ``schema`` key of their own: load_json_any never takes them for one of ours).
+INPUT_SCHEMA_FILES: Mapping[str, str] = {
+    schemas.CDI_SPEC: "cdi-spec-1.schema.json",
 }
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -261,7 +266,7 @@ def load_yaml(path: Path, *, root: Path | None = None, cap: int) -> tuple[Any, L
 def _validator(name: str) -> Any:
     from jsonschema import Draft202012Validator
 
-    schema = json.loads(data_file("schemas/" + SCHEMA_FILES[name]).read_text())
+    schema = json.loads(data_file("schemas/" + (SCHEMA_FILES.get(name) or INPUT_SCHEMA_FILES[name])).read_text())
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
 
@@ -271,14 +276,17 @@ def schema_document(name: str) -> dict[str, Any]:
     return dict(_validator(name).schema)
 
 
-def check_schema(doc: Any, name: str, file: str, fix: str = "", at: KeyPath = ()) -> None:
-    """``doc`` against the schema of ``name``; the first (best) error as a LoadError with its key path.
+def check_schema(doc: Any, name: str, file: str, fix: str = "", at: KeyPath = (), lines: Lines | None = None) -> None:
+    """``doc`` against the schema of ``name``; the first (best) error as a LoadError with its key path (and,
+    for YAML, ``lines`` from :func:`load_located`: the file named as ``FILE:LINE``).
     A run report's parts are checked against their own schemas too."""
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator(name).iter_errors(doc))
     if error is not None:
-        raise LoadError(file, _why(error), dotted(at + tuple(error.absolute_path)) or "(top)", fix)
+        path = at + tuple(error.absolute_path)
+        where = f"{file}:{line_of(lines, path)}" if lines else file
+        raise LoadError(where, _why(error), dotted(path) or "(top)", fix)
     if name == schemas.RUN_REPORT:
         for key, part in _run_parts(doc):
             check_schema(part, _PARTS[str(key[0])], file, fix, at + key)

@@ -13,3 +13,6 @@ RELEASE = "imagesmith.release/1"
 RUN_REPORT = "imagesmith.run-report/1"
 DOCTOR = "imagesmith.doctor/1"
 FLEET_REPORT = "imagesmith.fleet-report/1"
+
+# Files others write that imagesmith reads (they carry no ``schema`` key: the reader names the kind).
+CDI_SPEC = "cdi.spec"  # a Container Device Interface spec (/etc/cdi/*.yaml|json): nvidia-ctk cdi generate writes one

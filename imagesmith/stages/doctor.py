@@ -29,7 +29,8 @@ from imagesmith.edges.hostinfo import HostInfo, inventory
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, docker_config_path, is_loopback, read_docker_config
 from imagesmith.errors import UserError
-from imagesmith.model import compat, schemas
+from imagesmith.model import cdi, compat, gpupath, schemas
+from imagesmith.model.gpupath import EngineGpu, Lookup
 from imagesmith.model.versions import version_key
 
 SCHEMA = schemas.DOCTOR
@@ -38,7 +39,8 @@ GB = 10**9
 MIN_API = "1.40"  # Docker 19.03: the first engine that takes device requests (--gpus)
 MIN_FREE_BYTES = 10 * GB  # without a matrix: room for one small image
 DISK_HEADROOM = 1.5  # builds need room beyond the final images (intermediate layers, pip caches)
-DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+DEFAULT_CDI_DIRS = cdi.DEFAULT_DIRS
+ALL_GPUS = cdi.qualified_names("all")  # what doctor asks the specs for: nvidia.com/gpu=all
 GPU_HOOK = "nvidia-container-runtime-hook"  # what docker --gpus runs (nvidia-container-toolkit)
 DOCKER_HUB = "docker.io"
 LOGIN_FIX = f"docker login {{host}}   (or export {ENV_USER}=... {ENV_PASSWORD}=..., e.g. a Harbor robot account)"
@@ -53,7 +55,7 @@ FIX_DOCKER_GROUP = "sudo usermod -aG docker $USER && newgrp docker"
 FIX_UPGRADE_DOCKER = "upgrade Docker to 19.03 or newer: sudo apt-get install -y docker.io (or docker-ce from Docker's repository)"
 FIX_TOOLKIT = ("sudo apt-get install -y nvidia-container-toolkit && sudo nvidia-ctk runtime configure --runtime=docker"
                " && sudo systemctl restart docker")
-FIX_CDI_ON = ('add "features": {"cdi": true} to /etc/docker/daemon.json, then: sudo systemctl restart docker')
+FIX_CDI_SPEC = f"{gpupath.FIX_CDI_SPEC}   (or install the NVIDIA container toolkit: {FIX_TOOLKIT})"
 FIX_DRIVER = "install the NVIDIA driver: sudo apt-get install -y cuda-drivers (NVIDIA's CUDA apt repository), then reboot"
 FIX_PRUNE = "docker image prune -a && docker builder prune   (or move data-root in /etc/docker/daemon.json to a larger disk)"
 
@@ -87,7 +89,8 @@ class Facts:
     engine_info: Mapping[str, Any] | None = None
     engine_error: str | None = None
     gpus: HostInfo = HostInfo(None, None, (), "NVML not asked")  # noqa: RUF009 (a frozen dataclass: one shared value is safe)
-    cdi_specs: tuple[str, ...] = ()  # NVIDIA CDI spec files found
+    cdi: Lookup = field(default_factory=Lookup)  # the CDI specs of this host against nvidia.com/gpu=all (read through the strict loader)
+    cdi_error: str | None = None  # why a spec was refused
     disk: Disk | None = None
     disk_error: str | None = None
     docker_config: Mapping[str, Any] = field(default_factory=dict)
@@ -99,11 +102,6 @@ class Facts:
     @property
     def engine_ok(self) -> bool:
         return self.engine_info is not None
-
-    @property
-    def cdi_dirs(self) -> tuple[str, ...]:
-        """The CDI folders the engine reads; empty when its CDI support is off (or too old)."""
-        return tuple((self.engine_info or {}).get("CDISpecDirs") or ())
 
 
 @dataclass(frozen=True)
@@ -149,7 +147,7 @@ class Host(Protocol):
     def nvml(self) -> HostInfo: ...
     def disk_usage(self, path: str) -> Disk: ...  # raises OSError
     def docker_config(self) -> Mapping[str, Any]: ...  # raises OSError / ValueError
-    def cdi_specs(self, dirs: Sequence[str]) -> list[str]: ...
+    def cdi_lookup(self, names: tuple[str, ...], dirs: Sequence[str]) -> Lookup: ...  # raises UserError for a hostile spec
     def which(self, program: str) -> str | None: ...
 
 
@@ -184,23 +182,13 @@ class SystemHost:
     def docker_config(self) -> Mapping[str, Any]:
         return read_docker_config(docker_config_path(self.environ))
 
-    def cdi_specs(self, dirs: Sequence[str]) -> list[str]:
-        found = []
-        for folder in dirs:
-            for spec in sorted(Path(folder).glob("*.*")) if Path(folder).is_dir() else ():
-                if spec.suffix in (".yaml", ".yml", ".json") and _mentions_nvidia(spec):
-                    found.append(str(spec))
-        return found
+    def cdi_lookup(self, names: tuple[str, ...], dirs: Sequence[str]) -> Lookup:
+        from imagesmith.stages import gpus
+
+        return gpus.lookup(names, dirs)[0]
 
     def which(self, program: str) -> str | None:
         return shutil.which(program)
-
-
-def _mentions_nvidia(spec: Path) -> bool:
-    try:
-        return "nvidia.com" in spec.read_text(errors="replace")
-    except OSError:
-        return False
 
 
 def gather(host: Host) -> Facts:
@@ -210,10 +198,18 @@ def gather(host: Host) -> Facts:
     root = str((info or {}).get("DockerRootDir") or "")
     disk, disk_error = _disk(host, root) if root else (None, None)
     cdi_dirs = tuple((info or {}).get("CDISpecDirs") or ()) or DEFAULT_CDI_DIRS
+    found, cdi_error = _cdi(host, cdi_dirs)
     return Facts(engine_version=version, engine_info=info, engine_error=engine_error, gpus=host.nvml(),
-                 cdi_specs=tuple(host.cdi_specs(cdi_dirs)), disk=disk, disk_error=disk_error,
+                 cdi=found, cdi_error=cdi_error, disk=disk, disk_error=disk_error,
                  docker_config=config, docker_config_error=config_error, gpu_hook=host.which(GPU_HOOK),
                  environ=dict(host.environ))
+
+
+def _cdi(host: Host, dirs: tuple[str, ...]) -> tuple[Lookup, str | None]:
+    try:
+        return host.cdi_lookup(ALL_GPUS, dirs), None
+    except UserError as exc:  # a hostile spec: named, never a traceback
+        return Lookup(ALL_GPUS, dirs), str(exc).splitlines()[0]
 
 
 def _engine(host: Host) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, str | None]:
@@ -350,33 +346,43 @@ def engine_check(f: Facts, n: Needs) -> list[Result]:
 
 @check
 def runtime_check(f: Facts, n: Needs) -> list[Result]:
+    """The GPU path verify takes on this host (gpupath.choose, as verify --gpus all asks it) and why."""
     if not f.engine_ok:
         return [Result("gpu runtime", WARN, "not checked: the Docker engine is unreachable")]
-    found = _gpu_paths(f)
+    engine = EngineGpu.of(f.engine_info or {}, f.environ.get("DOCKER_HOST", ""))
+    if f.cdi_error and not engine.nvidia_runtime:
+        return [Result("gpu runtime", FAIL, f"a CDI spec is refused: {f.cdi_error}", FIX_CDI_SPEC)]
+    found = _gpu_path(gpupath.choose("auto", "all", engine, f.cdi), engine, f)
     if found:
         return [Result("gpu runtime", OK, found)]
-    stranded = f.cdi_specs and not f.cdi_dirs
-    if stranded:
-        why = f"CDI specs exist ({', '.join(f.cdi_specs)}) but this Docker has CDI off"
-        fix = FIX_CDI_ON
+    if not engine.local:
+        why = (f"Docker at DOCKER_HOST={engine.docker_host} lists no nvidia runtime and no CDI of its own (the CDI "
+               "specs of this host say nothing of it)")
+        fix = f"on that host: {FIX_TOOLKIT}"
     else:
-        why = f"Docker has no nvidia runtime, no NVIDIA CDI spec and no {GPU_HOOK}"
-        fix = FIX_TOOLKIT
+        no_spec = f.cdi.problem.split("; ")[0] or f"no CDI spec offers {ALL_GPUS[0]}"
+        why, fix = f"Docker has no nvidia runtime or {GPU_HOOK}, and {no_spec}", FIX_CDI_SPEC
     if not f.gpus.gpus:
         return [Result("gpu runtime", WARN, f"{why} (no GPU here either: verification runs in CPU mode)", fix)]
     return [Result("gpu runtime", FAIL, f"{why}: containers cannot see the GPUs", fix)]
 
 
-def _gpu_paths(f: Facts) -> str:
-    """How Docker can give containers GPUs here ('' when it cannot)."""
-    info = f.engine_info or {}
-    if "nvidia" in (info.get("Runtimes") or {}):
-        return f"nvidia runtime registered (default runtime: {info.get('DefaultRuntime', 'runc')})"
-    usable = [s for s in f.cdi_specs if any(s.startswith(d.rstrip("/") + "/") for d in f.cdi_dirs)]
-    if usable:
-        return f"CDI on; NVIDIA spec {', '.join(usable)}"
-    if f.gpu_hook:
+def _gpu_path(path: gpupath.GpuPath, engine: EngineGpu, f: Facts) -> str:
+    """How verify gives containers GPUs here, in words ('' when it cannot)."""
+    specs = cdi.listed(path.specs)
+    if path.path == gpupath.NVIDIA and engine.nvidia_runtime:
+        return f"nvidia runtime registered (default runtime: {(f.engine_info or {}).get('DefaultRuntime', 'runc')}): docker --gpus"
+    if path.path == gpupath.CDI_ENGINE:
+        return f"engine CDI (CDISpecDirs {', '.join(engine.cdi_dirs)}): {specs} offers {', '.join(path.devices)}"
+    if path.path == gpupath.CDI_TRANSLATED:
+        return (f"CDI translated by imagesmith from {specs} ({', '.join(path.devices)}): this Docker has no CDI, so verify "
+                "gives containers the spec's device nodes, mounts and environment itself and emulates its "
+                "create-symlinks and update-ldcache hooks")
+    if f.gpu_hook and engine.local:
         return f"{f.gpu_hook} present: docker --gpus works"
+    if path.then is not None and path.then.path == gpupath.CDI_ENGINE:
+        return (f"engine CDI (CDISpecDirs {', '.join(engine.cdi_dirs)}): verify passes {', '.join(path.then.devices)} "
+                "where the engine refuses --gpus")
     return ""
 
 

@@ -24,10 +24,11 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from imagesmith import runstate
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, ImagesmithError, UsageError, UserError
-from imagesmith.model import compat, policy, schemas
+from imagesmith.model import compat, gpupath, policy, schemas
 from imagesmith.model import platform as platforms
 from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
+from imagesmith.stages import gpus as gpu_paths
 from imagesmith.stages import gpuwatch
 from imagesmith.stages.artifacts import DIGEST
 from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
@@ -64,6 +65,7 @@ class VerifyOptions:
     allow_shared_gpu: bool = False  # judge throughput on a GPU another process uses (the tenant's share)
     through_entrypoint: bool = False  # run the payload as the image's ENTRYPOINT's arguments (its environment)
     probe_s: float = 60.0  # security.service: how long the image's own command may take to start its services
+    gpu_runtime: str = "auto"  # how GPUs reach the container: auto | nvidia (--gpus) | cdi (model.gpupath)
 
 
 @dataclass
@@ -365,12 +367,15 @@ def _judged(report: dict[str, Any], nvml: Mapping[str, Any] | None, options: Ver
 def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: compat.KnowledgeBase | None = None,
                  sampler_factory: Callable[[], Sampler] | None = None, pull: bool = True,
                  progress: Callable[[str], None] | None = None,
-                 auth: Mapping[str, str] | None = None, registry: RegistryProtocol | None = None) -> VerifyOutcome:
+                 auth: Mapping[str, str] | None = None, registry: RegistryProtocol | None = None,
+                 gpu_host: gpu_paths.GpuHost | None = None) -> VerifyOutcome:
     """Start ``ref`` with the payload inside (the image's ENTRYPOINT never runs);
     never leaves a container behind. An image that is not local is pulled (with
     ``auth``) unless ``pull`` is off. The report counts only if it echoes this
     run's nonce and answers every check asked for. With ``registry`` (a client for ``ref``'s host), a tag that
-    names an image index records which platform's image of it the engine ran (:func:`index_pick`)."""
+    names an image index records which platform's image of it the engine ran (:func:`index_pick`). GPUs reach
+    the container by the path :func:`imagesmith.stages.gpus.plan` chooses (``gpu_host``: where it looks for CDI
+    specs; the report's ``gpu_path`` says which ran)."""
     from imagesmith.stages import probe
 
     kb, started, t0 = kb or compat.load(), _now(), time.monotonic()
@@ -378,14 +383,17 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     info = engine.image(ref) or (engine.pull(ref, auth) if pull else None)
     if info is None:
         raise UserError(f"image {ref} is not in the engine (and --no-pull was given)")
-    emulated = emulation(ref, getattr(info, "platform", ""), engine_platform(engine), options)
+    facts = engine.info()  # one docker info: the engine's platform and its GPU paths
+    emulated = emulation(ref, getattr(info, "platform", ""), platform_of(facts), options)
     if emulated is not None:
         options = replace(options, gpus="none")  # qemu runs no GPU kernels: CPU mode, said so everywhere
+    host = gpu_host or gpu_paths.GpuHost()
+    gpu = GpuRun(gpu_paths.plan(facts, options.gpu_runtime, options.gpus, host), info.config.env_map(), host.soname)
     remote = _remote_engine()
     sampler = None if remote else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
     spec = payload_spec(info, options, kb, request, gpuwatch.live(progress, lambda: _watch_of(sampler)))
     spec = replace(spec, on_created=lambda cid: _claim(sampler, in_container_owner(cid)))
-    report, nvml = _run_with_sampler(lambda: _container_report(engine, spec, options, request, info.config), sampler)
+    report, nvml = _run_with_sampler(lambda: _gpu_report(engine, spec, options, request, info.config, gpu), sampler)
     report = _judged(report, nvml, options, remote)
     report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
     report = with_notes(report, info.config, options, info.labels)
@@ -411,8 +419,12 @@ EMULATOR = "qemu-user through binfmt_misc"
 
 
 def engine_platform(engine: EngineProtocol) -> str:
-    """The engine's own platform (``linux/amd64``), from ``docker info`` (OSType, Architecture in uname words)."""
-    info = engine.info()
+    """The engine's own platform (``linux/amd64``), from ``docker info``."""
+    return platform_of(engine.info())
+
+
+def platform_of(info: Mapping[str, Any]) -> str:
+    """``docker info``'s platform (OSType, Architecture in uname words) as Docker writes one: ``linux/amd64``."""
     machine = str(info.get("Architecture") or "")
     arch = platforms.ALIASES.get(machine, machine)  # uname -m words (x86_64, aarch64) -> Docker's
     return f"{info.get('OSType') or 'linux'}/{arch}"
@@ -507,12 +519,44 @@ def _run_with_sampler(run: Callable[[], dict[str, Any]], sampler: Sampler | None
 GPU_RUNTIME_FIX = GpuRuntimeMissing.fix
 
 
+@dataclass(frozen=True)
+class GpuRun:
+    """The GPU path planned for a run, and what applying it needs: the image's ENV, the SONAME reader."""
+
+    planned: gpu_paths.Planned
+    image_env: Mapping[str, str]
+    soname: Callable[[str], str | None]
+
+
+def _gpu_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any, gpu: GpuRun,
+                path: gpupath.GpuPath | None = None) -> dict[str, Any]:
+    """The payload's run by ``path`` (default: the planned one), its ``gpu_path`` block and note. Refused GPUs
+    (:class:`GpuRuntimeMissing`): ``path.then`` when the plan has one, else without GPUs, saying so."""
+    path = path or gpu.planned.path
+    applied, notes = gpu_paths.apply(spec, path, gpu.planned.registry, gpu.image_env, gpu.soname)
+    try:
+        report = _container_report(engine, applied, options, request, image)
+    except GpuRuntimeMissing as exc:
+        said = str(exc).replace(f" ({GPU_RUNTIME_FIX})", "")  # the fix is the note's, once
+        refused = f"the engine refused {'the CDI devices' if path.path == gpupath.CDI_ENGINE else '--gpus'} ({said})"
+        if path.then is not None:
+            report = _gpu_report(engine, spec, options, request, image, gpu, path.then)
+            return report | {"notes": [*(report.get("notes") or []), f"{refused}: ran by {path.then.path} instead"]}
+        fix = gpupath.FIX_CDI_ON if path.path == gpupath.CDI_ENGINE else GPU_RUNTIME_FIX
+        report = _without_gpus(engine, applied, options, request, image, fix)
+        return report | {"gpu_path": gpupath.GpuPath(gpupath.NONE, f"{refused}: ran without GPUs").record()}
+    note = gpu_paths.note(path)
+    return report | {"gpu_path": path.record(notes)} | ({"notes": [*(report.get("notes") or []), note]} if note else {})
+
+
 def _container_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+    """The payload's run in a container as a report; :class:`GpuRuntimeMissing` for GPUs asked of an engine
+    that cannot give them leaves to the caller (:func:`_gpu_report`)."""
     try:
         result = engine.run(spec)
     except ContainerRefused as exc:  # the engine would not create or start it (the engine unreachable is no check's failure)
-        if isinstance(exc, GpuRuntimeMissing) and spec.gpus != "none":
-            return _without_gpus(engine, spec, options, request, image)
+        if isinstance(exc, GpuRuntimeMissing) and (spec.gpus != "none" or spec.cdi_devices):
+            raise
         return failed_report("payload.start", _why_no_start(exc), options.tier)
     if result.timed_out:
         return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s (verify.timeout / --timeout)", options.tier)
@@ -530,15 +574,14 @@ def _truncated(result: Any) -> str:
     return f" (the container printed {result.stdout_bytes / 2**20:.0f} MiB on stdout; the last {kept / 2**20:.0f} MiB were read)"
 
 
-def _without_gpus(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+def _without_gpus(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any,
+                  why: str = GPU_RUNTIME_FIX) -> dict[str, Any]:
     """No GPU runtime on this engine: run without GPUs and tell the payload why; it
     judges that against what was asked (CPU mode only where that is allowed)."""
-    from dataclasses import replace
-
-    config = json.loads(spec.files["config.json"]) | {"gpu_unavailable": GPU_RUNTIME_FIX}
+    config = json.loads(spec.files["config.json"]) | {"gpu_unavailable": why}
     files = dict(spec.files) | {"config.json": json.dumps(config, indent=2).encode()}
-    report = _container_report(engine, replace(spec, gpus="none", files=files), options, request, image)
-    report.setdefault("notes", []).append(f"ran without GPUs: {GPU_RUNTIME_FIX}")
+    report = _container_report(engine, replace(spec, gpus="none", cdi_devices=(), files=files), options, request, image)
+    report.setdefault("notes", []).append(f"ran without GPUs: {why}")
     return report
 
 

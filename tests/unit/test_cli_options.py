@@ -58,6 +58,8 @@ def test_gathered_hands_the_named_parameters_over_as_one_value() -> None:
 
 
 def test_verify_gets_its_run_options_as_verify_options() -> None:
-    given: dict[str, Any] = {n: None for n in RUN_OPTIONS} | {"tier": "standard", "only": "versions, gpu.devices,", "skip": ""}
+    given: dict[str, Any] = {n: None for n in RUN_OPTIONS} | {"tier": "standard", "only": "versions, gpu.devices,", "skip": "",
+                                                               "gpu_runtime": "cdi"}
     options = run_options(**given)
     assert options.tier == "standard" and options.only == ("versions", "gpu.devices") and options.skip == ()
+    assert options.gpu_runtime == "cdi" and "gpu_runtime" in names("verify")

@@ -14,6 +14,9 @@ import pytest
 
 from imagesmith.edges.hostinfo import HostGpu, HostInfo
 from imagesmith.errors import EngineError
+from imagesmith.model import gpupath
+from imagesmith.model.gpupath import Lookup
+from imagesmith.model.loader import LoadError
 from imagesmith.stages import doctor
 from imagesmith.stages.doctor import FAIL, GB, OK, WARN, Disk, Facts, Needs, Result
 from tests.doubles import EngineBase
@@ -39,7 +42,8 @@ class FakeHost:
     gpus: HostInfo = TWO_H200
     disk: Disk | BaseException = field(default_factory=lambda: Disk("/var/lib/docker", 2000 * GB, 500 * GB))
     config: Mapping[str, Any] | BaseException = field(default_factory=dict)
-    specs: Sequence[str] = ()
+    specs: Sequence[str] = ()  # spec files offering nvidia.com/gpu=all
+    refused: LoadError | None = None  # a spec the strict reader refuses
     hook: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict)
     asked_cdi: list[tuple[str, ...]] = field(default_factory=list)
@@ -67,9 +71,12 @@ class FakeHost:
     def docker_config(self) -> Mapping[str, Any]:
         return self._answer(self.config)
 
-    def cdi_specs(self, dirs: Sequence[str]) -> list[str]:
+    def cdi_lookup(self, names: tuple[str, ...], dirs: Sequence[str]) -> Lookup:
         self.asked_cdi.append(tuple(dirs))
-        return [s for s in self.specs if any(s.startswith(d + "/") for d in dirs)]
+        if self.refused is not None:
+            raise self.refused
+        files = tuple(s for s in self.specs if any(s.startswith(d + "/") for d in dirs))
+        return Lookup(names, tuple(dirs), files, "" if files else gpupath.no_spec(tuple(dirs)))
 
     def which(self, program: str) -> str | None:
         return self.hook if program == doctor.GPU_HOOK else None
@@ -122,25 +129,45 @@ def test_engine(host: FakeHost, expected: Result) -> None:
 
 FIX_TOOLKIT = ("sudo apt-get install -y nvidia-container-toolkit && sudo nvidia-ctk runtime configure --runtime=docker"
                " && sudo systemctl restart docker")
+FIX_CDI = f"sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml   (or install the NVIDIA container toolkit: {FIX_TOOLKIT})"
+REMOTE = {"DOCKER_HOST": "tcp://10.0.0.5:2376"}
+HOSTILE = LoadError("/etc/cdi/nvidia.yaml", "is not a regular file (a folder, FIFO, socket or device)", fix="give the file itself")
+TRANSLATED = ("CDI translated by imagesmith from /etc/cdi/nvidia.yaml (nvidia.com/gpu=all): this Docker has no CDI, so verify "
+              "gives containers the spec's device nodes, mounts and environment itself and emulates its create-symlinks and "
+              "update-ldcache hooks")
 RUNTIME = [
-    pytest.param(FakeHost(info=NVIDIA_RUNTIME), Result("gpu runtime", OK, "nvidia runtime registered (default runtime: runc)"),
+    pytest.param(FakeHost(info=NVIDIA_RUNTIME), Result("gpu runtime", OK, "nvidia runtime registered (default runtime: runc): docker --gpus"),
                  id="nvidia-runtime"),
+    pytest.param(FakeHost(info=NVIDIA_RUNTIME, refused=HOSTILE),
+                 Result("gpu runtime", OK, "nvidia runtime registered (default runtime: runc): docker --gpus"),
+                 id="nvidia-runtime-needs-no-spec"),
     pytest.param(FakeHost(info=CDI_ON, specs=["/etc/cdi/nvidia.yaml"]),
-                 Result("gpu runtime", OK, "CDI on; NVIDIA spec /etc/cdi/nvidia.yaml"), id="cdi"),
+                 Result("gpu runtime", OK, "engine CDI (CDISpecDirs /etc/cdi, /var/run/cdi): /etc/cdi/nvidia.yaml offers "
+                                           "nvidia.com/gpu=all"), id="engine-cdi"),
     pytest.param(FakeHost(info=CDI_ON, specs=["/var/run/cdi/nvidia.json"]),
-                 Result("gpu runtime", OK, "CDI on; NVIDIA spec /var/run/cdi/nvidia.json"), id="cdi-run-dir"),
+                 Result("gpu runtime", OK, "engine CDI (CDISpecDirs /etc/cdi, /var/run/cdi): /var/run/cdi/nvidia.json offers "
+                                           "nvidia.com/gpu=all"), id="engine-cdi-run-dir"),
+    pytest.param(FakeHost(specs=["/etc/cdi/nvidia.yaml"]), Result("gpu runtime", OK, TRANSLATED), id="cdi-translated"),
+    pytest.param(FakeHost(specs=["/etc/cdi/nvidia.yaml"], hook="/usr/bin/nvidia-container-runtime-hook"),
+                 Result("gpu runtime", OK, TRANSLATED), id="cdi-before-hook"),
     pytest.param(FakeHost(hook="/usr/bin/nvidia-container-runtime-hook"),
                  Result("gpu runtime", OK, "/usr/bin/nvidia-container-runtime-hook present: docker --gpus works"), id="hook"),
-    pytest.param(FakeHost(specs=["/etc/cdi/nvidia.yaml"]),
-                 Result("gpu runtime", FAIL, "CDI specs exist (/etc/cdi/nvidia.yaml) but this Docker has CDI off: containers cannot see the GPUs",
-                        'add "features": {"cdi": true} to /etc/docker/daemon.json, then: sudo systemctl restart docker'),
-                 id="cdi-off"),
+    pytest.param(FakeHost(info=CDI_ON, environ=REMOTE),
+                 Result("gpu runtime", OK, "engine CDI (CDISpecDirs /etc/cdi, /var/run/cdi): verify passes nvidia.com/gpu=all "
+                                           "where the engine refuses --gpus"), id="remote-engine-cdi"),
+    pytest.param(FakeHost(specs=["/etc/cdi/nvidia.yaml"], environ=REMOTE),
+                 Result("gpu runtime", FAIL, "Docker at DOCKER_HOST=tcp://10.0.0.5:2376 lists no nvidia runtime and no CDI of "
+                        "its own (the CDI specs of this host say nothing of it): containers cannot see the GPUs",
+                        f"on that host: {FIX_TOOLKIT}"), id="remote-no-runtime"),
+    pytest.param(FakeHost(refused=HOSTILE),
+                 Result("gpu runtime", FAIL, "a CDI spec is refused: /etc/cdi/nvidia.yaml: is not a regular file (a folder, "
+                                             "FIFO, socket or device); give the file itself", FIX_CDI), id="hostile-spec"),
     pytest.param(FakeHost(),
-                 Result("gpu runtime", FAIL, "Docker has no nvidia runtime, no NVIDIA CDI spec and no nvidia-container-runtime-hook: "
-                        "containers cannot see the GPUs", FIX_TOOLKIT), id="nothing-with-gpus"),
+                 Result("gpu runtime", FAIL, "Docker has no nvidia runtime or nvidia-container-runtime-hook, and no CDI spec in "
+                        "/etc/cdi or /var/run/cdi: containers cannot see the GPUs", FIX_CDI), id="nothing-with-gpus"),
     pytest.param(FakeHost(gpus=NO_GPU),
-                 Result("gpu runtime", WARN, "Docker has no nvidia runtime, no NVIDIA CDI spec and no nvidia-container-runtime-hook "
-                        "(no GPU here either: verification runs in CPU mode)", FIX_TOOLKIT), id="nothing-no-gpu"),
+                 Result("gpu runtime", WARN, "Docker has no nvidia runtime or nvidia-container-runtime-hook, and no CDI spec in "
+                        "/etc/cdi or /var/run/cdi (no GPU here either: verification runs in CPU mode)", FIX_CDI), id="nothing-no-gpu"),
     pytest.param(FakeHost(version=ENGINE_DOWN), Result("gpu runtime", WARN, "not checked: the Docker engine is unreachable"),
                  id="engine-down"),
 ]
@@ -435,11 +462,18 @@ def test_system_host_reads_docker_config_and_cdi_specs(tmp_path: Path) -> None:
     (tmp_path / "docker" / "config.json").write_text('{"auths": {"r.example": {"auth": "eA=="}}}')
     cdi = tmp_path / "cdi"
     cdi.mkdir()
-    (cdi / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
-    (cdi / "other.yaml").write_text("kind: vendor.example/fpga\n")
+    (cdi / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n"
+                                     "    deviceNodes: [{path: /dev/nvidia0}]\n")
+    (cdi / "other.yaml").write_text("cdiVersion: 0.5.0\nkind: vendor.example/fpga\ndevices: [{name: a, containerEdits: {}}]\n")
     (cdi / "notes.txt").write_text("nvidia.com/gpu")
     host = doctor.SystemHost(engine=EngineBase(), environ={"DOCKER_CONFIG": str(tmp_path / "docker")})
     assert host.docker_config() == {"auths": {"r.example": {"auth": "eA=="}}}
-    assert host.cdi_specs([str(cdi), str(tmp_path / "absent")]) == [str(cdi / "nvidia.yaml")]
+    dirs = (str(cdi), str(tmp_path / "absent"))
+    assert host.cdi_lookup(("nvidia.com/gpu=all",), dirs) == Lookup(("nvidia.com/gpu=all",), dirs, (str(cdi / "nvidia.yaml"),))
+    assert host.cdi_lookup(("nvidia.com/gpu=7",), dirs).problem == (
+        "no CDI spec offers nvidia.com/gpu=7; the specs offer nvidia.com/gpu=all, vendor.example/fpga=a")
+    os.mkfifo(cdi / "fifo.json")
+    with pytest.raises(LoadError, match=r"fifo.json: is not a regular file"):
+        host.cdi_lookup(("nvidia.com/gpu=all",), dirs)
     assert host.disk_usage(str(tmp_path)).free > 0
     assert doctor.SystemHost(environ={"HOME": str(tmp_path)}).docker_config() == {}  # no ~/.docker/config.json

@@ -87,7 +87,7 @@ def test_what_imagesmith_writes_meets_its_schemas() -> None:
         assert loader.load_json_any(fixtures / name)["schema"] in loader.SCHEMA_FILES
     for doc in (corpus.run_report(), corpus.fleet_report(), corpus.build_report(), corpus.release(), corpus.verify_report()):
         loader.check_schema(doc, doc["schema"], F)
-    for name in loader.SCHEMA_FILES:  # every schema is a valid draft 2020-12 schema, with an $id and the name's file
+    for name in [*loader.SCHEMA_FILES, *loader.INPUT_SCHEMA_FILES]:  # every schema is a valid draft 2020-12 schema, with an $id and the name's file
         assert loader.schema_document(name)["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 
 

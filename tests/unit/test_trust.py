@@ -76,7 +76,7 @@ def test_a_report_that_claims_ok_with_a_failed_required_check_is_not_a_pass() ->
 ])
 def test_an_attestation_says_in_plain_words_whether_it_was_gpu_verified(env: dict[str, Any], mode: dict[str, Any],
                                                                         words: str) -> None:
-    watched = {"exclusive": None if mode.pop("unwatched", False) else True, "allowed": False, "foreign": [],
+    watched: dict[str, Any] = {"exclusive": None if mode.pop("unwatched", False) else True, "allowed": False, "foreign": [],
                "reason": "the engine is remote"}
     rep = report(check("versions.torch"), **env) | {"mode": mode, "sharing": watched}
     predicate = attestation.verification_predicate(rep, verify.declared_checks())

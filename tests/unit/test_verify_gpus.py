@@ -95,7 +95,16 @@ def test_local_gpus_none_is_cpu_mode_and_says_so(tmp_path: Path) -> None:
     (("--gpus", "0;1"), "Error: Invalid value for '--gpus': '0;1': write all, none, GPU indexes (0,1) or UUIDs (GPU-...)"),
     (("--require-gpu", "--allow-cpu-verification"),
      "error: --require-gpu and --allow-cpu-verification contradict each other: give one"),
+    (("--gpu-runtime", "rocm"), "Error: Invalid value for '--gpu-runtime': 'rocm' is not one of 'auto', 'nvidia', 'cdi'."),
+    (("--gpu-runtime", "cdi"), "error: --gpu-runtime cdi says how GPUs reach a container; --local starts no container: leave it out"),
 ])
 def test_bad_gpu_flags_are_bad_usage_in_one_clear_line(args: tuple[Any, ...], message: str) -> None:
     proc = cli(*args)
     assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (2, message)
+
+
+def test_a_gpu_runtime_with_no_gpu_asked_is_bad_usage_before_any_engine_is_asked() -> None:
+    proc = subprocess.run([sys.executable, "-m", "imagesmith.cli", "verify", "img:1", "--gpus", "none", "--gpu-runtime", "nvidia"],
+                          capture_output=True, text=True, env=dict(os.environ, DOCKER_HOST="tcp://127.0.0.1:9"), timeout=120)
+    assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (
+        2, "error: --gpu-runtime nvidia says how GPUs reach a container; --gpus none asks for no GPU: leave it out")
