@@ -332,9 +332,11 @@ def mode_line(report: dict[str, Any]) -> str:
 
 
 def verify_failures(report: dict[str, Any]) -> str:
+    """Which required checks failed; else why the report could not be judged at all."""
     from imagesmith.model import policy
+    from imagesmith.stages import verify
 
-    return ", ".join(policy.failed_required(report)) or "no report"
+    return ", ".join(policy.failed_required(report)) or policy.verdict(report, verify.declared_checks()).why or "no report"
 
 
 def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
@@ -364,7 +366,7 @@ def print_verdict(report: dict[str, Any]) -> None:
     digests = (report.get("image") or {}).get("digests", [])
     for digest in digests:
         click.echo(f"{word}: {digest}" if word != "verified" else f"verified {digest}")
-    sharing = policy.sharing_line(report)
+    sharing = policy.sharing_line(report) if policy.evidence(report).mode == "gpu" else ""  # CPU mode: no GPU to share
     if sharing:
         click.secho(sharing, fg="yellow" if "not exclusive" in sharing else None)
 

@@ -97,6 +97,15 @@ def tar_links(links: Iterable[Symlink]) -> bytes:
     return buf.getvalue()
 
 
+def network_of(spec: RunSpec) -> dict[str, Any]:
+    """The container's network: ``spec.network_mode``, else loopback only (Docker's ``none`` network) where the
+    network is disabled. Not the API's NetworkDisabled: a container made with it gets an empty /etc/hosts, so
+    ``localhost`` does not resolve and torchrun's rendezvous (DDP, NCCL checks) hangs until its timeout."""
+    if spec.network_mode:
+        return {"network_mode": spec.network_mode}
+    return {"network_mode": "none"} if spec.network_disabled else {}
+
+
 def tar_files(files: Mapping[str, bytes], root: str) -> bytes:
     """A tar of ``files`` under ``root`` (directories included, world-readable)."""
     buf = io.BytesIO()
@@ -326,8 +335,6 @@ class Engine:
         when the engine would not create or start it."""
         container = self._create_or_clean(spec)
         try:
-            if spec.on_created is not None:
-                spec.on_created(str(container.id))
             self._start(container, spec)
             if spec.on_stderr is not None:
                 _follow(container, spec.on_stderr)
@@ -337,14 +344,22 @@ class Engine:
             _remove(container)
 
     def _create_or_clean(self, spec: RunSpec) -> Any:
-        """:meth:`_create`; interrupted (Ctrl-C, SIGTERM from scancel) while the engine was creating it, the
-        container may exist without our knowing its ID: every container of this run's own labels is removed."""
+        """:meth:`_create`, then ``spec.on_created`` told its ID; interrupted (Ctrl-C, SIGTERM from scancel) while
+        the engine was creating it, the container may exist without our knowing its ID: every container of this
+        run's own labels is removed."""
         try:
-            return self._create(spec)
+            container = self._create(spec)
         except KeyboardInterrupt:
             for key, value in spec.labels.items():
                 self.remove_containers(key, value)
             raise
+        if spec.on_created is not None:
+            try:
+                spec.on_created(str(container.id))
+            except BaseException:
+                _remove(container)
+                raise
+        return container
 
     def _create(self, spec: RunSpec) -> Any:
         """The container for ``spec``; the image's ENTRYPOINT runs only where ``spec.entrypoint`` names it."""
@@ -357,7 +372,7 @@ class Engine:
                 device_requests=device_requests(spec.gpus) + cdi_requests(spec.cdi_devices), shm_size=spec.shm_size,
                 mem_limit=spec.mem_limit, nano_cpus=spec.nano_cpus, labels=dict(spec.labels), user=spec.user or "",
                 log_config=LOG_CONFIG, pids_limit=spec.pids_limit,
-                **({"network_mode": spec.network_mode} if spec.network_mode else {"network_disabled": spec.network_disabled}),
+                **network_of(spec),
                 **({"devices": [d.docker() for d in spec.devices]} if spec.devices else {}),
                 **({"mounts": bind_mounts(spec.mounts)} if spec.mounts else {}),
             )

@@ -94,7 +94,7 @@ class Evidence:
         return reason or f"ran in {self.mode.upper()} mode"
 
 
-STATUSES = ("pass", "warn", "fail", "skip")
+STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")  # inconclusive: a throughput check that measured a tenant's share
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ echo "ld=$LD_LIBRARY_PATH"
 echo "link=$(cat /usr/local/share/imagesmith/cdi-link)"
 echo "soname=$(readlink "$DRIVER/$SONAME")"
 test -f "$DRIVER/$SONAME" && echo soname=resolves
+getent hosts localhost >/dev/null && echo localhost=resolves
 """
 
 
@@ -90,8 +91,32 @@ def test_a_cdi_spec_is_applied_to_a_real_container_by_the_path_verify_takes(engi
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [
         "node=char", "node=writable", "mounted=from the host", "mount=read-only", "env=applied", f"ld={DRIVER}",
-        "link=from the host", f"soname={LIBRARY}", "soname=resolves"]
+        "link=from the host", f"soname={LIBRARY}", "soname=resolves",
+        "localhost=resolves"]  # no network, but loopback and /etc/hosts: torchrun's rendezvous needs localhost
     assert notes == ("hook create-symlinks emulated: 1 symbolic link placed in the container before it starts",
                      f"hook update-ldcache emulated: {DRIVER} first on LD_LIBRARY_PATH, 1 link by SONAME ({soname} -> {LIBRARY})",
                      "mount options nodev, nosuid not applied: the Docker API's bind mounts take read-only or read-write only")
     assert engine.containers_with_label("io.imagesmith.run", label["io.imagesmith.run"]) == []
+
+
+def test_the_host_watch_tells_the_containers_processes_by_their_cgroup(engine: Engine) -> None:
+    """What verify's GPU watch does with a container: the engine says its ID once it exists (RunSpec.on_created),
+    and a process is the run's when its cgroup names that ID; this test's own process is not."""
+    if engine.image(BASE) is None:
+        pytest.skip(f"{BASE} is not in the engine (scripts/ensure-host.sh bootstraps it)")
+    import os
+
+    import docker
+
+    from imagesmith.edges.gpuwatch import in_container
+
+    told: list[str] = []
+    label = {"io.imagesmith.run": f"watch-{uuid.uuid4().hex[:8]}"}
+    spec_run = RunSpec(image=BASE, command=["sleep", "30"], labels=label, timeout_s=60, on_created=told.append)
+    with engine.started(spec_run):
+        assert len(told) == 1 and len(told[0]) == 64
+        top = docker.from_env().api.top(told[0])
+        pids = [int(row[top["Titles"].index("PID")]) for row in top["Processes"]]
+        owner = in_container(told[0])
+        assert pids and all(owner(pid) for pid in pids)
+        assert not owner(os.getpid()) and not in_container("0" * 64)(pids[0])

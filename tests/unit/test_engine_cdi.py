@@ -101,3 +101,22 @@ def test_the_pure_helpers() -> None:
     assert cdi_requests(()) == [] and cdi_requests(["", "nvidia.com/gpu=all"]) == [DeviceRequest(driver="cdi", device_ids=["nvidia.com/gpu=all"])]
     assert bind_mounts([]) == []
     assert members(tar_links([Symlink("/a/b/c", "../d")])) == [("a/b/c", "link", "../d")]  # no folder entries: the engine makes them
+
+
+def test_the_engine_tells_the_container_id_before_start_and_gives_no_network_but_loopback() -> None:
+    told: list[str] = []
+    created, calls = run(RunSpec(image=IMAGE, command=["python3"], on_created=told.append))
+    assert told == ["c0"] and [c[0] for c in calls] == ["start", "remove"]
+    assert created["network_mode"] == "none" and "network_disabled" not in created  # /etc/hosts names localhost
+
+
+def test_a_failing_on_created_removes_the_container_it_was_told_of() -> None:
+    client = Client()
+
+    def refuse(_cid: str) -> None:
+        raise RuntimeError("watch could not start")
+    try:
+        Engine(client=client).run(RunSpec(image=IMAGE, command=["python3"], on_created=refuse))
+    except RuntimeError:
+        pass
+    assert client.containers.container.calls == [("remove", True)]

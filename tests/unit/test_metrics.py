@@ -138,6 +138,16 @@ def test_sharing(sharing: Any, expected: dict[tuple[str, tuple[tuple[str, str], 
     assert got == expected
 
 
+def test_a_subset_of_gpus_is_labelled_with_the_hosts_index_and_each_cards_uuid() -> None:
+    """--gpus 2,3: the payload's GPUs 0 and 1 are the host's 2 and 3; a join on UUID with the DCGM exporter lands right."""
+    doc = raw("verify-gpu.json")
+    doc["environment"]["gpus"] = [dict(g, uuid=f"GPU-card{2 + g['index']}", host_index=2 + g["index"]) for g in doc["environment"]["gpus"]]
+    doc["nvml"]["gpus"] = [dict(g, index=2 + g["index"], uuid=f"GPU-card{2 + g['index']}") for g in doc["nvml"]["gpus"]]
+    got = samples(doc)
+    assert got[key("imagesmith_verify_gpu_throughput_flops_per_second", **gpu_labels("3", "GPU-card3"), check="gemm.bf16")] == 779.5e12
+    assert not [k for k in got if dict(k[1]).get("gpu") in ("0", "1")]  # no series under the payload's own numbering
+
+
 def test_foreign_processes_carry_the_dcgm_labels() -> None:
     doc = raw("verify-gpu.json") | {"sharing": SHARING}
     assert samples(doc)[key("imagesmith_verify_foreign_processes", **gpu_labels("1", "GPU-1"))] == 2.0

@@ -95,6 +95,7 @@ def test_a_run_on_no_gpu_is_not_measured_with_both_snapshots_taken() -> None:
 
 def test_a_run_stopped_before_any_snapshot_says_so() -> None:
     watch = SharingWatch(cpu_context(), Source({}))
+    watch._visible = {U0: 0}  # a GPU run, hung before the watch began
     watch.end()  # no start snapshot: end() has nothing to compare
     assert watch.result is None and watch.end_snapshot is None
     sharing, detail = watch.verdict()

@@ -242,10 +242,10 @@ def judge(start: Snapshot, end: Snapshot, visible: Mapping[str, int], ours: Set[
           handshake: Optional[Callable[[str], Optional[int]]] = None,
           name_of: Callable[[int], Optional[str]] = proc_name, watched: Optional[Watched] = None) -> Verdict:
     """The run's sharing verdict from the snapshots and the sampler; ``visible``: uuid -> the payload's GPU index."""
-    if start.error and end.error and (watched is None or not watched.samples):
-        return _unknown(allowed, f"not measured: NVML could not list processes ({start.error})")
     if not visible:
         return _unknown(allowed, "not measured: the run used no GPU")
+    if start.error and end.error and (watched is None or not watched.samples):
+        return _unknown(allowed, f"not measured: NVML could not list processes ({start.error})")
     start_procs = [p for p in start.procs if p.uuid in visible and p.pid not in ours]
     end_all = [p for p in end.procs if p.uuid in visible]
     same_ns = any(p.pid in ours for p in end_all) or bool(watched and watched.own_listed)
