@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import stat
 import zipfile
@@ -26,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Mapping
 
 from imagesmith.errors import UserError
+from imagesmith.model import loader
 
 MAX_ZIP_BYTES = 1 << 30  # a snapshot zip on disk
 MAX_TOTAL_BYTES = 4 << 30  # uncompressed, over all members
@@ -97,27 +97,6 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-
-
-# -- strict JSON ---------------------------------------------------------------------------------
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} appears twice")
-        out[key] = value
-    return out
-
-
-def strict_json(data: bytes) -> Any:
-    """JSON as RFC 8259 has it: UTF-8, no NaN/Infinity, no duplicate keys (ValueError otherwise)."""
-    return json.loads(data.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -253,7 +232,11 @@ def load(location: str | Path, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
         raise SnapshotError(f"{location}: not a regular file or folder; give an OSV all.zip or a folder of OSV .json files")
     if path.stat().st_size > limits.zip_bytes:
         raise SnapshotError(f"{location}: {path.stat().st_size} bytes, over the {limits.zip_bytes}-byte cap of a snapshot zip")
-    return from_zip_bytes(path.read_bytes(), str(location), limits)
+    try:
+        data = loader.read_regular(path, cap=limits.zip_bytes)
+    except loader.LoadError as exc:
+        raise SnapshotError(f"{location}: {exc.why}; give an OSV all.zip or a folder of OSV .json files") from None
+    return from_zip_bytes(data, str(location), limits)
 
 
 def from_zip_bytes(data: bytes, location: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
@@ -328,11 +311,10 @@ def _folder_files(root: Path, folder: Path, limits: Limits) -> Iterator[str]:
 
 
 def _read_file(path: Path, rel: str, location: str, cap: int) -> bytes:
-    with open(path, "rb") as f:
-        data = f.read(cap + 1)
-    if len(data) > cap:
-        raise SnapshotError(f"{location}: {rel}: over the {cap}-byte cap of one record")
-    return data
+    try:
+        return loader.read_regular(path, cap=cap)
+    except loader.LoadError as exc:
+        raise SnapshotError(f"{location}: {rel}: {exc.why.replace('for this kind of file', 'of one record')}") from None
 
 
 def _from_records(location: str, digest: str, members: Iterator[tuple[str, bytes]]) -> Snapshot:
@@ -345,9 +327,9 @@ def _from_records(location: str, digest: str, members: Iterator[tuple[str, bytes
 
 def _parse(data: bytes, location: str, name: str) -> Any:
     try:
-        return strict_json(data)
-    except (ValueError, RecursionError) as exc:
-        raise SnapshotError(f"{location}: {name}: not strict JSON ({str(exc)[:120]}); fix or drop this record (or mirror a fresh snapshot)") from None
+        return loader.parse_json(data, name)
+    except loader.LoadError as exc:
+        raise SnapshotError(f"{location}: {exc.file}: not strict JSON ({exc.why[:160]}); fix or drop this record (or mirror a fresh snapshot)") from None
 
 
 Loader = Callable[[str], Snapshot]

@@ -29,7 +29,7 @@ from imagesmith.edges.hostinfo import HostInfo, inventory
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, docker_config_path, is_loopback, read_docker_config
 from imagesmith.errors import UserError
-from imagesmith.model import compat, schemas
+from imagesmith.model import compat, loader, schemas
 from imagesmith.model.versions import version_key
 
 SCHEMA = schemas.DOCTOR
@@ -196,10 +196,14 @@ class SystemHost:
         return shutil.which(program)
 
 
+CDI_SPEC_CAP = 4 << 20  # a CDI spec: NVIDIA's for eight GPUs is under 100 KiB
+
+
 def _mentions_nvidia(spec: Path) -> bool:
+    """Whether a CDI spec names nvidia.com devices; a spec that is no regular file, or over the cap, does not count."""
     try:
-        return "nvidia.com" in spec.read_text(errors="replace")
-    except OSError:
+        return b"nvidia.com" in loader.read_regular(spec, cap=CDI_SPEC_CAP, what="CDI spec")
+    except loader.LoadError:
         return False
 
 

@@ -38,7 +38,8 @@ from imagesmith.errors import Problem, UserError, ValidationError
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError as SchemaError
-from imagesmith.model.located import KeyPath, TextProblem, dotted, line_of, load_located, read_limited
+from imagesmith.model import loader
+from imagesmith.model.located import KeyPath, dotted, line_of, load_located
 from imagesmith.resources import data_file
 from imagesmith.stages import artifacts, attestation
 
@@ -46,8 +47,8 @@ PREDICATE = "https://imagesmith.dev/attestations/verify-report/v1"
 STATEMENT_FILE = artifacts.STATEMENT_FILE
 IMAGE_ID_SUBJECT = "docker-image-id"  # the subject name of a statement about a local image (no registry yet)
 POLICY_SCHEMA_FILE = "trust-policy-v1.schema.json"
-POLICY_MAX_BYTES = 256 * 1024
-STATEMENT_MAX_BYTES = 64 * 1024 * 1024  # a standard-tier report with its inventory is well under 2 MiB
+POLICY_MAX_BYTES = loader.POLICY_CAP
+STATEMENT_MAX_BYTES = loader.STATEMENT_CAP
 FACTS = ("torch", "cuda", "cudnn", "python")  # what a build.json claims and a signed report measured
 PEM_START, PEM_END = "-----BEGIN PUBLIC KEY-----", "-----END PUBLIC KEY-----"
 POLICY_FIX = "see docs/trust.md (the trust policy)"
@@ -99,11 +100,9 @@ def load_policy(path: Path) -> TrustPolicy:
     """``trust-policy.yaml`` (or JSON, a subset of YAML), read with the hardened loader, checked against its
     schema, every key loaded; any problem is a ValidationError naming file:line and key path."""
     try:
-        data = read_limited(path, POLICY_MAX_BYTES)
-    except TextProblem as exc:
-        raise ValidationError(problems=[Problem(f"{path}{exc.where()}: {exc.why}; {POLICY_FIX}")]) from None
-    except OSError as exc:
-        raise ValidationError(problems=[Problem(f"cannot read trust policy {path}: {exc.strerror}; {POLICY_FIX}")]) from None
+        data = loader.read_regular(path, cap=POLICY_MAX_BYTES)
+    except loader.LoadError as exc:
+        raise ValidationError(problems=[Problem(f"{path}: {exc.why}; {POLICY_FIX}")]) from None
     return parse_policy(data, path)
 
 
@@ -278,8 +277,6 @@ def _predicate(predicate: Mapping[str, Any], where: str) -> tuple[Mapping[str, A
 def read_statement(path: Path, policy: TrustPolicy, expected: Subject, root: Path | None = None) -> Accepted:
     """:func:`accept` of the file ``path``: a regular file inside ``root`` (OUT; no link out, no FIFO or device), of
     bounded size, read through the one loader."""
-    from imagesmith.model import loader
-
     try:
         data = loader.read_confined(path, root=root, cap=STATEMENT_MAX_BYTES)
     except loader.LoadError as exc:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from imagesmith import runstate
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, ImagesmithError, UsageError, UserError
-from imagesmith.model import compat, policy, schemas
+from imagesmith.model import compat, loader, policy, schemas
 from imagesmith.model import platform as platforms
 from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
@@ -198,8 +198,25 @@ def payload_args(options: VerifyOptions, config_path: str) -> list[str]:
 
 def parse_marker(stdout: str) -> dict[str, Any] | None:
     """The one report line in ``stdout``, unjudged; None when there is none or it is unreadable."""
-    report, _ = payload_module("report").find_marker(stdout)
+    report, _ = find_marker(stdout)
     return report if isinstance(report, dict) else None
+
+
+def find_marker(stdout: str) -> tuple[Any, str | None]:
+    """(the report, None) from output holding exactly one report line; (None, None) without one; (None, why)
+    otherwise. The line is read by the one strict reader (:func:`imagesmith.model.loader.parse_json_line`): the
+    image under test wrote it, so ``NaN``, ``Infinity``, a duplicate key or deep nesting end the run as a failed
+    check, never in a signed report."""
+    lines = [line.rstrip("\r") for line in stdout.split("\n") if line.startswith(MARKER)]
+    if not lines:
+        return None, None
+    if len(lines) > 1:
+        return None, (f"{len(lines)} report lines in the output (the payload prints one): something in the "
+                      "image prints its own")
+    try:
+        return loader.parse_json_line(lines[0][len(MARKER):], "the report line"), None
+    except loader.LoadError as exc:
+        return None, f"the report line is not strict JSON ({exc.why}; {len(lines[0])} characters)"
 
 
 def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, str | None]:
@@ -209,7 +226,7 @@ def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, 
     Never raises: the output comes from the image."""
     schema = payload_module("report")
     try:
-        report, problem = schema.find_marker(stdout)
+        report, problem = find_marker(stdout)
         if problem or report is None:
             return None, problem
         problems = schema.validate_report(report) if not isinstance(report, dict) else (
@@ -312,10 +329,14 @@ def run_facts(engine: EngineProtocol, image_id: str, args: Sequence[str] = (), l
     run = engine.run(spec)
     if run.exit_code != 0:
         raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")
+    lines = run.stdout.strip().splitlines()
     try:
-        return dict(json.loads(run.stdout.strip().splitlines()[-1]))
-    except (ValueError, IndexError, TypeError):
-        raise BuildError(f"measuring the image printed no facts (JSON) but: {run.stdout.strip()[-200:]!r}") from None
+        facts = loader.parse_json_line(lines[-1] if lines else "", "the facts line")
+    except loader.LoadError as exc:
+        raise BuildError(f"measuring the image printed no facts (strict JSON: {exc.why}) but: {run.stdout.strip()[-200:]!r}") from None
+    if not isinstance(facts, dict):
+        raise BuildError(f"measuring the image printed no facts (a JSON object) but: {run.stdout.strip()[-200:]!r}")
+    return facts
 
 
 def _now() -> str:
@@ -425,6 +446,8 @@ def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str
     repository) and the digest of the entry for the image's own platform, read from the registry by the index's
     digest, which no later push can change (and the client checks that the bytes hash to it). None when ``ref``
     names a plain image manifest, or the index's entry names no sha256 digest."""
+    from imagesmith.edges.registry import entries, manifest_document
+
     parsed = ImageRef.parse(ref)
     for held in info.repo_digests:
         pin = ImageRef.maybe(held)
@@ -432,10 +455,11 @@ def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str
             continue
         digest, repo = str(pin.digest), parsed.repository
         found = registry.manifest(repo, digest)
-        doc = json.loads(found.raw) if found is not None else {}
-        for entry in doc.get("manifests") or []:
-            plat = entry.get("platform") or {}
-            if "/".join(filter(None, (plat.get("os"), plat.get("architecture"), plat.get("variant")))) == info.platform:
+        doc = manifest_document(found.raw, f"{parsed.host}/{repo}@{digest}") if found is not None else {}
+        for entry in entries(doc, "manifests"):
+            raw = entry.get("platform")
+            plat: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            if "/".join(str(plat.get(k)) for k in ("os", "architecture", "variant") if plat.get(k)) == info.platform:
                 entry_digest = str(entry.get("digest"))
                 return {"index": digest, "digest": entry_digest, "platform": info.platform} if DIGEST.fullmatch(entry_digest) else None
     return None

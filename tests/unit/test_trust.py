@@ -101,7 +101,7 @@ def keys(tmp_path: Path) -> Path:
     ("version: 1\nverifiers:\n  - {name: gpu, key: gpu.pub, classes: ['*'], keys: x}\n",
      f":3 verifiers[0]: Additional properties are not allowed ('keys' was unexpected){FIX}"),
     ("version: 1\nverifiers:\n  - {name: gpu, key: nowhere.pub, classes: ['*']}\n",
-     ":3 verifiers[0].key: public key {dir}/nowhere.pub: No such file or directory; give the verifier's PEM public key "
+     ":3 verifiers[0].key: public key {dir}/nowhere.pub: cannot be read (No such file or directory); give the verifier's PEM public key "
      "(openssl pkey -in verifier.key -pubout) as a path or inline"),
     ("version: 1\nverifiers:\n  - {name: gpu, key: gpu.key, classes: ['*']}\n",
      ":3 verifiers[0].key: public key {dir}/gpu.key is not a PEM public key (Valid PEM but no BEGIN PUBLIC KEY/END PUBLIC KEY "
@@ -161,7 +161,7 @@ REFUSALS = [
                      f"({STAGED.name}@{DIGEST}); verify that image again"),
     ("image id for a staged image", f"v.dsse.json: its subject is docker-image-id@{IMAGE_ID}, not the image being released "
                                     f"({STAGED.name}@{DIGEST}); verify that image again"),
-    ("not json", "v.dsse.json: not a DSSE envelope (JSONDecodeError: Expecting value: line 1 column 1 (char 0)); verify again "
+    ("not json", "v.dsse.json: not a DSSE envelope (not JSON (Expecting value) at line 1 column 1); verify again "
                  "with --verifier-key"),
     ("other predicate", f"v.dsse.json: predicate type '{attestation.VERIFICATION_PREDICATE}' is not {trust.PREDICATE}"),
     ("no report", "v.dsse.json: the signed predicate holds no verify report (report.checks)"),
