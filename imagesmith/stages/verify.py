@@ -232,6 +232,10 @@ def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, 
         problems = schema.validate_report(report) if not isinstance(report, dict) else (
             schema.answers_request(report, request.nonce, dict(request.checks), request.tier)
             + schema.validate_report(report))
+        if not problems:  # the host's schema of the verify report too: what is signed must be what publish reads
+            loader.check_schema(report, REPORT_SCHEMA, "report")
+    except loader.LoadError as exc:
+        return None, f"the report was rejected: {exc.where}: {exc.why}"
     except Exception as exc:  # noqa: BLE001 - anything in the output must end as a failed check, not exit 3
         return None, f"the report could not be read ({type(exc).__name__})"
     if problems:

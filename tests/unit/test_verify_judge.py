@@ -67,6 +67,17 @@ def test_a_report_that_does_not_answer_this_run_is_rejected(report: dict[str, An
     assert got is None and why is not None and why.startswith(problem), why
 
 
+@pytest.mark.parametrize("change, problem", [
+    ({"mode": {"mode": "gpu", "gpus": "2"}}, "the report was rejected: mode.gpus: expected integer, got '2'"),
+    ({"mode": {"mode": "gpu", "gpus": -1}}, "the report was rejected: mode.gpus: '-1' is out of range (minimum 0)"),
+    ({"mode": {"mode": "tpu", "gpus": 1}}, "the report was rejected: mode.mode: 'tpu' is not one of 'gpu', 'cpu'"),
+    ({"duration_s": 1e300}, "the report was rejected: duration_s: '1e+300' is out of range (maximum 1000000000000000.0)"),
+])
+def test_a_report_the_host_schema_refuses_is_rejected_before_anything_signs_it(change: dict[str, Any], problem: str) -> None:
+    got, why = verify.judge_output(output(genuine(**change)), REQUEST)
+    assert (got, why) == (None, problem)
+
+
 @pytest.mark.parametrize("stdout, problem", [
     ("nothing here\n", None),
     ("@@IMAGESMITH-REPORT@@ {garbage\n", "the report line is not strict JSON (not JSON (Expecting property name enclosed in double quotes) "
