@@ -3,6 +3,7 @@ and the verification tables ``build --verify`` prints too."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -142,7 +143,10 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
     if options.require_gpu and options.allow_cpu:
         raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
-    export = _metrics_export(metrics.metrics_file, metrics.pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
+    if local:
+        python_exe = verify.local_python(python_exe)  # a --python that is not one: exit 1 before anything runs
+    export = _metrics_export(metrics.metrics_file, metrics.pushgateway, quiet,  # a bad --metrics/--pushgateway: before anything runs
+                             local_series(metrics.metrics_file, python_exe) if local else None)
     if stage_repo and not build_reports:
         raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
     signer = load_verifier_key(verifier_key)
@@ -279,8 +283,17 @@ def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_
         raise UserError(f"verification failed for {len(done.failed)} of {len(done.outcomes)} images: {', '.join(done.failed)}")
 
 
-def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> Callable[[Any, str], None]:
-    """verify --metrics/--pushgateway, checked now; the function exports a report (raw JSON or its file; its name)."""
+def local_series(metrics_file: Path | None, python: str | None) -> str:
+    """The ``digest`` label of a ``verify --local`` run (no image, no digest): ``local:`` and the --metrics file's name, so
+    two jobs writing two files into one textfile folder never export the same series; with only --pushgateway, ``local:``
+    and the Python it ran (the group of that Python on this host)."""
+    return "local:" + (metrics_file.name if metrics_file is not None else str(python or sys.executable))[:120]
+
+
+def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: bool,
+                    local: str | None = None) -> Callable[[Any, str], None]:
+    """verify --metrics/--pushgateway, checked now; the function exports a report (raw JSON or its file; its name);
+    ``local``: the digest label of a --local run."""
     from imagesmith.stages import metrics
 
     if metrics_file is not None:
@@ -294,7 +307,7 @@ def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: b
         from imagesmith.report import load, parse
 
         run = load(report) if isinstance(report, Path) else parse(report, source)
-        metrics.export_run(run, metrics_file, pushgateway,
+        metrics.export_run(run, metrics_file, pushgateway, local=local,
                            say=(lambda line: None) if quiet else (lambda line: click.echo(line, err=True)))
     return export
 

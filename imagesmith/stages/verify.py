@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, ImagesmithError, UsageError, UserError
 from imagesmith.model import compat, loader, policy, schemas
 from imagesmith.model import platform as platforms
+from imagesmith.model.located import printable
 from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
 from imagesmith.stages.artifacts import DIGEST
@@ -563,12 +565,25 @@ def run_local(options: VerifyOptions, python: str | None = None, kb: compat.Know
     with tempfile.TemporaryDirectory(prefix="imagesmith-verify-") as tmp:
         config_path = Path(tmp, "config.json")
         config_path.write_text(json.dumps(config))
-        cmd = [python or sys.executable, str(payload_dir() / "run.py"), *payload_args(options, str(config_path))]
+        cmd = [local_python(python), str(payload_dir() / "run.py"), *payload_args(options, str(config_path))]
         sampler = _sampler(options, sampler_factory)
         report, nvml = _run_with_sampler(lambda: _local_report(cmd, options, request), sampler)
     skipped = [check_entry(c, HOST_CHECKS[c][1], "skip", "no image: verify --local runs this host's Python")
                for c in request.host_checks]
     return VerifyOutcome(finish(with_checks(report, skipped), None, nvml, started, time.monotonic() - t0))
+
+
+def local_python(python: str | None) -> str:
+    """The Python ``verify --local`` runs the payload with: ``--python`` (a path, or a name on PATH), else this one.
+    A UserError (exit 1) saying which when it is not an executable file."""
+    if python is None:
+        return sys.executable
+    found = shutil.which(python) if os.sep not in python else (python if os.path.isfile(python) and os.access(python, os.X_OK) else None)
+    if found is None:
+        what = "no such file" if os.sep in python and not os.path.exists(python) else \
+            "not an executable file" if os.sep in python else "not found on PATH"
+        raise UserError(f"--python {printable(python, 120)}: {what}; give the Python to verify, e.g. --python /opt/venv/bin/python")
+    return found
 
 
 def local_gpu_env(gpus: str, environ: Mapping[str, str]) -> dict[str, str]:
@@ -587,6 +602,8 @@ def _local_report(cmd: list[str], options: VerifyOptions, request: Request) -> d
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, env=env, timeout=options.timeout_s)
     except subprocess.TimeoutExpired:
         return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s", options.tier)
+    except OSError as exc:  # the Python vanished or is no program (an ELF for another machine, a script without #!)
+        raise UserError(f"--python {printable(cmd[0], 120)}: cannot be run ({exc.strerror or exc}); give the Python to verify") from None
     stdout = proc.stdout.decode(errors="replace")
     report, problem = judge_output(stdout, request)
     if report is None:
