@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import click
 
 from imagesmith.errors import UsageError, UserError
+from imagesmith.inert import inert
 from imagesmith.model import loader, schemas
 from imagesmith.model.matrix.records import TIERS
 from imagesmith.model.ref import ImageRef
@@ -24,7 +25,7 @@ FLEET_OPTION = click.option("--fleet", "fleet_file", default="fleet.yaml", show_
 def load_fleet(path: Path) -> config.Fleet:
     fleet = config.load(path)
     for warning in fleet.warnings:
-        click.secho(str(warning), fg="yellow", err=True)
+        click.secho(inert(str(warning)), fg="yellow", err=True)
     return fleet
 
 
@@ -188,7 +189,7 @@ def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classe
 
 
 def _say(line: str) -> None:
-    click.echo(f"{dt.datetime.now():%H:%M:%S} {line}", err=True)
+    click.echo(f"{dt.datetime.now():%H:%M:%S} {inert(line, one_line=True)}", err=True)
 
 
 def _print_cells(cells: Sequence[Any], quiet: bool) -> None:

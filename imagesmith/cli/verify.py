@@ -14,6 +14,7 @@ from imagesmith.cli.common import credential_store, image_host, load_matrix, loa
 from imagesmith.cli.evidence import print_evidence
 from imagesmith.cli.options import ALLOW_CPU_OPTION, CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, VERIFIER_KEY_OPTION, gathered
 from imagesmith.errors import UsageError, UserError
+from imagesmith.inert import inert
 from imagesmith.model.grammar import GPU_LIST
 from imagesmith.table import print_table
 
@@ -224,7 +225,7 @@ def _sign_image_verification(image: str, report: Mapping[str, Any], signer: Key,
 
     ref = parse_ref(image)
     return pipeline.sign_report(Engine(), report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out),
-                                lambda line: click.secho(f"note: {line}", fg="yellow", err=True))
+                                lambda line: click.secho(inert(f"note: {line}"), fg="yellow", err=True))
 
 
 def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: CredentialStore, options: Any,
@@ -235,13 +236,13 @@ def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: Credent
 
     attached = pipeline.attached_evidence(image, public_keys, store, options, reuse, max_age_days)
     if attached.note:
-        click.secho(f"note: {attached.note}", fg="yellow", err=True)
+        click.secho(inert(f"note: {attached.note}"), fg="yellow", err=True)
     if attached.found is None:
         return None
     if not quiet:
         print_evidence(attached.found)
     for reason in attached.why_not:
-        click.echo(f"not reused: {reason}; running again", err=True)
+        click.echo(inert(f"not reused: {reason}; running again", one_line=True), err=True)
     if attached.reused is not None:
         found = attached.found
         click.echo(f"reusing the signed verification {attached.match.digest} of {found.name}@{found.digest} "
@@ -256,7 +257,7 @@ def _verify_image(image: str, options: Any, no_pull: bool, store: CredentialStor
 
     host = image_host(image)
     creds = store.for_host(host) if store else None
-    progress = None if quiet else (lambda line: click.echo(line, err=True))
+    progress = None if quiet else (lambda line: click.echo(inert(line), err=True))
     index_reader = Registry(host, creds) if host != "docker.io" else None  # which platform image of an index ran
     return verify.verify_image(Engine(), image, options, pull=not no_pull, progress=progress,
                                auth=creds.auth_config() if creds else None, registry=index_reader)
@@ -308,7 +309,7 @@ def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: b
 
         run = load(report) if isinstance(report, Path) else parse(report, source)
         metrics.export_run(run, metrics_file, pushgateway, local=local,
-                           say=(lambda line: None) if quiet else (lambda line: click.echo(line, err=True)))
+                           say=(lambda line: None) if quiet else (lambda line: click.echo(inert(line), err=True)))
     return export
 
 
@@ -354,7 +355,7 @@ def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
     print_table(title, ["check", "status", "value", "threshold", "unit", "% base", "detail"], rows)
     print_verdict(report)
     for note in report.get("notes", []):
-        click.secho(f"note: {note}", fg="yellow", err=True)
+        click.secho(inert(f"note: {note}"), fg="yellow", err=True)
 
 
 def print_verdict(report: dict[str, Any]) -> None:
@@ -365,10 +366,10 @@ def print_verdict(report: dict[str, Any]) -> None:
     passed = verify.VerifyOutcome(report).ok
     digests = (report.get("image") or {}).get("digests", [])
     for digest in digests:
-        click.echo(f"verified {digest}" if passed else f"FAILED verification: {digest}")
+        click.echo(inert(f"verified {digest}" if passed else f"FAILED verification: {digest}", one_line=True))
     sharing = policy.sharing_line(report)
     if sharing:
-        click.secho(sharing, fg="yellow" if "not exclusive" in sharing else None)
+        click.secho(inert(sharing, one_line=True), fg="yellow" if "not exclusive" in sharing else None)
 
 
 def _fmt(value: Any) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 from prometheus_client import CollectorRegistry, Gauge, Info
 
 from imagesmith.errors import UserError
+from imagesmith.inert import inert
 from imagesmith.model.ref import ImageRef
 from imagesmith.report.model import STATUSES, Check, Sharing, Verify
 
@@ -214,7 +215,7 @@ class _Labels:
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise self.fail(where, "not valid Unicode text") from None
-        return value
+        return inert(value, one_line=True)  # a label value reaches dashboards and alerts: no control character acts there
 
     def number(self, value: Any, where: str) -> float | None:
         if value is None or isinstance(value, str):  # a check that measured nothing, or a version
