@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from imagesmith import pipeline
 from imagesmith.edges import signing
@@ -388,3 +390,31 @@ def test_a_statement_without_a_signed_time_is_refused(signer: tuple[signing.Key,
         trust.accept(data, "v.dsse.json", signer[1], STAGED)
     assert str(err.value) == ("v.dsse.json: the statement carries no signed time (signed_at, with its time zone): it cannot be "
                               "ordered or expire; verify again with this imagesmith")
+
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+                           ["_type", "subject", "digest", "sha256", "predicateType", "predicate", "report", "checks", "mode",
+                            "gpus", "signed_at", "fleet", "class", "run_id", "inventory", "x"]), inner, max_size=4), max_leaves=16)
+
+
+def _about_staged(predicate: Any) -> dict[str, Any]:
+    """A statement about the staged image with this predicate (so the fuzz gets past the subject check)."""
+    return {"_type": attestation.STATEMENT_TYPE, "subject": [{"name": STAGED.name, "digest": {"sha256": DIGEST[7:]}}],
+            "predicateType": trust.PREDICATE, "predicate": predicate}
+
+
+REPORTISH = st.fixed_dictionaries({"report": st.fixed_dictionaries({"checks": JSONISH}, optional={
+    "schema": st.just(verify.REPORT_SCHEMA) | JSONISH, "mode": JSONISH, "summary": JSONISH, "environment": JSONISH}),
+    "signed_at": st.just("2026-11-30T00:00:00+00:00") | JSONISH}, optional={"inventory": JSONISH, "fleet": JSONISH})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(JSONISH | JSONISH.map(_about_staged) | REPORTISH.map(_about_staged))
+def test_any_signed_payload_is_accepted_or_refused_never_a_crash(signer: tuple[signing.Key, trust.TrustPolicy], doc: Any) -> None:
+    """A verifier key signs anything it is handed: what publish makes of it is an Accepted or a Refused, nothing else."""
+    data = signing.envelope(json.dumps(doc).encode(), attestation.PAYLOAD_TYPE, signer[0])
+    try:
+        trust.accept(data, "v.dsse.json", signer[1], STAGED)
+    except trust.Refused as exc:
+        assert str(exc).startswith("v.dsse.json: ")
