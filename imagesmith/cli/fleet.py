@@ -210,10 +210,13 @@ def _secs(value: float | None) -> str:
 def gate_options(command: Any) -> Any:
     """``--fleet`` (the rule), ``--fleet-report`` (the evidence) and ``--fleet-run`` (which runs count) for a command
     that moves floating tags."""
+    command = click.option("--fleet-run-since", "fleet_since", default=None, metavar="RUN",
+                           help="Also count the signed results of every fleet run whose id sorts at or after RUN (the last "
+                                "run accepted; fleet verify's own ids begin with their UTC start time).")(command)
     command = click.option("--fleet-run", "fleet_runs", multiple=True, metavar="RUN",
                            help="The fleet run(s) whose signed results count (fleet verify prints its run; --run-id sets "
-                                "it); needed with --fleet-report: a result signed for another run is left out "
-                                "(repeatable).")(command)
+                                "it); needed with --fleet-report (or --fleet-run-since): a result signed for another run "
+                                "is left out (repeatable).")(command)
     command = click.option("--fleet-report", "fleet_reports", multiple=True,
                            type=click.Path(dir_okay=False, exists=True, path_type=Path),
                            help="Fleet report(s) of imagesmith fleet verify: floating tags move only to digests whose "
@@ -225,10 +228,11 @@ def gate_options(command: Any) -> Any:
                              "without a report every floating tag is held back.")(command)
 
 
-def floating_gate(fleet_file: Path | None, reports: Sequence[Path], policy: Any = None, runs: Sequence[str] = ()) -> Any:
+def floating_gate(fleet_file: Path | None, reports: Sequence[Path], policy: Any = None, runs: Sequence[str] = (),
+                  since: str | None = None) -> Any:
     """The gate publish calls per digest, or None when no fleet option was given; with the release's trust
-    ``policy`` it believes only signed fleet results of the ``runs`` named (gate.believed)."""
+    ``policy`` it believes only signed fleet results of the ``runs`` named, or of a run since ``since`` (gate.believed)."""
     from imagesmith.stages.fleet.gate import load_gate
 
-    gate = load_gate(fleet_file, reports, policy, runs)
+    gate = load_gate(fleet_file, reports, policy, runs, since=since)
     return gate.held_back if gate is not None else None

@@ -91,6 +91,7 @@ class ReleaseArgs:
     gate_fleet: Path | None = None
     fleet_reports: tuple[Path, ...] = ()
     fleet_runs: tuple[str, ...] = ()
+    fleet_since: str | None = None
     allow_cpu: bool = False
     verifier_key: Path | None = None  # build only: signs each verification the build runs
 
@@ -107,7 +108,7 @@ class ReleaseArgs:
 
             trust.check_roles(trusted, key.public if key else None, verifier.public if verifier else None)
         return pipeline.ReleaseOptions(store, self.registry_ca, key, self.with_evidence,
-                                       floating_gate(self.gate_fleet, self.fleet_reports, trusted, self.fleet_runs),
+                                       floating_gate(self.gate_fleet, self.fleet_reports, trusted, self.fleet_runs, self.fleet_since),
                                        self.allow_cpu, vulnerabilities=vulnerability_gate(matrix) if matrix is not None else None,
                                        trust=trusted, verifier_key=verifier, **more)
 
@@ -115,7 +116,7 @@ class ReleaseArgs:
 def release_options(verifier_key: bool = False) -> Callable[[F], F]:
     """The release option stack, declared once for ``build`` (with --verifier-key) and ``publish``: --credentials,
     --registry-ca, --signing-key, --trust-policy, --evidence/--no-evidence, --fleet, --fleet-report, --fleet-run,
-    --allow-cpu-verification, given to the command as one :class:`ReleaseArgs`, ``release_args``."""
+    --fleet-run-since, --allow-cpu-verification, given to the command as one :class:`ReleaseArgs`, ``release_args``."""
     stack: list[Callable[[Any], Any]] = [CREDENTIALS_OPTION, REGISTRY_CA_OPTION, SIGNING_KEY_OPTION,
                                          *([VERIFIER_KEY_OPTION] if verifier_key else []), TRUST_POLICY_OPTION,
                                          EVIDENCE_OPTION, gate_options, ALLOW_CPU_OPTION]

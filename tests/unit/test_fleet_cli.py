@@ -88,7 +88,7 @@ def test_publish_names_the_option_fleet_evidence_lacks(tmp_path: Path) -> None:
     no_run = run(*base, "--fleet", "examples/fleet-local.yaml")
     assert (no_run.returncode, no_run.stderr.splitlines()[-1]) == (1, (
         f"error: {rep}: name the fleet run(s) whose signed results count: --fleet-run RUN (fleet verify prints its run and "
-        "--run-id sets it); a fleet report's own run_id is not believed"))
+        "--run-id sets it), or --fleet-run-since RUN; a fleet report's own run_id is not believed"))
 
 
 @pytest.mark.parametrize("run_id", ["r1; id", "", "x" * 65, "-r"])

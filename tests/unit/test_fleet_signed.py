@@ -230,6 +230,21 @@ def test_a_result_signed_for_a_run_not_named_is_left_out(tmp_path: Path) -> None
     assert gate_of(tmp_path, [both], policy, ("r0", "r1")) == FAIL_WINS
 
 
+@pytest.mark.parametrize("since, why", [
+    ("20261130T090000Z-aaaaaa", FAIL_WINS),  # both runs are since it: the newer signed failure wins
+    ("20261130T100000Z-000000", FAIL_WINS),  # only the failing run is
+    ("20261130T110000Z-000000", "held back by the fleet: class h200 has no result that counts: its signed result is of fleet "
+                                "run 20261130T100000Z-bbbbbb, not of a run since 20261130T110000Z-000000 (--fleet-run-since)"),
+])
+def test_results_of_runs_since_the_last_accepted_one_count(tmp_path: Path, since: str, why: str) -> None:
+    signers, policy = keys(tmp_path / "keys", {"gpu-h200": ["h200"]})
+    (tmp_path / "fleet.yaml").write_text(FLEET)
+    report = signed_report(tmp_path / "r", signers["gpu-h200"], [("h200", H200, T1, "20261130T090000Z-aaaaaa"),
+                                                                 ("h200", FAILED, T2, "20261130T100000Z-bbbbbb")])
+    loaded = gate.load_gate(tmp_path / "fleet.yaml", [report], policy, since=since, now=NOW)
+    assert loaded is not None and loaded.held_back(DIGEST) == why
+
+
 @pytest.mark.parametrize("policy_age, verifier_age, signed, why", [
     (None, None, NOW - dt.timedelta(days=31), "signed 31d ago (2026-10-30T12:00:00+00:00), older than the 30d the max_age of "
                                               "{policy} allows; verify the image again"),

@@ -11,7 +11,8 @@ A fleet report is a file another job wrote, so nothing in it decides
   evidence moves no floating tag (a UserError naming the options);
 * **the evidence** is each cell judged again from its signed statement (:func:`believed`):
   signed by a verifier the policy names for the cell's class, about that digest and
-  class, for a fleet run the operator named (``--fleet-run``), no older than the
+  class, for a fleet run the operator named (``--fleet-run``, or one since the last run accepted:
+  ``--fleet-run-since``), no older than the
   policy's max_age, and passing again on the class's GPUs;
 * **the order** is the signed time: among the believed results of one digest and
   class the newest by the verifier's ``signed_at`` wins (a fail on a tie), never by a
@@ -43,7 +44,26 @@ SIGNED, REFUSED, LEFT_OUT, NO_VERDICT = "signed", "refused", "left out", "no ver
 NEEDS_RULE = ("floating tags move on fleet evidence only against a rule the operator gives: --fleet fleet.yaml, or a "
               "fleet section (require, classes) in the trust policy; a fleet report's own requires is not believed")
 NEEDS_RUN = ("name the fleet run(s) whose signed results count: --fleet-run RUN (fleet verify prints its run and "
-             "--run-id sets it); a fleet report's own run_id is not believed")
+             "--run-id sets it), or --fleet-run-since RUN; a fleet report's own run_id is not believed")
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The fleet runs whose signed results count: those named (``--fleet-run``), and any run whose id sorts at or after
+    ``since`` (``--fleet-run-since``, the last run accepted: fleet verify's own ids begin with their UTC start time)."""
+
+    names: tuple[str, ...] = ()
+    since: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.names or self.since)
+
+    def count(self, run: str | None) -> bool:
+        return run is not None and (run in self.names or (self.since is not None and run >= self.since))
+
+    def describe(self) -> str:
+        named = [f"{', '.join(self.names)} (--fleet-run)"] if self.names else []
+        return " or ".join(named + ([f"a run since {self.since} (--fleet-run-since)"] if self.since else []))
 
 
 @dataclass(frozen=True)
@@ -99,27 +119,28 @@ class FleetGate:
 
 
 def load_gate(fleet_file: Path | None, reports: Sequence[Path], policy: trust.TrustPolicy | None = None,
-              runs: Sequence[str] = (), now: dt.datetime | None = None) -> FleetGate | None:
+              runs: Sequence[str] = (), now: dt.datetime | None = None, since: str | None = None) -> FleetGate | None:
     """The gate for ``publish --fleet F --fleet-report R... --fleet-run RUN...``; None when no fleet option is given.
     With ``policy`` (publish always has one) every cell is judged again from its signed statement (:func:`believed`),
     and the rule, the runs and the order come from what the operator passed (see the module docstring)."""
-    if fleet_file is None and not reports and not runs:
+    named = Runs(tuple(runs), since)
+    if fleet_file is None and not reports and not named:
         return None
-    for run in runs:
+    for option, run in [("--fleet-run", r) for r in runs] + ([("--fleet-run-since", since)] if since is not None else []):
         if not RUN_ID.fullmatch(run):
-            raise UsageError(f"--fleet-run {run[:80]!r}: not a fleet run id (letters, digits, '.', '_', '-'; e.g. "
+            raise UsageError(f"{option} {run[:80]!r}: not a fleet run id (letters, digits, '.', '_', '-'; e.g. "
                              f"20261130T101500Z-1a2b3c)")
-    if runs and not reports:
+    if named and not reports:
         raise UsageError("--fleet-run names a fleet run, but no --fleet-report gives its results")
     fleet = config.load(fleet_file) if fleet_file is not None else None
     requires, classes, name = _rule(fleet, fleet_file, reports, policy)
     loaded = [(fleet_report.load(p), p) for p in reports]
     if policy is None:
         return FleetGate.of(requires, [c for r, _ in loaded for c in r.cells], name)
-    if reports and not runs:
+    if reports and not named:
         raise UserError(f"{', '.join(map(str, reports))}: {NEEDS_RUN}")
     when = now or dt.datetime.now(dt.timezone.utc)
-    results = tuple(believed(c, path.parent, policy, classes.get(c.klass), tuple(runs), when) for r, path in loaded for c in r.cells)
+    results = tuple(believed(c, path.parent, policy, classes.get(c.klass), named, when) for r, path in loaded for c in r.cells)
     return FleetGate(requires, results, name)
 
 
@@ -134,7 +155,7 @@ def _rule(fleet: config.Fleet | None, fleet_file: Path | None, reports: Sequence
     raise UserError(f"{', '.join(map(str, reports)) or '--fleet-run'}: {NEEDS_RULE}")
 
 
-def believed(cell: CellResult, root: Path, policy: trust.TrustPolicy, klass: GpuClass | None, runs: Sequence[str] = (),
+def believed(cell: CellResult, root: Path, policy: trust.TrustPolicy, klass: GpuClass | None, runs: Runs = Runs(),
              now: dt.datetime | None = None) -> Result:
     """``cell`` as its signed statement (a file under ``root``, the fleet report's folder) says it went: it counts only
     when signed by a verifier ``policy`` names for the cell's class, about this digest and class, for one of ``runs``
@@ -159,9 +180,9 @@ def believed(cell: CellResult, root: Path, policy: trust.TrustPolicy, klass: Gpu
                        f"{', '.join(got.classes)}")
     if got.fleet_class != cell.klass:
         return refused(f"its signed result is about class {got.fleet_class or '(none)'}, not {cell.klass}")
-    if runs and got.fleet_run not in runs:
+    if runs and not runs.count(got.fleet_run):
         return Result(replace(cell, status="fail", reason=f"its signed result is of fleet run {got.fleet_run or '(none)'}, "
-                                                          f"not of {', '.join(runs)} (--fleet-run)"), LEFT_OUT)
+                                                          f"not of {runs.describe()}"), LEFT_OUT)
     if klass is None:
         return refused(f"class {cell.klass} is not described by the rule (its GPU model and count): add it to the "
                        f"fleet file or the trust policy's fleet.classes")
