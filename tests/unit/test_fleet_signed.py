@@ -322,3 +322,13 @@ def test_without_a_rule_or_a_run_fleet_evidence_moves_nothing(tmp_path: Path) ->
         gate.load_gate(tmp_path / "fleet.yaml", [report], policy, ["r1; rm -rf /"])
     assert str(usage.value) == ("--fleet-run 'r1; rm -rf /': not a fleet run id (letters, digits, '.', '_', '-'; e.g. "
                                 "20261130T101500Z-1a2b3c)")
+
+
+def test_a_report_the_verifier_will_not_sign_fails_its_cell_with_no_statement(tmp_path: Path) -> None:
+    signers, _ = keys(tmp_path / "keys", {"gpu-h200": ["h200"]})
+    report = fleet_run(tmp_path, signers["gpu-h200"], H200 | {"mode": {"mode": "gpu", "gpus": "1"}})
+    cell = json.loads(report.read_text())["cells"][0]
+    assert (cell["status"], cell["statement"]) == ("fail", None)
+    assert cell["reason"] == ("the verify report: mode.gpus: expected integer, got '1'; nothing was signed: the image under test "
+                              "wrote a report imagesmith does not believe")
+    assert not list(report.parent.rglob("verify.dsse.json"))
