@@ -108,7 +108,8 @@ def verify_one(engine: EngineProtocol, r: build.TargetResult, options: verify.Ve
         outcome = _verify_ref(engine, ref, staged is not None, options, display, r.target, auth)
         tracked.complete(outcome.report)
     if signer is not None:
-        sign_outcome(engine, r, outcome, folder, signer, display)
+        sign_outcome_or_say(lambda: sign_outcome(engine, r, outcome, folder, signer, display),
+                            lambda line: display.note(f"{r.target}: {line}"))
     summary = outcome.report.get("summary", {})
     display.update(r.target, "passed" if outcome.ok else "failed",
                    f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
@@ -145,6 +146,16 @@ def sign_report(engine: EngineProtocol, report: Mapping[str, Any], subject: trus
             note(f"the inventory (the SBOM's input) was not measured: {exc}; the statement carries none")
     write_text(path, trust.sign(report, inventory, subject, signer).decode() + "\n")
     return path
+
+
+def sign_outcome_or_say(sign: Callable[[], Path], note: Callable[[str], None]) -> Path | None:
+    """``sign()``, or, for a report the verifier does not sign (:class:`trust.Unsignable`), nothing, said through
+    ``note``: publish then refuses the unsigned verify.json, as it refuses any."""
+    try:
+        return sign()
+    except trust.Unsignable as exc:
+        note(str(exc))
+        return None
 
 
 def _verify_ref(engine: EngineProtocol, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,

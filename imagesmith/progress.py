@@ -15,7 +15,10 @@ from typing import Protocol, TextIO
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
+
+from imagesmith.inert import inert
 
 STYLE = {"queued": "dim", "building": "cyan", "verifying": "cyan", "pushing": "cyan", "cached": "green",
          "done": "green", "passed": "green", "pushed": "green", "failed": "bold red", "skipped": "yellow",
@@ -60,15 +63,17 @@ class PlainDisplay:
             if state in FINAL:
                 row.ended = time.monotonic()
             if changed:
-                self._print(f"{item}: {state}{' ' + detail if detail else ''} ({row.elapsed():.1f}s)")
+                self._print(inert(f"{item}: {state}{' ' + detail if detail else ''}", one_line=True) + f" ({row.elapsed():.1f}s)")
 
     def note(self, message: str) -> None:
         with self.lock:
             self._print(message)
 
     def _print(self, text: str) -> None:
+        """What an item or a note says (a check's detail, a registry's answer) with its control characters escaped
+        (an item's line: its line breaks too), so it can neither move the cursor nor rewrite a line already printed."""
         stamp = dt.datetime.now().strftime("%H:%M:%S")
-        print(f"{stamp} {text}", file=self.stream, flush=True)
+        print(f"{stamp} {inert(text)}", file=self.stream, flush=True)
 
     def close(self) -> None:
         pass
@@ -89,7 +94,8 @@ class LiveDisplay(PlainDisplay):
         for col in ("item", "state", "detail", "elapsed"):
             table.add_column(col, overflow="fold")
         for item, row in list(self.rows.items()):
-            table.add_row(item, f"[{STYLE.get(row.state, '')}]{row.state}[/]", row.detail, f"{row.elapsed():.0f}s")
+            table.add_row(_shown(item), f"[{STYLE.get(row.state, '')}]{_shown(row.state)}[/]", _shown(row.detail),
+                          f"{row.elapsed():.0f}s")
         return table
 
     def update(self, item: str, state: str, detail: str = "") -> None:
@@ -103,12 +109,17 @@ class LiveDisplay(PlainDisplay):
 
     def note(self, message: str) -> None:
         with self.lock:
-            self.console.print(message)
+            self.console.print(escape(inert(message)))
 
     def close(self) -> None:
         with self.lock:
             self.live.update(self._table())
             self.live.__exit__(None, None, None)
+
+
+def _shown(text: str) -> str:
+    """Text for the live table: control characters escaped, rich markup shown as the characters it is."""
+    return escape(inert(text, one_line=True))
 
 
 class QuietDisplay:

@@ -32,6 +32,7 @@ from imagesmith.cli.render import render_cmd
 from imagesmith.cli.report import report_cmd
 from imagesmith.cli.verify import verify_cmd
 from imagesmith.errors import ImagesmithError
+from imagesmith.inert import inert
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,8 +75,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except ImagesmithError as exc:
-        click.secho(f"error: {exc}" if "\n" not in str(exc) else str(exc), fg="red", err=True)
+    except ImagesmithError as exc:  # its message quotes files other jobs wrote: control characters escaped
+        text = inert(str(exc))
+        click.secho(f"error: {text}" if "\n" not in text else text, fg="red", err=True)
         sys.exit(exc.exit_code)
     except Exception:  # a bug: keep the traceback, say where
         log = _crash_log()

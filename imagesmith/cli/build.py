@@ -13,6 +13,7 @@ from imagesmith.cli.options import ALLOW_ROOT_OPTION, MATRIX_OPTION, ReleaseArgs
 from imagesmith.cli.release import finish_release
 from imagesmith.cli.verify import print_outcomes
 from imagesmith.errors import UsageError, UserError
+from imagesmith.inert import inert
 from imagesmith.model import matrix as matrix_mod
 from imagesmith.model import plan as plan_mod
 from imagesmith.table import print_table
@@ -109,7 +110,7 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return
     for line in build.failure_summary(report):
-        click.echo(line, err=True)
+        click.echo(inert(line), err=True)
     if not quiet:
         staged = any(r.staged for r in report.results)
         print_table(f"build: {report.seconds:.1f}s, report in {out / 'report.json'}",

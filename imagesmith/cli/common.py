@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import click
 
+from imagesmith.inert import inert
 from imagesmith.model import matrix as matrix_mod
 
 if TYPE_CHECKING:  # the stages import docker (through the engine) only when a command needs them
@@ -28,7 +29,7 @@ def today() -> str:
 def load_matrix(path: Path, allow_roots: Sequence[Path] = ()) -> matrix_mod.Matrix:
     m = matrix_mod.load(path, allowed_roots=allow_roots)
     for warning in m.warnings:
-        click.secho(str(warning), fg="yellow", err=True)
+        click.secho(inert(str(warning)), fg="yellow", err=True)
     return m
 
 
@@ -77,7 +78,7 @@ def vulnerability_gate(m: matrix_mod.Matrix) -> Any:
 
     gate = vulngate.Gate.of(m)
     for s in gate.snapshots if gate else ():
-        click.echo(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'}); "
-                   f"release threshold {m.vulnerabilities.threshold}", err=True)
+        click.echo(inert(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'}); "
+                   f"release threshold {m.vulnerabilities.threshold}"), err=True)
     return gate
 

@@ -11,6 +11,7 @@ import click
 from imagesmith.cli.common import credential_store, image_host
 from imagesmith.cli.options import CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, REGISTRY_CA_OPTION
 from imagesmith.errors import UserError
+from imagesmith.inert import inert
 from imagesmith.table import print_table
 
 
@@ -59,20 +60,20 @@ def print_evidence(found: Any) -> None:
         where = f"{gpu.get('count')} × {gpu.get('model')}, driver {v.get('driver')}" if gpu else "CPU mode (no GPU)"
         m, s = v.get("measured") or {}, v.get("summary") or {}
         versions = " ".join(f"{k} {m.get(k) or '-'}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os"))
-        click.echo(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} ({v.get('gpu_verification') or 'GPU verification not stated'}) "
-                   f"{v.get('tier')} tier on {where} at "
-                   f"{v.get('started_at')}: {versions}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, "
-                   f"{s.get('skip')} skip"
-                   + (f"; failed: {', '.join(v['failed_checks'])}" if v.get("failed_checks") else ""))
+        click.echo(inert(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} ({v.get('gpu_verification') or 'GPU verification not stated'}) "
+                         f"{v.get('tier')} tier on {where} at "
+                         f"{v.get('started_at')}: {versions}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, "
+                         f"{s.get('skip')} skip"
+                         + (f"; failed: {', '.join(v['failed_checks'])}" if v.get("failed_checks") else ""), one_line=True))
     for a in found.of_kind("sbom"):
         c = counts(a.statement.predicate) if a.statement else {}
-        click.echo(f"sbom: CycloneDX {c.get('spec_version')}, {c.get('components')} components: {c.get('python')} Python "
-                   f"distributions, {c.get('deb')} Debian packages; base image {c.get('base_image')}")
+        click.echo(inert(f"sbom: CycloneDX {c.get('spec_version')}, {c.get('components')} components: {c.get('python')} Python "
+                         f"distributions, {c.get('deb')} Debian packages; base image {c.get('base_image')}", one_line=True))
     for v in data.get("vulnerabilities") or []:
         by = ", ".join(f"{v.get(k, 0)} {k}" for k in ("critical", "high", "medium", "low", "unknown"))
         click.echo(f"vulnerabilities: {by} ({v.get('allowed', 0)} allowed by the matrix)")
     for problem in found.all_problems():
-        click.secho(f"MISMATCH: {problem}", fg="red", err=True)
+        click.secho(inert(f"MISMATCH: {problem}", one_line=True), fg="red", err=True)
 
 
 def _signed(count: int, signed_by: Any, keys: Any) -> str:

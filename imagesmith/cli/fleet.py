@@ -10,7 +10,8 @@ from typing import Any, Sequence
 
 import click
 
-from imagesmith.errors import UserError
+from imagesmith.errors import UsageError, UserError
+from imagesmith.inert import inert
 from imagesmith.model import loader, schemas
 from imagesmith.model.matrix.records import TIERS
 from imagesmith.model.ref import ImageRef
@@ -24,7 +25,7 @@ FLEET_OPTION = click.option("--fleet", "fleet_file", default="fleet.yaml", show_
 def load_fleet(path: Path) -> config.Fleet:
     fleet = config.load(path)
     for warning in fleet.warnings:
-        click.secho(str(warning), fg="yellow", err=True)
+        click.secho(inert(str(warning)), fg="yellow", err=True)
     return fleet
 
 
@@ -139,22 +140,27 @@ def render_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, out: P
                    "and GPU class (verify.dsse.json beside its verify.json). publish believes a fleet result only when "
                    "signed by a verifier its trust policy names for that class; one key per class: --class C "
                    "--verifier-key C.key (docs/trust.md).")
+@click.option("--run-id", "run_name", default=None, metavar="RUN",
+              help="This run's id (letters, digits, '.', '_', '-'; e.g. the CI pipeline's), signed into every cell's "
+                   "statement; publish --fleet-run RUN counts only its results. Default: the UTC time and a random suffix.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classes: tuple[str, ...], release: Path | None,
                out: Path, registry: str | None, credentials_file: Path | None, poll_s: float, metrics_file: Path | None,
-               pushgateway: str | None, verifier_key: Path | None, quiet: bool) -> None:
+               pushgateway: str | None, verifier_key: Path | None, run_name: str | None, quiet: bool) -> None:
     """Verify each REF@sha256:... on every GPU class of the fleet file: one
     job per (digest x class), progress as it goes, one fleet report at the end.
     Exit 0 only if every cell passed; Ctrl-C cancels every job (exit 130)."""
     from imagesmith.stages import metrics
-    from imagesmith.stages.fleet import runner
+    from imagesmith.stages.fleet import gate, runner
 
     if metrics_file is not None:
         metrics.check_textfile(metrics_file)
     if pushgateway is not None:
         metrics.check_gateway(pushgateway)
     fleet = load_fleet(fleet_file)
-    jobs = runner.cell_jobs(fleet, _refs(refs, release), out, runner.run_id(), tier, classes, credentials_file)
+    if run_name is not None and not gate.RUN_ID.fullmatch(run_name):
+        raise UsageError(f"--run-id {run_name[:80]!r}: letters, digits, '.', '_' and '-' only, at most 64, e.g. 20261130T101500Z-1a2b3c")
+    jobs = runner.cell_jobs(fleet, _refs(refs, release), out, run_name or runner.run_id(), tier, classes, credentials_file)
     jobs = without_credentials(jobs, undeclared_refs(refs, release, registry))
     say = (lambda line: None) if quiet else _say
     signer = None
@@ -183,7 +189,7 @@ def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classe
 
 
 def _say(line: str) -> None:
-    click.echo(f"{dt.datetime.now():%H:%M:%S} {line}", err=True)
+    click.echo(f"{dt.datetime.now():%H:%M:%S} {inert(line, one_line=True)}", err=True)
 
 
 def _print_cells(cells: Sequence[Any], quiet: bool) -> None:
@@ -202,20 +208,31 @@ def _secs(value: float | None) -> str:
 
 
 def gate_options(command: Any) -> Any:
-    """``--fleet`` (the rule) and ``--fleet-report`` (the evidence) for a command that moves floating tags."""
+    """``--fleet`` (the rule), ``--fleet-report`` (the evidence) and ``--fleet-run`` (which runs count) for a command
+    that moves floating tags."""
+    command = click.option("--fleet-run-since", "fleet_since", default=None, metavar="RUN",
+                           help="Also count the signed results of every fleet run whose id sorts at or after RUN (the last "
+                                "run accepted; fleet verify's own ids begin with their UTC start time).")(command)
+    command = click.option("--fleet-run", "fleet_runs", multiple=True, metavar="RUN",
+                           help="The fleet run(s) whose signed results count (fleet verify prints its run; --run-id sets "
+                                "it); needed with --fleet-report (or --fleet-run-since): a result signed for another run "
+                                "is left out (repeatable).")(command)
     command = click.option("--fleet-report", "fleet_reports", multiple=True,
                            type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                           help="Fleet report(s) of imagesmith fleet verify: floating tags move only to digests that "
-                                "passed on every required class (repeatable).")(command)
+                           help="Fleet report(s) of imagesmith fleet verify: floating tags move only to digests whose "
+                                "signed results passed on every required class (repeatable; the newest signed result "
+                                "of each class wins).")(command)
     return click.option("--fleet", "gate_fleet", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-                        help="Fleet file whose floating.require classes a digest must have passed (see --fleet-report); "
+                        help="Fleet file whose floating.require classes (with each class's GPU model and count) a digest "
+                             "must have passed (see --fleet-report); without it, the trust policy's fleet section; "
                              "without a report every floating tag is held back.")(command)
 
 
-def floating_gate(fleet_file: Path | None, reports: Sequence[Path], policy: Any = None) -> Any:
+def floating_gate(fleet_file: Path | None, reports: Sequence[Path], policy: Any = None, runs: Sequence[str] = (),
+                  since: str | None = None) -> Any:
     """The gate publish calls per digest, or None when no fleet option was given; with the release's trust
-    ``policy`` it believes only signed fleet results (gate.believed)."""
+    ``policy`` it believes only signed fleet results of the ``runs`` named, or of a run since ``since`` (gate.believed)."""
     from imagesmith.stages.fleet.gate import load_gate
 
-    gate = load_gate(fleet_file, reports, policy)
+    gate = load_gate(fleet_file, reports, policy, runs, since=since)
     return gate.held_back if gate is not None else None

@@ -9,6 +9,7 @@ import click
 
 from imagesmith.cli.common import load_matrix, today
 from imagesmith.cli.options import ALLOW_ROOT_OPTION
+from imagesmith.inert import inert
 from imagesmith.model import matrix as matrix_mod
 from imagesmith.model import plan as plan_mod
 from imagesmith.render import contexts as render_mod
@@ -49,10 +50,10 @@ def _early_vulnerabilities(m: matrix_mod.Matrix, p: plan_mod.Plan, on: dt.date) 
         return
     found = vulngate.early(m, p, on, vulngate.load_snapshots(m))  # no snapshots: only the allowances' expiry is checked
     for s in found.snapshots:
-        click.echo(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'})"
-                   + "".join(f"; {n}" for n in s.notes))
+        click.echo(inert(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'})"
+                   + "".join(f"; {n}" for n in s.notes)))
     for w in found.warnings:
-        click.secho(str(w), fg="yellow", err=True)
+        click.secho(inert(str(w)), fg="yellow", err=True)
     if found.errors:
         raise ValidationError(problems=list(found.errors))
 

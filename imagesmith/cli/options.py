@@ -90,6 +90,8 @@ class ReleaseArgs:
     with_evidence: bool = True
     gate_fleet: Path | None = None
     fleet_reports: tuple[Path, ...] = ()
+    fleet_runs: tuple[str, ...] = ()
+    fleet_since: str | None = None
     allow_cpu: bool = False
     verifier_key: Path | None = None  # build only: signs each verification the build runs
 
@@ -100,16 +102,21 @@ class ReleaseArgs:
 
         key = load_signing_key(self.signing_key) if sign else None
         trusted = load_trust_policy(self.trust_policy)
+        verifier = load_verifier_key(self.verifier_key)
+        if trusted is not None:
+            from imagesmith.stages import trust
+
+            trust.check_roles(trusted, key.public if key else None, verifier.public if verifier else None)
         return pipeline.ReleaseOptions(store, self.registry_ca, key, self.with_evidence,
-                                       floating_gate(self.gate_fleet, self.fleet_reports, trusted), self.allow_cpu,
-                                       vulnerabilities=vulnerability_gate(matrix) if matrix is not None else None,
-                                       trust=trusted, verifier_key=load_verifier_key(self.verifier_key), **more)
+                                       floating_gate(self.gate_fleet, self.fleet_reports, trusted, self.fleet_runs, self.fleet_since),
+                                       self.allow_cpu, vulnerabilities=vulnerability_gate(matrix) if matrix is not None else None,
+                                       trust=trusted, verifier_key=verifier, **more)
 
 
 def release_options(verifier_key: bool = False) -> Callable[[F], F]:
     """The release option stack, declared once for ``build`` (with --verifier-key) and ``publish``: --credentials,
-    --registry-ca, --signing-key, --trust-policy, --evidence/--no-evidence, --fleet, --fleet-report,
-    --allow-cpu-verification, given to the command as one :class:`ReleaseArgs`, ``release_args``."""
+    --registry-ca, --signing-key, --trust-policy, --evidence/--no-evidence, --fleet, --fleet-report, --fleet-run,
+    --fleet-run-since, --allow-cpu-verification, given to the command as one :class:`ReleaseArgs`, ``release_args``."""
     stack: list[Callable[[Any], Any]] = [CREDENTIALS_OPTION, REGISTRY_CA_OPTION, SIGNING_KEY_OPTION,
                                          *([VERIFIER_KEY_OPTION] if verifier_key else []), TRUST_POLICY_OPTION,
                                          EVIDENCE_OPTION, gate_options, ALLOW_CPU_OPTION]

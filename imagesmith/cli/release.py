@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from imagesmith.errors import UserError
+from imagesmith.inert import inert
 from imagesmith.table import print_table
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def finish_release(rel: ReleaseReport, quiet: bool) -> None:
                         f"no floating tag: {', '.join(unvetted)}", fg="yellow", err=True)
         for f in rel.floating:
             if f.action in ("kept", "failed"):
-                click.echo(f"{f.reference}: {f.action}: {f.reason}", err=True)
+                click.echo(inert(f"{f.reference}: {f.action}: {f.reason}", one_line=True), err=True)
     click.echo(f"release report: {rel.paths['json']} (summary: {rel.paths['markdown']})")
     problems = rel.errors + [f"{t.target}: {t.error}" for t in rel.targets if t.error and t.status != "not-pushed"]
     stopped = sum(t.status == "not-pushed" for t in rel.targets)

@@ -3,6 +3,7 @@ and the verification tables ``build --verify`` prints too."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -13,6 +14,7 @@ from imagesmith.cli.common import credential_store, image_host, load_matrix, loa
 from imagesmith.cli.evidence import print_evidence
 from imagesmith.cli.options import ALLOW_CPU_OPTION, CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, VERIFIER_KEY_OPTION, gathered
 from imagesmith.errors import UsageError, UserError
+from imagesmith.inert import inert
 from imagesmith.model.gpupath import RUNTIMES
 from imagesmith.model.grammar import GPU_LIST
 from imagesmith.table import print_table
@@ -151,7 +153,10 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
         why = "--local starts no container" if local else "--gpus none asks for no GPU"
         raise UsageError(f"--gpu-runtime {options.gpu_runtime} says how GPUs reach a container; {why}: leave it out")
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
-    export = _metrics_export(metrics.metrics_file, metrics.pushgateway, quiet)  # a bad --metrics/--pushgateway: before anything runs
+    if local:
+        python_exe = verify.local_python(python_exe)  # a --python that is not one: exit 1 before anything runs
+    export = _metrics_export(metrics.metrics_file, metrics.pushgateway, quiet,  # a bad --metrics/--pushgateway: before anything runs
+                             local_series(metrics.metrics_file, python_exe) if local else None)
     if stage_repo and not build_reports:
         raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
     signer = load_verifier_key(verifier_key)
@@ -229,7 +234,7 @@ def _sign_image_verification(image: str, report: Mapping[str, Any], signer: Key,
 
     ref = parse_ref(image)
     return pipeline.sign_report(Engine(), report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out),
-                                lambda line: click.secho(f"note: {line}", fg="yellow", err=True))
+                                lambda line: click.secho(inert(f"note: {line}"), fg="yellow", err=True))
 
 
 def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: CredentialStore, options: Any,
@@ -240,13 +245,13 @@ def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: Credent
 
     attached = pipeline.attached_evidence(image, public_keys, store, options, reuse, max_age_days)
     if attached.note:
-        click.secho(f"note: {attached.note}", fg="yellow", err=True)
+        click.secho(inert(f"note: {attached.note}"), fg="yellow", err=True)
     if attached.found is None:
         return None
     if not quiet:
         print_evidence(attached.found)
     for reason in attached.why_not:
-        click.echo(f"not reused: {reason}; running again", err=True)
+        click.echo(inert(f"not reused: {reason}; running again", one_line=True), err=True)
     if attached.reused is not None:
         found = attached.found
         click.echo(f"reusing the signed verification {attached.match.digest} of {found.name}@{found.digest} "
@@ -261,7 +266,7 @@ def _verify_image(image: str, options: Any, no_pull: bool, store: CredentialStor
 
     host = image_host(image)
     creds = store.for_host(host) if store else None
-    progress = None if quiet else (lambda line: click.echo(line, err=True))
+    progress = None if quiet else (lambda line: click.echo(inert(line), err=True))
     index_reader = Registry(host, creds) if host != "docker.io" else None  # which platform image of an index ran
     return verify.verify_image(Engine(), image, options, pull=not no_pull, progress=progress,
                                auth=creds.auth_config() if creds else None, registry=index_reader)
@@ -288,8 +293,17 @@ def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_
         raise UserError(f"verification failed for {len(done.failed)} of {len(done.outcomes)} images: {', '.join(done.failed)}")
 
 
-def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: bool) -> Callable[[Any, str], None]:
-    """verify --metrics/--pushgateway, checked now; the function exports a report (raw JSON or its file; its name)."""
+def local_series(metrics_file: Path | None, python: str | None) -> str:
+    """The ``digest`` label of a ``verify --local`` run (no image, no digest): ``local:`` and the --metrics file's name, so
+    two jobs writing two files into one textfile folder never export the same series; with only --pushgateway, ``local:``
+    and the Python it ran (the group of that Python on this host)."""
+    return "local:" + (metrics_file.name if metrics_file is not None else str(python or sys.executable))[:120]
+
+
+def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: bool,
+                    local: str | None = None) -> Callable[[Any, str], None]:
+    """verify --metrics/--pushgateway, checked now; the function exports a report (raw JSON or its file; its name);
+    ``local``: the digest label of a --local run."""
     from imagesmith.stages import metrics
 
     if metrics_file is not None:
@@ -303,8 +317,8 @@ def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: b
         from imagesmith.report import load, parse
 
         run = load(report) if isinstance(report, Path) else parse(report, source)
-        metrics.export_run(run, metrics_file, pushgateway,
-                           say=(lambda line: None) if quiet else (lambda line: click.echo(line, err=True)))
+        metrics.export_run(run, metrics_file, pushgateway, local=local,
+                           say=(lambda line: None) if quiet else (lambda line: click.echo(inert(line), err=True)))
     return export
 
 
@@ -352,7 +366,7 @@ def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
     print_table(title, ["check", "status", "value", "threshold", "unit", "% base", "detail"], rows)
     print_verdict(report)
     for note in report.get("notes", []):
-        click.secho(f"note: {note}", fg="yellow", err=True)
+        click.secho(inert(f"note: {note}"), fg="yellow", err=True)
 
 
 def print_verdict(report: dict[str, Any]) -> None:
@@ -365,10 +379,10 @@ def print_verdict(report: dict[str, Any]) -> None:
     word = "FAILED verification" if not passed else "NOT VERIFIED (the GPU was shared)" if shared else "verified"
     digests = (report.get("image") or {}).get("digests", [])
     for digest in digests:
-        click.echo(f"{word}: {digest}" if word != "verified" else f"verified {digest}")
+        click.echo(inert(f"{word}: {digest}" if word != "verified" else f"verified {digest}", one_line=True))
     sharing = policy.sharing_line(report) if policy.evidence(report).mode == "gpu" else ""  # CPU mode: no GPU to share
     if sharing:
-        click.secho(sharing, fg="yellow" if "not exclusive" in sharing else None)
+        click.secho(inert(sharing, one_line=True), fg="yellow" if "not exclusive" in sharing else None)
 
 
 def _fmt(value: Any) -> str:

@@ -204,15 +204,19 @@ def _from_environment(env: Mapping[str, str], declared: Declared) -> dict[str, C
 # -- the --credentials file ------------------------------------------------------------------
 
 
+CREDENTIALS_CAP = 1 << 20  # a file of logins: one line or one auths entry per registry
+
+
 def read_credentials_file(path: Path, declared: str | None) -> dict[str, Credentials]:
     """``--credentials FILE``: a docker config.json-style ``auths`` object, or lines ``HOST user:password``
     (``#`` comments and blank lines skipped) with at most one legacy line ``user:password`` bound to
     ``declared``. Every problem is a UserError naming the file and the line."""
+    from imagesmith.model import loader
+
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
-        raise UserError(f"credentials file {path}: {why}; it must hold lines HOST user:password "
+        text = loader.strict_text(loader.read_regular(path, cap=CREDENTIALS_CAP), str(path))
+    except loader.LoadError as exc:
+        raise UserError(f"credentials file {path}: {exc.why}; it must hold lines HOST user:password "
                         f"(e.g. {EXAMPLE}) or a docker config.json") from None
     if text.lstrip().startswith("{"):
         return _from_auths(path, text)
@@ -270,11 +274,14 @@ def _user_password(where: str, secret: str, source: str) -> Credentials:
 
 
 def _from_auths(path: Path, text: str) -> dict[str, Credentials]:
+    from imagesmith.model import loader
+
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        line = getattr(exc, "lineno", "?")
-        raise UserError(f"credentials file {path}, line {line}: not valid JSON ({getattr(exc, 'msg', exc)}); "
+        doc = loader.parse_json(text.encode(), "")
+    except loader.LoadError as exc:  # its file is ":LINE:COLUMN" where the parser knows the place
+        line = exc.file.split(":")[1] if exc.file.count(":") == 2 else "?"
+        why = exc.why[len("not JSON ("):-1] if exc.why.startswith("not JSON (") else exc.why
+        raise UserError(f"credentials file {path}, line {line}: not valid JSON ({why}); "
                         'write {"auths": {"HOST": {"auth": "base64(user:password)"}}}') from None
     auths = doc.get("auths") if isinstance(doc, dict) else None
     if not isinstance(auths, dict) or not auths:

@@ -234,7 +234,7 @@ class Engine:
             for member in tar:
                 if member.name == name:
                     data = tar.extractfile(member)
-                    return dict(json.loads(data.read())) if data else {}
+                    return _config_document(data.read(MAX_CONFIG + 1) if data else b"{}", ref)
         raise EngineError(f"docker save of {ref} holds no {name}")
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
@@ -723,3 +723,19 @@ def _name_of(ref: str) -> str | None:
     parsed = ImageRef.maybe(ref)
     return parsed.name if parsed else None
 
+
+MAX_CONFIG = 16 << 20  # an image config: a few KiB, with a long history a few hundred
+
+
+def _config_document(data: bytes, ref: str) -> dict[str, Any]:
+    """An image config read back from ``docker save``, through the one strict reader (the image may come from
+    a staging registry another job pushed to)."""
+    from imagesmith.model import loader
+
+    try:
+        doc = loader.parse_json(data[:MAX_CONFIG + 1], f"the config of {ref}") if len(data) <= MAX_CONFIG else None
+    except loader.LoadError as exc:
+        raise EngineError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise EngineError(f"the config of {ref} is not a JSON object of at most {MAX_CONFIG:,} bytes")
+    return doc

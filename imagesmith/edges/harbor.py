@@ -64,8 +64,9 @@ class ImmutableRule:
 
 def rules_from(doc: Any) -> tuple[ImmutableRule, ...]:
     """Harbor's ImmutableRule list as records (unknown selector kinds are kept as patterns)."""
-    return tuple(ImmutableRule(int(r.get("id") or 0), bool(r.get("disabled")), _selectors(r.get("tag_selectors")),
-                               _selectors((r.get("scope_selectors") or {}).get("repository")))
+    return tuple(ImmutableRule(r["id"] if isinstance(r.get("id"), int) and not isinstance(r["id"], bool) else 0, r.get("disabled") is True,
+                               _selectors(r.get("tag_selectors")),
+                               _selectors(r["scope_selectors"].get("repository") if isinstance(r.get("scope_selectors"), Mapping) else None))
                  for r in doc if isinstance(r, Mapping)) if isinstance(doc, list) else ()
 
 
@@ -121,8 +122,8 @@ class Harbor:
         """Harbor's version; None when the host is not Harbor."""
         try:
             resp = self._get("/api/v2.0/systeminfo")
-            version = resp.json().get("harbor_version") if resp.status_code == 200 else None
-        except (requests.RequestException, ValueError, AttributeError):
+            version = _json(resp, "systeminfo").get("harbor_version") if resp.status_code == 200 else None
+        except (requests.RequestException, RegistryError, AttributeError):
             return None
         return str(version) if version else None
 
@@ -131,14 +132,14 @@ class Harbor:
         if resp.status_code != 200:
             raise HarborError(f"reading the tag-immutability rules of project {project}: HTTP {resp.status_code} "
                               f"({_message(resp)}); the account needs read access to the project's immutable tag rules")
-        return rules_from(resp.json())
+        return rules_from(_json(resp, f"the tag-immutability rules of project {project}"))
 
     def scan_policy(self, project: str) -> ScanPolicy:
         resp = self._get(f"/api/v2.0/projects/{project}", {"X-Is-Resource-Name": "true"})
         if resp.status_code != 200:
             raise HarborError(f"reading project {project}: HTTP {resp.status_code} ({_message(resp)}); "
                               "the account needs read access to the project")
-        return scan_policy_from(resp.json())
+        return scan_policy_from(_json(resp, f"project {project}"))
 
     def _get(self, path: str, headers: Mapping[str, str] | None = None) -> requests.Response:
         auth = (self.credentials.username, self.credentials.password) if self.credentials else None
@@ -149,9 +150,19 @@ class HarborError(RegistryError):
     """Harbor answered, but not with what was asked."""
 
 
+def _json(resp: requests.Response, what: str) -> Any:
+    """Harbor's answer through the one strict reader (bounded, strict JSON); HarborError naming ``what`` otherwise."""
+    from imagesmith.model import loader
+
+    try:
+        return loader.parse_json_line(resp.content, f"Harbor's answer for {what}")
+    except loader.LoadError as exc:
+        raise HarborError(str(exc)) from None
+
+
 def _message(resp: requests.Response) -> str:
     try:
-        errors = resp.json().get("errors") or []
-        return "; ".join(str(e.get("message", "")) for e in errors) or resp.reason or ""
-    except (ValueError, AttributeError):
+        errors = _json(resp, "an error").get("errors") or []
+        return "; ".join(str(e.get("message", "")) for e in errors if isinstance(e, Mapping)) or resp.reason or ""
+    except (RegistryError, AttributeError, TypeError):
         return resp.reason or ""

@@ -102,10 +102,12 @@ def from_file(path: Path | None) -> Credentials | None:
     elsewhere (a matrix's sources.credentials); ``--credentials`` is read by :mod:`imagesmith.edges.credentials`."""
     if path is None:
         return None
+    from imagesmith.model import loader
+
     try:
-        lines = path.read_text().strip().splitlines()
-    except OSError as exc:
-        raise UserError(f"credentials file {path}: {exc.strerror}; it must hold one line user:password") from None
+        lines = loader.strict_text(loader.read_regular(path, cap=loader.KEY_CAP), str(path)).strip().splitlines()
+    except loader.LoadError as exc:
+        raise UserError(f"credentials file {path}: {exc.why}; it must hold one line user:password") from None
     user, sep, password = (lines[0].strip() if lines else "").partition(":")
     if not sep or not user or not password:
         raise UserError(f"credentials file {path}: expected one line user:password (e.g. robot$ml+ci:SECRET)")
@@ -119,12 +121,14 @@ def docker_config_path(env: Mapping[str, str]) -> Path:
 
 def read_docker_config(path: Path) -> Mapping[str, Any]:
     """The docker config as JSON ({} when there is none)."""
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
+    from imagesmith.model import loader
+
+    if not path.exists() and not path.is_symlink():
         return {}
-    except (OSError, ValueError) as exc:
-        raise UserError(f"docker config {path} cannot be read ({exc}); fix or remove it") from None
+    try:
+        config = loader.parse_json(loader.read_regular(path, cap=loader.KEY_CAP * 16), str(path))
+    except loader.LoadError as exc:
+        raise UserError(f"docker config {path} cannot be read ({exc.why}); fix or remove it") from None
     if not isinstance(config, Mapping):
         raise UserError(f"docker config {path} is not a JSON object; fix or remove it")
     return config
@@ -223,8 +227,8 @@ class RegistryAnswer:
 def answer_of(resp: requests.Response) -> RegistryAnswer:
     """The registry's error body, whatever shape it came in."""
     try:
-        body = resp.json()
-    except ValueError:
+        body = manifest_document(resp.content, "the error body")
+    except RegistryError:
         body = None
     errors = body.get("errors") if isinstance(body, dict) else None
     kept = tuple(e for e in errors if isinstance(e, Mapping)) if isinstance(errors, list) else ()
@@ -275,6 +279,33 @@ class Manifest:
 
 
 MAX_BLOB = 16 << 20  # an SBOM of thousands of packages is a few MB
+
+
+def manifest_document(body: bytes, where: str) -> dict[str, Any]:
+    """A manifest or index a registry served, through the one strict reader (bounded, strict JSON, an object):
+    the staging registry holds what build jobs pushed, so its documents are untrusted input. RegistryError
+    naming ``where`` otherwise."""
+    from imagesmith.model import loader
+
+    if len(body) > loader.MANIFEST_CAP:
+        raise RegistryHTTPError(f"{where}: a manifest of {len(body):,} bytes, over the {loader.MANIFEST_CAP:,}-byte limit")
+    try:
+        doc = loader.parse_json(body, where)
+    except loader.LoadError as exc:
+        raise RegistryHTTPError(f"{exc}; nothing read from it is used") from None
+    if not isinstance(doc, dict):
+        raise RegistryHTTPError(f"{where}: the manifest is not a JSON object; nothing read from it is used")
+    return doc
+
+
+def entries(doc: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """The objects of a manifest's list ``key`` (``manifests``, ``layers``); anything else in it is skipped."""
+    found = doc.get(key)
+    return [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -374,7 +405,8 @@ class Registry:
             resp = self._request("GET", path, repo, missing_ok=True)
             if resp is None:
                 return []
-            out += list((resp.json() or {}).get("tags") or [])
+            tags = manifest_document(resp.content, f"{self.host}/{repo} tag list").get("tags")
+            out += [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
             path = _next_link(resp.headers.get("Link", ""))
         return out
 
@@ -390,16 +422,18 @@ class Registry:
         if ref.startswith("sha256:") and actual != ref:
             raise RegistryHTTPError(f"{self.host}/{repo}@{ref}: the registry served a document whose digest is "
                                     f"{actual}; nothing read from it is used")
+        doc = manifest_document(body, f"{self.host}/{repo}:{ref}" if not ref.startswith("sha256:") else f"{self.host}/{repo}@{ref}")
         digest = resp.headers.get("Docker-Content-Digest") or actual
-        media_type = resp.headers.get("Content-Type", "").split(";")[0] or json.loads(body).get("mediaType", "")
-        return Manifest(digest, media_type, self._config_digest(repo, json.loads(body), media_type), body)
+        media_type = resp.headers.get("Content-Type", "").split(";")[0] or str(doc.get("mediaType") or "")
+        return Manifest(digest, media_type, self._config_digest(repo, doc, media_type), body)
 
     def _config_digest(self, repo: str, doc: Mapping[str, Any], media_type: str) -> str | None:
         if media_type in INDEXES or "manifests" in doc:
-            picked = next((m for m in doc.get("manifests", []) if (m.get("platform") or {}).get("architecture") == "amd64"), None)
-            inner = self.manifest(repo, picked["digest"]) if picked else None
+            picked = next((m for m in entries(doc, "manifests") if _mapping(m.get("platform")).get("architecture") == "amd64"), None)
+            inner = self.manifest(repo, picked["digest"]) if picked and isinstance(picked.get("digest"), str) else None
             return inner.config_digest if inner else None
-        return (doc.get("config") or {}).get("digest")
+        found = _mapping(doc.get("config")).get("digest")
+        return found if isinstance(found, str) else None
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
         """The digest the registry reports for ``ref`` (HEAD, ``Docker-Content-Digest``)."""
@@ -418,7 +452,9 @@ class Registry:
     def config(self, repo: str, digest: str) -> dict[str, Any]:
         resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo)
         assert resp is not None
-        return dict(resp.json())
+        if len(resp.content) > MAX_BLOB:
+            raise RegistryHTTPError(f"{self.host}/{repo}@{digest}: an image config of {len(resp.content):,} bytes, over the {MAX_BLOB:,}-byte limit")
+        return manifest_document(resp.content, f"{self.host}/{repo}@{digest} (image config)")
 
     def labels(self, repo: str, ref: str) -> dict[str, str] | None:
         """The image config's labels for ``ref``; None if ``ref`` does not exist."""
@@ -429,7 +465,8 @@ class Registry:
 
     def labels_of_config(self, repo: str, config_digest: str) -> dict[str, str]:
         config = self.config(repo, config_digest)
-        return dict((config.get("config") or {}).get("Labels") or {})
+        labels = _mapping(_mapping(config.get("config")).get("Labels"))
+        return {str(k): v for k, v in labels.items() if isinstance(v, str)}
 
     def index_entry(self, repo: str, digest: str) -> IndexEntry:
         """The index entry of image manifest ``digest``: its media type and size as stored, and the platform its
@@ -526,7 +563,7 @@ class Registry:
             raise
         if resp is None or not resp.headers.get("Content-Type", "").startswith(OCI_INDEX):
             return None
-        return [dict(m) for m in (resp.json() or {}).get("manifests") or [] if isinstance(m, dict)]
+        return entries(manifest_document(resp.content, f"{self.host}/{repo} referrers of {digest}"), "manifests")
 
     # -- promotion: blobs from one repository to another, no engine ------------------------
     def mount_blob(self, repo: str, digest: str, from_repo: str) -> str | None:
@@ -638,8 +675,9 @@ class Registry:
             raise RegistryUnreachable(f"token service {params['realm']} unreachable: {_short(exc)}") from None
         if resp.status_code >= 400:
             raise self._error(resp, "GET", repo, False)
-        body = resp.json()
-        return str(body.get("token") or body.get("access_token") or "")
+        body = manifest_document(resp.content, f"token service {params['realm']}")
+        token = body.get("token") or body.get("access_token")
+        return token if isinstance(token, str) else ""
 
     def _error(self, resp: requests.Response, method: str, repo: str, push: bool) -> RegistryHTTPError:
         status, answer = resp.status_code, answer_of(resp)

@@ -31,11 +31,13 @@ from typing import Mapping, Sequence
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from securesystemslib.dsse import Envelope
+from securesystemslib.exceptions import Error as SslibError
 from securesystemslib.exceptions import UnverifiedSignatureError
 from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
 
 from imagesmith import __version__
 from imagesmith.errors import UserError
+from imagesmith.model import loader
 
 ENV_KEY = "IMAGESMITH_SIGNING_KEY"
 ENV_PASSWORD = "IMAGESMITH_SIGNING_KEY_PASSWORD"
@@ -44,6 +46,7 @@ DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 SIMPLE_SIGNING_MEDIA_TYPE = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 SIMPLE_SIGNING_TYPE = "cosign container image signature"
+MAX_SIGNATURES = 16  # one envelope: cosign writes one; each is checked against every key of the policy
 KEY_FIX = ("make one with: openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out signing.key && "
            "openssl pkey -in signing.key -pubout -out signing.pub")
 
@@ -67,11 +70,11 @@ class Key:
 def load_signing_key(path: Path | None, environ: Mapping[str, str]) -> Key | None:
     """The key from ``path``, else from ``IMAGESMITH_SIGNING_KEY``; None when neither is given."""
     if path is not None:
-        try:
-            pem, source = path.read_bytes(), f"file {path}"
-        except OSError as exc:
-            raise UserError(f"signing key {path}: {exc.strerror}; {KEY_FIX}") from None
+        pem, source = read_key(path, "signing key", KEY_FIX), f"file {path}"
     elif environ.get(ENV_KEY):
+        if len(environ[ENV_KEY]) > loader.KEY_CAP:
+            raise UserError(f"{ENV_KEY} holds {len(environ[ENV_KEY]):,} characters, more than a PEM key "
+                            f"({loader.KEY_CAP:,}); {KEY_FIX}")
         pem, source = environ[ENV_KEY].encode(), f"environment ({ENV_KEY})"
     else:
         return None
@@ -87,13 +90,18 @@ def load_signing_key(path: Path | None, environ: Mapping[str, str]) -> Key | Non
     return Key(CryptoSigner(private, public), public, source)
 
 
+def read_key(path: Path, what: str, fix: str = "") -> bytes:
+    """A key file's bytes through the one loader: a regular file (no FIFO, device or /proc file) of at most
+    :data:`imagesmith.model.loader.KEY_CAP` bytes; a UserError naming ``what`` and the path otherwise."""
+    try:
+        return loader.read_regular(path, cap=loader.KEY_CAP)
+    except loader.LoadError as exc:
+        raise UserError(f"{what} {path}: {exc.why}" + (f"; {fix}" if fix else "")) from None
+
+
 def load_public_key(path: Path) -> SSlibKey:
     """A PEM public key (``cosign.pub``, ``openssl pkey -pubout``)."""
-    try:
-        pem = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"public key {path}: {exc.strerror}") from None
-    return public_key_from_pem(pem, f"public key {path}")
+    return public_key_from_pem(read_key(path, "public key"), f"public key {path}")
 
 
 def public_key_from_pem(pem: bytes, source: str) -> SSlibKey:
@@ -167,11 +175,22 @@ def open_envelope(data: bytes, keys: Sequence[SSlibKey]) -> OpenedEnvelope:
     """Parse a DSSE envelope and check its signatures against ``keys`` (any key id in the
     envelope is ignored: cosign writes none). A malformed envelope is a ValueError."""
     try:
-        env = Envelope.from_dict(json.loads(data))
-    except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not a DSSE envelope ({type(exc).__name__}: {exc})") from None
+        doc = loader.parse_json_line(data, "the envelope")
+    except loader.LoadError as exc:
+        raise ValueError(f"not a DSSE envelope ({exc.why})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("signatures"), list):
+        raise ValueError("not a DSSE envelope (expected an object with a list of signatures)")
+    if len(doc["signatures"]) > MAX_SIGNATURES:
+        raise ValueError(f"{len(doc['signatures']):,} signatures, more than the {MAX_SIGNATURES} an envelope may carry")
+    try:
+        env = Envelope.from_dict(doc)
+        signatures = [bytes.fromhex(s.signature) for s in env.signatures.values()]
+    except (KeyError, TypeError, AttributeError, ValueError, SslibError) as exc:
+        raise ValueError(f"not a DSSE envelope ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if not isinstance(env.payload_type, str):
+        raise ValueError("not a DSSE envelope (payloadType is not text)")
     pae = env.pae()
-    found = {kid for s in env.signatures.values() for kid in signed_by(keys, pae, bytes.fromhex(s.signature))}
+    found = {kid for sig in signatures for kid in signed_by(keys, pae, sig)}
     return OpenedEnvelope(env.payload, env.payload_type, len(env.signatures), tuple(sorted(found)))
 
 
@@ -190,9 +209,11 @@ def simple_signing_payload(docker_reference: str, digest: str) -> bytes:
 def simple_signing_digest(payload: bytes) -> tuple[str, str]:
     """(docker-manifest-digest, docker-reference) a payload claims; ValueError if it is not one."""
     try:
-        critical = json.loads(payload)["critical"]
+        critical = loader.parse_json_line(payload, "the payload")["critical"]
         if critical["type"] != SIMPLE_SIGNING_TYPE:
-            raise KeyError(f"type {critical['type']!r}")
+            raise KeyError(f"type {str(critical['type'])[:80]!r}")
         return str(critical["image"]["docker-manifest-digest"]), str(critical["identity"]["docker-reference"])
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not a cosign simple-signing payload ({exc})") from None
+    except loader.LoadError as exc:
+        raise ValueError(f"not a cosign simple-signing payload ({exc.why})") from None
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a cosign simple-signing payload ({str(exc)[:200]})") from None

@@ -9,23 +9,26 @@ snapshot, the member and the key path. The snapshot's digest (sha256 of the zip,
 the sorted list of ``<path> <sha256>`` lines of a folder's files) and its date (the newest
 ``modified``) are kept, so what was matched can be named in the evidence.
 
-GIT ranges are not versions and are skipped (counted in ``Snapshot.notes``); a range whose
-events do not parse in its ecosystem is skipped the same way, never guessed at.
+GIT ranges are not versions and are skipped (counted in ``Snapshot.notes``). A range whose events
+do not parse in its ecosystem is never guessed at: matched against a package it names, it is an error
+naming the record (:func:`imagesmith.model.vulns.match`). A snapshot without a record is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import stat
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Mapping
 
 from imagesmith.errors import UserError
+from imagesmith.inert import inert
+from imagesmith.model import loader
+from imagesmith.model.located import VALUE_CONTROL
 
 MAX_ZIP_BYTES = 1 << 30  # a snapshot zip on disk
 MAX_TOTAL_BYTES = 4 << 30  # uncompressed, over all members
@@ -67,6 +70,7 @@ class Advisory:
     severity_label: str | None  # database_specific.severity (CRITICAL, HIGH, MODERATE, LOW)
     cvss_vectors: tuple[str, ...]  # severity[].score where it is a CVSS vector
     origin: str  # the member or file it came from
+    location: str = field(default="", compare=False)  # the snapshot it came from (a zip, a folder, a URL)
 
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
@@ -99,27 +103,6 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-# -- strict JSON ---------------------------------------------------------------------------------
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} appears twice")
-        out[key] = value
-    return out
-
-
-def strict_json(data: bytes) -> Any:
-    """JSON as RFC 8259 has it: UTF-8, no NaN/Infinity, no duplicate keys (ValueError otherwise)."""
-    return json.loads(data.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
-
-
 # -- records -------------------------------------------------------------------------------------
 
 
@@ -136,7 +119,7 @@ class _At:
     def text(self, raw: Any, path: str, required: bool = True) -> str:
         if raw is None and not required:
             return ""
-        if not isinstance(raw, str) or not raw or len(raw) > MAX_TEXT or any(c in raw for c in "\0\n\r"):
+        if not isinstance(raw, str) or not raw or len(raw) > MAX_TEXT or VALUE_CONTROL.search(raw):
             raise self.fail(path, f"expected a one-line string of at most {MAX_TEXT} characters, got {_kind(raw)}")
         return raw
 
@@ -157,7 +140,7 @@ class _At:
 
 def _kind(raw: Any) -> str:
     if isinstance(raw, str):
-        return "an empty string" if not raw else "a string with a line break or over the length limit"
+        return "an empty string" if not raw else "a string with a control character or over the length limit"
     return {dict: "an object", list: "an array", bool: "a boolean", type(None): "null", int: "a number", float: "a number"}.get(type(raw), type(raw).__name__)
 
 
@@ -180,6 +163,7 @@ def advisory_from(doc: Any, location: str, origin: str, notes: dict[str, int] | 
         severity_label=at.text(label, "database_specific.severity") if label is not None else None,
         cvss_vectors=_vectors(at, d.get("severity")),
         origin=origin,
+        location=location,
     )
 
 
@@ -190,9 +174,11 @@ def _aliases(at: _At, d: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _summary(summary: Any, details: Any) -> str:
+    """The first line of ``summary`` (else ``details``), at most 200 characters, its control characters escaped
+    (``\x1b``, ``\u202e``): free text of a record, shown on terminals, in release.md and in the VEX document."""
     text = summary if isinstance(summary, str) and summary else details if isinstance(details, str) else ""
     first = text.strip().splitlines()[0] if text.strip() else ""
-    return first[:200]
+    return inert(first[:200], one_line=True)
 
 
 def _vectors(at: _At, raw: Any) -> tuple[str, ...]:
@@ -253,7 +239,11 @@ def load(location: str | Path, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
         raise SnapshotError(f"{location}: not a regular file or folder; give an OSV all.zip or a folder of OSV .json files")
     if path.stat().st_size > limits.zip_bytes:
         raise SnapshotError(f"{location}: {path.stat().st_size} bytes, over the {limits.zip_bytes}-byte cap of a snapshot zip")
-    return from_zip_bytes(path.read_bytes(), str(location), limits)
+    try:
+        data = loader.read_regular(path, cap=limits.zip_bytes)
+    except loader.LoadError as exc:
+        raise SnapshotError(f"{location}: {exc.why}; give an OSV all.zip or a folder of OSV .json files") from None
+    return from_zip_bytes(data, str(location), limits)
 
 
 def from_zip_bytes(data: bytes, location: str, limits: Limits = DEFAULT_LIMITS) -> Snapshot:
@@ -328,26 +318,28 @@ def _folder_files(root: Path, folder: Path, limits: Limits) -> Iterator[str]:
 
 
 def _read_file(path: Path, rel: str, location: str, cap: int) -> bytes:
-    with open(path, "rb") as f:
-        data = f.read(cap + 1)
-    if len(data) > cap:
-        raise SnapshotError(f"{location}: {rel}: over the {cap}-byte cap of one record")
-    return data
+    try:
+        return loader.read_regular(path, cap=cap)
+    except loader.LoadError as exc:
+        raise SnapshotError(f"{location}: {rel}: {exc.why.replace('for this kind of file', 'of one record')}") from None
 
 
 def _from_records(location: str, digest: str, members: Iterator[tuple[str, bytes]]) -> Snapshot:
     advisories, notes = [], {}  # type: list[Advisory], dict[str, int]
     for name, data in members:
         advisories.append(advisory_from(_parse(data, location, name), location, name, notes))
+    if not advisories:
+        raise SnapshotError(f"{location}: holds no OSV record (no .json member or file): an empty snapshot would match "
+                            f"nothing and say so silently; mirror OSV's <ecosystem>/all.zip again")
     newest = max((a.modified for a in advisories), default="")
     return Snapshot(location, digest, newest, tuple(advisories), tuple(f"{n} {what}" for what, n in sorted(notes.items())))
 
 
 def _parse(data: bytes, location: str, name: str) -> Any:
     try:
-        return strict_json(data)
-    except (ValueError, RecursionError) as exc:
-        raise SnapshotError(f"{location}: {name}: not strict JSON ({str(exc)[:120]}); fix or drop this record (or mirror a fresh snapshot)") from None
+        return loader.parse_json(data, name)
+    except loader.LoadError as exc:
+        raise SnapshotError(f"{location}: {exc.file}: not strict JSON ({exc.why[:160]}); fix or drop this record (or mirror a fresh snapshot)") from None
 
 
 Loader = Callable[[str], Snapshot]

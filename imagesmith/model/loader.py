@@ -54,6 +54,11 @@ CAPS: Mapping[str, int] = {
     "inventory": 16 * MIB,
     schemas.CDI_SPEC: 4 * MIB,  # nvidia-ctk's spec for one GPU is about 13 KiB; 8 GPUs with MIG devices some 300 KiB
 }
+KEY_CAP = 64 * KIB  # a PEM key: an ECDSA P-256 key is under 300 bytes, an RSA-8192 one under 7 KiB
+STATEMENT_CAP = 64 * MIB  # a DSSE envelope: a standard-tier report with its inventory is well under 2 MiB
+POLICY_CAP = 256 * KIB  # a trust policy
+MANIFEST_CAP = 4 * MIB  # an OCI manifest or index a registry serves (the distribution spec's own limit)
+LINE_CAP = 64 * MIB  # one JSON line a process printed (the payload's report, facts.py's inventory)
 REPORT_CAP = max(CAPS.values())  # `imagesmith report` reads any of the report kinds
 MAX_INT_DIGITS = 20  # 2**64 has 20 digits; no count, size or time imagesmith writes comes near
 SCHEMA_FILES: Mapping[str, str] = {
@@ -119,6 +124,44 @@ def read_confined(path: Path, *, root: Path | None = None, cap: int) -> bytes:
     if len(data) > cap:
         raise LoadError(str(path), f"is over the {cap:,}-byte limit for this kind of file", fix="it is not a file imagesmith wrote; write it again")
     return data
+
+
+def read_regular(path: Path, *, cap: int, what: str = "") -> bytes:
+    """The bytes of a regular file the *operator* named (a key, a trust policy, a credentials file, a CDI spec):
+    symbolic links are followed (a secret mounted by Kubernetes is one), but the file they lead to must be a
+    regular file (no FIFO, socket, device or /proc file: opened without blocking, refused before a read) of at
+    most ``cap`` bytes. ``what`` names it in the LoadError (``signing key``)."""
+    name = f"{what} {path}".strip()
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise LoadError(name, f"cannot be read ({exc.strerror})", fix="check the path") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise LoadError(name, "is not a regular file (a folder, FIFO, socket or device)", fix="give the file itself")
+        if info.st_size > cap or _proc_like(path):
+            raise LoadError(name, f"is {info.st_size:,} bytes, over the {cap:,}-byte limit for this kind of file"
+                            if info.st_size > cap else "is a file of /proc or /sys, not a file anyone wrote",
+                            fix="give the file itself")
+        data = _read_at_most(fd, cap + 1)
+    except OSError as exc:
+        raise LoadError(name, f"cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise LoadError(name, f"is over the {cap:,}-byte limit for this kind of file", fix="give the file itself")
+    return data
+
+
+def _proc_like(path: Path) -> bool:
+    """A file of a kernel pseudo file system (/proc, /sys): its size says 0 or 4096, whatever it holds."""
+    try:
+        resolved = Path(os.path.realpath(path))
+    except (OSError, ValueError):
+        return False
+    return resolved.parts[1:2] in (("proc",), ("sys",))
 
 
 def read_tail(path: Path, *, root: Path | None = None, size: int) -> bytes:
@@ -222,6 +265,21 @@ def parse_json(data: bytes, file: str, fix: str = "") -> Any:
         raise LoadError(file, f"nested deeper than {MAX_DEPTH} levels", fix=fix) from None
     _check_values(value, file, fix)
     return value
+
+
+def parse_json_line(data: bytes | str, source: str, fix: str = "") -> Any:
+    """Strict JSON from what a process printed or a server answered (the payload's report line, a registry's
+    manifest): the same rules as a file's, bounded by :data:`LINE_CAP`; LoadError naming ``source`` otherwise."""
+    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
+    if len(raw) > LINE_CAP:
+        raise LoadError(source, f"is {len(raw):,} bytes, over the {LINE_CAP:,}-byte limit", fix=fix)
+    try:
+        return parse_json(raw, source, fix)
+    except LoadError as exc:  # the place goes into the reason: a line has no file name to carry it
+        line, _, column = exc.file[len(source) + 1:].partition(":")
+        if not line:
+            raise
+        raise LoadError(source, f"{exc.why} at line {line} column {column}", exc.where, fix) from None
 
 
 def _text_position(text: str, token: str) -> str:

@@ -444,5 +444,8 @@ def _cuda_set(d: Mapping[str, Any] | None) -> CudaSet | None:
 
 
 def read(path: Path) -> Plan:
-    return from_json(json.loads(path.read_text()))
+    """A plan.json, through the one loader (confined to its folder, bounded, strict JSON)."""
+    from imagesmith.model import loader
+
+    return from_json(loader.parse_json(loader.read_confined(path, cap=64 << 20), str(path)))
 

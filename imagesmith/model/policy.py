@@ -155,15 +155,26 @@ def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = No
     return Evidence(
         ok=verdict(report, declared if declared is not None else _own_flags(report)).ok,
         mode=str(mode.get("mode") or ("gpu" if seen else "cpu")),
-        gpus=int(mode.get("gpus", seen) or 0),
+        gpus=count(mode.get("gpus", seen)),
         reason=str(mode.get("reason") or ""),
         devices=mode.get("status") or (checks.get("gpu.devices") or {}).get("status") or ("pass" if seen else None),
-        gpu_checks={str(k): int(v) for k, v in counts.items() if isinstance(v, int)},
+        gpu_checks={str(k): count(v) for k, v in counts.items() if isinstance(v, int)},
         exclusive=exclusive if isinstance(exclusive, bool) else None,
         shared_with=describe_foreign(sharing.get("foreign")),
         sharing_reason=str(sharing.get("reason"))[:300] if isinstance(sharing.get("reason"), str) else "",
         emulated=emulated, emulated_platform=str(_mapping(report.get("emulation")).get("image")) if emulated else "",
     )
+
+
+MAX_COUNT = 1 << 20  # no count a report holds (GPUs, checks) comes near
+
+
+def count(value: Any) -> int:
+    """A count from an untrusted report: a whole number from 0 to :data:`MAX_COUNT`; anything else (a string,
+    NaN, a negative or fractional number, ``true``) is 0, so a report that misstates it earns nothing."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        return 0
+    return value
 
 
 def emulation_text(raw: Any) -> str:

@@ -12,7 +12,9 @@ Pure (no I/O): advisories (imagesmith.model.advisories) and packages in, finding
 
 OSV ranges are applied as the OSV schema describes (``introduced``, ``fixed``,
 ``last_affected``, ``limit``, and the explicit ``versions`` list); withdrawn advisories
-are ignored. Severity is the highest of the record's CVSS vectors (scored by the ``cvss``
+are ignored. A range that names a package but cannot be judged for it (an event, or the
+package's version, is not a version of its ecosystem) is an error naming the record: a
+range dropped in silence could hide a critical finding. Severity is the highest of the record's CVSS vectors (scored by the ``cvss``
 library) and its qualitative ``database_specific.severity``; a record with neither is
 ``unknown``, listed but never above a threshold.
 """
@@ -33,7 +35,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 from packaging.version import Version as PypiVersion
 
-from imagesmith.model.advisories import Advisory, Affected, Range
+from imagesmith.model.advisories import Advisory, Affected, Range, SnapshotError
 
 SEVERITIES = ("unknown", "low", "medium", "high", "critical")
 THRESHOLDS = ("critical", "high", "medium", "low")
@@ -205,17 +207,42 @@ def affects(entry: Affected, package: Package) -> Hit | None:
     key = version_key(package.ecosystem)
     if listed(package.version, entry.versions, key, package.ecosystem):
         return Hit(True, _first_fix(entry, package))
-    for r in entry.ranges:
+    for i, r in enumerate(entry.ranges):
         rkey = version_key(package.ecosystem, r.type)
         if rkey is None:
             continue
         try:
             hit = in_range(package.version, r, rkey)
-        except (ValueError, TypeError):
-            continue  # an event that is not a version here: not guessed at
+        except (ValueError, TypeError):  # never guessed at: the range cannot be judged for this package
+            raise Unjudged(i, _unparsed(r, rkey), package) from None
         if hit.affected:
             return hit
     return Hit(False)
+
+
+class Unjudged(ValueError):
+    """A range of an advisory that names a package but cannot be judged for it: an event (or the package's own
+    version) is not a version in the range's ecosystem."""
+
+    def __init__(self, index: int, why: str, package: Package) -> None:
+        super().__init__(why)
+        self.index, self.why, self.package = index, why, package
+
+
+def _unparsed(r: Range, key: Key) -> str:
+    """Which part of a range does not parse: its first event that is not a version, else the package's version."""
+    for e in r.events:
+        if e.version != "0" and not _parses(e.version, key):
+            return f"its {e.kind} event {e.version[:80]!r} is not a {r.type} version of this ecosystem"
+    return "the package's version is not one of this ecosystem"
+
+
+def _parses(version: str, key: Key) -> bool:
+    try:
+        key(version)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def _first_fix(entry: Affected, package: Package) -> str | None:
@@ -305,7 +332,13 @@ def match(advisories: Iterable[Advisory], packages: Sequence[Package]) -> list[F
         for entry in adv.affected:
             name = canonicalize_name(entry.name) if ecosystem_family(entry.ecosystem) == "PyPI" else entry.name
             for p in index.get((ecosystem_family(entry.ecosystem), name), []):
-                hit = affects(entry, p)
+                try:
+                    hit = affects(entry, p)
+                except Unjudged as exc:
+                    j = adv.affected.index(entry)
+                    raise SnapshotError(f"{adv.location + ': ' if adv.location else ''}{adv.origin}: {adv.id}: affected[{j}]"
+                                        f".ranges[{exc.index}]: {exc.why}, so it cannot say whether {p.name} {p.version[:80]} "
+                                        f"is affected; fix or drop this record (or mirror a fresh snapshot)") from None
                 if hit and hit.affected:
                     _add(found, adv, p, hit)
     return sorted(found.values(), key=lambda f: (-rank(f.severity), f.package, f.id))

@@ -18,6 +18,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import Markup
 
 from imagesmith import __version__, resources
+from imagesmith.inert import inert
 from imagesmith.report import svg
 from imagesmith.report.chartdata import leak_curves, throughputs
 from imagesmith.report.model import STATUSES, Run, Verify, env_line, fmt_value, headline
@@ -27,8 +28,14 @@ from imagesmith.units import fmt_bytes
 @functools.cache
 def template(name: str) -> Template:
     env = ImmutableSandboxedEnvironment(loader=FileSystemLoader(resources.data_file("report")), autoescape=True,
-                                        undefined=StrictUndefined, keep_trailing_newline=True)
+                                        undefined=StrictUndefined, keep_trailing_newline=True, finalize=_inert)
     return env.get_template(name)
+
+
+def _inert(value: Any) -> Any:
+    """Every printed text with its control characters escaped (U+202E reorders a line in a browser too); the SVG
+    marked safe is left as it is (svg escapes each value it places)."""
+    return inert(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
 def page(name: str, title: str, heading: str, sub: str, verdict: str, ok: bool, **context: Any) -> str:

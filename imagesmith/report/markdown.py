@@ -11,7 +11,8 @@ through :func:`cell` (tables) or :func:`text`:
 * what GFM autolinks without any markup is broken with a word joiner (U+2060,
   invisible): ``scheme://`` (``https://``, ``ftp://``…), ``www.`` and
   ``name@domain.tld``;
-* newlines cannot end a table row or a line, pipes cannot split a cell.
+* newlines cannot end a table row or a line, pipes cannot split a cell;
+* control characters (ESC, BEL, U+202E...) are escaped (``\x1b``), as on a terminal (:mod:`imagesmith.inert`).
 
 A :class:`Code` value is shown as a code span (nothing inside one is a link):
 backticks cannot close it, pipes cannot split its cell.
@@ -24,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from imagesmith.inert import inert
 from imagesmith.model import policy
 from imagesmith.report.chartdata import throughputs
 from imagesmith.report.model import STATUSES, Release, Run, fmt_value, headline
@@ -52,7 +54,8 @@ def cell(value: Any) -> str:
 
 
 def _one_line(text: str) -> str:
-    return re.sub(r"[\r\n\u2028\u2029]", " ", text)
+    """Line breaks as spaces, every other control character escaped (``\x1b``, ``\u202e``: see :mod:`imagesmith.inert`)."""
+    return inert(re.sub(r"[\r\n\u2028\u2029]", " ", text), one_line=True)
 
 
 text = cell  # the same rules hold for a line of prose

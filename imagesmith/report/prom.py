@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 from prometheus_client import CollectorRegistry, Gauge, Info
 
 from imagesmith.errors import UserError
+from imagesmith.inert import inert
 from imagesmith.model.ref import ImageRef
 from imagesmith.report.model import STATUSES, Check, Sharing, Verify
 
@@ -53,6 +54,7 @@ PER_GPU: Mapping[str, tuple[str, float, str]] = {
     "per_gpu_tflops": ("gpu_throughput_flops_per_second", 1e12, "Measured throughput of a check on one GPU."),
     "per_gpu_gbps": ("gpu_bandwidth_bytes_per_second", 1e9, "Measured bandwidth of a check on one GPU."),
 }
+SIGNED_METRICS = frozenset({"leak_slope_bytes_per_step"})  # a fitted slope may be below 0 (memory freed); no other figure
 FLEET_OUTCOMES = ("pass", "fail", "cancelled")  # fleet.report.STATUSES (report never imports a stage)
 INFO_KEYS = ("torch", "cuda", "cudnn", "nccl", "python", "os", "driver")
 
@@ -103,9 +105,16 @@ class VerifyMetrics:
         return self._gauges[name]
 
     def set(self, name: str, doc: str, value: float, **labels: str) -> None:
+        """One sample; a figure that is not finite (a finite report value that overflows in base units too) or
+        negative where the quantity cannot be is refused, naming the series: never exported to fire an alert."""
         self._left -= 1
         if self._left < 0:
             raise UserError(f"{self._source}: more than {MAX_SERIES} metric series from one report: refusing the cardinality")
+        if not math.isfinite(value) or (value < 0 and name not in SIGNED_METRICS):
+            shown = ", ".join(f"{k}={v!r}" for k, v in labels.items() if k not in self.base)
+            why = "is not a finite number" if not math.isfinite(value) else "is negative, which this figure cannot be"
+            raise UserError(f"{self._source}: the figure {name}{{{shown}}} = {value!r} {why}; nothing was exported: is this "
+                            "the report imagesmith verify wrote?")
         self.gauge(name, doc, tuple(k for k in labels if k not in self.base)).labels(**labels).set(value)
 
     def add(self, v: Verify, subject: Subject, source: str, target: str = "") -> None:
@@ -207,7 +216,7 @@ class _Labels:
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise self.fail(where, "not valid Unicode text") from None
-        return value
+        return inert(value, one_line=True)  # a label value reaches dashboards and alerts: no control character acts there
 
     def number(self, value: Any, where: str) -> float | None:
         if value is None or isinstance(value, str):  # a check that measured nothing, or a version

@@ -412,7 +412,8 @@ def locked(out: Path, command: str, note: Callable[[str], None] | None = None,
 
 
 def _holder(out: Path) -> str:
-    try:
-        return (out / ".imagesmith.owner").read_text().strip()
-    except OSError:
+    try:  # in OUT, where another job may have left anything: one bounded line, never a FIFO
+        text = loader.read_confined(out / ".imagesmith.owner", cap=4096).decode("utf-8", errors="replace").strip()
+    except UserError:
         return "unknown"
+    return text.splitlines()[0][:200] if text else "unknown"

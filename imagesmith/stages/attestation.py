@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from imagesmith import __version__
-from imagesmith.model import policy
+from imagesmith.model import loader, policy
 from imagesmith.resources import data_file
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -72,7 +72,7 @@ def verification_predicate(report: Mapping[str, Any], declared: Mapping[str, boo
         "gpu": gpu_summary(env.get("gpus") or []),
         "driver": env.get("driver"),
         "measured": {k: _scalar_text(env.get(k)) for k in MEASURED},
-        "summary": {k: int(summary.get(k) or 0) for k in ("pass", "warn", "fail", "skip", "inconclusive")},
+        "summary": {k: policy.count(summary.get(k)) for k in ("pass", "warn", "fail", "skip", "inconclusive")},
         "sharing": sharing_summary(report.get("sharing")),
         "checks": [_check(c) for c in report.get("checks") or [] if isinstance(c, Mapping)],
         "notes": [str(n) for n in report.get("notes") or []],
@@ -156,9 +156,9 @@ def statement_bytes(st: Statement) -> bytes:
 def parse_statement(payload: bytes) -> Statement:
     """A Statement v1 (or v0.1) with exactly one sha256 subject; anything else is a StatementError."""
     try:
-        doc = json.loads(payload)
-    except ValueError as exc:
-        raise StatementError(f"not JSON ({exc})") from None
+        doc = loader.parse_json_line(payload, "the statement")
+    except loader.LoadError as exc:
+        raise StatementError(exc.why) from None
     if not isinstance(doc, dict) or doc.get("_type") not in READABLE_STATEMENT_TYPES:
         raise StatementError(f"_type is not {' or '.join(READABLE_STATEMENT_TYPES)}")
     subjects = doc.get("subject")

@@ -40,7 +40,8 @@ from imagesmith.atomic import write_text
 from imagesmith.edges import signing
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.protocols import RegistryProtocol
-from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, sha256_digest
+from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, manifest_document, sha256_digest
+from imagesmith.edges.registry import entries as descriptors
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.model import loader, policy
 from imagesmith.model.ref import ImageRef
@@ -195,10 +196,9 @@ def signature_manifest(layers: Sequence[Mapping[str, Any]]) -> tuple[bytes, byte
 def manifest_layers(raw: bytes) -> list[dict[str, Any]]:
     """The layer descriptors of a manifest; none when it is not one."""
     try:
-        layers = json.loads(raw).get("layers")
-    except (ValueError, AttributeError):
+        return descriptors(manifest_document(raw, "the manifest"), "layers")
+    except RegistryError:
         return []
-    return [dict(x) for x in layers if isinstance(x, dict)] if isinstance(layers, list) else []
 
 
 # cosign's `.att` layout, as cosign v3 (github.com/sigstore/cosign @ d6d86c22) writes it:
@@ -374,13 +374,15 @@ class Reader:
             return []
         found.discovery = f"referrers tag {referrers_tag(found.digest)}"
         try:
-            found.index_entries = [dict(m) for m in json.loads(index.raw).get("manifests") or [] if isinstance(m, dict)]
-        except (ValueError, AttributeError):
+            found.index_entries = descriptors(manifest_document(index.raw, referrers_tag(found.digest)), "manifests")
+        except RegistryError:
             found.problems.append(f"the referrers tag {referrers_tag(found.digest)} holds no OCI index")
         return found.index_entries
 
     def _attestation(self, entry: Mapping[str, Any], subject: str) -> Attestation:
-        a = Attestation(str(entry.get("digest", "")), str(entry.get("artifactType", "")), int(entry.get("size") or 0))
+        size = entry.get("size")
+        a = Attestation(str(entry.get("digest", ""))[:200], str(entry.get("artifactType", ""))[:200],
+                        size if isinstance(size, int) and not isinstance(size, bool) else 0)
         try:
             self._open(a, subject)
         except (RegistryError, ValueError, StatementError, KeyError, TypeError) as exc:
@@ -391,11 +393,13 @@ class Reader:
         got = self.registry.manifest(self.repo, a.digest)
         if got is None or sha256_digest(got.raw) != a.digest:
             raise ValueError("its manifest is missing or does not match its digest")
-        doc = json.loads(got.raw)
-        a.artifact_type = str(doc.get("artifactType", a.artifact_type))
-        if (doc.get("subject") or {}).get("digest") != subject:
-            a.problems.append(f"its subject is {(doc.get('subject') or {}).get('digest')}, not the image {subject}")
-        layer = next((x for x in doc.get("layers") or [] if x.get("mediaType") == signing.DSSE_MEDIA_TYPE), None)
+        doc = manifest_document(got.raw, a.digest)
+        a.artifact_type = str(doc.get("artifactType", a.artifact_type))[:200]
+        said = doc.get("subject")
+        said_digest = said.get("digest") if isinstance(said, dict) else None
+        if said_digest != subject:
+            a.problems.append(f"its subject is {str(said_digest)[:80]}, not the image {subject}")
+        layer = next((x for x in descriptors(doc, "layers") if x.get("mediaType") == signing.DSSE_MEDIA_TYPE), None)
         if layer is None:
             return  # another tool's artifact: listed, not judged
         self._open_envelope(a, layer, subject)
@@ -551,7 +555,7 @@ class Attacher:
         """Referrers tag schema: read the index again, add what is missing, write it back."""
         tag = referrers_tag(digest)
         current = self.registry.manifest(self.repo, tag)
-        old = [dict(m) for m in json.loads(current.raw).get("manifests") or []] if current else []
+        old = descriptors(manifest_document(current.raw, tag), "manifests") if current else []
         known = {m.get("digest") for m in old}
         index = referrers_index(old + [e for e in entries if e["digest"] not in known])
         pushed = self.registry.push_manifest(self.repo, tag, OCI_INDEX, index)

@@ -14,12 +14,11 @@ holding other digests is never overwritten.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from imagesmith.edges.protocols import RegistryProtocol
-from imagesmith.edges.registry import INDEXES, Manifest
+from imagesmith.edges.registry import INDEXES, Manifest, entries, manifest_document
 
 T = TypeVar("T")
 DONE = ("pushed", "unchanged")
@@ -142,7 +141,7 @@ def _pinned(out: IndexRelease, members: Sequence[Member]) -> IndexRelease:
 
 def held_digests(found: Manifest) -> list[str] | None:
     """The digests an image index lists, sorted (None: ``found`` is one image manifest, not an index)."""
-    doc = json.loads(found.raw or b"{}")
+    doc = manifest_document(found.raw or b"{}", "the index")
     if found.media_type not in INDEXES and "manifests" not in doc:
         return None
-    return sorted(str(m.get("digest")) for m in doc.get("manifests") or [])
+    return sorted(str(m.get("digest")) for m in entries(doc, "manifests"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import urllib.error
 import urllib.parse
 from pathlib import Path
@@ -34,10 +35,30 @@ def hostname() -> str:
 
 
 def check_textfile(path: Path) -> Path:
-    """A --metrics FILE: node_exporter's textfile collector reads only ``*.prom`` files."""
+    """A --metrics FILE, checked before anything runs: a ``*.prom`` name (node_exporter's textfile collector reads
+    only those) that is not a folder, whose nearest existing folder (the write makes the missing ones) is no kernel
+    pseudo file system (/proc, /sys, /dev), is not under a regular file, and takes a new file (one is made there and
+    removed: the atomic write makes its temporary file beside the target)."""
     if path.suffix != ".prom":
         raise UserError(f"--metrics {path}: the file name must end in .prom (node_exporter's textfile collector "
                         "reads only *.prom files); e.g. --metrics /var/lib/node_exporter/textfile/imagesmith.prom")
+    if path.is_dir():
+        raise UserError(f"--metrics {path}: is a folder; give a file name ending in .prom")
+    folder = Path(os.path.abspath(path)).parent
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        folder = folder.parent
+    real = Path(os.path.realpath(folder))
+    if real.parts[1:2] in (("proc",), ("sys",), ("dev",)):
+        raise UserError(f"--metrics {path}: {real} is a kernel file system, not a folder node_exporter reads; give a file "
+                        "in its --collector.textfile.directory")
+    if not folder.is_dir():
+        raise UserError(f"--metrics {path}: {folder} is a file, not a folder; give a file in node_exporter's textfile folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".imagesmith-probe-", suffix=".tmp", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UserError(f"--metrics {path}: cannot write in {folder} ({exc.strerror or exc}); is the folder writable?") from None
     return path
 
 
@@ -77,29 +98,31 @@ def push(registry: CollectorRegistry, url: str, grouping: Mapping[str, str]) -> 
 
 
 def export_run(run: Run, textfile: Path | None, gateway: str | None, host: str | None = None,
-               say: Callable[[str], None] = lambda line: None) -> None:
+               say: Callable[[str], None] = lambda line: None, local: str | None = None) -> None:
     """Every verified target of a parsed report: all in one text file; one push per image
-    (grouping key job=imagesmith, instance=HOST, digest=DIGEST)."""
+    (grouping key job=imagesmith, instance=HOST, digest=DIGEST). ``local``: the digest label of a report
+    without an image (``verify --local``)."""
     if gateway is not None:
         check_gateway(gateway)
     if textfile is not None:
         check_textfile(textfile)
     name = host or hostname()
     if textfile is not None:
-        say(f"metrics: {write_textfile(run_metrics(run, name).registry, textfile)}")
+        say(f"metrics: {write_textfile(run_metrics(run, name, local).registry, textfile)}")
     if gateway is None:
         return
     for target, v in _verified(run):
         one = VerifyMetrics()
-        one.add(v, Subject(name, image_digest(v)), run.source, target)
-        say(f"metrics pushed to {gateway}: {push(one.registry, gateway, {'instance': name, 'digest': image_digest(v)})}")
+        digest = image_digest(v) or local or ""
+        one.add(v, Subject(name, digest), run.source, target)
+        say(f"metrics pushed to {gateway}: {push(one.registry, gateway, {'instance': name, 'digest': digest})}")
 
 
-def run_metrics(run: Run, host: str) -> VerifyMetrics:
-    """Every verified target of a report, as run on ``host``."""
+def run_metrics(run: Run, host: str, local: str | None = None) -> VerifyMetrics:
+    """Every verified target of a report, as run on ``host`` (``local``: the digest label of one without an image)."""
     out = VerifyMetrics()
     for target, v in _verified(run):
-        out.add(v, Subject(host, image_digest(v)), run.source, target)
+        out.add(v, Subject(host, image_digest(v) or local or ""), run.source, target)
     return out
 
 

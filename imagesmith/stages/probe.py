@@ -10,13 +10,13 @@ listen, and which answer the Jupyter API without a token.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Callable
 
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.errors import UserError
+from imagesmith.model import loader
 
 POLL_S = 1.5
 STABLE_POLLS = 3  # without declared ports: the same listening set this many times in a row ends the watch
@@ -93,8 +93,8 @@ def parse_probe(output: str) -> dict[str, list[str]] | None:
     """The probe's one JSON line, checked; None when the output holds no such line."""
     lines = [line for line in output.split("\n") if line.startswith(PROBE_MARKER)]
     try:
-        doc = json.loads(lines[-1][len(PROBE_MARKER):]) if lines else None
-    except (ValueError, RecursionError):
+        doc = loader.parse_json_line(lines[-1][len(PROBE_MARKER):], "the probe line") if lines else None
+    except loader.LoadError:
         return None
     if not isinstance(doc, dict):
         return None

@@ -22,7 +22,7 @@ with the same methods); what moved is counted in a :class:`Promotion`.
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,9 +30,11 @@ from typing import Any, Callable
 
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
 from imagesmith.edges.protocols import RegistryProtocol
-from imagesmith.edges.registry import INDEXES, sha256_digest
+from imagesmith.edges.registry import INDEXES, entries, manifest_document, sha256_digest
 from imagesmith.errors import RegistryError
 from imagesmith.model.ref import ImageRef
+
+SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 
 CHUNK = 64 << 20  # bytes per request when a blob is copied
 
@@ -102,13 +104,15 @@ class Promoter:
         if sha256_digest(found.raw) != digest:
             raise RegistryError(f"{self.source.host}/{src_repo}@{digest}: the registry served a manifest with another digest "
                                 f"({sha256_digest(found.raw)}); its storage was changed")
-        doc = json.loads(found.raw)
+        doc = manifest_document(found.raw, f"{self.source.host}/{src_repo}@{digest}")
         if found.media_type in INDEXES or "manifests" in doc:
-            for child in doc.get("manifests") or []:
-                self._manifest(src_repo, str(child["digest"]), repo, str(child["digest"]), p)
+            for child in entries(doc, "manifests"):
+                self._manifest(src_repo, _digest(child, digest), repo, _digest(child, digest), p)
         else:
-            for blob in [doc.get("config") or {}, *(doc.get("layers") or [])]:
-                self._blob(src_repo, repo, str(blob["digest"]), int(blob.get("size") or 0), p)
+            config = doc.get("config")
+            for blob in [config if isinstance(config, dict) else {}, *entries(doc, "layers")]:
+                size = blob.get("size")
+                self._blob(src_repo, repo, _digest(blob, digest), size if isinstance(size, int) and size > 0 else 0, p)
         p.manifest_bytes += len(found.raw)
         return self.target.push_manifest(repo, ref, found.media_type, found.raw).digest
 
@@ -143,6 +147,14 @@ class Promoter:
             raise RegistryError(f"{self.source.host}/{src_repo}@{digest}: the bytes served hash to sha256:{h.hexdigest()}; "
                                 f"the staging registry's storage was changed")
         self.target.finish_upload(repo, location, digest)
+
+
+def _digest(descriptor: dict[str, Any], parent: str) -> str:
+    """A descriptor's sha256 digest (what a staging manifest names is untrusted: a path in a URL otherwise)."""
+    found = descriptor.get("digest")
+    if not isinstance(found, str) or not SHA256.fullmatch(found):
+        raise RegistryError(f"the staged manifest {parent} names {str(found)[:80]!r}, not a sha256 digest; build that target again")
+    return found
 
 
 def registry_promoter(target: Any, store: CredentialStore | None = None,

@@ -41,7 +41,7 @@ from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
-from imagesmith.edges.registry import Credentials, Manifest, redact
+from imagesmith.edges.registry import Credentials, Manifest, entries, manifest_document, redact
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.model import policy, schemas, tags
 from imagesmith.model.matrix.records import ImageSpec, Matrix
@@ -209,11 +209,14 @@ def traffic(manifest_raw: bytes, diff_ids: Sequence[str], lines: Iterable[str]) 
         short, _, text = line.partition(" ")
         if text == UPLOADED or text.startswith(ALREADY_THERE):
             status[short] = text
-    layers = json.loads(manifest_raw or b"{}").get("layers") or []
+    try:
+        layers = entries(manifest_document(manifest_raw or b"{}", "the pushed manifest"), "layers")
+    except RegistryError:
+        layers = []
     out = Traffic()
     for layer, diff_id in zip(layers, diff_ids):
         seen = status.get(diff_id.split(":", 1)[-1][:12], "")
-        size = int(layer.get("size") or 0)
+        size = layer["size"] if isinstance(layer.get("size"), int) else 0
         if seen == UPLOADED:
             out.pushed_bytes, out.pushed_layers = out.pushed_bytes + size, out.pushed_layers + 1
         elif seen:

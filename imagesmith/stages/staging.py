@@ -39,6 +39,7 @@ from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore, check_arti
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.registry import Credentials, Registry, redact
 from imagesmith.errors import BuildError, ImagesmithError, UserError
+from imagesmith.model import loader
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.ref import ImageRef
@@ -88,7 +89,7 @@ def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None
     if artifacts.build_identity(rec.target) != artifacts.build_identity(t):
         return "it was planned from another matrix"
     path = found.folder / "Dockerfile"
-    if dockerfile is None or not path.is_file() or path.read_bytes() != dockerfile:
+    if dockerfile is None or _read_dockerfile(path, len(dockerfile)) != dockerfile:
         return f"its Dockerfile ({path}) is not what this checkout renders (another imagesmith version or template?)"
     return ""
 
@@ -220,3 +221,14 @@ def open_stage(name: str, release: str, engine: EngineProtocol, out: Path, store
     host, path = parse_repository(name, release)
     credentials = (store or CredentialStore()).for_host(host)
     return Stage(engine, Registry(host, credentials, ca_file=ca_file), path, out, credentials, display)
+
+
+def _read_dockerfile(path: Path, size: int) -> bytes | None:
+    """Another build job's rendered Dockerfile (in OUT: a regular file inside its folder, read up to one byte more
+    than the one this checkout renders); None when there is none or it is refused."""
+    if not path.is_file():
+        return None
+    try:
+        return loader.read_confined(path, cap=size + 1)
+    except UserError:
+        return None

@@ -24,6 +24,7 @@ verify.json (:data:`STATEMENT_FILE`).
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass
@@ -38,7 +39,10 @@ from imagesmith.errors import Problem, UserError, ValidationError
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError as SchemaError
-from imagesmith.model.located import KeyPath, TextProblem, dotted, line_of, load_located, read_limited
+from imagesmith.model import loader, schemas
+from imagesmith.model import platform as platforms
+from imagesmith.model.located import KeyPath, dotted, line_of, load_located
+from imagesmith.model.validation import duration_s
 from imagesmith.resources import data_file
 from imagesmith.stages import artifacts, attestation
 
@@ -46,11 +50,14 @@ PREDICATE = "https://imagesmith.dev/attestations/verify-report/v1"
 STATEMENT_FILE = artifacts.STATEMENT_FILE
 IMAGE_ID_SUBJECT = "docker-image-id"  # the subject name of a statement about a local image (no registry yet)
 POLICY_SCHEMA_FILE = "trust-policy-v1.schema.json"
-POLICY_MAX_BYTES = 256 * 1024
-STATEMENT_MAX_BYTES = 64 * 1024 * 1024  # a standard-tier report with its inventory is well under 2 MiB
+POLICY_MAX_BYTES = loader.POLICY_CAP
+STATEMENT_MAX_BYTES = loader.STATEMENT_CAP
 FACTS = ("torch", "cuda", "cudnn", "python")  # what a build.json claims and a signed report measured
 PEM_START, PEM_END = "-----BEGIN PUBLIC KEY-----", "-----END PUBLIC KEY-----"
 POLICY_FIX = "see docs/trust.md (the trust policy)"
+DEFAULT_MAX_AGE_S = 30 * 86400  # a policy that names no max_age: a statement older than 30 days is held back
+MAX_AGE_LIMIT_S = 3650 * 86400
+CLOCK_SKEW_S = 300  # a statement signed up to 5 minutes "in the future" is a verifier's clock a little ahead
 
 
 class Refused(UserError):
@@ -65,10 +72,22 @@ class Verifier:
     name: str
     key: SSlibKey
     classes: tuple[str, ...]
+    max_age_s: int | None = None  # its own max_age; None: the policy's
 
     @property
     def keyid(self) -> str:
         return str(self.key.keyid)
+
+
+@dataclass(frozen=True)
+class ClassRule:
+    """What a GPU class must be for a fleet result to count, as the trust policy's ``fleet.classes`` says (when
+    publish is given no fleet file): its GPU model and count, and its nodes' platform."""
+
+    name: str
+    gpus: int
+    gpu: str | None
+    platform: platforms.Platform = platforms.DEFAULT
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,9 @@ class TrustPolicy:
     sha256: str  # of the file's bytes: the release report names exactly which policy judged it
     version: int
     verifiers: tuple[Verifier, ...]
+    max_age_s: int = DEFAULT_MAX_AGE_S
+    require: tuple[str, ...] = ()  # fleet.require: the classes a floating tag needs (empty: the policy names none)
+    classes: tuple[ClassRule, ...] = ()  # fleet.classes
 
     @property
     def keys(self) -> list[SSlibKey]:
@@ -85,9 +107,21 @@ class TrustPolicy:
     def verifier(self, keyid: str) -> Verifier | None:
         return next((v for v in self.verifiers if v.keyid == keyid), None)
 
+    def max_age(self, verifier: Verifier) -> tuple[int, str]:
+        """How old a statement ``verifier`` signed may be, in seconds, and which setting says so."""
+        if verifier.max_age_s is not None:
+            return verifier.max_age_s, f"the max_age of verifier {verifier.name} in {self.file}"
+        return self.max_age_s, f"the max_age of {self.file}"
+
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256, "version": self.version,
-                "verifiers": [{"name": v.name, "keyid": v.keyid, "classes": list(v.classes)} for v in self.verifiers]}
+        out: dict[str, Any] = {
+            "file": self.file, "sha256": self.sha256, "version": self.version, "max_age_s": self.max_age_s,
+            "verifiers": [{"name": v.name, "keyid": v.keyid, "classes": list(v.classes)}
+                          | ({"max_age_s": v.max_age_s} if v.max_age_s is not None else {}) for v in self.verifiers]}
+        if self.require:
+            out["fleet"] = {"require": list(self.require),
+                            "classes": {c.name: {"gpus": c.gpus, "gpu": c.gpu, "platform": c.platform.docker} for c in self.classes}}
+        return out
 
 
 @lru_cache(maxsize=1)
@@ -99,11 +133,9 @@ def load_policy(path: Path) -> TrustPolicy:
     """``trust-policy.yaml`` (or JSON, a subset of YAML), read with the hardened loader, checked against its
     schema, every key loaded; any problem is a ValidationError naming file:line and key path."""
     try:
-        data = read_limited(path, POLICY_MAX_BYTES)
-    except TextProblem as exc:
-        raise ValidationError(problems=[Problem(f"{path}{exc.where()}: {exc.why}; {POLICY_FIX}")]) from None
-    except OSError as exc:
-        raise ValidationError(problems=[Problem(f"cannot read trust policy {path}: {exc.strerror}; {POLICY_FIX}")]) from None
+        data = loader.read_regular(path, cap=POLICY_MAX_BYTES)
+    except loader.LoadError as exc:
+        raise ValidationError(problems=[Problem(f"{path}: {exc.why}; {POLICY_FIX}")]) from None
     return parse_policy(data, path)
 
 
@@ -115,7 +147,48 @@ def parse_policy(data: str | bytes, path: Path) -> TrustPolicy:
         raise ValidationError(problems=problems)
     verifiers = tuple(_verifier(v, i, path, lines) for i, v in enumerate(doc["verifiers"]))
     _unique(verifiers, path, lines)
-    return TrustPolicy(str(path), hashlib.sha256(raw).hexdigest(), int(doc["version"]), verifiers)
+    require, classes = _fleet_rule(doc.get("fleet"), path, lines)
+    max_age = _age(doc.get("max_age"), ("max_age",), path, lines)
+    return TrustPolicy(str(path), hashlib.sha256(raw).hexdigest(), int(doc["version"]), verifiers,
+                       DEFAULT_MAX_AGE_S if max_age is None else max_age, require, classes)
+
+
+def _age(raw: Any, at: KeyPath, path: Path, lines: Mapping[KeyPath, int]) -> int | None:
+    """A ``max_age`` (the schema checked its grammar) in seconds; None when absent."""
+    if raw is None:
+        return None
+    seconds = duration_s(str(raw))
+    if seconds is None or not 1 <= seconds <= MAX_AGE_LIMIT_S:
+        raise ValidationError(problems=[Problem(f"{str(raw)[:40]!r} is not an age from 1s to 3650d; write e.g. 36h or 7d; "
+                                                f"{POLICY_FIX}", str(path), line_of(lines, at), dotted(at))])
+    return seconds
+
+
+def _fleet_rule(raw: Any, path: Path, lines: Mapping[KeyPath, int]) -> tuple[tuple[str, ...], tuple[ClassRule, ...]]:
+    """``fleet``: the required classes, each with its GPU model and count (a class it requires must be described)."""
+    if raw is None:
+        return (), ()
+    rules = []
+    for name, spec in raw["classes"].items():
+        at: KeyPath = ("fleet", "classes", name, "platform")
+        problem = platforms.problem(spec["platform"]) if "platform" in spec else None
+        if problem:
+            raise ValidationError(problems=[Problem(f"{problem}; {POLICY_FIX}", str(path), line_of(lines, at), dotted(at))])
+        rules.append(ClassRule(str(name), int(spec["gpus"]), spec.get("gpu"),
+                               platforms.parse(spec["platform"]) if "platform" in spec else platforms.DEFAULT))
+    described = {r.name for r in rules}
+    for i, name in enumerate(raw["require"]):
+        if name not in described:
+            at = ("fleet", "require", i)
+            raise ValidationError(problems=[Problem(
+                f"class {name} is required but fleet.classes does not describe it (its gpu and gpus); {POLICY_FIX}",
+                str(path), line_of(lines, at), dotted(at))])
+        rule = next(r for r in rules if r.name == name)
+        if rule.gpus and not rule.gpu:
+            at = ("fleet", "classes", name)
+            raise ValidationError(problems=[Problem(f"class {name} runs on GPUs but names no gpu model; {POLICY_FIX}",
+                                                    str(path), line_of(lines, at), dotted(at))])
+    return tuple(str(n) for n in raw["require"]), tuple(rules)
 
 
 def schema_problems(doc: Any, lines: Mapping[KeyPath, int], file: str) -> list[Problem]:
@@ -144,7 +217,8 @@ def _verifier(raw: Mapping[str, Any], i: int, path: Path, lines: Mapping[KeyPath
     except UserError as exc:
         raise ValidationError(problems=[Problem(f"{where}: {exc}; give the verifier's PEM public key "
                                                 f"(openssl pkey -in verifier.key -pubout) as a path or inline")]) from None
-    return Verifier(str(raw["name"]), key, tuple(str(c) for c in raw["classes"]))
+    return Verifier(str(raw["name"]), key, tuple(str(c) for c in raw["classes"]),
+                    _age(raw.get("max_age"), ("verifiers", i, "max_age"), path, lines))
 
 
 def _pem(text: str) -> bytes:
@@ -162,6 +236,21 @@ def _unique(verifiers: Sequence[Verifier], path: Path, lines: Mapping[KeyPath, i
                 raise ValidationError(problems=[Problem(
                     f"the same {what} as {dotted(('verifiers', first))}; one entry per verifier, one key per verifier",
                     str(path), line_of(lines, ("verifiers", i, what)), dotted(("verifiers", i, what)))])
+
+
+def check_roles(policy: TrustPolicy, release_key: SSlibKey | None, verifier_key: SSlibKey | None = None) -> None:
+    """Roles stay apart: the release key (``--signing-key``) is no verifier the policy names, and no verifier key
+    is the release key. A UserError naming both otherwise (a key that signs releases could vouch for its own)."""
+    if release_key is None:
+        return
+    for i, v in enumerate(policy.verifiers):
+        if v.keyid == release_key.keyid:
+            raise UserError(f"{policy.file}: verifiers[{i}] ({v.name}) has the release key (--signing-key, key ID "
+                            f"{v.keyid[:16]}) as its key; roles stay apart: a verifier key signs verifications on GPU "
+                            f"runners, the release key signs what publish attaches; give the verifier a key of its own")
+    if verifier_key is not None and verifier_key.keyid == release_key.keyid:
+        raise UserError(f"--verifier-key and --signing-key are the same key (key ID {release_key.keyid[:16]}); roles stay "
+                        f"apart: give the verify stage a verifier key of its own, and name it in {policy.file}")
 
 
 def policy_text(verifiers: Sequence[tuple[str, str, Sequence[str]]]) -> str:
@@ -186,21 +275,39 @@ class Subject:
         return self.name == IMAGE_ID_SUBJECT
 
 
+class Unsignable(UserError):
+    """A verify report the verifier does not sign: it does not follow the verify report's schema."""
+
+
+def signable(report: Mapping[str, Any]) -> None:
+    """The report, as it will be signed, through the one strict reader: strict JSON (no NaN or infinity), the
+    verify report's schema (``imagesmith.verify-report/1``). :class:`Unsignable` saying where otherwise."""
+    try:
+        loader.parse_json(json.dumps(report, allow_nan=True).encode(), "the verify report")
+        loader.check_schema(report, schemas.VERIFY_REPORT, "the verify report")
+    except loader.LoadError as exc:
+        raise Unsignable(f"{exc}; nothing was signed: the image under test wrote a report imagesmith does not believe") from None
+
+
 def statement(report: Mapping[str, Any], inventory: Mapping[str, Any] | None, subject: Subject,
-              fleet: Mapping[str, str] | None = None) -> bytes:
-    """The in-toto Statement v1 (canonical JSON) of a verification: the whole report and the inventory; for a
-    fleet cell also ``fleet`` (the GPU class, run, node and job it ran as), so a result signed for one class
-    cannot stand for another."""
-    predicate: dict[str, Any] = {"report": dict(report), "inventory": dict(inventory) if inventory is not None else None}
+              fleet: Mapping[str, str] | None = None, now: dt.datetime | None = None) -> bytes:
+    """The in-toto Statement v1 (canonical JSON) of a verification: the whole report, the inventory, and
+    ``signed_at``: the verifier's own clock when it signed (what orders results and what expires; never the
+    report's ``started_at``, which the image under test wrote); for a fleet cell also ``fleet`` (the GPU class,
+    run, node and job it ran as), so a result signed for one class or run cannot stand for another."""
+    signable(report)
+    when = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
+    predicate: dict[str, Any] = {"report": dict(report), "inventory": dict(inventory) if inventory is not None else None,
+                                 "signed_at": when.isoformat(timespec="seconds")}
     if fleet is not None:
         predicate["fleet"] = dict(fleet)
     return attestation.statement_bytes(attestation.Statement(subject.name, subject.digest, PREDICATE, predicate))
 
 
 def sign(report: Mapping[str, Any], inventory: Mapping[str, Any] | None, subject: Subject, key: signing.Key,
-         fleet: Mapping[str, str] | None = None) -> bytes:
+         fleet: Mapping[str, str] | None = None, now: dt.datetime | None = None) -> bytes:
     """The DSSE envelope (JSON bytes) of :func:`statement`, signed by the verifier ``key``."""
-    return signing.envelope(statement(report, inventory, subject, fleet), attestation.PAYLOAD_TYPE, key)
+    return signing.envelope(statement(report, inventory, subject, fleet, now), attestation.PAYLOAD_TYPE, key)
 
 
 # -- accepting one ----------------------------------------------------------------------------------
@@ -218,6 +325,8 @@ class Accepted:
     path: str
     classes: tuple[str, ...] = ("*",)  # the GPU classes the policy lets this verifier vouch for
     fleet_class: str | None = None  # the GPU class the signed statement says it ran on (fleet cells)
+    signed_at: dt.datetime | None = None  # the verifier's clock when it signed (predicate.signed_at)
+    fleet_run: str | None = None  # the fleet run the signed statement says it belongs to (fleet cells)
 
     def vouches_for(self, klass: str) -> bool:
         """Whether the trust policy lets this verifier vouch for GPU class ``klass``."""
@@ -228,9 +337,14 @@ class Accepted:
                 "statement": self.path}
 
 
-def accept(data: bytes, where: str, policy: TrustPolicy, expected: Subject) -> Accepted:
+class Expired(Refused):
+    """A statement a trusted verifier signed about this image, older than the trust policy's max_age."""
+
+
+def accept(data: bytes, where: str, policy: TrustPolicy, expected: Subject, now: dt.datetime | None = None) -> Accepted:
     """The verification in DSSE envelope ``data`` (from file ``where``), when a verifier ``policy`` names signed
-    it and its subject is ``expected``; else :class:`Refused` saying why."""
+    it, its subject is ``expected``, it was signed no longer ago than the policy's max_age (at ``now``), and its
+    report follows the verify report's schema; else :class:`Refused` (:class:`Expired` for an old one) saying why."""
     try:
         opened = signing.open_envelope(data, policy.keys)
     except ValueError as exc:
@@ -250,10 +364,41 @@ def accept(data: bytes, where: str, policy: TrustPolicy, expected: Subject) -> A
     verifier = policy.verifier(opened.signed_by[0])
     assert verifier is not None  # open_envelope checked only the policy's keys
     report, inventory = _predicate(st.predicate, where)
+    signed_at = _fresh(st.predicate, where, policy, verifier, now or dt.datetime.now(dt.timezone.utc))
     fleet = st.predicate.get("fleet")
     klass = fleet.get("class") if isinstance(fleet, Mapping) else None
+    run = fleet.get("run_id") if isinstance(fleet, Mapping) else None
     return Accepted(verifier.name, verifier.keyid, found, report, inventory, where, verifier.classes,
-                    klass if isinstance(klass, str) else None)
+                    klass if isinstance(klass, str) else None, signed_at, run if isinstance(run, str) else None)
+
+
+def _fresh(predicate: Mapping[str, Any], where: str, policy: TrustPolicy, verifier: Verifier, now: dt.datetime) -> dt.datetime:
+    """The statement's signed time, when it is no older than the policy allows and not in the future."""
+    raw = predicate.get("signed_at")
+    try:
+        when = dt.datetime.fromisoformat(raw) if isinstance(raw, str) and len(raw) <= 40 else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise Refused(f"{where}: the statement carries no signed time (signed_at, with its time zone): it cannot be "
+                      f"ordered or expire; verify again with this imagesmith")
+    age = (now - when).total_seconds()
+    if age < -CLOCK_SKEW_S:
+        raise Refused(f"{where}: signed at {raw}, {_span(-age)} in the future: the verifier's clock is wrong; fix it "
+                      f"and verify again")
+    limit, said = policy.max_age(verifier)
+    if age > limit:
+        raise Expired(f"{where}: signed {_span(age)} ago ({raw}), older than the {_span(limit)} {said} allows; "
+                      f"verify the image again")
+    return when
+
+
+def _span(seconds: float) -> str:
+    """90061 -> '1d 1h 1m' (the largest two units that are not zero)."""
+    s = int(seconds)
+    parts = [(s // 86400, "d"), (s % 86400 // 3600, "h"), (s % 3600 // 60, "m"), (s % 60, "s")]
+    shown = [f"{n}{u}" for n, u in parts if n][:2]
+    return " ".join(shown) or "0s"
 
 
 def _statement(payload: bytes, where: str) -> attestation.Statement:
@@ -267,24 +412,30 @@ def _statement(payload: bytes, where: str) -> attestation.Statement:
 
 
 def _predicate(predicate: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None]:
+    """The signed report (checked against the verify report's schema, as an unsigned one is: a report declaring
+    another schema version is not believed) and the inventory."""
     report, inventory = predicate.get("report"), predicate.get("inventory")
     if not isinstance(report, Mapping) or not isinstance(report.get("checks"), list):
         raise Refused(f"{where}: the signed predicate holds no verify report (report.checks)")
+    try:
+        loader.check_schema(report, schemas.VERIFY_REPORT, where)
+    except loader.LoadError as exc:
+        raise Refused(f"{where}: the signed report does not follow {schemas.VERIFY_REPORT}: report.{exc.where}: {exc.why}; "
+                      f"a report imagesmith does not read is not released as verified") from None
     if inventory is not None and not isinstance(inventory, Mapping):
         raise Refused(f"{where}: the signed predicate's inventory is not an object")
     return report, inventory
 
 
-def read_statement(path: Path, policy: TrustPolicy, expected: Subject, root: Path | None = None) -> Accepted:
+def read_statement(path: Path, policy: TrustPolicy, expected: Subject, root: Path | None = None,
+                   now: dt.datetime | None = None) -> Accepted:
     """:func:`accept` of the file ``path``: a regular file inside ``root`` (OUT; no link out, no FIFO or device), of
     bounded size, read through the one loader."""
-    from imagesmith.model import loader
-
     try:
         data = loader.read_confined(path, root=root, cap=STATEMENT_MAX_BYTES)
     except loader.LoadError as exc:
         raise Refused(f"{exc}; not a verification imagesmith wrote") from None
-    return accept(data, str(path), policy, expected)
+    return accept(data, str(path), policy, expected, now)
 
 
 # -- facts ------------------------------------------------------------------------------------------

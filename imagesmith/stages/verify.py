@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,8 +25,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from imagesmith import runstate
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, ImagesmithError, UsageError, UserError
-from imagesmith.model import compat, gpupath, policy, schemas
+from imagesmith.model import compat, gpupath, loader, policy, schemas
 from imagesmith.model import platform as platforms
+from imagesmith.model.located import printable
 from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
 from imagesmith.stages import gpus as gpu_paths
@@ -202,8 +204,25 @@ def payload_args(options: VerifyOptions, config_path: str) -> list[str]:
 
 def parse_marker(stdout: str) -> dict[str, Any] | None:
     """The one report line in ``stdout``, unjudged; None when there is none or it is unreadable."""
-    report, _ = payload_module("report").find_marker(stdout)
+    report, _ = find_marker(stdout)
     return report if isinstance(report, dict) else None
+
+
+def find_marker(stdout: str) -> tuple[Any, str | None]:
+    """(the report, None) from output holding exactly one report line; (None, None) without one; (None, why)
+    otherwise. The line is read by the one strict reader (:func:`imagesmith.model.loader.parse_json_line`): the
+    image under test wrote it, so ``NaN``, ``Infinity``, a duplicate key or deep nesting end the run as a failed
+    check, never in a signed report."""
+    lines = [line.rstrip("\r") for line in stdout.split("\n") if line.startswith(MARKER)]
+    if not lines:
+        return None, None
+    if len(lines) > 1:
+        return None, (f"{len(lines)} report lines in the output (the payload prints one): something in the "
+                      "image prints its own")
+    try:
+        return loader.parse_json_line(lines[0][len(MARKER):], "the report line"), None
+    except loader.LoadError as exc:
+        return None, f"the report line is not strict JSON ({exc.why}; {len(lines[0])} characters)"
 
 
 def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, str | None]:
@@ -213,12 +232,16 @@ def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, 
     Never raises: the output comes from the image."""
     schema = payload_module("report")
     try:
-        report, problem = schema.find_marker(stdout)
+        report, problem = find_marker(stdout)
         if problem or report is None:
             return None, problem
         problems = schema.validate_report(report) if not isinstance(report, dict) else (
             schema.answers_request(report, request.nonce, dict(request.checks), request.tier)
             + schema.validate_report(report))
+        if not problems:  # the host's schema of the verify report too: what is signed must be what publish reads
+            loader.check_schema(report, REPORT_SCHEMA, "report")
+    except loader.LoadError as exc:
+        return None, f"the report was rejected: {exc.where}: {exc.why}"
     except Exception as exc:  # noqa: BLE001 - anything in the output must end as a failed check, not exit 3
         return None, f"the report could not be read ({type(exc).__name__})"
     if problems:
@@ -316,10 +339,14 @@ def run_facts(engine: EngineProtocol, image_id: str, args: Sequence[str] = (), l
     run = engine.run(spec)
     if run.exit_code != 0:
         raise BuildError(f"measuring the image failed (exit {run.exit_code}): {(run.stderr or run.stdout).strip()[-400:]}")
+    lines = run.stdout.strip().splitlines()
     try:
-        return dict(json.loads(run.stdout.strip().splitlines()[-1]))
-    except (ValueError, IndexError, TypeError):
-        raise BuildError(f"measuring the image printed no facts (JSON) but: {run.stdout.strip()[-200:]!r}") from None
+        facts = loader.parse_json_line(lines[-1] if lines else "", "the facts line")
+    except loader.LoadError as exc:
+        raise BuildError(f"measuring the image printed no facts (strict JSON: {exc.why}) but: {run.stdout.strip()[-200:]!r}") from None
+    if not isinstance(facts, dict):
+        raise BuildError(f"measuring the image printed no facts (a JSON object) but: {run.stdout.strip()[-200:]!r}")
+    return facts
 
 
 def _now() -> str:
@@ -466,6 +493,8 @@ def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str
     repository) and the digest of the entry for the image's own platform, read from the registry by the index's
     digest, which no later push can change (and the client checks that the bytes hash to it). None when ``ref``
     names a plain image manifest, or the index's entry names no sha256 digest."""
+    from imagesmith.edges.registry import entries, manifest_document
+
     parsed = ImageRef.parse(ref)
     for held in info.repo_digests:
         pin = ImageRef.maybe(held)
@@ -473,10 +502,11 @@ def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str
             continue
         digest, repo = str(pin.digest), parsed.repository
         found = registry.manifest(repo, digest)
-        doc = json.loads(found.raw) if found is not None else {}
-        for entry in doc.get("manifests") or []:
-            plat = entry.get("platform") or {}
-            if "/".join(filter(None, (plat.get("os"), plat.get("architecture"), plat.get("variant")))) == info.platform:
+        doc = manifest_document(found.raw, f"{parsed.host}/{repo}@{digest}") if found is not None else {}
+        for entry in entries(doc, "manifests"):
+            raw = entry.get("platform")
+            plat: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            if "/".join(str(plat.get(k)) for k in ("os", "architecture", "variant") if plat.get(k)) == info.platform:
                 entry_digest = str(entry.get("digest"))
                 return {"index": digest, "digest": entry_digest, "platform": info.platform} if DIGEST.fullmatch(entry_digest) else None
     return None
@@ -622,7 +652,7 @@ def run_local(options: VerifyOptions, python: str | None = None, kb: compat.Know
     with tempfile.TemporaryDirectory(prefix="imagesmith-verify-") as tmp:
         config_path = Path(tmp, "config.json")
         config_path.write_text(json.dumps(config))
-        cmd = [python or sys.executable, str(payload_dir() / "run.py"), *payload_args(options, str(config_path))]
+        cmd = [local_python(python), str(payload_dir() / "run.py"), *payload_args(options, str(config_path))]
         sampler = _sampler(options, sampler_factory)
         lines = gpuwatch.live(progress, lambda: _watch_of(sampler))
         report, nvml = _run_with_sampler(lambda: _local_report(cmd, options, request, sampler, lines), sampler)
@@ -630,6 +660,19 @@ def run_local(options: VerifyOptions, python: str | None = None, kb: compat.Know
     skipped = [check_entry(c, HOST_CHECKS[c][1], "skip", "no image: verify --local runs this host's Python")
                for c in request.host_checks]
     return VerifyOutcome(finish(with_checks(report, skipped), None, nvml, started, time.monotonic() - t0))
+
+
+def local_python(python: str | None) -> str:
+    """The Python ``verify --local`` runs the payload with: ``--python`` (a path, or a name on PATH), else this one.
+    A UserError (exit 1) saying which when it is not an executable file."""
+    if python is None:
+        return sys.executable
+    found = shutil.which(python) if os.sep not in python else (python if os.path.isfile(python) and os.access(python, os.X_OK) else None)
+    if found is None:
+        what = "no such file" if os.sep in python and not os.path.exists(python) else \
+            "not an executable file" if os.sep in python else "not found on PATH"
+        raise UserError(f"--python {printable(python, 120)}: {what}; give the Python to verify, e.g. --python /opt/venv/bin/python")
+    return found
 
 
 def local_gpu_env(gpus: str, environ: Mapping[str, str]) -> dict[str, str]:
@@ -647,8 +690,8 @@ def _local_report(cmd: list[str], options: VerifyOptions, request: Request, samp
     env = os.environ | PAYLOAD_ENV | local_gpu_env(options.gpus, os.environ)
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    except OSError as exc:
-        raise UserError(f"--python {cmd[0]}: cannot be started ({exc.strerror or exc}); give a Python 3 on this host") from None
+    except OSError as exc:  # the Python vanished or is no program (an ELF for another machine, a script without #!)
+        raise UserError(f"--python {printable(cmd[0], 120)}: cannot be run ({exc.strerror or exc}); give the Python to verify") from None
     from imagesmith.edges.gpuwatch import descendant_of
 
     _claim(sampler, descendant_of(proc.pid))

@@ -256,3 +256,79 @@ LIVE = [
     "`code` and ``x`` and \\](y)",
     "a|b\n| --- |\nc",
 ]
+
+
+# -- signed statements: hostile payloads under a valid signature, hostile envelopes ----------------------------------
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE = "https://imagesmith.dev/attestations/verify-report/v1"
+GOOD_CHECK = {"id": "versions.torch", "status": "pass", "optional": False, "detail": "ok"}
+
+
+def _statement(about: tuple[str, str], predicate: Any, **changes: Any) -> bytes:
+    name, digest = about
+    doc = {"_type": STATEMENT_TYPE, "subject": [{"name": name, "digest": {"sha256": digest.removeprefix("sha256:")}}],
+           "predicateType": PREDICATE, "predicate": predicate} | changes
+    return json.dumps(doc).encode()
+
+
+def _report(**changes: Any) -> dict[str, Any]:
+    return {"schema": "imagesmith.verify-report/1", "state": "complete", "tier": "quick", "checks": [GOOD_CHECK],
+            "summary": {"ok": True}, "environment": {"torch": "2.13.0+cpu"}} | changes
+
+
+def statement_payloads(subject: tuple[str, str], signed_at: str) -> dict[str, bytes]:
+    """In-toto statements a verifier key would sign, each hostile in one way (``signed_at``: a recent time)."""
+    head = _statement(subject, {"report": _report(), "inventory": None, "signed_at": signed_at})
+    good = json.loads(head)
+    return {
+        "payload-deep-100000": b"[" * 100_000 + b"]" * 100_000,
+        "payload-deep-in-report": head.replace(b'"checks": [', b'"deep": ' + b"[" * 70 + b"]" * 70 + b', "checks": ['),
+        "payload-nan-gpus": head.replace(b'"tier": "quick"', b'"tier": "quick", "mode": {"mode": "gpu", "gpus": NaN}'),
+        "payload-infinity": head.replace(b'"tier": "quick"', b'"tier": "quick", "wall_s": Infinity'),
+        "payload-1e400": head.replace(b'"tier": "quick"', b'"tier": "quick", "wall_s": 1e400'),
+        "payload-duplicate-subject": head.replace(b'"subject": [', b'"subject": [], "subject": ['),
+        "payload-latin-1": head.replace(b'"quick"', '"quick\xe9"'.encode("latin-1")),
+        "payload-not-json": b"verify.json says passed",
+        "payload-top-list": b"[1, 2]",
+        "payload-two-subjects": _statement(subject, good["predicate"], subject=good["subject"] * 2),
+        "payload-predicate-list": _statement(subject, [good["predicate"]]),
+        "report-other-schema": _statement(subject, good["predicate"] | {"report": _report(schema="imagesmith.verify-report/2")}),
+        "report-gpus-text": _statement(subject, good["predicate"] | {"report": _report(mode={"mode": "gpu", "gpus": "NaN"})}),
+        "report-checks-text": _statement(subject, good["predicate"] | {"report": _report(checks="all passed")}),
+        "report-huge-number": _statement(subject, good["predicate"] | {"report": _report(duration_s=1e300)}),
+        "no-signed-time": _statement(subject, {"report": _report(), "inventory": None}),
+        "signed-2015": _statement(subject, good["predicate"] | {"signed_at": "2015-01-01T00:00:00+00:00"}),
+        "signed-in-2100": _statement(subject, good["predicate"] | {"signed_at": "2100-01-01T00:00:00+00:00"}),
+        "signed-at-no-zone": _statement(subject, good["predicate"] | {"signed_at": "2026-11-30T00:00:00"}),
+        "signed-at-text": _statement(subject, good["predicate"] | {"signed_at": "yesterday"}),
+        "inventory-list": _statement(subject, good["predicate"] | {"inventory": [1]}),
+    }
+
+
+def envelope_bytes() -> dict[str, bytes]:
+    """DSSE envelopes that are not one (or carry too much), whatever signed them."""
+    sig = {"keyid": "", "sig": "MEUCIQ=="}
+    return {
+        "envelope-deep": b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "envelope-nan": b'{"payload": "eA==", "payloadType": "application/vnd.in-toto+json", "signatures": [], "n": NaN}',
+        "envelope-signatures-object": json.dumps({"payload": "eA==", "payloadType": "application/vnd.in-toto+json",
+                                                  "signatures": {"a": 1}}).encode(),
+        "envelope-10000-signatures": json.dumps({"payload": "eA==", "payloadType": "application/vnd.in-toto+json",
+                                                 "signatures": [sig] * 10_000}).encode(),
+        "envelope-payload-not-base64": json.dumps({"payload": "!!", "payloadType": "application/vnd.in-toto+json",
+                                                   "signatures": []}).encode(),
+        "envelope-sig-not-base64": json.dumps({"payload": "eA==", "payloadType": "application/vnd.in-toto+json",
+                                               "signatures": [{"keyid": "", "sig": "%%"}]}).encode(),
+        "envelope-type-number": json.dumps({"payload": "eA==", "payloadType": 7, "signatures": []}).encode(),
+        "envelope-utf-16": json.dumps({"payload": "eA=="}).encode("utf-16"),
+    }
+
+
+# -- files the operator names: keys and trust policies -------------------------------------------------------------
+
+
+def operator_files() -> dict[str, Make]:
+    """A key or a policy path that is no regular file, or one too big: exit 1 naming it, never a hang or MemoryError."""
+    return {"dev-zero": lambda folder, name: Path("/dev/zero"), "fifo": _fifo, "huge-200mb": _huge, "folder": _folder,
+            "proc-self-environ": lambda folder, name: Path("/proc/self/environ"), "symlink-dev-zero": _symlink("/dev/zero")}

@@ -154,15 +154,30 @@ def test_verify_local_writes_the_textfile_and_pushes(node_exporter: Server, push
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and run.stderr.splitlines()[-1] == "error: verification failed: versions.torch", run.stderr
     host = metrics.hostname()
-    assert f"metrics: {textfile}" in run.stderr and f"metrics pushed to {pushgateway.url}: job=imagesmith instance={host} digest=" in run.stderr
+    assert f"metrics: {textfile}" in run.stderr
+    assert f"metrics pushed to {pushgateway.url}: job=imagesmith instance={host} digest=local:imagesmith.prom" in run.stderr
     scraped, pushed = imagesmith_series(node_exporter.scrape()), imagesmith_series(pushgateway.scrape())
-    mine = {"Hostname": host, "digest": ""}
+    mine = {"Hostname": host, "digest": "local:imagesmith.prom"}
     assert scraped[key("imagesmith_verify_check_status", **mine, check="versions.torch", outcome="fail")] == 1.0
     assert scraped[key("imagesmith_verify_checks", **mine, outcome="fail")] == 1.0
     assert scraped[key("imagesmith_verify_ok", **mine)] == 0.0
     # the Pushgateway adds the grouping key (job, instance) to every series, and push_time_seconds
     group = {"job": "imagesmith", "instance": host}
     assert {(n, labels - frozenset(group.items())): v for (n, labels), v in pushed.items() if n.startswith("imagesmith_verify")} == scraped
+
+
+def test_two_local_jobs_on_one_host_never_collide_in_the_textfile_folder(node_exporter: Server, tmp_path: Path) -> None:
+    """Two verify --local runs (two CI jobs of one GPU host), each with its own file in the collector's folder: node_exporter
+    serves both, with no scrape error (two files exporting one series would be dropped by it)."""
+    for name in ("job-a.prom", "job-b.prom"):
+        run = subprocess.run([str(IMAGESMITH), "verify", "--local", "--gpus", "none", "--allow-cpu-verification", "--only",
+                              "versions", "--metrics", str(node_exporter.folder / name)], capture_output=True, text=True, timeout=120)
+        assert run.returncode in (0, 1) and "Traceback" not in run.stderr, run.stderr
+    got = node_exporter.scrape()
+    assert got[key("node_textfile_scrape_error")] == 0.0
+    host = metrics.hostname()
+    assert {k[1] for k in got if k[0] == "imagesmith_verify_ok"} == {
+        frozenset({"Hostname": host, "digest": f"local:{name}"}.items()) for name in ("job-a.prom", "job-b.prom")}
 
 
 def test_pushgateway_keeps_one_group_per_image_and_host(pushgateway: Server) -> None:

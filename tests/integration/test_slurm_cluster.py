@@ -69,12 +69,12 @@ def test_two_classes_pass_the_good_image_and_fail_the_bad_one(
     policy.write_text(trust.policy_text([("cpu-fleet", pub.name, ["cpu-a", "cpu-b"])]))
     proc = cli("fleet", "verify", "--fleet", str(fleet), fleet_images.good, fleet_images.bad, "--out", str(out),
                "--credentials", str(fleet_images.credentials), "--poll", "1", "--verifier-key", str(key),
-               env=slurm_cluster.env)
+               "--run-id", "it-run-1", env=slurm_cluster.env)
     _, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 1, stderr
     report = json.loads((out / "fleet-report.json").read_text())
     cells = {(c["ref"], c["class"]): c for c in report["cells"]}
-    assert len(cells) == 4 and report["ok"] is False and report["requires"] == ["cpu-a", "cpu-b"]
+    assert len(cells) == 4 and report["ok"] is False and report["requires"] == ["cpu-a", "cpu-b"] and report["run_id"] == "it-run-1"
     for klass in ("cpu-a", "cpu-b"):
         good, bad = cells[(fleet_images.good, klass)], cells[(fleet_images.bad, klass)]
         assert good["status"] == "pass" and good["state"] == "COMPLETED", good
@@ -108,7 +108,7 @@ def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: En
              for name, layer, image_id in (("good", "base", images.good_id), ("bad", "nlp", images.bad_id))]
     policy = TagPolicy(immutable="{torch}-{accel}-{layer}-{date}", floating=(FloatingTag("v{torch_minor}-{layer}"),))
     creds = Credentials(USER, PASSWORD, "test")
-    gate = load_gate(fleet, [report], trust.load_policy(trust_file))
+    gate = load_gate(fleet, [report], trust.load_policy(trust_file), ["it-run-1"])
     assert gate is not None
     rel = Publisher(engine, Registry(host, creds), ImageSpec(repo, host), policy, "20261130", out, credentials=creds,
                     floating_gate=gate.held_back).run(items)

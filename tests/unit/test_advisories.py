@@ -69,13 +69,15 @@ HOSTILE: list[Any] = [
     ({"big.json": b" " * (70 << 10)}, f"{Z}: {70 << 10} bytes uncompressed, over the cap of {64 << 10}"),
     ({"bomb.json": b"[" + b" " * (17 << 10) + b"]"}, f"{Z}: bomb.json: {(17 << 10) + 2} bytes, over the {16 << 10}-byte cap of one record"),
     ({"nan.json": b'{"id": "X", "modified": "2025", "x": NaN}'},
-     f"{Z}: nan.json: not strict JSON (NaN is not JSON); fix or drop this record (or mirror a fresh snapshot)"),
+     f"{Z}: nan.json:1:38: not strict JSON (NaN is not JSON (NaN and Infinity are not numbers JSON allows)); fix or drop this record (or mirror a fresh snapshot)"),
     ({"dup.json": b'{"id": "X", "id": "Y"}'},
-     f"{Z}: dup.json: not strict JSON (key 'id' appears twice); fix or drop this record (or mirror a fresh snapshot)"),
+     f"{Z}: dup.json: not strict JSON (the key 'id' appears twice in one object (JSON readers disagree on which wins)); fix or drop this record (or mirror a fresh snapshot)"),
     ({"latin1.json": b'{"id": "\xe9"}'},
-     f"{Z}: latin1.json: not strict JSON ('utf-8' codec can't decode byte 0xe9 in position 8: invalid continuation byte); fix or drop this record (or mirror a fresh snapshot)"),
+     f"{Z}: latin1.json: not strict JSON (is not UTF-8 text (at line 1 column 9; Latin-1?)); fix or drop this record (or mirror a fresh snapshot)"),
     ({"deep.json": b"[" * 8000 + b"]" * 8000},
-     f"{Z}: deep.json: not strict JSON (maximum recursion depth exceeded while decoding a JSON array from a unicode string); fix or drop this record (or mirror a fresh snapshot)"),
+     f"{Z}: deep.json: not strict JSON (nested deeper than 64 levels); fix or drop this record (or mirror a fresh snapshot)"),
+    ({"inf.json": b'{"id": "X", "modified": "2025", "x": 1e400}'},
+     f"{Z}: inf.json:1:38: not strict JSON (the number '1e400' is too large to be finite); fix or drop this record (or mirror a fresh snapshot)"),
     ({"list.json": b"[1, 2]"}, f"{Z}: list.json: expected an object, got an array; fix or drop this record (or mirror a fresh snapshot)"),
     ({"noid.json": record(id=None)}, f"{Z}: noid.json: id: expected a one-line string of at most 4096 characters, got null; fix or drop this record (or mirror a fresh snapshot)"),
     ({"r.json": record(modified=5)}, f"{Z}: r.json: modified: expected a one-line string of at most 4096 characters, got a number; fix or drop this record (or mirror a fresh snapshot)"),
@@ -89,7 +91,7 @@ HOSTILE: list[Any] = [
     ({"r.json": record(affected=[{"package": {"ecosystem": "PyPI", "name": "torch"}, "ranges": [{"type": "ECOSYSTEM", "events": []}]}])},
      f"{Z}: r.json: affected[0].ranges[0].events: a range needs at least one event; fix or drop this record (or mirror a fresh snapshot)"),
     ({"r.json": record(affected=[{"package": {"ecosystem": "PyPI", "name": "torch\nINJECTED"}}])},
-     f"{Z}: r.json: affected[0].package.name: expected a one-line string of at most 4096 characters, got a string with a line break or over the length limit; fix or drop this record (or mirror a fresh snapshot)"),
+     f"{Z}: r.json: affected[0].package.name: expected a one-line string of at most 4096 characters, got a string with a control character or over the length limit; fix or drop this record (or mirror a fresh snapshot)"),
     ({"r.json": record(severity=[{"type": "CVSS_V3", "score": ["x"]}])},
      f"{Z}: r.json: severity[0].score: expected a one-line string of at most 4096 characters, got an array; fix or drop this record (or mirror a fresh snapshot)"),
     ({"r.json": record(database_specific={"severity": {"x": 1}})},
@@ -144,7 +146,68 @@ def test_an_unreadable_snapshot_says_what_to_do(tmp_path: Path, make: Callable[[
     assert str(info.value).replace(str(tmp_path) + "/", "") == message
 
 
-@pytest.mark.parametrize("members", [{"../../x.json": record()}, {"x.json": b"NaN"}, {"x.json": record(affected=7)}])
+UNJUDGED = [
+    ([{"introduced": "0"}, {"fixed": "not a version!!"}], "torch 2.5.1+cu124",
+     "affected[0].ranges[0]: its fixed event 'not a version!!' is not a ECOSYSTEM version of this ecosystem, so it cannot say "
+     "whether torch 2.5.1+cu124 is affected"),
+    ([{"introduced": "1.x"}, {"fixed": "2.6.0"}], "torch 2.5.1+cu124",
+     "affected[0].ranges[0]: its introduced event '1.x' is not a ECOSYSTEM version of this ecosystem, so it cannot say whether "
+     "torch 2.5.1+cu124 is affected"),
+    ([{"introduced": "0"}, {"fixed": "2.6.0"}], "torch not-a-version",
+     "affected[0].ranges[0]: the package's version is not one of this ecosystem, so it cannot say whether torch not-a-version "
+     "is affected"),
+]
+
+
+@pytest.mark.parametrize(("events", "package", "why"), UNJUDGED)
+def test_a_range_that_cannot_be_judged_names_the_record(events: list[dict[str, str]], package: str, why: str) -> None:
+    """A CRITICAL range holding the installed version, one event of which does not parse: an error, not exit 0 in silence."""
+    doc = json.loads(record(affected=[{"package": {"ecosystem": "PyPI", "name": "torch"}, "ranges": [{"type": "ECOSYSTEM", "events": events}]}],
+                            database_specific={"severity": "CRITICAL"}))
+    adv = advisories.advisory_from(doc, "all.zip", "r.json")
+    name, version = package.split(" ")
+    with pytest.raises(SnapshotError) as info:
+        vulns.match([adv], [vulns.Package("PyPI", name, version, "t")])
+    assert str(info.value) == f"all.zip: r.json: GHSA-53q9-r3pm-6pq6: {why}; fix or drop this record (or mirror a fresh snapshot)"
+    assert vulns.match([adv], [vulns.Package("PyPI", "numpy", "1.0", "n")]) == []  # a record about another package is not judged
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda d: _write(d / "empty.zip", zip_of({})), "empty.zip: holds no OSV record (no .json member or file): an empty snapshot "
+                                                    "would match nothing and say so silently; mirror OSV's <ecosystem>/all.zip again"),
+    (lambda d: _write(d / "readme.zip", zip_of({"README.txt": b"x"})), "readme.zip: holds no OSV record (no .json member or file): "
+                                                                       "an empty snapshot would match nothing and say so silently; "
+                                                                       "mirror OSV's <ecosystem>/all.zip again"),
+    (lambda d: _mkdir(d / "osv"), "osv: holds no OSV record (no .json member or file): an empty snapshot would match nothing and "
+                                  "say so silently; mirror OSV's <ecosystem>/all.zip again"),
+])
+def test_an_empty_snapshot_is_refused(tmp_path: Path, make: Callable[[Path], Path], message: str) -> None:
+    with pytest.raises(SnapshotError) as info:
+        advisories.load(make(tmp_path), SMALL)
+    assert str(info.value).replace(str(tmp_path) + "/", "") == message
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize(("field", "value"), [("id", "GHSA-x\u001b[2J"), ("aliases", ["CVE-1\u0007"]), ("id", "GHSA-\u202ex")])
+def test_an_advisory_id_with_a_control_character_is_refused(field: str, value: Any) -> None:
+    with pytest.raises(SnapshotError) as info:
+        advisories.advisory_from(json.loads(record(**{field: value})), "all.zip", "r.json")
+    assert "got a string with a control character or over the length limit" in str(info.value)
+
+
+def test_a_summary_reaches_people_with_its_control_characters_escaped() -> None:
+    doc = json.loads(record(summary="torch.load \u001b[2J\u001b]8;;https://evil.example\u0007click\u202eRCE"))
+    adv = advisories.advisory_from(doc, "all.zip", "r.json")
+    assert adv.summary == "torch.load \\x1b[2J\\x1b]8;;https://evil.example\\x07click\\u202eRCE"
+
+
+@pytest.mark.parametrize("members", [{"../../x.json": record()}, {"x.json": b"NaN"}, {"x.json": record(affected=7)}, {}, {
+    "x.json": record(database_specific={"severity": "CRITICAL"}, affected=[{"package": {"ecosystem": "PyPI", "name": "torch"},
+                     "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "not a version!!"}]}]}])}])
 def test_matrix_validate_exits_1_on_a_hostile_snapshot(tmp_path: Path, members: dict[str, bytes],
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "all.zip").write_bytes(zip_of(members))
@@ -199,7 +262,12 @@ def test_any_record_is_read_or_refused_never_a_crash(doc: dict[str, Any]) -> Non
         return
     packages = [vulns.Package("PyPI", "torch", "2.5.1+cu124", "t"), vulns.Package("Debian:12", "zlib", "1:1.2.13.dfsg-1", "z"),
                 vulns.Package("PyPI", "torch", "not a version", "n")]
-    for f in vulns.match([adv], packages):
+    try:
+        found = vulns.match([adv], packages)
+    except SnapshotError as exc:  # a range that names a package here but cannot be judged for it: said, never dropped
+        assert str(exc).startswith(f"all.zip: r.json: {adv.id}: affected[") and "cannot say whether" in str(exc)
+        return
+    for f in found:
         assert f.severity in vulns.SEVERITIES
 
 

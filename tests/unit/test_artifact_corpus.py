@@ -10,6 +10,7 @@ expected top-level keys with ``$`` escaped.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -22,11 +23,12 @@ import pytest
 import yaml
 
 from imagesmith import cli
-from imagesmith.stages import artifacts
+from imagesmith.edges import signing
+from imagesmith.stages import artifacts, attestation, trust
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.corpus import artifacts as corpus
 from tests.unit.test_artifacts import record
-from tests.unit.trustkeys import policy_file
+from tests.unit.trustkeys import key_files, policy_file, verifier
 
 FLEET = str(ROOT / "examples" / "fleet-local.yaml")
 
@@ -282,3 +284,121 @@ def test_logs_a_report_names_are_read_only_inside_its_folder(log: str, tmp_path:
     assert code == 0, err
     assert "root:" not in md and "SECRET-OUTSIDE" not in md
     assert ("last line of the build" in md) == (log == "big.log")
+
+
+# -- signed statements, keys, trust policies: the trust boundary through the real CLI --------------------------------
+
+
+def _trusted_out(tmp_path: Path) -> tuple[Path, Path, signing.Key, Path]:
+    """OUT with one build artifact, a verifier key and the trust policy that names it: (OUT, the target's folder, key, policy)."""
+    out = tmp_path / "out"
+    rec = record(0)
+    folder = out / rec.target.id
+    artifacts.write_build(folder / artifacts.BUILD_FILE, rec)
+    key, _ = verifier(tmp_path / "keys", "gpu")
+    return out, folder, key, tmp_path / "keys" / "trust-policy.yaml"
+
+
+def _subject() -> tuple[str, str]:
+    staged = record(0).staged
+    assert staged is not None
+    return staged.repository, staged.digest
+
+
+NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+SIGNED_PAYLOADS = corpus.statement_payloads(_subject(), NOW)
+ENVELOPES = corpus.envelope_bytes() | {f"raw-{k}": k for k in corpus.bytes_cases("")}
+
+
+@pytest.mark.parametrize("case", sorted(SIGNED_PAYLOADS))
+def test_a_hostile_statement_under_a_valid_signature_is_refused(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, folder, key, policy = _trusted_out(tmp_path)
+    path = folder / trust.STATEMENT_FILE
+    path.write_bytes(signing.envelope(SIGNED_PAYLOADS[case], attestation.PAYLOAD_TYPE, key))
+    code, _, err = run(["publish", "--out", str(out), "--trust-policy", str(policy), "-q"], capsys)
+    refused(code, err, path)
+
+
+@pytest.mark.parametrize("case", sorted(ENVELOPES))
+def test_a_hostile_envelope_is_refused(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, folder, _, policy = _trusted_out(tmp_path)
+    found = ENVELOPES[case]
+    if isinstance(found, bytes):
+        path = folder / trust.STATEMENT_FILE
+        path.write_bytes(found)
+    else:
+        path = corpus.bytes_cases("")[found](folder, trust.STATEMENT_FILE)
+    code, _, err = run(["publish", "--out", str(out), "--trust-policy", str(policy), "-q"], capsys)
+    refused(code, err, path)
+
+
+FLEET_YAML_TEXT = "classes:\n  h200: {gpus: 1, gpu: NVIDIA H200, slurm: {partition: p}}\nfloating:\n  require: [h200]\n"
+
+
+@pytest.mark.parametrize("case", sorted(SIGNED_PAYLOADS) + sorted(ENVELOPES))
+def test_a_hostile_fleet_statement_holds_the_tag_back(case: str, tmp_path: Path) -> None:
+    """The gate reads every cell's statement: a hostile one is a held-back class with its reason, never an exception."""
+    from imagesmith.stages.fleet import gate
+    from imagesmith.stages.fleet import report as fleet_report
+
+    _, _, key, policy_path = _trusted_out(tmp_path)
+    folder = tmp_path / "fleet"
+    (folder / "c").mkdir(parents=True)
+    statement = folder / "c" / trust.STATEMENT_FILE
+    if case in SIGNED_PAYLOADS:
+        statement.write_bytes(signing.envelope(SIGNED_PAYLOADS[case], attestation.PAYLOAD_TYPE, key))
+    elif isinstance(ENVELOPES[case], bytes):
+        statement.write_bytes(ENVELOPES[case])  # type: ignore[arg-type]
+    else:
+        corpus.bytes_cases("")[str(ENVELOPES[case])](folder / "c", trust.STATEMENT_FILE)
+    name, digest = _subject()
+    cell = fleet_report.CellResult(f"{name}@{digest}", "h200", "slurm", "pass", "every required check passed",
+                                   statement="c/" + trust.STATEMENT_FILE)
+    rep = fleet_report.write(fleet_report.FleetReport("fleet.yaml", "r1", "quick", "x", ("h200",), (cell,)), folder / "r.json")
+    (tmp_path / "fleet.yaml").write_text(FLEET_YAML_TEXT)
+    loaded = gate.load_gate(tmp_path / "fleet.yaml", [rep], trust.load_policy(policy_path), ["r1"])
+    assert loaded is not None
+    why = loaded.held_back(digest)
+    assert why is not None and why.startswith(("held back by the fleet: class h200 failed: its signed result is refused: ",
+                                               "held back by the fleet: class h200 has no result that counts: its signed result is too old: ")), why
+    assert len(why) < 1200
+
+
+KEY_FILES = corpus.operator_files()
+
+
+@pytest.mark.parametrize("case", sorted(KEY_FILES))
+@pytest.mark.parametrize("role", ["signing-key", "policy-key", "trust-policy", "fleet-verifier-key"])
+def test_a_key_or_policy_that_is_no_regular_file_is_exit_1(case: str, role: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, _, _, policy = _trusted_out(tmp_path)
+    (tmp_path / "k").mkdir()
+    path = KEY_FILES[case](tmp_path / "k", "key.pem")
+    if role == "signing-key":
+        args = ["publish", "--out", str(out), "--trust-policy", str(policy), "--signing-key", str(path), "-q"]
+    elif role == "policy-key":
+        policy.write_text(f"version: 1\nverifiers:\n  - {{name: gpu, key: {path}, classes: ['*']}}\n")
+        args = ["publish", "--out", str(out), "--trust-policy", str(policy), "-q"]
+    elif role == "trust-policy":
+        args = ["publish", "--out", str(out), "--trust-policy", str(path), "-q"]
+    else:
+        args = ["fleet", "verify", "--fleet", FLEET, "harbor.example.com/ml/x@sha256:" + "ab" * 32, "--out", str(tmp_path / "f"),
+                "--verifier-key", str(path), "-q"]
+    code, _, err = run(args, capsys)
+    assert code != 3, err
+    if code == 2:  # click's dir_okay=False answers a folder first
+        assert "is a directory" in err, err
+        return
+    first = next(line for line in err.splitlines() if not line.startswith("warning: "))
+    assert code == 1 and str(path) in first and "Traceback" not in err, err
+    assert not (tmp_path / "f").exists(), "a fleet job was written"
+
+
+def test_a_policy_naming_the_release_key_as_a_verifier_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, _, _, policy = _trusted_out(tmp_path)
+    release_key, release_pub = key_files(tmp_path / "release", "release")
+    policy.write_text(trust.policy_text([("gpu", "gpu.pub", ["*"]), ("sneaky", str(release_pub), ["*"])]))
+    code, _, err = run(["publish", "--out", str(out), "--trust-policy", str(policy), "--signing-key", str(release_key), "-q"], capsys)
+    loaded = signing.load_public_key(release_pub)
+    assert (code, err) == (1, f"error: {policy}: verifiers[1] (sneaky) has the release key (--signing-key, key ID "
+                              f"{loaded.keyid[:16]}) as its key; roles stay apart: a verifier key signs verifications on GPU "
+                              f"runners, the release key signs what publish attaches; give the verifier a key of its own\n")

@@ -84,7 +84,12 @@ def test_statements_pass_the_in_toto_attestation_validator_and_read_back() -> No
 
 
 @pytest.mark.parametrize("doc, message", [
-    (b"{", "not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+    (b"{", "not JSON (Expecting property name enclosed in double quotes) at line 1 column 2"),
+    (b'{"_type": NaN}', "NaN is not JSON (NaN and Infinity are not numbers JSON allows) at line 1 column 11"),
+    (b'{"_type": 1e400}', "the number '1e400' is too large to be finite at line 1 column 11"),
+    (b'{"_type": "a", "_type": "b"}', "the key '_type' appears twice in one object (JSON readers disagree on which wins)"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 64 levels"),
+    (b"\xff", "is not UTF-8 text (at line 1 column 1; Latin-1?)"),
     (b'{"_type": "https://in-toto.io/Statement/v0.2"}',
      "_type is not https://in-toto.io/Statement/v1 or https://in-toto.io/Statement/v0.1"),
     (b'{"_type": "https://in-toto.io/Statement/v0.1", "subject": []}', "subject: expected exactly one"),

@@ -13,7 +13,7 @@ from imagesmith.cli import cli
 from imagesmith.cli.options import ReleaseArgs, gathered, release_options
 from imagesmith.cli.verify import RUN_OPTIONS, run_options
 
-STACK = ["credentials_file", "registry_ca", "signing_key", "trust_policy", "with_evidence", "gate_fleet", "fleet_reports", "allow_cpu"]
+STACK = ["credentials_file", "registry_ca", "signing_key", "trust_policy", "with_evidence", "gate_fleet", "fleet_reports", "fleet_runs", "fleet_since", "allow_cpu"]
 
 
 def names(command: str) -> list[str]:

@@ -209,7 +209,7 @@ def test_a_credentials_file_that_is_not_text_is_a_user_error(tmp_path: Path) -> 
     file.write_bytes(b"h.test u:\xff\xfe")
     with pytest.raises(UserError) as err:
         load_store(RELEASE, {}, file, tmp_path / "none.json")
-    assert str(err.value) == (f"credentials file {file}: it is not UTF-8 text; it must hold lines HOST user:password "
+    assert str(err.value) == (f"credentials file {file}: is not UTF-8 text (at line 1 column 10; Latin-1?); it must hold lines HOST user:password "
                               "(e.g. harbor.example.com robot$ml+ci:SECRET) or a docker config.json")
 
 

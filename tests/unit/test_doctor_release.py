@@ -244,3 +244,10 @@ def test_no_advisories_in_the_matrix_no_scan_check(write_matrix: Any, fake_harbo
 ])
 def test_scan_policy_from_the_project_document(doc: Any, policy: harbor.ScanPolicy) -> None:
     assert harbor.scan_policy_from(doc) == policy
+
+
+@pytest.mark.parametrize("doc, count", [([{"id": "x", "scope_selectors": ["repository"], "tag_selectors": "all"}], 1),
+                                        ([{"id": True, "disabled": "yes"}], 1), ("rules", 0), ([None, 1, []], 0)])
+def test_harbor_rules_of_any_shape_are_read_never_a_crash(doc: Any, count: int) -> None:
+    rules = harbor.rules_from(doc)
+    assert len(rules) == count and all(r.id == 0 and r.disabled is False and r.repositories == () for r in rules)

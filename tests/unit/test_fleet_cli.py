@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,3 +66,32 @@ def test_publish_and_build_take_the_fleet_gate() -> None:
         text = run(command, "--help").stdout
         assert "--fleet FILE" in text and "--fleet-report FILE" in text
 
+        assert "--fleet-run RUN" in text
+
+
+def _fleet_report(folder: Path) -> Path:
+    from imagesmith.stages.fleet import report
+
+    cell = report.CellResult(REF, "cpu-a", "slurm", "pass", "every required check passed")
+    return report.write(report.FleetReport("fleet.yaml", "r1", "quick", "x", ("cpu-a",), (cell,)), folder / "fleet-report.json")
+
+
+def test_publish_names_the_option_fleet_evidence_lacks(tmp_path: Path) -> None:
+    from tests.unit.trustkeys import policy_file
+
+    policy, rep = policy_file(tmp_path / "keys"), _fleet_report(tmp_path)
+    base = ["publish", "--out", str(tmp_path / "out"), "--trust-policy", str(policy), "--fleet-report", str(rep), "-q"]
+    no_rule = run(*base, "--fleet-run", "r1")
+    assert (no_rule.returncode, no_rule.stderr.splitlines()[-1]) == (1, (
+        f"error: {rep}: floating tags move on fleet evidence only against a rule the operator gives: --fleet fleet.yaml, or a "
+        "fleet section (require, classes) in the trust policy; a fleet report's own requires is not believed"))
+    no_run = run(*base, "--fleet", "examples/fleet-local.yaml")
+    assert (no_run.returncode, no_run.stderr.splitlines()[-1]) == (1, (
+        f"error: {rep}: name the fleet run(s) whose signed results count: --fleet-run RUN (fleet verify prints its run and "
+        "--run-id sets it), or --fleet-run-since RUN; a fleet report's own run_id is not believed"))
+
+
+@pytest.mark.parametrize("run_id", ["r1; id", "", "x" * 65, "-r"])
+def test_fleet_verify_refuses_a_run_id_that_is_not_one(run_id: str, tmp_path: Path) -> None:
+    done = run("fleet", "verify", "--fleet", "examples/fleet-local.yaml", REF, "--out", str(tmp_path / "f"), "--run-id", run_id)
+    assert done.returncode == 2 and "--run-id" in done.stderr and not (tmp_path / "f").exists(), done.stderr

@@ -59,12 +59,12 @@ GATE_CASES = [
 
 @pytest.mark.parametrize("cells, digest, why", GATE_CASES)
 def test_held_back_names_each_class(cells: list[CellResult], digest: str | None, why: str | None) -> None:
-    assert gate.FleetGate(("h200", "l40s"), tuple(cells)).held_back(digest) == why
+    assert gate.FleetGate.of(("h200", "l40s"), tuple(cells)).held_back(digest) == why
 
 
 def test_floating_tags_move_only_to_digests_every_required_class_passed(world: World) -> None:
     base, cv = digest_of("2.9.1", "base"), digest_of("2.9.1", "cv")
-    g = gate.FleetGate(("a", "b"), (cell(base, "a"), cell(base, "b"), cell(cv, "a"),
+    g = gate.FleetGate.of(("a", "b"), (cell(base, "a"), cell(base, "b"), cell(cv, "a"),
                                     cell(cv, "b", "fail", "failed checks: versions.torch")))
     data = world.release([item("2.9.1", "base"), item("2.9.1", "cv")], floating_gate=g.held_back)
     assert [t["status"] for t in data["targets"]] == ["pushed", "pushed"]  # immutable tags are not gated
@@ -77,7 +77,7 @@ def test_floating_tags_move_only_to_digests_every_required_class_passed(world: W
 
 def test_a_held_back_newer_image_leaves_the_tag_on_the_verified_one(world: World) -> None:
     old = world.seed("2.9.0", "v2.9-base", "latest")
-    g = gate.FleetGate(("a",), (cell(old, "a"), cell(digest_of("2.9.1"), "a", "fail", "the node failed while the job ran")))
+    g = gate.FleetGate.of(("a",), (cell(old, "a"), cell(digest_of("2.9.1"), "a", "fail", "the node failed while the job ran")))
     data = world.release([item("2.9.1")], floating_gate=g.held_back)
     assert {f["tag"]: (f["action"], f["digest"]) for f in data["floating"]} == {"latest": ("kept", old), "v2.9-base": ("kept", old)}
     assert world.reg.digest_of("latest") == old and world.reg.digest_of("v2.9-base") == old
@@ -108,14 +108,14 @@ def test_the_rule_comes_from_the_fleet_file_when_given(tmp_path: Path) -> None:
     assert gate.load_gate(fleet, []).held_back(D1).startswith("held back by the fleet: class a has no fleet result")  # type: ignore[union-attr]
 
 
-def test_reports_alone_bring_their_rule_and_the_newest_wins(tmp_path: Path) -> None:
-    new = write_report(tmp_path / "new.json", [cell(D1, "a"), cell(D1, "b")], started="2026-11-30T12:00:00+00:00")
-    old = write_report(tmp_path / "old.json", [cell(D1, "b", "fail", "TIMEOUT")], started="2026-11-30T09:00:00+00:00")
-    g = gate.load_gate(None, [new, old])
-    assert g is not None and g.requires == ("a", "b") and g.held_back(D1) is None
+def test_a_report_never_brings_its_own_rule(tmp_path: Path) -> None:
+    rep = write_report(tmp_path / "r.json", [cell(D1, "a"), cell(D1, "b")])  # requires: [a, b], both "pass"
     assert gate.load_gate(None, []) is None
-    with pytest.raises(UserError, match=r"none\.json: the fleet reports name no required class; give --fleet fleet\.yaml$"):
-        gate.load_gate(None, [write_report(tmp_path / "none.json", [cell(D1, "a")], requires=())])
+    with pytest.raises(UserError) as err:
+        gate.load_gate(None, [rep])
+    assert str(err.value) == (f"{rep}: floating tags move on fleet evidence only against a rule the operator gives: --fleet "
+                              "fleet.yaml, or a fleet section (require, classes) in the trust policy; a fleet report's own "
+                              "requires is not believed")
 
 
 BAD_REPORTS = [

@@ -181,3 +181,62 @@ def test_a_cache_the_loader_refuses_is_no_cache(tmp_path: Path) -> None:
     assert {name: loader.read_cache(folder / name) for name in cases} == {
         "missing.json": {}, "nan.json": {}, "list.json": {}, "fifo.json": {}, "out.json": {},
         "ok.json": {"image_id": "x", "inventory": {"a": 1}}}
+
+
+# -- files the operator names (keys, policies, credentials, CDI specs): links followed, regular files only ----------
+
+
+def _operator_file(tmp_path: Path, kind: str) -> Path:
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "k.pem")
+        return tmp_path / "k.pem"
+    if kind == "big":
+        with (tmp_path / "k.pem").open("wb") as fh:
+            fh.truncate(200 * 1024 * 1024)
+        return tmp_path / "k.pem"
+    if kind == "folder":
+        (tmp_path / "k.pem").mkdir()
+        return tmp_path / "k.pem"
+    if kind == "link-to-elsewhere":  # a Kubernetes secret mount: a link out of the folder, to a regular file
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "k").write_bytes(b"PEM")
+        (tmp_path / "mount").mkdir()
+        os.symlink(tmp_path / "elsewhere" / "k", tmp_path / "mount" / "k.pem")
+        return tmp_path / "mount" / "k.pem"
+    return Path({"dev-zero": "/dev/zero", "proc": "/proc/self/status", "sys": "/sys/kernel/mm/transparent_hugepage/enabled",
+                 "missing": str(tmp_path / "nope")}[kind])
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("dev-zero", "key /dev/zero: is not a regular file (a folder, FIFO, socket or device); give the file itself"),
+    ("fifo", "key {tmp}/k.pem: is not a regular file (a folder, FIFO, socket or device); give the file itself"),
+    ("folder", "key {tmp}/k.pem: is not a regular file (a folder, FIFO, socket or device); give the file itself"),
+    ("big", "key {tmp}/k.pem: is 209,715,200 bytes, over the 65,536-byte limit for this kind of file; give the file itself"),
+    ("proc", "key /proc/self/status: is a file of /proc or /sys, not a file anyone wrote; give the file itself"),
+    ("missing", "key {tmp}/nope: cannot be read (No such file or directory); check the path"),
+])
+def test_an_operator_file_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path: Path, kind: str, message: str) -> None:
+    path = _operator_file(tmp_path, kind)
+    with pytest.raises(LoadError) as err:
+        loader.read_regular(path, cap=loader.KEY_CAP, what="key")
+    assert str(err.value) == message.format(tmp=tmp_path)
+
+
+def test_an_operator_file_may_be_a_link_to_a_regular_file_anywhere(tmp_path: Path) -> None:
+    assert loader.read_regular(_operator_file(tmp_path, "link-to-elsewhere"), cap=16) == b"PEM"
+    if Path("/sys/kernel/mm/transparent_hugepage/enabled").is_file():
+        with pytest.raises(LoadError, match="is a file of /proc or /sys"):
+            loader.read_regular(_operator_file(tmp_path, "sys"), cap=loader.KEY_CAP)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"{", "the line: not JSON (Expecting property name enclosed in double quotes) at line 1 column 2"),
+    ('{"a": NaN}', "the line: NaN is not JSON (NaN and Infinity are not numbers JSON allows) at line 1 column 7"),
+    ("[" * 100_000, "the line: nested deeper than 64 levels"),
+    ('{"a": "\ud800"}', "the line: is not UTF-8 text (at line 1 column 8; Latin-1?); save it as UTF-8"),
+    (b" " * (loader.LINE_CAP + 1), f"the line: is {loader.LINE_CAP + 1:,} bytes, over the {loader.LINE_CAP:,}-byte limit"),
+])
+def test_a_line_a_process_printed_is_read_as_strictly_as_a_file(data: bytes | str, message: str) -> None:
+    with pytest.raises(LoadError) as err:
+        loader.parse_json_line(data, "the line")
+    assert str(err.value) == message

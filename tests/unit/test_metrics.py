@@ -206,6 +206,52 @@ def test_untrusted_values_are_refused_with_where_and_why(edit: Callable[[dict[st
     assert str(exc.value) == message
 
 
+FIGURE = "r.json: the figure {}; nothing was exported: is this the report imagesmith verify wrote?"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    # finite in the report, +Inf in base units: never exported (it would fire ImagesmithGpuMemoryLeak on a passing report)
+    (_set("checks/7/value", 1e304), FIGURE.format("leak_slope_bytes_per_step{check='leak.cuda'} = inf is not a finite number")),
+    (_set("checks/4/value", 1e300), FIGURE.format("throughput_flops_per_second{check='gemm.bf16'} = inf is not a finite number")),
+    (_set("checks/4/data/per_gpu_tflops", {"0": 1e300}),
+     FIGURE.format("gpu_throughput_flops_per_second{check='gemm.bf16', gpu='0', UUID='GPU-0', modelName='NVIDIA H200'} = inf is not a finite number")),
+    (_set("checks/4/duration_s", -3.0), FIGURE.format("check_duration_seconds{check='gemm.bf16'} = -3.0 is negative, which this "
+                                                      "figure cannot be")),
+    (_set("duration_s", -1.0), FIGURE.format("duration_seconds{} = -1.0 is negative, which this figure cannot be")),
+    (_set("checks/4/value", -771.2), FIGURE.format("throughput_flops_per_second{check='gemm.bf16'} = -771200000000000.0 is "
+                                                   "negative, which this figure cannot be")),
+    (_set("checks/5/percent_of_baseline", -5.0), FIGURE.format("baseline_ratio{check='gemm.fp16'} = -0.05 is negative, which this "
+                                                               "figure cannot be")),
+])
+def test_a_figure_that_is_not_finite_or_is_negative_is_never_exported(edit: Callable[[dict[str, Any]], None], message: str) -> None:
+    doc = copy.deepcopy(raw("verify-gpu.json"))
+    edit(doc)
+    with pytest.raises(UserError) as exc:
+        samples(doc)
+    assert str(exc.value) == message
+
+
+def test_a_leak_slope_may_be_negative() -> None:
+    doc = copy.deepcopy(raw("verify-gpu.json"))
+    _set("checks/7/value", -0.5)(doc)
+    assert samples(doc)[key("imagesmith_verify_leak_slope_bytes_per_step", **BASE, check="leak.cuda")] == -0.5 * 2**20
+
+
+def test_two_local_runs_on_one_host_never_export_the_same_series(tmp_path: Path) -> None:
+    from imagesmith.cli.verify import local_series
+
+    doc = copy.deepcopy(raw("verify-gpu.json"))
+    doc["image"] = None  # verify --local: no image, no digest
+    run = parse(doc, "r.json")
+    files = [tmp_path / "textfile" / "torch29.prom", tmp_path / "textfile" / "torch210.prom"]
+    for path in files:
+        metrics.export_run(run, path, None, "gpu1", local=local_series(path, "/opt/venv/bin/python"))
+    series = [{line.split(" ")[0] for line in path.read_text().splitlines() if not line.startswith("#")} for path in files]
+    assert series[0] and not series[0] & series[1]
+    assert 'digest="local:torch29.prom"' in files[0].read_text() and 'digest="local:torch210.prom"' in files[1].read_text()
+    assert local_series(None, "/opt/venv/bin/python") == "local:/opt/venv/bin/python"
+
+
 def test_too_many_checks_are_refused() -> None:
     doc = raw("verify-gpu.json")
     doc["checks"] = [{"id": f"c{i}", "status": "pass"} for i in range(MAX_CHECKS + 1)]
@@ -271,10 +317,34 @@ def test_textfile_is_written_whole_with_a_readable_mode(tmp_path: Path) -> None:
     assert oct(path.stat().st_mode & 0o777) == "0o644" and [p.name for p in path.parent.iterdir()] == ["imagesmith.prom"]
 
 
-def test_an_unwritable_textfile_is_a_user_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where, message", [
+    ("file/m.prom", "--metrics {tmp}/file/m.prom: {tmp}/file is a file, not a folder; give a file in node_exporter's textfile folder"),
+    ("file/deeper/m.prom", "--metrics {tmp}/file/deeper/m.prom: {tmp}/file is a file, not a folder; give a file in "
+                           "node_exporter's textfile folder"),
+    ("/proc/x.prom", "--metrics /proc/x.prom: /proc is a kernel file system, not a folder node_exporter reads; give a file in its "
+                     "--collector.textfile.directory"),
+    ("/sys/x.prom", "--metrics /sys/x.prom: /sys is a kernel file system, not a folder node_exporter reads; give a file in its "
+                    "--collector.textfile.directory"),
+    ("/proc/self/x.prom", "--metrics /proc/self/x.prom: /proc/{pid} is a kernel file system, not a folder node_exporter reads; "
+                          "give a file in its --collector.textfile.directory"),
+    ("folder.prom", "--metrics {tmp}/folder.prom: is a folder; give a file name ending in .prom"),
+    ("read-only/m.prom", "--metrics {tmp}/read-only/m.prom: cannot write in {tmp}/read-only (Permission denied); is the folder "
+                         "writable?"),
+])
+def test_an_unwritable_textfile_is_refused_before_anything_runs(tmp_path: Path, where: str, message: str) -> None:
+    import os
+
     (tmp_path / "file").write_text("")
-    with pytest.raises(UserError, match=r"^--metrics .*/file/m\.prom: cannot write it \(.*\); is the folder writable\?$"):
-        metrics.export_run(parse(raw("verify-gpu.json"), "r.json"), tmp_path / "file" / "m.prom", None, "gpu1")
+    (tmp_path / "folder.prom").mkdir()
+    (tmp_path / "read-only").mkdir(mode=0o555)
+    if where.startswith("read-only") and os.access(tmp_path / "read-only", os.W_OK):
+        pytest.skip("root writes in a 0555 folder")
+    path = tmp_path / where if not where.startswith("/") else Path(where)
+    with pytest.raises(UserError) as err:
+        metrics.check_textfile(path)
+    assert str(err.value) == message.format(tmp=tmp_path, pid=os.getpid())
+    with pytest.raises(UserError):  # and the export checks again
+        metrics.export_run(parse(raw("verify-gpu.json"), "r.json"), path, None, "gpu1")
 
 
 def test_fleet_cells_carry_class_and_node(tmp_path: Path) -> None:
@@ -346,6 +416,20 @@ def test_a_run_report_names_each_target_in_its_info() -> None:
      "error: --pushgateway 'ftp://x': give the Pushgateway's base URL, e.g. http://pushgateway.example.com:9091\n"),
     (["report", str(REPORTS / "verify-gpu.json"), "--format", "prom", "--hostname", "h" * 129],
      f"error: {REPORTS / 'verify-gpu.json'}: the Hostname label {'h' * 40!r}: more than 128 characters or not printable text\n"),
+    (["verify", "--local", "--metrics", "/proc/x.prom"],
+     "error: --metrics /proc/x.prom: /proc is a kernel file system, not a folder node_exporter reads; give a file in its "
+     "--collector.textfile.directory\n"),
+    (["verify", "--local", "--metrics", "/etc/passwd/x.prom"],
+     "error: --metrics /etc/passwd/x.prom: /etc/passwd is a file, not a folder; give a file in node_exporter's textfile folder\n"),
+    (["fleet", "verify", "--fleet", "examples/fleet-local.yaml", "harbor.example.com/ml/x@sha256:" + "ab" * 32, "--metrics", "/sys/x.prom"],
+     "error: --metrics /sys/x.prom: /sys is a kernel file system, not a folder node_exporter reads; give a file in its "
+     "--collector.textfile.directory\n"),
+    (["verify", "--local", "--python", "/nonexistent/python"],
+     "error: --python '/nonexistent/python': no such file; give the Python to verify, e.g. --python /opt/venv/bin/python\n"),
+    (["verify", "--local", "--python", "/etc/passwd"],
+     "error: --python '/etc/passwd': not an executable file; give the Python to verify, e.g. --python /opt/venv/bin/python\n"),
+    (["verify", "--local", "--python", "no-such-python3.99"],
+     "error: --python 'no-such-python3.99': not found on PATH; give the Python to verify, e.g. --python /opt/venv/bin/python\n"),
     (["report", str(REPORTS / "verify-gpu.json"), "--format", "prom", "--hostname", "gpu\n1"],
      f"error: {REPORTS / 'verify-gpu.json'}: the Hostname label 'gpu\\n1': more than 128 characters or not printable text\n"),
 ])

@@ -169,3 +169,13 @@ def test_sharing_in_the_evidence(sharing: Any, exclusive: Any, line: str) -> Non
                  sharing=sharing)
     ev = policy.evidence(rep)
     assert (ev.exclusive, policy.sharing_line(rep), ev.gpu_verified) == (exclusive, line, exclusive is True)
+
+
+@pytest.mark.parametrize("gpus, seen", [
+    (float("nan"), 0), (float("inf"), 0), ("2", 0), ([2], 0), (-1, 0), (True, 0), (1.0, 0), (2**40, 0), (None, 0), (2, 2),
+])
+def test_a_gpu_count_a_report_misstates_counts_as_none(gpus: Any, seen: int) -> None:
+    report = {"mode": {"mode": "gpu", "gpus": gpus, "status": "pass"}, "checks": [{"id": "gpu.devices", "status": "pass"}],
+              "sharing": WATCHED}
+    ev = policy.evidence(report, {"gpu.devices": False})
+    assert ev.gpus == seen and ev.gpu_verified is (seen > 0)

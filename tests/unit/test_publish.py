@@ -683,7 +683,7 @@ def test_publish_takes_image_and_tag_policy_from_the_matrix(world: World) -> Non
 def test_a_missing_credentials_file_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err:
         registry.from_file(tmp_path / "nope")
-    assert str(err.value) == f"credentials file {tmp_path / 'nope'}: No such file or directory; it must hold one line user:password"
+    assert str(err.value) == f"credentials file {tmp_path / 'nope'}: cannot be read (No such file or directory); it must hold one line user:password"
 
 
 # -- the HTTP client against a scripted session ---------------------------------------------------------

@@ -112,3 +112,56 @@ def test_a_signature_made_by_cosign_verifies_with_imagesmith() -> None:
     signature = signing.decode_signature(stored["annotations"][signing.SIGNATURE_ANNOTATION])
     assert signing.signed_by([cosign_key], payload, signature) == [cosign_key.keyid]
     assert signing.signed_by([cosign_key], payload.replace(b"sample", b"sampla"), signature) == []
+
+
+# -- hostile key files and envelopes: exit 1 naming the file, never a hang, a MemoryError or a RecursionError -------
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("dev-zero", "signing key /dev/zero: is not a regular file (a folder, FIFO, socket or device); " + signing.KEY_FIX),
+    ("fifo", "signing key {folder}/fifo.key: is not a regular file (a folder, FIFO, socket or device); " + signing.KEY_FIX),
+    ("huge", "signing key {folder}/huge.key: is 209,715,200 bytes, over the 65,536-byte limit for this kind of file; " + signing.KEY_FIX),
+    ("proc", "signing key /proc/self/environ: is a file of /proc or /sys, not a file anyone wrote; " + signing.KEY_FIX),
+])
+def test_a_signing_key_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind: str, message: str) -> None:
+    import os
+
+    path = {"dev-zero": Path("/dev/zero"), "proc": Path("/proc/self/environ")}.get(kind, tmp_path / f"{kind}.key")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        with path.open("wb") as fh:
+            fh.truncate(200 * 1024 * 1024)
+    with pytest.raises(UserError) as err:
+        signing.load_signing_key(path, {})
+    assert str(err.value) == message.format(folder=tmp_path)
+    with pytest.raises(UserError) as err:
+        signing.load_public_key(path)
+    assert str(err.value) == message.format(folder=tmp_path).replace("signing key", "public key").removesuffix("; " + signing.KEY_FIX)
+
+
+def test_a_key_in_the_environment_is_bounded() -> None:
+    with pytest.raises(UserError) as err:
+        signing.load_signing_key(None, {signing.ENV_KEY: "x" * 70000})
+    assert str(err.value) == f"IMAGESMITH_SIGNING_KEY holds 70,000 characters, more than a PEM key (65,536); {signing.KEY_FIX}"
+
+
+SIG = base64.b64encode(b"\x30\x06\x02\x01\x01\x02\x01\x01").decode()
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"[" * 100_000 + b"]" * 100_000, "not a DSSE envelope (nested deeper than 64 levels)"),
+    (b'{"payload": "eA==", "payloadType": "t", "signatures": [], "x": NaN}',
+     "not a DSSE envelope (NaN is not JSON (NaN and Infinity are not numbers JSON allows) at line 1 column 64)"),
+    (b'{"payload": "eA==", "payloadType": "t", "signatures": {}}', "not a DSSE envelope (expected an object with a list of signatures)"),
+    (b"[]", "not a DSSE envelope (expected an object with a list of signatures)"),
+    (json.dumps({"payload": "eA==", "payloadType": "t", "signatures": [{"sig": SIG}] * 17}).encode(),
+     "17 signatures, more than the 16 an envelope may carry"),
+    (b'{"payload": "!!", "payloadType": "t", "signatures": []}', "not a DSSE envelope (Error: Only base64 data is allowed)"),
+    (b'{"payload": "eA==", "payloadType": 5, "signatures": []}', "not a DSSE envelope (payloadType is not text)"),
+    (b'{"payload": "eA==", "payloadType": "t", "signatures": ["x"]}', "not a DSSE envelope (TypeError: string indices must be integers, not 'str')"),
+])
+def test_a_hostile_envelope_is_a_value_error(data: bytes, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        signing.open_envelope(data, [])
+    assert str(err.value) == message

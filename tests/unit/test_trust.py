@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from imagesmith import pipeline
 from imagesmith.edges import signing
@@ -106,7 +108,7 @@ def keys(tmp_path: Path) -> Path:
     ("version: 1\nverifiers:\n  - {name: gpu, key: gpu.pub, classes: ['*'], keys: x}\n",
      f":3 verifiers[0]: Additional properties are not allowed ('keys' was unexpected){FIX}"),
     ("version: 1\nverifiers:\n  - {name: gpu, key: nowhere.pub, classes: ['*']}\n",
-     ":3 verifiers[0].key: public key {dir}/nowhere.pub: No such file or directory; give the verifier's PEM public key "
+     ":3 verifiers[0].key: public key {dir}/nowhere.pub: cannot be read (No such file or directory); give the verifier's PEM public key "
      "(openssl pkey -in verifier.key -pubout) as a path or inline"),
     ("version: 1\nverifiers:\n  - {name: gpu, key: gpu.key, classes: ['*']}\n",
      ":3 verifiers[0].key: public key {dir}/gpu.key is not a PEM public key (Valid PEM but no BEGIN PUBLIC KEY/END PUBLIC KEY "
@@ -166,7 +168,7 @@ REFUSALS = [
                      f"({STAGED.name}@{DIGEST}); verify that image again"),
     ("image id for a staged image", f"v.dsse.json: its subject is docker-image-id@{IMAGE_ID}, not the image being released "
                                     f"({STAGED.name}@{DIGEST}); verify that image again"),
-    ("not json", "v.dsse.json: not a DSSE envelope (JSONDecodeError: Expecting value: line 1 column 1 (char 0)); verify again "
+    ("not json", "v.dsse.json: not a DSSE envelope (not JSON (Expecting value) at line 1 column 1); verify again "
                  "with --verifier-key"),
     ("other predicate", f"v.dsse.json: predicate type '{attestation.VERIFICATION_PREDICATE}' is not {trust.PREDICATE}"),
     ("no report", "v.dsse.json: the signed predicate holds no verify report (report.checks)"),
@@ -274,3 +276,150 @@ def test_a_signed_report_about_another_image_id_is_refused(tmp_path: Path, signe
         pipeline.signed_verifications([found], signer[1])
     assert str(err.value) == (f"{found.folder / trust.STATEMENT_FILE}: the signed report verified image {OTHER}, not the built "
                               f"{found.record.image_id}; verify that image again")
+
+
+# -- round 3: the policy's max_age and fleet rule, roles apart, the signed report's schema ------------------------
+
+
+@pytest.mark.parametrize("text, message", [
+    ("version: 1\nmax_age: 7 days\nverifiers: [{name: gpu, key: gpu.pub, classes: ['*']}]\n",
+     ":2 max_age: '7 days' does not match '^(?=.*[0-9])([0-9]{{1,4}}d)?([0-9]{{1,6}}h)?([0-9]{{1,8}}m)?([0-9]{{1,9}}s)?$'" + FIX),
+    ("version: 1\nmax_age: 9999d\nverifiers: [{name: gpu, key: gpu.pub, classes: ['*']}]\n",
+     ":2 max_age: '9999d' is not an age from 1s to 3650d; write e.g. 36h or 7d" + FIX),
+    ("version: 1\nmax_age: 0s\nverifiers: [{name: gpu, key: gpu.pub, classes: ['*']}]\n",
+     ":2 max_age: '0s' is not an age from 1s to 3650d; write e.g. 36h or 7d" + FIX),
+    ("version: 1\nverifiers: [{name: gpu, key: gpu.pub, classes: ['*']}]\nfleet:\n  require: [h200]\n  classes: {l40s: {gpus: 1, gpu: L40S}}\n",
+     ":4 fleet.require[0]: class h200 is required but fleet.classes does not describe it (its gpu and gpus)" + FIX),
+    ("version: 1\nverifiers: [{name: gpu, key: gpu.pub, classes: ['*']}]\nfleet:\n  require: [h200]\n  classes: {h200: {gpus: 2}}\n",
+     ":5 fleet.classes.h200: class h200 runs on GPUs but names no gpu model" + FIX),
+    ("version: 1\nverifiers: [{name: gpu, key: gpu.pub, classes: ['*']}]\nfleet:\n  require: [h200]\n",
+     ":3 fleet: 'classes' is a required property" + FIX),
+    ("version: 1\nverifiers: [{name: gpu, key: gpu.pub, classes: ['*']}]\nfleet:\n  require: [h200]\n  classes: {h200: {gpus: many}}\n",
+     ":5 fleet.classes.h200.gpus: 'many' does not match '^[0-9]{{1,3}}$'" + FIX),
+])
+def test_a_bad_max_age_or_fleet_rule_is_refused(keys: Path, text: str, message: str) -> None:
+    path = keys / "trust-policy.yaml"
+    path.write_text(text)
+    with pytest.raises(ValidationError) as err:
+        trust.load_policy(path)
+    assert str(err.value) == f"{path}" + message.format()
+
+
+def test_a_policy_names_its_ages_and_fleet_rule(keys: Path) -> None:
+    path = keys / "trust-policy.yaml"
+    path.write_text("version: 1\nmax_age: 36h\nverifiers:\n  - {name: gpu, key: gpu.pub, classes: [h200], max_age: 90m}\n"
+                    "  - {name: other, key: other.pub, classes: ['*']}\n"
+                    "fleet:\n  require: [h200]\n  classes: {h200: {gpus: 8, gpu: NVIDIA H200}, gh200: {gpus: 1, gpu: NVIDIA GH200, platform: linux/arm64}}\n")
+    pol = trust.load_policy(path)
+    assert (pol.max_age_s, [v.max_age_s for v in pol.verifiers]) == (36 * 3600, [90 * 60, None])
+    assert pol.max_age(pol.verifiers[0]) == (5400, f"the max_age of verifier gpu in {path}")
+    assert pol.max_age(pol.verifiers[1]) == (129600, f"the max_age of {path}")
+    assert pol.require == ("h200",) and [(c.name, c.gpus, c.gpu, c.platform.docker) for c in pol.classes] == [
+        ("h200", 8, "NVIDIA H200", "linux/amd64"), ("gh200", 1, "NVIDIA GH200", "linux/arm64")]
+    assert pol.to_json()["fleet"]["classes"]["h200"] == {"gpus": 8, "gpu": "NVIDIA H200", "platform": "linux/amd64"}
+    path.write_text("version: 1\nverifiers: [{name: gpu, key: gpu.pub, classes: ['*']}]\n")
+    assert trust.load_policy(path).max_age_s == 30 * 86400  # no max_age: 30 days
+
+
+@pytest.mark.parametrize("same, message", [
+    ("verifier", "{policy}: verifiers[0] (gpu-h200) has the release key (--signing-key, key ID {kid}) as its key; roles stay "
+                 "apart: a verifier key signs verifications on GPU runners, the release key signs what publish attaches; "
+                 "give the verifier a key of its own"),
+    ("verify-key", "--verifier-key and --signing-key are the same key (key ID {kid}); roles stay apart: give the verify stage "
+                   "a verifier key of its own, and name it in {policy}"),
+    ("none", ""),
+])
+def test_roles_stay_apart(tmp_path: Path, signer: tuple[signing.Key, trust.TrustPolicy], same: str, message: str) -> None:
+    key, pol = signer
+    other, _ = verifier(tmp_path / "other")
+    release = {"verifier": key, "verify-key": other, "none": other}[same]
+    verify_key = other if same == "verify-key" else None
+    if not message:
+        trust.check_roles(pol, release.public, key.public)
+        return
+    with pytest.raises(UserError) as err:
+        trust.check_roles(pol, release.public, verify_key.public if verify_key else None)
+    assert str(err.value) == message.format(policy=pol.file, kid=release.keyid[:16])
+
+
+def test_a_signed_statement_names_its_signed_time(signer: tuple[signing.Key, trust.TrustPolicy]) -> None:
+    import datetime as dt
+
+    when = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    data = trust.sign(report(check("versions.torch")), None, STAGED, signer[0], now=when)
+    st = attestation.parse_statement(signing.open_envelope(data, []).payload)
+    assert st.predicate["signed_at"] == "2026-11-30T06:00:00+00:00"
+    got = trust.accept(data, "v.dsse.json", signer[1], STAGED, now=when + dt.timedelta(days=1))
+    assert got.signed_at == when and got.fleet_run is None
+
+
+UNSIGNED_BY_SCHEMA = [
+    ({"schema": "imagesmith.verify-report/2"}, "report.schema: 'imagesmith.verify-report/2' is not 'imagesmith.verify-report/1'"),
+    ({"mode": {"mode": "gpu", "gpus": "8"}}, "report.mode.gpus: expected integer, got '8'"),
+    ({"tier": ["quick"]}, "report.tier: expected string, got a list"),
+]
+
+
+@pytest.mark.parametrize("change, where", UNSIGNED_BY_SCHEMA, ids=[w for _, w in UNSIGNED_BY_SCHEMA])
+def test_a_signed_report_is_held_to_the_verify_report_schema(signer: tuple[signing.Key, trust.TrustPolicy],
+                                                             change: dict[str, Any], where: str) -> None:
+    import datetime as dt
+
+    key, pol = signer
+    bad = report(check("versions.torch")) | change
+    with pytest.raises(trust.Unsignable):  # the verifier never signs it ...
+        trust.sign(bad, None, STAGED, key)
+    predicate = {"report": bad, "inventory": None, "signed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    st = attestation.Statement(STAGED.name, DIGEST, trust.PREDICATE, predicate)
+    forged = signing.envelope(attestation.statement_bytes(st), attestation.PAYLOAD_TYPE, key)
+    with pytest.raises(trust.Refused) as err:  # ... and one signed by hand is not believed
+        trust.accept(forged, "v.dsse.json", pol, STAGED)
+    field, _, why = where.partition(": ")
+    assert str(err.value) == (f"v.dsse.json: the signed report does not follow imagesmith.verify-report/1: {field}: {why}; "
+                              "a report imagesmith does not read is not released as verified")
+
+
+def test_a_report_holding_nan_is_never_signed(signer: tuple[signing.Key, trust.TrustPolicy]) -> None:
+    bad = report(check("versions.torch")) | {"mode": {"mode": "gpu", "gpus": float("nan")}}
+    with pytest.raises(trust.Unsignable) as err:
+        trust.sign(bad, None, STAGED, signer[0])
+    assert str(err.value) == ("the verify report:1:"
+                              f"{json.dumps(bad).index('NaN') + 1}: NaN is not JSON (NaN and Infinity are not numbers JSON allows); "
+                              "nothing was signed: the image under test wrote a report imagesmith does not believe")
+
+
+def test_a_statement_without_a_signed_time_is_refused(signer: tuple[signing.Key, trust.TrustPolicy]) -> None:
+    st = attestation.Statement(STAGED.name, DIGEST, trust.PREDICATE, {"report": report(check("versions.torch")), "inventory": None})
+    data = signing.envelope(attestation.statement_bytes(st), attestation.PAYLOAD_TYPE, signer[0])
+    with pytest.raises(trust.Refused) as err:
+        trust.accept(data, "v.dsse.json", signer[1], STAGED)
+    assert str(err.value) == ("v.dsse.json: the statement carries no signed time (signed_at, with its time zone): it cannot be "
+                              "ordered or expire; verify again with this imagesmith")
+
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+                           ["_type", "subject", "digest", "sha256", "predicateType", "predicate", "report", "checks", "mode",
+                            "gpus", "signed_at", "fleet", "class", "run_id", "inventory", "x"]), inner, max_size=4), max_leaves=16)
+
+
+def _about_staged(predicate: Any) -> dict[str, Any]:
+    """A statement about the staged image with this predicate (so the fuzz gets past the subject check)."""
+    return {"_type": attestation.STATEMENT_TYPE, "subject": [{"name": STAGED.name, "digest": {"sha256": DIGEST[7:]}}],
+            "predicateType": trust.PREDICATE, "predicate": predicate}
+
+
+REPORTISH = st.fixed_dictionaries({"report": st.fixed_dictionaries({"checks": JSONISH}, optional={
+    "schema": st.just(verify.REPORT_SCHEMA) | JSONISH, "mode": JSONISH, "summary": JSONISH, "environment": JSONISH}),
+    "signed_at": st.just("2026-11-30T00:00:00+00:00") | JSONISH}, optional={"inventory": JSONISH, "fleet": JSONISH})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(JSONISH | JSONISH.map(_about_staged) | REPORTISH.map(_about_staged))
+def test_any_signed_payload_is_accepted_or_refused_never_a_crash(signer: tuple[signing.Key, trust.TrustPolicy], doc: Any) -> None:
+    """A verifier key signs anything it is handed: what publish makes of it is an Accepted or a Refused, nothing else."""
+    data = signing.envelope(json.dumps(doc).encode(), attestation.PAYLOAD_TYPE, signer[0])
+    try:
+        trust.accept(data, "v.dsse.json", signer[1], STAGED)
+    except trust.Refused as exc:
+        assert str(exc).startswith("v.dsse.json: ")

@@ -67,11 +67,28 @@ def test_a_report_that_does_not_answer_this_run_is_rejected(report: dict[str, An
     assert got is None and why is not None and why.startswith(problem), why
 
 
+@pytest.mark.parametrize("change, problem", [
+    ({"mode": {"mode": "gpu", "gpus": "2"}}, "the report was rejected: mode.gpus: expected integer, got '2'"),
+    ({"mode": {"mode": "gpu", "gpus": -1}}, "the report was rejected: mode.gpus: '-1' is out of range (minimum 0)"),
+    ({"mode": {"mode": "tpu", "gpus": 1}}, "the report was rejected: mode.mode: 'tpu' is not one of 'gpu', 'cpu'"),
+    ({"duration_s": 1e300}, "the report was rejected: duration_s: '1e+300' is out of range (maximum 1000000000000000.0)"),
+])
+def test_a_report_the_host_schema_refuses_is_rejected_before_anything_signs_it(change: dict[str, Any], problem: str) -> None:
+    got, why = verify.judge_output(output(genuine(**change)), REQUEST)
+    assert (got, why) == (None, problem)
+
+
 @pytest.mark.parametrize("stdout, problem", [
     ("nothing here\n", None),
-    ("@@IMAGESMITH-REPORT@@ {garbage\n", "the report line is not JSON (Expecting property name enclosed in double quotes"),
-    ("@@IMAGESMITH-REPORT@@ " + "[" * 200000, "the report line is not JSON ("),
-    ("@@IMAGESMITH-REPORT@@ 1e999999\n", "the report was rejected: report: expected an object"),
+    ("@@IMAGESMITH-REPORT@@ {garbage\n", "the report line is not strict JSON (not JSON (Expecting property name enclosed in double quotes) "
+                                          "at line 1 column 2; 30 characters)"),
+    ("@@IMAGESMITH-REPORT@@ " + "[" * 200000, "the report line is not strict JSON (nested deeper than 64 levels; 200022 characters)"),
+    ("@@IMAGESMITH-REPORT@@ 1e999999\n", "the report line is not strict JSON (the number '1e999999' is too large to be finite at "
+                                          "line 1 column 1; 30 characters)"),
+    ('@@IMAGESMITH-REPORT@@ {"mode": {"gpus": NaN}}\n', "the report line is not strict JSON (NaN is not JSON (NaN and Infinity are "
+                                                       "not numbers JSON allows) at line 1 column 19; 45 characters)"),
+    ('@@IMAGESMITH-REPORT@@ {"a": 1, "a": 2}\n', "the report line is not strict JSON (the key 'a' appears twice in one object "
+                                                "(JSON readers disagree on which wins); 38 characters)"),
     ("@@IMAGESMITH-REPORT@@ {}\n@@IMAGESMITH-REPORT@@ {}\n", "2 report lines in the output (the payload prints one)"),
     ("@@IMAGESMITH-REPORT@@ \"text\"\n", "the report was rejected: report: expected an object"),
     ("@@IMAGESMITH-REPORT@@ {\"checks\": {\"a\": 1}, \"nonce\": [1]}", "the report was rejected: report.nonce: [1], not this run's"),

@@ -57,3 +57,21 @@ def test_verify_local_needs_no_signing_stack(tmp_path: Path) -> None:
                            "--json", str(tmp_path / "v.json")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "v.json").is_file() and "cryptography" not in done.stderr
+
+
+def test_a_report_the_verifier_will_not_sign_leaves_no_statement_and_says_why(tmp_path: Path) -> None:
+    from imagesmith import pipeline
+    from imagesmith.stages import trust
+    from tests.unit.trustkeys import verifier
+
+    key, _ = verifier(tmp_path / "keys")
+    path = tmp_path / "verify.dsse.json"
+    said: list[str] = []
+    bad = {"schema": "imagesmith.verify-report/1", "checks": [{"id": "versions.torch", "status": "pass"}],
+           "mode": {"mode": "gpu", "gpus": float("inf")}}
+    subject = trust.Subject(trust.IMAGE_ID_SUBJECT, "sha256:" + "1" * 64)
+    got = pipeline.sign_outcome_or_say(lambda: pipeline.sign_report(None, bad, subject, key, path, said.append),  # type: ignore[arg-type]
+                                       said.append)
+    assert got is None and not path.exists()
+    assert said == ["the verify report:1:130: Infinity is not JSON (NaN and Infinity are not numbers JSON allows); nothing was "
+                    "signed: the image under test wrote a report imagesmith does not believe"]

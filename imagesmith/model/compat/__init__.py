@@ -356,8 +356,10 @@ def load() -> KnowledgeBase:
     """The packaged knowledge base (read once). ``IMAGESMITH_COMPAT`` names a
     replacement file, for sites with their own builds of torch."""
     override = os.environ.get("IMAGESMITH_COMPAT")
-    if override:
-        text = Path(override).read_text()
+    if override:  # the operator's file: through the one loader (regular file, bounded, UTF-8)
+        from imagesmith.model import loader as files
+
+        text = files.strict_text(files.read_regular(Path(override), cap=16 << 20, what="IMAGESMITH_COMPAT"), override)
     else:
         text = resources.files(__package__).joinpath("data").joinpath(DATA_FILE).read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it: 10x faster

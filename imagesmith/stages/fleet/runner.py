@@ -206,19 +206,24 @@ class FleetRun:
     def _judge(self, cell: Cell, report: dict[str, Any], now: float) -> None:
         path = cell.job.workdir / "verify.json"
         write_text(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
-        if self.signer is not None:
-            self._sign(cell, report)
-        problems = judge(cell.job, report)
+        unsigned = self._sign(cell, report) if self.signer is not None else None
+        problems = judge(cell.job, report) + ([unsigned] if unsigned else [])
         self._finish(cell, "fail" if problems else "pass", "; ".join(problems) or "every required check passed", report)
 
-    def _sign(self, cell: Cell, report: Mapping[str, Any]) -> None:
-        """WORKDIR/verify.dsse.json: the report, signed for this digest and this class (publish believes only that)."""
+    def _sign(self, cell: Cell, report: Mapping[str, Any]) -> str | None:
+        """WORKDIR/verify.dsse.json: the report, signed for this digest, class and run (publish believes only that);
+        why not, for a report the verifier does not sign."""
         assert self.signer is not None
         job, view = cell.job, cell.view
         context = {"class": job.klass.name, "run_id": job.run_id, "scheduler": job.klass.scheduler,
                    "job_id": cell.job_id or "", "node": view.node if view else ""}
         subject = trust.Subject(job.ref.name, job.ref.sha256)
-        write_text(job.workdir / trust.STATEMENT_FILE, trust.sign(report, None, subject, self.signer, context).decode() + "\n")
+        try:
+            signed = trust.sign(report, None, subject, self.signer, context)
+        except trust.Unsignable as exc:
+            return str(exc)
+        write_text(job.workdir / trust.STATEMENT_FILE, signed.decode() + "\n")
+        return None
 
     def _cancel(self, cell: Cell, reason: str) -> None:
         if cell.job_id:
@@ -253,7 +258,7 @@ class FleetRun:
             ran_s=round(now - cell.started, 1) if cell.started is not None else None,
             report=str((cell.job.workdir / "verify.json").relative_to(self.out)) if report else None,
             statement=str((cell.job.workdir / trust.STATEMENT_FILE).relative_to(self.out))
-            if report and self.signer is not None else None,
+            if report and self.signer is not None and (cell.job.workdir / trust.STATEMENT_FILE).is_file() else None,
             summary={k: int(x) for k, x in (rep.get("summary") or {}).items() if isinstance(x, int) and not isinstance(x, bool)},
             failed_checks=tuple(policy.failed_required(rep)), gpus=fleet_report.gpu_names(rep),
             figures=fleet_report.figures_of(rep))

@@ -52,6 +52,7 @@ EXPORTED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "DOCKER_HOST", "DOCKER_C
             "DOCKER_TLS_VERIFY", "IMAGESMITH_COMPAT", "XDG_CACHE_HOME")
 PAYLOAD_MOUNT = verify.IN_CONTAINER
 SCRIPT = "job.sh"
+OUTPUT_CAP = 64 << 20  # the tail of a job's output read for its report line (the payload's report is well under 16 MiB)
 OUTPUT = "job-%j.out"
 
 
@@ -258,10 +259,11 @@ class Slurm:
             return None
 
     def _output(self, job: CellJob, view: JobView) -> list[str]:
-        try:
-            return (job.workdir / OUTPUT.replace("%j", view.job_id)).read_text(errors="replace").splitlines()
-        except OSError:
+        try:  # written on a node: a FIFO, /dev/zero or a huge file there is read as its last OUTPUT_CAP bytes, or not at all
+            data = loader.read_tail(job.workdir / OUTPUT.replace("%j", view.job_id), root=job.workdir, size=OUTPUT_CAP)
+        except UserError:
             return []
+        return data.decode("utf-8", errors="replace").splitlines()
 
     def output_tail(self, job: CellJob, view: JobView, lines: int = 5) -> list[str]:
         return [line for line in self._output(job, view) if line.strip()][-lines:]
