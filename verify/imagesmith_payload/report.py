@@ -7,7 +7,7 @@ import math
 import os
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .judge import FAIL, STATUSES
 from .sharing import validate as validate_sharing
@@ -169,18 +169,3 @@ def parse_marker(text: str) -> Report:
             return report
     raise ValueError("no report marker line in the output")
 
-
-def find_marker(text: str) -> Tuple[Any, Optional[str]]:
-    """(the report, None) from output holding exactly one marker line; (None, None)
-    without one; (None, why) when there are several or the line is not JSON.
-    Never raises: the output comes from an image and may be anything."""
-    lines = [line.rstrip("\r") for line in text.split("\n") if line.startswith(MARKER)]
-    if not lines:
-        return None, None
-    if len(lines) > 1:
-        return None, (f"{len(lines)} report lines in the output (the payload prints one): something in the "
-                      "image prints its own")
-    try:
-        return json.loads(lines[0][len(MARKER):]), None
-    except (ValueError, RecursionError) as exc:
-        return None, f"the report line is not JSON ({str(exc)[:120]}; {len(lines[0])} characters)"
