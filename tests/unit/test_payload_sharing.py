@@ -200,6 +200,25 @@ def test_throughput_on_a_shared_gpu_is_inconclusive(given: Dict[str, Any], shari
     assert (got["status"], got["detail"]) == (status, detail)
 
 
+ON_GPU1 = {"allowed": False, "foreign": [row(1, 4242, "python3", 1 << 30, "during", 95.0, 120.0)]}
+
+
+def per_gpu(status: str, figures: Dict[str, float]) -> Dict[str, Any]:
+    return dict(entry("gemm.bf16", status, threshold=588.0), baseline=784.0, data={"per_gpu_tflops": figures})
+
+
+@pytest.mark.parametrize("given, status", [
+    (per_gpu("fail", {"0": 790.0, "1": 270.0}), "inconclusive"),  # GPU 1 fell short with the tenant on it
+    (per_gpu("fail", {"0": 270.0, "1": 790.0}), "fail"),  # GPU 0 fell short with nobody on it: GPU 0 is blamed
+    (per_gpu("fail", {"0": 270.0, "1": 270.0}), "fail"),  # both short, a tenant on one: the other is blamed
+    (per_gpu("warn", {"0": 790.0, "1": 650.0}), "inconclusive"),  # under the warn line (0.9 x 784) on GPU 1 only
+    (per_gpu("warn", {"0": 650.0, "1": 790.0}), "warn"),
+])
+def test_only_a_tenant_on_the_gpu_that_fell_short_excuses_it(given: Dict[str, Any], status: str) -> None:
+    [got] = sharing.judge_throughput_entries([given], ON_GPU1, {"gemm.bf16"})
+    assert got["status"] == status
+
+
 @pytest.mark.parametrize("window, got", [
     ({"start": 1.0, "end": 2.0}, (1.0, 2.0)),
     ({"start": 2.0, "end": 1.0}, None),

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from .judge import FAIL, INCONCLUSIVE, WARN
+from .judge import DEFAULT_WARN_FRACTION, FAIL, INCONCLUSIVE, WARN
 
 INTERVAL_S = 0.25  # the sampler's period
 MARGIN_S = 2 * INTERVAL_S  # a tenant seen at t may have started or ended up to one period either side
@@ -409,13 +409,41 @@ def during(window: Optional[Tuple[float, float]], foreign: Iterable[Mapping[str,
     return hit
 
 
+PER_GPU = ("per_gpu_tflops", "per_gpu_gbps")  # a throughput check's figure per GPU (data.<key>: {"0": ...})
+
+
+def short_gpus(entry: Mapping[str, Any]) -> Optional[Set[int]]:
+    """The GPUs a throughput check found short: below its threshold (fail) or its warn line (warn), else the
+    slowest; None when the check gives no per-GPU figures."""
+    data = entry.get("data")
+    per = next((data[k] for k in PER_GPU if isinstance(data, Mapping) and isinstance(data.get(k), Mapping)), None)
+    figures = {int(k): float(v) for k, v in (per or {}).items()
+               if str(k).isdigit() and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    if not figures:
+        return None
+    threshold, baseline = entry.get("threshold"), entry.get("baseline")
+    warn_line = baseline * DEFAULT_WARN_FRACTION if isinstance(baseline, (int, float)) and _number(baseline) else None
+    line: Any = threshold if entry.get("status") == FAIL else warn_line
+    short = {i for i, v in figures.items() if _number(line) and v < float(line)}
+    return short or {min(figures, key=lambda i: figures[i])}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def judge_entry(entry: Dict[str, Any], foreign: Sequence[Mapping[str, Any]], throughput: Set[str]) -> Dict[str, Any]:
-    """A throughput check that fell short of its threshold (fail, or warn with a threshold) while a tenant
-    was there is inconclusive, naming the tenant; wrong results, crashes, passes and checks with nobody
-    in their window stay as they are."""
+    """A throughput check that fell short of its threshold (fail, or warn with a threshold) while a tenant was on
+    every GPU it found short is inconclusive, naming the tenants; a GPU that fell short with nobody on it is blamed
+    (the check keeps its status), as are wrong results, crashes, passes and checks with nobody in their window."""
     if entry.get("id") not in throughput or entry.get("status") not in (FAIL, WARN) or entry.get("threshold") is None:
         return entry
     hit = during(window_of(entry), foreign)
+    short = short_gpus(entry)
+    if short is not None:
+        hit = [f for f in hit if f.get("gpu") in short]
+        if {f.get("gpu") for f in hit} != short:
+            return entry
     if not hit:
         return entry
     return dict(entry, status=INCONCLUSIVE,
