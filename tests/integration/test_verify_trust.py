@@ -117,13 +117,13 @@ def test_a_second_report_line_is_rejected(engine: Engine, built_images: BuiltIma
 
 
 @pytest.mark.parametrize("printed, why", [
-    ("@@IMAGESMITH-REPORT@@ {garbage", "the report line is not JSON"),
-    ("@@IMAGESMITH-REPORT@@ " + "[" * 100000, "the report line is not JSON"),
+    ("@@IMAGESMITH-REPORT@@ {garbage", "the report line is not strict JSON"),
+    ("@@IMAGESMITH-REPORT@@ " + "[" * 100000, "the report line is not strict JSON"),
     ("@@IMAGESMITH-REPORT@@ " + json.dumps({"schema": "imagesmith.verify-report/1", "checks": "all", "summary": []}),
      "the report was rejected: report.nonce: missing"),
     ("@@IMAGESMITH-REPORT@@ " + json.dumps([1, 2]), "the report was rejected: report: expected an object"),
     ("@@IMAGESMITH-REPORT@@ " + json.dumps({"schema": "imagesmith.verify-report/1", "nonce": None,
-                                             "checks": [{"id": ["x"], "status": {"a": 1}}]})[:60], "the report line is not JSON"),
+                                             "checks": [{"id": ["x"], "status": {"a": 1}}]})[:60], "the report line is not strict JSON"),
 ])
 def test_garbage_on_the_report_line_fails_cleanly(engine: Engine, built_images: BuiltImages, planted: Any, printed: str, why: str) -> None:
     image = planted(with_python3(built_images.cpu_base),
