@@ -32,8 +32,14 @@ def _http_fetch(url: str, limit: int) -> bytes:
 
 def load_snapshots(m: Matrix, fetch: Fetch = _http_fetch, limits: advisories.Limits = advisories.DEFAULT_LIMITS) -> list[advisories.Snapshot]:
     """Every snapshot of ``sources.advisories``: a URL is downloaded (bounded) and read as a zip."""
+    return load_locations(m.sources.advisories, fetch, limits)
+
+
+def load_locations(locations: Sequence[str], fetch: Fetch = _http_fetch,
+                   limits: advisories.Limits = advisories.DEFAULT_LIMITS) -> list[advisories.Snapshot]:
+    """Snapshots at ``locations`` (a zip, a folder of OSV records, or an http(s) URL of a zip)."""
     out = []
-    for location in m.sources.advisories:
+    for location in locations:
         if location.startswith(("http://", "https://")):
             out.append(advisories.from_zip_bytes(fetch(location, limits.zip_bytes), location, limits))
         else:
