@@ -17,8 +17,9 @@ Advisories appear after a release. This stage reads what the registry already ho
    any released digest is, and the held digest gets the vulnerability document (CycloneDX VEX) of this match,
    signed, so the reason travels with it. No clean release of the line: the tag stays, and the report says so.
 
-An image index is not judged here (each platform's image carries its own SBOM): its tags are listed as not
-judged, and a floating tag never moves to or from one.
+An image index is judged through its platforms' images (each carries its own SBOM): vulnerable when one of
+them is, clean when all are; its tag fields are its first platform's (as the registry client reads an index),
+and a floating tag on an index moves only to another index (publish never floats a platform's image).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from securesystemslib.signer import SSlibKey
 from imagesmith.atomic import write_bytes, write_text
 from imagesmith.edges import signing
 from imagesmith.edges.protocols import RegistryProtocol
-from imagesmith.edges.registry import INDEXES, Manifest
+from imagesmith.edges.registry import INDEXES, Manifest, entries, manifest_document
 from imagesmith.errors import RegistryError
 from imagesmith.model import advisories, policy, tags, vulns
 from imagesmith.model.tags import TagPolicy
@@ -56,6 +57,11 @@ class Image:
     tags: list[str] = field(default_factory=list)  # every tag on it, immutable and floating
     result: vulngate.ImageResult | None = None
     problem: str | None = None  # why it was not judged
+    platforms: tuple[str, ...] = ()  # an image index: its images' digests
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEXES
 
     @property
     def status(self) -> str:
@@ -151,18 +157,25 @@ def released(registry: RegistryProtocol, repo: str) -> list[Image]:
         if found is None:
             continue
         if found.digest not in images:
-            images[found.digest] = Image(found.digest, found.media_type, _fields(registry, repo, found, labels))
+            images[found.digest] = Image(found.digest, found.media_type, _fields(registry, repo, found, labels), [],
+                                         platforms=_platforms(found))
         images[found.digest].tags.append(tag)
     return sorted(images.values(), key=lambda i: i.digest)
 
 
 def _fields(registry: RegistryProtocol, repo: str, found: Manifest, cache: dict[str, Mapping[str, str] | None]) -> Mapping[str, str] | None:
-    key = found.config_digest
-    if not key or found.media_type in INDEXES:
+    key = found.config_digest  # of an index: its first platform's (the registry client resolves it so)
+    if not key:
         return None
     if key not in cache:
         cache[key] = label_fields(registry.labels_of_config(repo, key))
     return cache[key]
+
+
+def _platforms(found: Manifest) -> tuple[str, ...]:
+    if found.media_type not in INDEXES:
+        return ()
+    return tuple(str(e.get("digest")) for e in entries(manifest_document(found.raw, found.digest), "manifests"))
 
 
 def lines(tag_policy: TagPolicy, images: Sequence[Image]) -> dict[str, list[Image]]:
@@ -187,10 +200,26 @@ Judge = Callable[[Mapping[str, Any]], vulngate.ImageResult]
 
 
 def judge(registry: RegistryProtocol, repo: str, image: Image, keys: Sequence[SSlibKey], check: Judge) -> None:
-    """The image's signed SBOM matched by ``check``; else why it is not judged."""
-    if image.media_type in INDEXES:
-        image.problem = "an image index: each platform's image carries its own SBOM; recheck those digests"
+    """The image's signed SBOM matched by ``check`` (an index: each platform's image's); else why it is not judged."""
+    if not image.is_index:
+        _judge_one(registry, repo, image, keys, check)
         return
+    parts = [Image(d, "", None) for d in image.platforms]
+    for part in parts:
+        _judge_one(registry, repo, part, keys, check)
+    index_verdict(image, parts)
+
+
+def index_verdict(image: Image, parts: Sequence[Image]) -> None:
+    """An index as its platforms' images say: not judged if one is not (or it has none); else their findings together."""
+    missing = next((p for p in parts if p.result is None), None)
+    if not parts or missing is not None:
+        image.problem = f"its platform image {missing.digest[:19]}: {missing.problem}" if missing else "an image index without images"
+        return
+    image.result = vulngate.merged([p.result for p in parts if p.result is not None])
+
+
+def _judge_one(registry: RegistryProtocol, repo: str, image: Image, keys: Sequence[SSlibKey], check: Judge) -> None:
     found = evidence.Reader(registry, repo, keys).read(image.digest)
     if not found.ok:
         image.problem = f"its evidence does not check out: {found.all_problems()[0]}"
@@ -221,10 +250,8 @@ def holds(report: Recheck, line_of: Mapping[str, list[Image]], options: HoldOpti
     or why it stays."""
     by_digest = {i.digest: i for i in report.images}
     out = []
-    for image in report.images:
+    for image in (i for i in report.images if i.status == "vulnerable"):
         for tag in sorted(t for t in image.tags if t in report.floating_tags):
-            if image.status != "vulnerable":
-                continue
             hold = _hold(tag, image, line_of.get(tag, []), options, report.floating_tags)
             if hold.action == "moved":
                 move(hold, image, by_digest[hold.digest])
@@ -234,7 +261,7 @@ def holds(report: Recheck, line_of: Mapping[str, list[Image]], options: HoldOpti
 
 def _hold(tag: str, image: Image, line: Sequence[Image], options: HoldOptions | None, floating: frozenset[str]) -> Hold:
     why = image.reason()
-    target = newest_clean(line, options.tag_policy if options else None, image.digest)
+    target = newest_clean(line, options.tag_policy if options else None, image)
     if target is None:
         return Hold(tag, "kept", image.digest, image.digest, f"no clean release of its line to move to; it stays on a digest that {why}")
     action = "moved" if options is not None else "would-move"
@@ -243,10 +270,11 @@ def _hold(tag: str, image: Image, line: Sequence[Image], options: HoldOptions | 
                 f"{verb} to the newest clean release of its line, {_name(target, floating)} ({target.digest[:19]}), off {image.digest[:19]}: {why}")
 
 
-def newest_clean(line: Sequence[Image], tag_policy: TagPolicy | None, current: str) -> Image | None:
-    """The newest (semver of its torch, then its build date) clean, eligible image of ``line`` but ``current``."""
+def newest_clean(line: Sequence[Image], tag_policy: TagPolicy | None, current: Image) -> Image | None:
+    """The newest (semver of its torch, then its build date) clean, eligible image of ``line`` but ``current``, of
+    its kind (an index for an index, an image for an image)."""
     allow_pre = tag_policy.prerelease if tag_policy else False
-    eligible = [i for i in line if i.digest != current and i.status == "clean" and i.fields
+    eligible = [i for i in line if i.digest != current.digest and i.is_index == current.is_index and i.status == "clean" and i.fields
                 and not all(policy.marked_unverified(t) for t in i.tags)
                 and (allow_pre or tags.to_semver(i.fields["torch"]).prerelease is None)]
     return max(eligible, key=lambda i: (tags.to_semver((i.fields or {})["torch"]), (i.fields or {}).get("date", ""), i.digest),
@@ -290,8 +318,11 @@ class Mover:
             raise RegistryError(f"{self.name}:{hold.tag} reads back as {back.digest[:19] if back else 'nothing'}, not {target.digest[:19]}")
 
     def _why(self, attacher: evidence.Attacher, held: Image) -> dict[str, Any]:
+        """The VEX of this match, signed, as a referrer of the held digest (of an index: none; its images carry theirs)."""
         result = held.result
         assert result is not None
+        if held.is_index:
+            return {}
         doc = vex.document(self.name, held.digest, result.findings, result.snapshots, result.matched_at)
         created = result.matched_at.isoformat(timespec="seconds")
         return attacher.attach(held.digest, [evidence.vex_document(self.name, held.digest, doc, created)]).to_json()

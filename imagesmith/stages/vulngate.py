@@ -198,6 +198,15 @@ class ImageResult:
         return f"known vulnerabilities at or above {self.threshold}: {self.failures[0]}{more}"
 
 
+def merged(results: Sequence[ImageResult]) -> ImageResult:
+    """The results of an image index's platforms as one: every finding once (per package version), every failure."""
+    first = results[0]
+    findings = {(f.id, f.ecosystem, f.package, f.version): f for r in results for f in r.findings}
+    return ImageResult(tuple(findings.values()), tuple(dict.fromkeys(x for r in results for x in r.failures)), first.snapshots,
+                       first.matched_at, first.threshold, tuple(dict.fromkeys(n for r in results for n in r.notes)), first.stale,
+                       first.stale_fails)
+
+
 def image(bom: Mapping[str, Any], snapshots: Sequence[advisories.Snapshot], policy: vulns.Policy, now: dt.datetime) -> ImageResult:
     """The SBOM's components matched, judged by the matrix's policy, and the snapshots by their age at ``now``."""
     verdicts = vulns.judge(vulns.match(all_advisories(snapshots), vulns.packages_from_bom(bom)), policy, now.date())

@@ -74,12 +74,43 @@ NEWEST = [  # (the line, the clean release latest moves to)
 @pytest.mark.parametrize(("line", "expected"), NEWEST)
 def test_the_newest_clean_release_of_the_line(line: list[recheck.Image], expected: str | None) -> None:
     current = image("2.13.0", "vulnerable", ("latest",))
-    found = recheck.newest_clean([*line, current], POLICY, current.digest)
+    found = recheck.newest_clean([*line, current], POLICY, current)
     got = None if found is None else found.fields["torch"] if found.fields else "?"
     if expected and " of " in expected:
         assert found is not None and found.fields is not None and f"{got} of {found.fields['date']}" == expected
     else:
         assert got == expected
+
+
+def test_an_index_floats_to_an_index_only() -> None:
+    current = image("2.13.0", "vulnerable", ("latest",))
+    current.media_type = "application/vnd.oci.image.index.v1+json"
+    platform_image = image("2.12.1", "clean")  # a platform's image of a newer release: publish never floats it
+    index = image("2.12.0", "clean")
+    index.media_type = current.media_type
+    assert recheck.newest_clean([platform_image, index, current], POLICY, current) is index
+
+
+def test_an_index_is_judged_through_its_platform_images() -> None:
+    amd, arm = image("2.13.0", "clean", ("a-amd64",)), image("2.13.0", "vulnerable", ("a-arm64",))
+    index = recheck.Image("sha256:" + "1" * 64, "application/vnd.oci.image.index.v1+json", amd.fields, ["a"])
+    recheck.index_verdict(index, [amd, arm])
+    assert index.status == "vulnerable" and index.result is not None and index.result.failures == ("F-0 critical: torch 2.13.0",)
+    unjudged = recheck.Image(index.digest, index.media_type, amd.fields, ["a"])
+    recheck.index_verdict(unjudged, [amd, image("2.13.0", "not-judged", ("a-arm64",))])
+    assert unjudged.status == "not-judged"
+    assert unjudged.problem is not None and unjudged.problem.endswith(": no SBOM signed by the given key is attached to it")
+    empty = recheck.Image(index.digest, index.media_type, None, ["a"])
+    recheck.index_verdict(empty, [])
+    assert empty.problem == "an image index without images"
+
+
+def test_an_index_in_the_registry_has_its_first_platforms_fields_and_its_images() -> None:
+    reg = registry(("amd", labels("2.13.0"), ("2.13.0-base-amd64",)), ("arm", labels("2.13.0"), ("2.13.0-base-arm64",)))
+    reg.push_index("ml/x", "2.13.0-base", [reg.repo_tags["2.13.0-base-amd64"].digest, reg.repo_tags["2.13.0-base-arm64"].digest])
+    [index] = [i for i in recheck.released(reg, "ml/x") if i.is_index]
+    assert index.tags == ["2.13.0-base"] and index.fields is not None and index.fields["torch"] == "2.13.0"
+    assert index.platforms == (reg.repo_tags["2.13.0-base-amd64"].digest, reg.repo_tags["2.13.0-base-arm64"].digest)
 
 
 def report(images: list[recheck.Image], floating: frozenset[str]) -> recheck.Recheck:

@@ -259,3 +259,32 @@ def test_an_expired_allowance_another_outlives_is_recorded(world: World) -> None
     assert t["vulnerabilities"]["notes"] == [
         f"{ZLIB}: the allowance DEBIAN-CVE-2023-45853 for zlib expired on 2026-01-01; CVE-2023-45853 <1:1.3 covers it until "
         "2027-03-01: remove the expired one"]
+
+
+def test_the_release_gate_refuses_a_record_from_the_future_before_anything_is_pushed(write_matrix: Any,
+                                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from imagesmith.cli.common import vulnerability_gate
+    from imagesmith.model import matrix
+
+    folder = write_matrix("").parent / "osv"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps({"id": "GHSA-x", "modified": "2099-01-01T00:00:00Z"}))
+    m = matrix.load(write_matrix('version: 1\nmatrix: {torch: ["2.9"], cuda: [cpu], python: ["3.11"], os: [debian12]}\n'
+                                 "sources: {advisories: [osv]}\n"))
+    with pytest.raises(advisories.SnapshotError) as info:
+        vulnerability_gate(m)
+    assert str(info.value).startswith(f"{folder}: a.json: modified: '2099-01-01T00:00:00Z' is later than this host's clock")
+
+
+def test_the_release_gate_says_a_stale_snapshot_keeps_every_target_back(write_matrix: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from imagesmith.cli.common import vulnerability_gate
+    from imagesmith.model import matrix
+
+    shutil.copytree(FIXTURES / "osv", write_matrix("").parent / "osv")
+    m = matrix.load(write_matrix('version: 1\nmatrix: {torch: ["2.9"], cuda: [cpu], python: ["3.11"], os: [debian12]}\n'
+                                 "sources: {advisories: [osv]}\n"))
+    assert vulnerability_gate(m) is not None
+    err = capsys.readouterr().err
+    assert "error: the advisory snapshot " in err and err.rstrip().endswith("to release on it anyway: no target is released")
