@@ -31,6 +31,7 @@ from imagesmith.cli.publish import publish_cmd
 from imagesmith.cli.render import render_cmd
 from imagesmith.cli.report import report_cmd
 from imagesmith.cli.verify import verify_cmd
+from imagesmith.cli.vulns import vulns_group
 from imagesmith.errors import ImagesmithError
 from imagesmith.inert import inert
 
@@ -43,7 +44,7 @@ def cli() -> None:
 
 
 for command in (matrix_group, plan_cmd, render_cmd, compat_cmd, base_group, build_cmd, publish_cmd, verify_cmd, evidence_cmd,
-                doctor_cmd, report_cmd, fleet_group):
+                doctor_cmd, report_cmd, fleet_group, vulns_group):
     cli.add_command(command)
 
 

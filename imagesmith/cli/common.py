@@ -80,5 +80,8 @@ def vulnerability_gate(m: matrix_mod.Matrix) -> Any:
     for s in gate.snapshots if gate else ():
         click.echo(inert(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'}); "
                    f"release threshold {m.vulnerabilities.threshold}"), err=True)
+    for why in gate.stale() if gate else ():
+        word = "error" if m.vulnerabilities.stale == "fail" else "warning"
+        click.secho(inert(f"{word}: {why}" + (": no target is released" if word == "error" else "")), fg="red" if word == "error" else "yellow", err=True)
     return gate
 

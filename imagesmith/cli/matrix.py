@@ -33,22 +33,24 @@ def validate_cmd(file: Path, date: str | None, allow_roots: tuple[Path, ...]) ->
 
     m = load_matrix(file, allow_roots)
     p = pipeline.validate(m, date or today())
-    _early_vulnerabilities(m, p, dt.datetime.strptime(date or today(), "%Y%m%d").date())
+    on = dt.datetime.strptime(date or today(), "%Y%m%d").date()
+    _early_vulnerabilities(m, p, on, None if date else dt.datetime.now(dt.timezone.utc))
     click.echo(f"OK: {len(m.cells)} cells, {len(p.targets)} targets")
     for layer, path, refs in render_mod.user_templates(m):
         uses = f" (with {', '.join(refs)})" if refs else ""
         click.echo(f"runs template {path}{uses} for layer {layer}: code from the matrix's folder, rendered in Jinja's sandbox")
 
 
-def _early_vulnerabilities(m: matrix_mod.Matrix, p: plan_mod.Plan, on: dt.date) -> None:
+def _early_vulnerabilities(m: matrix_mod.Matrix, p: plan_mod.Plan, on: dt.date, now: dt.datetime | None) -> None:
     """The advisories of sources.advisories that hit the plan's pins: warnings, or errors (exit 1)
-    at or above vulnerabilities.threshold and not allowed."""
+    at or above vulnerabilities.threshold and not allowed; a snapshot older than vulnerabilities.max_age
+    (at ``now``, else the end of --date's day): an error, or a warning with vulnerabilities.stale: warn."""
     from imagesmith.errors import ValidationError
     from imagesmith.stages import vulngate
 
     if not m.sources.advisories and not m.vulnerabilities.allow:
         return
-    found = vulngate.early(m, p, on, vulngate.load_snapshots(m))  # no snapshots: only the allowances' expiry is checked
+    found = vulngate.early(m, p, on, vulngate.load_snapshots(m), now)  # no snapshots: only the allowances' expiry is checked
     for s in found.snapshots:
         click.echo(inert(f"advisories: {s.location} ({s.digest}, {len(s.advisories)} records, newest {s.date or 'none'})"
                    + "".join(f"; {n}" for n in s.notes)))

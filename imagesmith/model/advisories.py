@@ -7,7 +7,8 @@ uncompressed size, and member names that climb out of the archive are refused); 
 strict (no NaN/Infinity, no duplicate keys); a malformed record is a UserError naming the
 snapshot, the member and the key path. The snapshot's digest (sha256 of the zip, or of
 the sorted list of ``<path> <sha256>`` lines of a folder's files) and its date (the newest
-``modified``) are kept, so what was matched can be named in the evidence.
+``modified``) are kept, so what was matched can be named in the evidence. A ``modified`` that is not
+an RFC 3339 date-time is refused; :meth:`Snapshot.age` refuses one later than the clock.
 
 GIT ranges are not versions and are skipped (counted in ``Snapshot.notes``). A range whose events
 do not parse in its ecosystem is never guessed at: matched against a package it names, it is an error
@@ -16,9 +17,11 @@ naming the record (:func:`imagesmith.model.vulns.match`). A snapshot without a r
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import io
 import os
+import re
 import stat
 import zipfile
 from dataclasses import dataclass, field
@@ -37,6 +40,33 @@ MAX_RECORD_BYTES = 8 << 20  # one advisory
 MAX_TEXT = 4096  # an id, a name, a version, an event
 RANGE_TYPES = ("ECOSYSTEM", "SEMVER", "GIT")
 EVENT_KINDS = ("introduced", "fixed", "last_affected", "limit")
+# RFC 3339's date-time (section 5.6), as OSV's modified/published/withdrawn are written: a "T", seconds, a zone
+RFC3339 = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?([Zz]|[+-][0-9]{2}:[0-9]{2})")
+FUTURE_SKEW = dt.timedelta(minutes=10)  # a record modified later than this ahead of the clock is refused
+# Records whose ``related`` names the vulnerabilities they bundle (osv-scanner groups them: grouper_models.go)
+BUNDLES_RELATED = ("DSA", "DLA", "USN")
+
+
+def parse_time(text: str) -> dt.datetime | None:
+    """An RFC 3339 date-time (``2025-08-29T19:45:46Z``, ``2023-05-04T03:49:48.383740Z``, ``...+02:00``) in UTC;
+    None when it is not one (a date alone, no zone, a day that does not exist)."""
+    m = RFC3339.fullmatch(text)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    micro = int((m.group(7) or "0")[:6].ljust(6, "0"))
+    zone = m.group(8).upper()
+    offset = dt.timedelta(0) if zone == "Z" else (1 if zone[0] == "+" else -1) * dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+    try:
+        when = dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=dt.timezone(offset))
+    except ValueError:
+        return None
+    return when.astimezone(dt.timezone.utc)
+
+
+def stamp(when: dt.datetime) -> str:
+    """A UTC time as OSV writes it: ``2025-08-29T19:45:46Z``."""
+    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -73,19 +103,41 @@ class Advisory:
     location: str = field(default="", compare=False)  # the snapshot it came from (a zip, a folder, a URL)
 
     def names(self) -> tuple[str, ...]:
+        """Every identifier this record groups by: its id and aliases (``aliases``, ``upstream``, and ``related`` of a
+        DSA, DLA or USN)."""
         return (self.id, *self.aliases)
+
+    @property
+    def modified_at(self) -> dt.datetime | None:
+        return parse_time(self.modified)
 
 
 @dataclass(frozen=True)
 class Snapshot:
     location: str
     digest: str  # sha256:<hex>
-    date: str  # the newest modified of its records ("" when it has none)
+    date: str  # the newest modified of its records, as UTC (``2025-08-29T19:45:46Z``)
     advisories: tuple[Advisory, ...]
     notes: tuple[str, ...] = ()  # what was skipped, and why (counts)
 
     def summary(self) -> dict[str, Any]:
         return {"location": self.location, "digest": self.digest, "date": self.date, "advisories": len(self.advisories)}
+
+    @property
+    def newest(self) -> dt.datetime | None:
+        return parse_time(self.date)
+
+    def age(self, now: dt.datetime) -> dt.timedelta:
+        """How old its newest record is at ``now``; a record modified after ``now`` (beyond a small clock skew) is a
+        SnapshotError naming it: a snapshot from the future cannot say how old its data is."""
+        future = [a for a in self.advisories if (a.modified_at or now) > now + FUTURE_SKEW]
+        if future:
+            a = max(future, key=lambda x: x.modified_at or now)
+            raise SnapshotError(f"{self.location}: {a.origin}: modified: {a.modified[:40]!r} is later than this host's clock "
+                                f"({stamp(now)}): a date in the future cannot say how old the snapshot is; fix the record or the "
+                                f"clock (or mirror a fresh snapshot)")
+        newest = self.newest
+        return now - newest if newest is not None else dt.timedelta.max
 
 
 class SnapshotError(UserError):
@@ -154,7 +206,7 @@ def advisory_from(doc: Any, location: str, origin: str, notes: dict[str, int] | 
     label = db.get("severity")
     return Advisory(
         id=at.text(d.get("id"), "id"),
-        modified=at.text(d.get("modified"), "modified"),
+        modified=_modified(at, d.get("modified")),
         aliases=_aliases(at, d),
         summary=_summary(d.get("summary"), d.get("details")),
         withdrawn=at.text(d.get("withdrawn"), "withdrawn", required=False) or None,
@@ -167,9 +219,21 @@ def advisory_from(doc: Any, location: str, origin: str, notes: dict[str, int] | 
     )
 
 
+def _modified(at: _At, raw: Any) -> str:
+    """``modified`` as the OSV schema requires it: an RFC 3339 date-time. It dates the snapshot (its age is judged
+    against ``vulnerabilities.max_age``), so a text that is no date is refused, never shown as the snapshot's date."""
+    text = at.text(raw, "modified")
+    if parse_time(text) is None:
+        raise at.fail("modified", f"{text[:40]!r} is not an RFC 3339 date-time (e.g. 2025-08-29T19:45:46Z)")
+    return text
+
+
 def _aliases(at: _At, d: Mapping[str, Any]) -> tuple[str, ...]:
-    """``aliases`` and ``upstream`` (Debian's records name their CVE there), without repeats."""
-    names = [at.text(a, f"{key}[{i}]") for key in ("aliases", "upstream") for i, a in enumerate(at.array(d.get(key), key))]
+    """What the record groups by besides its id, as osv-scanner groups (internal/grouper): ``aliases`` and
+    ``upstream`` (Debian's DEBIAN-CVE-* and DSA records name their CVE there), and ``related`` of a DSA, DLA or USN
+    (older Debian and Ubuntu records named the CVEs they bundle there), without repeats."""
+    keys = ["aliases", "upstream"] + (["related"] if str(d.get("id", "")).split("-")[0] in BUNDLES_RELATED else [])
+    names = [at.text(a, f"{key}[{i}]") for key in keys for i, a in enumerate(at.array(d.get(key), key))]
     return tuple(dict.fromkeys(n for n in names if n != d.get("id")))
 
 
@@ -331,8 +395,11 @@ def _from_records(location: str, digest: str, members: Iterator[tuple[str, bytes
     if not advisories:
         raise SnapshotError(f"{location}: holds no OSV record (no .json member or file): an empty snapshot would match "
                             f"nothing and say so silently; mirror OSV's <ecosystem>/all.zip again")
-    newest = max((a.modified for a in advisories), default="")
-    return Snapshot(location, digest, newest, tuple(advisories), tuple(f"{n} {what}" for what, n in sorted(notes.items())))
+    newest = max(parse_time(a.modified) or NEVER for a in advisories)
+    return Snapshot(location, digest, stamp(newest), tuple(advisories), tuple(f"{n} {what}" for what, n in sorted(notes.items())))
+
+
+NEVER = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
 
 
 def _parse(data: bytes, location: str, name: str) -> Any:

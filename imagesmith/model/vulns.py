@@ -2,9 +2,11 @@
 
 Pure (no I/O): advisories (imagesmith.model.advisories) and packages in, findings out.
 
-* PyPI: PEP 440 through ``packaging`` (names normalised per PEP 503; a local version such
-  as ``2.5.1+cu124`` sorts after ``2.5.1`` and before ``2.5.2``, and matches ``2.5.1`` in an
-  explicit ``versions`` list);
+* PyPI: PEP 440 through ``packaging`` (names normalised per PEP 503). A range compares public versions:
+  PEP 440 ignores a local label (``+cpu``, ``+cu128``) when it matches a version against a specifier, so
+  ``2.13.0+cpu`` is in ``<=2.13.0`` (``last_affected: 2.13.0``), outside ``<2.13.0`` (``limit``, ``fixed``)
+  and matches ``2.13.0`` in an explicit ``versions`` list; pre-releases sort before their release, as OSV's
+  ordering says (``2.6.0rc1 < 2.6.0``);
 * Debian and Ubuntu: ``debian.debian_support.Version`` (dpkg's ordering: epochs, ``~``);
   advisories name source packages, so a binary package is matched by its source and
   source version (the ``upstream`` qualifier of the SBOM's package URL);
@@ -17,12 +19,19 @@ package's version, is not a version of its ecosystem) is an error naming the rec
 range dropped in silence could hide a critical finding. Severity is the highest of the record's CVSS vectors (scored by the ``cvss``
 library) and its qualitative ``database_specific.severity``; a record with neither is
 ``unknown``, listed but never above a threshold.
+
+One vulnerability is one finding, as osv-scanner counts (internal/grouper): the records that hit one package
+version are grouped when they share an identifier (id, aliases, upstream; DSA/DLA/USN also their related),
+transitively; the group's severity is its most severe record's, which an alias without a severity of its own
+takes too; the finding lists every record. Counts, the gate and the reports count findings.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import operator
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -108,8 +117,9 @@ Key = Callable[[str], Any]  # a version's sort key in one ecosystem; ValueError 
 
 
 def _pypi(v: str) -> PypiVersion:
+    """A PyPI version as ranges compare it: its public part (PEP 440 ignores the local label against a specifier)."""
     try:
-        return PypiVersion(v)
+        return PypiVersion(PypiVersion(v).public)
     except InvalidVersion as exc:
         raise ValueError(str(exc)) from None
 
@@ -185,9 +195,7 @@ def listed(version: str, versions: Sequence[str], key: Key | None, ecosystem: st
     if key is None:
         return False
     try:
-        want = key(version)
-        if ecosystem_family(ecosystem) == "PyPI":
-            want = PypiVersion(want.public)
+        want = key(version)  # a PyPI key is the public version: 2.5.1+cu124 matches 2.5.1
         return any(_safe_equal(want, v, key) for v in versions)
     except ValueError:
         return False
@@ -289,21 +297,41 @@ def severity(advisory: Advisory) -> tuple[str, float | None]:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Record:
+    """One advisory record of a finding, with its own rating and fix (an alias without a rating shows ``unknown``
+    here, while the finding carries the group's)."""
+
     id: str
-    aliases: tuple[str, ...]
-    summary: str
     severity: str
+    score: float | None
+    fixed: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "severity": self.severity, "score": self.score, "fixed": self.fixed}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One vulnerability of one package version: the group of records that name it (:func:`match`)."""
+
+    id: str  # the group's most severe record
+    aliases: tuple[str, ...]  # every other identifier of the group: CVEs first, then the other records' ids, then the rest
+    summary: str
+    severity: str  # the most severe record's: the group's
     score: float | None
     ecosystem: str
     package: str
     version: str
-    fixed: str | None
+    fixed: str | None  # the highest fix among the records: the version that clears every one of them
     refs: tuple[str, ...]  # the components (bom-refs) or matrix places it hits
     allowed: "Allowance | None" = None
+    records: tuple[Record, ...] = ()  # every record of the group, the finding's own id first
 
     def names(self) -> tuple[str, ...]:
         return (self.id, *self.aliases)
+
+    def record_ids(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.records) or (self.id,)
 
     def label(self) -> str:
         fix = f"fixed in {self.fixed}" if self.fixed else "no fixed version"
@@ -313,49 +341,106 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "aliases": list(self.aliases), "summary": self.summary, "severity": self.severity,
                "score": self.score, "ecosystem": self.ecosystem, "package": self.package, "version": self.version,
-               "fixed": self.fixed, "refs": list(self.refs)}
+               "fixed": self.fixed, "refs": list(self.refs), "records": [r.to_json() for r in self.records]}
         if self.allowed:
-            out["allowed"] = {"reason": self.allowed.reason, "expires": self.allowed.expires.isoformat()}
+            out["allowed"] = self.allowed.to_json()
         return out
 
 
+Hits = dict[str, tuple[Advisory, Hit, list[str]]]  # record id -> the record, its hit, the refs it hits
+
+
 def match(advisories: Iterable[Advisory], packages: Sequence[Package]) -> list[Finding]:
-    """Every (advisory, package) hit, one finding per advisory and package version (the binary
-    packages of one Debian source are one finding with several refs); withdrawn ones skipped."""
+    """Every vulnerability of every package version, one finding each: the records that hit one package version
+    (the binary packages of one Debian source are one package version with several refs), grouped by the
+    identifiers they share (:func:`group`); withdrawn records skipped."""
     index: dict[tuple[str, str], list[Package]] = {}
     for p in packages:
         index.setdefault((ecosystem_family(p.ecosystem), p.name), []).append(p)
-    found: dict[tuple[str, str, str, str], Finding] = {}
+    hits: dict[tuple[str, str, str], Hits] = {}
     for adv in advisories:
         if adv.withdrawn:
             continue
-        for entry in adv.affected:
+        for j, entry in enumerate(adv.affected):
             name = canonicalize_name(entry.name) if ecosystem_family(entry.ecosystem) == "PyPI" else entry.name
             for p in index.get((ecosystem_family(entry.ecosystem), name), []):
-                try:
-                    hit = affects(entry, p)
-                except Unjudged as exc:
-                    j = adv.affected.index(entry)
-                    raise SnapshotError(f"{adv.location + ': ' if adv.location else ''}{adv.origin}: {adv.id}: affected[{j}]"
-                                        f".ranges[{exc.index}]: {exc.why}, so it cannot say whether {p.name} {p.version[:80]} "
-                                        f"is affected; fix or drop this record (or mirror a fresh snapshot)") from None
+                hit = _judged(adv, j, entry, p)
                 if hit and hit.affected:
-                    _add(found, adv, p, hit)
-    return sorted(found.values(), key=lambda f: (-rank(f.severity), f.package, f.id))
+                    _add(hits.setdefault((p.ecosystem, p.name, p.version), {}), adv, p, hit)
+    found = [f for (eco, name, version), records in hits.items() for f in group(eco, name, version, records)]
+    return sorted(found, key=lambda f: (-rank(f.severity), f.package, f.id))
 
 
-def _add(found: dict[tuple[str, str, str, str], Finding], adv: Advisory, p: Package, hit: Hit) -> None:
-    key = (adv.id, p.ecosystem, p.name, p.version)
-    if key in found:
-        old = found[key]
-        if p.ref not in old.refs:
-            found[key] = dataclasses.replace(old, refs=(*old.refs, p.ref))
-        return
-    sev, score = severity(adv)
-    found[key] = Finding(adv.id, adv.aliases, adv.summary, sev, score, p.ecosystem, p.name, p.version, hit.fixed, (p.ref,))
+def _judged(adv: Advisory, j: int, entry: Affected, p: Package) -> Hit | None:
+    try:
+        return affects(entry, p)
+    except Unjudged as exc:
+        raise SnapshotError(f"{adv.location + ': ' if adv.location else ''}{adv.origin}: {adv.id}: affected[{j}]"
+                            f".ranges[{exc.index}]: {exc.why}, so it cannot say whether {p.name} {p.version[:80]} "
+                            f"is affected; fix or drop this record (or mirror a fresh snapshot)") from None
+
+
+def _add(records: Hits, adv: Advisory, p: Package, hit: Hit) -> None:
+    if adv.id not in records:  # the same record in two snapshots counts once
+        records[adv.id] = (adv, hit, [])
+    refs = records[adv.id][2]
+    if p.ref not in refs:
+        refs.append(p.ref)
+
+
+def group(ecosystem: str, package: str, version: str, records: Hits) -> list[Finding]:
+    """The records that hit one package version, grouped as osv-scanner groups them: two records are one
+    vulnerability when they share an identifier (id or alias), and so is every record sharing one with either
+    (a disjoint-set over the records, in id order)."""
+    ordered = sorted(records.values(), key=lambda r: r[0].id)
+    leader = list(range(len(ordered)))
+
+    def find(i: int) -> int:
+        while leader[i] != i:
+            leader[i] = leader[leader[i]]
+            i = leader[i]
+        return i
+
+    claimed: dict[str, int] = {}
+    for i, (adv, _, _) in enumerate(ordered):
+        for name in adv.names():
+            if name in claimed:
+                a, b = find(i), find(claimed[name])
+                leader[max(a, b)] = min(a, b)
+            else:
+                claimed[name] = i
+    groups: dict[int, list[tuple[Advisory, Hit, list[str]]]] = {}
+    for i, member in enumerate(ordered):
+        groups.setdefault(find(i), []).append(member)
+    return [_finding(ecosystem, package, version, members) for _, members in sorted(groups.items())]
+
+
+def _finding(ecosystem: str, package: str, version: str, members: list[tuple[Advisory, Hit, list[str]]]) -> Finding:
+    """One group as a finding: led by its most severe record (ties: the first id), whose rating the group takes."""
+    rated = [(adv, hit, refs, *severity(adv)) for adv, hit, refs in members]
+    lead = max(rated, key=lambda r: (rank(r[3]), r[4] if r[4] is not None else -1.0))  # max keeps the first of equals
+    records = [Record(adv.id, sev, score, hit.fixed) for adv, hit, _, sev, score in rated]
+    records.sort(key=lambda r: r.id != lead[0].id)
+    return Finding(lead[0].id, _aliases(lead[0].id, [adv for adv, *_ in rated]), lead[0].summary or next(
+        (adv.summary for adv, *_ in rated if adv.summary), ""), lead[3], lead[4], ecosystem, package, version,
+        _highest_fix(ecosystem, [r.fixed for r in records], lead[1].fixed),
+        tuple(dict.fromkeys(ref for _, _, refs, *_ in rated for ref in refs)), None, tuple(records))
+
+
+def _aliases(lead: str, advisories: Sequence[Advisory]) -> tuple[str, ...]:
+    ids = {a.id for a in advisories}
+    names = {n for a in advisories for n in a.names()} - {lead}
+    return tuple(sorted(names, key=lambda n: (not n.startswith("CVE-"), n not in ids, n)))
+
+
+def _highest_fix(ecosystem: str, fixes: Sequence[str | None], fallback: str | None) -> str | None:
+    key = version_key(ecosystem)
+    known = [f for f in fixes if f is not None and key is not None and _parses(f, key)]
+    return max(known, key=key) if known and key is not None else fallback
 
 
 def counts(findings: Iterable[Finding]) -> dict[str, int]:
+    """Findings (vulnerabilities, not records) by severity."""
     out = dict.fromkeys(reversed(SEVERITIES), 0)
     for f in findings:
         out[f.severity] += 1
@@ -364,12 +449,80 @@ def counts(findings: Iterable[Finding]) -> dict[str, int]:
 
 # -- the policy --------------------------------------------------------------------------------------------
 
+DEFAULT_MAX_AGE = 5 * 86400  # seconds: Grype's default (db.max-allowed-built-age: 120h)
+STALE = ("fail", "warn")  # what a snapshot older than max_age does to the gate
+OPERATORS = ("<=", ">=", "==", "!=", "<", ">")
+CLAUSE = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*([A-Za-z0-9.+~:!_-]{1,128})\s*")
+
+
+def version_clauses(text: str) -> list[tuple[str, str]] | None:
+    """An allowance's ``versions``: comparisons joined by commas (``>=2.5, <2.6.0``); None when it is not that."""
+    out = []
+    for part in text.split(","):
+        m = CLAUSE.fullmatch(part)
+        if m is None:
+            return None
+        out.append((m.group(1), m.group(2)))
+    return out or None
+
+
+def versions_problem(text: str) -> str | None:
+    """Why ``text`` is no allowance ``versions`` (None: it is one): each version must be a PEP 440 or a Debian version."""
+    clauses = version_clauses(text)
+    if clauses is None:
+        return (f"{text[:80]!r} is not a version range; write comparisons joined by commas, e.g. '<2.6.0' or "
+                f"'>=1:1.2.13, <1:1.3' ({', '.join(OPERATORS)})")
+    for _, v in clauses:
+        if not (_parses(v, _pypi) or _parses(v, _debian)):
+            return f"{v[:80]!r} is neither a PEP 440 nor a Debian version"
+    return None
+
+
+def in_versions(version: str, text: str, ecosystem: str) -> bool:
+    """Does ``text`` (:func:`version_clauses`) hold ``version``, in its ecosystem's order (a PyPI local version as
+    its public one, as ranges compare it)? A version either side that does not parse there: no."""
+    key, clauses = version_key(ecosystem), version_clauses(text)
+    if key is None or clauses is None:
+        return False
+    try:
+        v = key(version)
+        return all(_compare(v, op, key(bound)) for op, bound in clauses)
+    except (ValueError, TypeError):
+        return False
+
+
+COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+
+
+def _compare(v: Any, op: str, bound: Any) -> bool:
+    return bool(COMPARE[op](v, bound))
+
 
 @dataclass(frozen=True)
 class Allowance:
+    """An accepted risk: an advisory id (or alias), optionally only for one package and a version range."""
+
     id: str
     reason: str
     expires: dt.date
+    package: str | None = None  # only this package (its PyPI name, normalised; a Debian source package)
+    versions: str | None = None  # only these versions (:func:`version_clauses`), in the finding's ecosystem's order
+
+    def covers(self, f: Finding) -> bool:
+        if self.id not in f.names():
+            return False
+        if self.package is not None and not same_name(f.ecosystem, self.package, f.package):
+            return False
+        return self.versions is None or in_versions(f.version, self.versions, f.ecosystem)
+
+    def describe(self) -> str:
+        """``GHSA-53q9-r3pm-6pq6 for torch <2.6.0``: what it covers."""
+        return self.id + (f" for {self.package}" if self.package else "") + (f" {self.versions}" if self.versions else "")
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"id": self.id, "reason": self.reason, "expires": self.expires.isoformat()}
+        return out | {k: v for k, v in (("package", self.package), ("versions", self.versions)) if v is not None}
 
 
 @dataclass(frozen=True)
@@ -377,9 +530,12 @@ class Policy:
     threshold: str = "critical"  # findings at or above it fail (validate: error; release: the target)
     allow: tuple[Allowance, ...] = ()
     max_age_days: int | None = None  # verify --reuse-evidence refuses a vulnerability result older than this
+    max_age: int = DEFAULT_MAX_AGE  # seconds: a snapshot whose newest record is older is stale
+    stale: str = "fail"  # a stale snapshot fails the gate (fail) or is a warning (warn)
 
-    def allowance(self, finding: Finding) -> Allowance | None:
-        return next((a for a in self.allow if a.id in finding.names()), None)
+    def allowances(self, finding: Finding) -> list[Allowance]:
+        """Every allowance that covers ``finding`` (its id or alias, its package, its version)."""
+        return [a for a in self.allow if a.covers(finding)]
 
     def blocks(self, finding: Finding) -> bool:
         return rank(finding.severity) >= rank(self.threshold) and finding.severity != "unknown"
@@ -389,25 +545,39 @@ class Policy:
 class Verdict:
     finding: Finding  # with its allowance attached, if one covers it
     failure: str | None = None  # why it blocks: at or above the threshold and not allowed, or allowed until a past date
+    notes: tuple[str, ...] = ()  # what a person should still hear: an expired allowance another one outlives
 
 
 def judge(findings: Iterable[Finding], policy: Policy, today: dt.date) -> list[Verdict]:
-    """Each finding judged: one at or above the threshold blocks unless an allowance covers it
-    and has not expired."""
-    out = []
-    for f in findings:
-        allowed = policy.allowance(f)
-        failure = None
-        if allowed and allowed.expires < today and policy.blocks(f):
-            failure = (f"{f.label()}: its allowance expired on {allowed.expires.isoformat()}; "
-                       "upgrade the package, or renew the allowance with a reason (vulnerabilities.allow)")
-            allowed = None
-        elif not allowed and policy.blocks(f):
-            failure = (f"{f.label()}: at or above the threshold {policy.threshold}; upgrade the package, or allow it "
-                       "with a reason and an expiry date (vulnerabilities.allow)")
-        out.append(Verdict(dataclasses.replace(f, allowed=allowed) if allowed else f, failure))
-    return out
+    """Each finding judged: one at or above the threshold blocks unless an allowance covers it and has not
+    expired. Every expired allowance covering a finding is reported: the failure when none other covers it,
+    a note when one does (the one that expires last is the finding's)."""
+    return [_verdict(f, policy, today) for f in findings]
+
+
+def _verdict(f: Finding, policy: Policy, today: dt.date) -> Verdict:
+    covering = policy.allowances(f)
+    valid = sorted((a for a in covering if a.expires >= today), key=lambda a: a.expires, reverse=True)
+    expired_ = [a for a in covering if a.expires < today]
+    if valid:
+        notes = tuple(f"{f.label()}: the allowance {a.describe()} expired on {a.expires.isoformat()}; "
+                      f"{valid[0].describe()} covers it until {valid[0].expires.isoformat()}: remove the expired one"
+                      for a in expired_)
+        return Verdict(dataclasses.replace(f, allowed=valid[0]), None, notes)
+    if not policy.blocks(f):
+        return Verdict(f, None, tuple(f"{f.label()}: the allowance {a.describe()} expired on {a.expires.isoformat()}"
+                                      for a in expired_))
+    if expired_:
+        last = max(expired_, key=lambda a: a.expires)
+        return Verdict(f, f"{f.label()}: its allowance expired on {last.expires.isoformat()}; "
+                          "upgrade the package, or renew the allowance with a reason (vulnerabilities.allow)")
+    return Verdict(f, f"{f.label()}: at or above the threshold {policy.threshold}; upgrade the package, or allow it "
+                      "with a reason and an expiry date (vulnerabilities.allow)")
 
 
 def expired(policy: Policy, today: dt.date) -> list[Allowance]:
     return [a for a in policy.allow if a.expires < today]
+
+
+def stale(snapshot_age: dt.timedelta, policy: Policy) -> bool:
+    return snapshot_age > dt.timedelta(seconds=policy.max_age)

@@ -896,7 +896,7 @@ def vulnerability_step(check: Any, name: str, base_images: Mapping[str, str], in
         inv = sbom.inventory_from(inventory(r.image_id))  # as the evidence gets it: signed, or measured here; never a file in OUT
         identity = sbom.ImageIdentity(name, r.image_id, r.image_id, base_images.get(r.target, ""), "", r.versions)
         found = check(json.loads(sbom.build_bom(inv, identity)))
-        r.vulnerabilities = found.predicate() | {"findings": [f.to_json() for f in found.findings]}
+        r.vulnerabilities = found.to_json()
         return found.reason()  # type: ignore[no-any-return]
     return gate
 

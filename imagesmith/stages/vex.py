@@ -1,7 +1,8 @@
 """The vulnerability document of an image: CycloneDX 1.6 JSON (VEX) built with
 cyclonedx-python-lib's vulnerability model from the findings of imagesmith.stages.vulngate.
 
-Pure. Each finding is one vulnerability: its id and source, the rating (severity, CVSS
+Pure. Each finding is one vulnerability (a group of OSV records, each named in an ``imagesmith:record``
+property with its own severity): its id and source, the rating (severity, CVSS
 score), the fixed version as the recommendation, and what it affects as BOM-Links into the
 image's SBOM (``urn:cdx:<sbom serial>/1#<bom-ref>``, the SBOM's serial being derived from
 the same name and digest). An allowed finding carries an analysis (``in_triage``, the
@@ -72,7 +73,8 @@ def _vulnerability(f: vulns.Finding, link: str) -> Vulnerability:
         recommendation=f"upgrade {f.package} to {f.fixed}" if f.fixed else "no fixed version is known",
         affects=affects, analysis=analysis,
         properties=[Property(name=f"{PREFIX}ecosystem", value=f.ecosystem), Property(name=f"{PREFIX}package", value=f.package)]
-        + [Property(name=f"{PREFIX}alias", value=a) for a in f.aliases],
+        + [Property(name=f"{PREFIX}alias", value=a) for a in f.aliases]
+        + [Property(name=f"{PREFIX}record", value=f"{r.id} {r.severity}") for r in f.records],
     )
 
 

@@ -3,6 +3,7 @@ and a hostile-snapshot corpus: each is a UserError with an exact message (exit 1
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import io
 import json
@@ -329,3 +330,52 @@ def test_a_mirror_that_is_not_there(tmp_path: Path) -> None:
         fetch_limited("http://127.0.0.1:9/all.zip", 1 << 20, timeout=5)
     assert str(info.value).startswith("GET http://127.0.0.1:9/all.zip: ConnectionError: ")
     assert str(info.value).endswith("; check the mirror's URL and that this host reaches it")
+
+
+# -- issue 34, outcome 3: a snapshot says how old it is --------------------------------------------------------------
+
+MODIFIED = [  # (modified, the error; None: accepted, with the snapshot's date)
+    ("2025-08-29T19:45:46Z", None, "2025-08-29T19:45:46Z"),
+    ("2023-05-04T03:49:48.383740Z", None, "2023-05-04T03:49:48Z"),
+    ("2024-01-01T00:00:00.123456789Z", None, "2024-01-01T00:00:00Z"),  # Go's nanoseconds
+    ("2024-01-01T02:00:00+02:00", None, "2024-01-01T00:00:00Z"),
+    ("zzz not a date", "'zzz not a date' is not an RFC 3339 date-time (e.g. 2025-08-29T19:45:46Z)", ""),
+    ("9999-12-31", "'9999-12-31' is not an RFC 3339 date-time (e.g. 2025-08-29T19:45:46Z)", ""),
+    ("2025-02-30T00:00:00Z", "'2025-02-30T00:00:00Z' is not an RFC 3339 date-time (e.g. 2025-08-29T19:45:46Z)", ""),
+    ("2025-08-29T19:45:46", "'2025-08-29T19:45:46' is not an RFC 3339 date-time (e.g. 2025-08-29T19:45:46Z)", ""),  # no zone
+    ("2025-08-29 19:45:46Z", "'2025-08-29 19:45:46Z' is not an RFC 3339 date-time (e.g. 2025-08-29T19:45:46Z)", ""),
+    ("２０２５-08-29T19:45:46Z", "'２０２５-08-29T19:45:46Z' is not an RFC 3339 date-time (e.g. 2025-08-29T19:45:46Z)", ""),
+]
+
+
+@pytest.mark.parametrize(("modified", "error", "date"), MODIFIED)
+def test_modified_must_be_an_rfc3339_date_time(tmp_path: Path, modified: str, error: str | None, date: str) -> None:
+    (tmp_path / "r.json").write_text(json.dumps({"id": "GHSA-x", "modified": modified}))
+    if error is None:
+        assert advisories.load(tmp_path).date == date
+        return
+    with pytest.raises(advisories.SnapshotError) as info:
+        advisories.load(tmp_path)
+    assert str(info.value) == f"{tmp_path}: r.json: modified: {error}; fix or drop this record (or mirror a fresh snapshot)"
+
+
+def test_a_snapshot_is_as_old_as_its_newest_record() -> None:
+    s = advisories.load(OSV)
+    assert s.age(dt.datetime(2025, 9, 3, 19, 45, 46, tzinfo=dt.timezone.utc)) == dt.timedelta(days=5)
+
+
+def test_a_record_from_the_future_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps({"id": "A", "modified": "2026-11-30T00:00:00Z"}))
+    (tmp_path / "b.json").write_text(json.dumps({"id": "B", "modified": "9999-12-31T00:00:00Z"}))
+    s = advisories.load(tmp_path)
+    with pytest.raises(advisories.SnapshotError) as info:
+        s.age(dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
+    assert str(info.value) == (f"{tmp_path}: b.json: modified: '9999-12-31T00:00:00Z' is later than this host's clock "
+                               "(2026-12-01T00:00:00Z): a date in the future cannot say how old the snapshot is; fix the record "
+                               "or the clock (or mirror a fresh snapshot)")
+
+
+
+def test_a_clock_a_few_minutes_behind_is_tolerated(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps({"id": "A", "modified": "2026-12-01T00:05:00Z"}))
+    assert advisories.load(tmp_path).age(dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)) == dt.timedelta(minutes=-5)

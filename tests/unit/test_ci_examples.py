@@ -287,3 +287,24 @@ def test_checker_catches_bad_lines(line: str, expected: list[str]) -> None:
 def test_calls_are_found_in_compound_lines() -> None:
     script = 'X=1 imagesmith build --out b || rc=$?\nimagesmith report b/report.json --format md >> "$S" && echo done'
     assert list(imagesmith_calls(script)) == [["build", "--out", "b"], ["report", "b/report.json", "--format", "md"]]
+
+
+RECHECK_GITHUB = ROOT / "examples" / "ci" / "recheck-github-actions.yml"
+RECHECK_GITLAB = ROOT / "examples" / "ci" / "recheck-gitlab-ci.yml"
+
+
+@pytest.mark.parametrize("path", [RECHECK_GITHUB, RECHECK_GITLAB], ids=["github", "gitlab"])
+def test_the_scheduled_recheck_runs_real_commands(path: Path) -> None:
+    """examples/ci/recheck-*: on a schedule only, with publish's lock, a recheck that reads signed evidence and holds
+    floating tags back, every imagesmith line a real command with real options."""
+    doc = yaml.safe_load(path.read_text())
+    scripts = list(github_scripts(doc)) if path == RECHECK_GITHUB else list(gitlab_scripts(doc))
+    found = [args for script in scripts for args in imagesmith_calls(script)]
+    assert [f"imagesmith {' '.join(a)}  ->  {p}" for a in found for p in problems(a)] == []
+    [recheck] = [a for a in found if a[:2] == ["vulns", "recheck"]]
+    assert {"--key", "--hold-floating", "--advisories", "--matrix"} <= set(recheck)
+    if path == RECHECK_GITHUB:
+        assert doc[True]["schedule"] and doc["jobs"]["recheck"]["concurrency"]["group"] == "imagesmith-release"  # YAML 1.1: on is True
+    else:
+        assert doc["recheck"]["rules"] == [{"if": '$CI_PIPELINE_SOURCE == "schedule"'}]
+        assert doc["recheck"]["resource_group"] == "imagesmith-release"

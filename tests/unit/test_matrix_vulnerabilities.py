@@ -37,6 +37,19 @@ BAD = [
      "matrix.yaml:5 vulnerabilities.allow[0].expires: 'next year' is not a date; write YYYY-MM-DD"),
     ("vulnerabilities:\n  allow:\n    - {id: '$(reboot)', reason: trusted models, expires: 2027-03-01}\n",
      "matrix.yaml:5 vulnerabilities.allow[0].id: '$(reboot)' is not an advisory id (GHSA-xxxx-xxxx-xxxx, CVE-2025-32434, PYSEC-2024-1, DSA-5514-1)"),
+    ("vulnerabilities: {max_age: soon}\n", "matrix.yaml:3 vulnerabilities.max_age: 'soon' is not a duration; write e.g. 90s, 30m, 1h30m or 2d"),
+    ("vulnerabilities: {max_age: 30m}\n", "matrix.yaml:3 vulnerabilities.max_age: 30m is out of range (3600 s .. 3650 d)"),
+    ("vulnerabilities: {stale: ignore}\n", "matrix.yaml:3 vulnerabilities.stale: 'ignore' is not one of fail, warn"),
+    ("vulnerabilities:\n  allow:\n    - {id: CVE-2025-32434, reason: r, expires: 2027-03-01, package: 'torch; rm -rf /'}\n",
+     "matrix.yaml:5 vulnerabilities.allow[0].package: 'torch; rm -rf /' is not a package name; write the PyPI name (torch) or the "
+     "Debian source package (zlib) the advisory names"),
+    ("vulnerabilities:\n  allow:\n    - {id: CVE-2025-32434, reason: r, expires: 2027-03-01, versions: 2.6.0}\n",
+     "matrix.yaml:5 vulnerabilities.allow[0].versions: '2.6.0' is not a version range; write comparisons joined by commas, e.g. "
+     "'<2.6.0' or '>=1:1.2.13, <1:1.3' (<=, >=, ==, !=, <, >)"),
+    ("vulnerabilities:\n  allow:\n    - {id: CVE-2025-32434, reason: r, expires: 2027-03-01, versions: '<=latest!'}\n",
+     "matrix.yaml:5 vulnerabilities.allow[0].versions: 'latest!' is neither a PEP 440 nor a Debian version"),
+    ("vulnerabilities:\n  allow:\n    - {id: CVE-2025-32434, reason: r, expires: 2027-03-01, version: <2.6}\n",
+     "matrix.yaml:5 vulnerabilities.allow[0].version: unknown key; did you mean 'versions'?"),
 ]
 
 
@@ -59,13 +72,23 @@ def test_the_policy_as_records(write_matrix: WriteMatrix) -> None:
 
 
 def test_no_policy_means_critical_blocks(write_matrix: WriteMatrix) -> None:
-    assert matrix.load(write_matrix(BASE)).vulnerabilities == vulns.Policy("critical", (), None)
+    assert matrix.load(write_matrix(BASE)).vulnerabilities == vulns.Policy("critical", (), None, 5 * 86400, "fail")
+
+
+def test_an_allowance_with_package_and_versions_and_an_age(write_matrix: WriteMatrix) -> None:
+    path = write_matrix(BASE + "vulnerabilities:\n  max_age: 36h\n  stale: warn\n  allow:\n"
+                        "    - {id: CVE-2025-32434, reason: trusted models, expires: 2027-03-01, package: torch, versions: ' >=2.5, <2.6.0'}\n")
+    assert matrix.load(path).vulnerabilities == vulns.Policy(
+        "critical", (vulns.Allowance("CVE-2025-32434", "trusted models", dt.date(2027, 3, 1), "torch", ">=2.5, <2.6.0"),), None, 36 * 3600, "warn")
+
+
+FRESH = dt.datetime(2025, 9, 1, 12, 0, tzinfo=dt.timezone.utc)  # three days after the fixture's newest record: not stale
 
 
 def early(write_matrix: WriteMatrix, extra: str, on: dt.date = dt.date(2026, 12, 1)) -> vulngate.Early:
     shutil.copytree(OSV, write_matrix("").parent / "osv", dirs_exist_ok=True)
     m = matrix.load(write_matrix(BASE + "sources: {advisories: [osv]}\n" + extra))
-    return vulngate.early(m, plan.expand(m, "20261201"), on, vulngate.load_snapshots(m))
+    return vulngate.early(m, plan.expand(m, "20261201"), on, vulngate.load_snapshots(m), FRESH)
 
 
 TORCH = "GHSA-53q9-r3pm-6pq6 (CVE-2025-32434) critical: torch 2.5.1, fixed in 2.6.0"
@@ -100,7 +123,7 @@ def test_a_package_of_another_layer_is_located_in_that_layer(write_matrix: Write
     m2 = BASE.replace('"2.5"', '"2.9"')
     shutil.copytree(OSV, write_matrix("").parent / "osv", dirs_exist_ok=True)
     m = matrix.load(write_matrix(m2 + "sources: {advisories: [osv]}\nlayers:\n  base: {}\n  cv: {packages: [torch==1.13.0]}\n"))
-    got = vulngate.early(m, plan.expand(m, "20261201"), dt.date(2026, 12, 1), vulngate.load_snapshots(m))
+    got = vulngate.early(m, plan.expand(m, "20261201"), dt.date(2026, 12, 1), vulngate.load_snapshots(m), FRESH)
     assert [str(p) for p in got.errors] == [
         "matrix.yaml:6 layers.cv.packages: GHSA-53q9-r3pm-6pq6 (CVE-2025-32434) critical: torch 1.13.0, fixed in 2.6.0: at or "
         "above the threshold critical; upgrade the package, or allow it with a reason and an expiry date (vulnerabilities.allow) "
@@ -123,3 +146,41 @@ def test_an_expired_allowance_fails_validate_even_without_snapshots(write_matrix
         cli.main(["matrix", "validate", str(path), "--date", "20261129"])  # the day before: valid
     assert ok.value.code == 0
     assert capsys.readouterr().out.startswith("OK: 1 cells, 1 targets")
+
+
+STALE = ("the advisory snapshot {d}/osv is 458d old (its newest record was modified at 2025-08-29T19:45:46Z), older than "
+         "vulnerabilities.max_age (5d): advisories published since are not in it; mirror a fresh one (OSV's <ecosystem>/all.zip), "
+         "or set vulnerabilities.stale: warn to release on it anyway")
+
+
+def test_a_stale_snapshot_fails_validate(write_matrix: WriteMatrix) -> None:
+    shutil.copytree(OSV, write_matrix("").parent / "osv", dirs_exist_ok=True)
+    m = matrix.load(write_matrix(BASE.replace('"2.5"', '"2.9"') + "sources: {advisories: [osv]}\n"))
+    now = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
+    got = vulngate.early(m, plan.expand(m, "20261201"), now.date(), vulngate.load_snapshots(m), now)
+    assert [str(p) for p in got.errors] == ["matrix.yaml:3 sources.advisories: " + STALE.format(d=m.file.parent)]
+    fresh = vulngate.early(m, plan.expand(m, "20261201"), now.date(), vulngate.load_snapshots(m), FRESH)
+    assert fresh.errors == ()
+
+
+def test_a_stale_snapshot_is_a_warning_where_the_matrix_allows_it(write_matrix: WriteMatrix) -> None:
+    found = early(write_matrix, "vulnerabilities: {stale: warn, max_age: 2d}\n", on=dt.date(2026, 12, 1))
+    assert str(found.warnings[0]) == (
+        f"matrix.yaml:3 sources.advisories: warning: the advisory snapshot {found.snapshots[0].location} is 2d old (its newest "
+        "record was modified at 2025-08-29T19:45:46Z), older than vulnerabilities.max_age (2d): advisories published since are "
+        "not in it; mirror a fresh one (OSV's <ecosystem>/all.zip) (vulnerabilities.stale: warn: judged on it anyway)")
+    assert [p.path for p in found.errors] == ["matrix.torch"]  # torch 2.5.1's critical finding, judged on it anyway
+
+
+def test_validate_exits_1_on_a_stale_snapshot(write_matrix: WriteMatrix, capsys: pytest.CaptureFixture[str]) -> None:
+    from imagesmith import cli
+
+    shutil.copytree(OSV, write_matrix("").parent / "osv", dirs_exist_ok=True)
+    path = write_matrix(BASE.replace('"2.5"', '"2.9"') + "sources: {advisories: [osv]}\n")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["matrix", "validate", str(path), "--date", "20261201"])
+    assert info.value.code == 1
+    assert "sources.advisories: the advisory snapshot" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ok:
+        cli.main(["matrix", "validate", str(path), "--date", "20250902"])  # the end of that day: 4 days after the newest record
+    assert ok.value.code == 0

@@ -18,7 +18,8 @@ from tests.unit.test_publish import FakeEngine, FakeRegistry, World, item
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 INVENTORY = json.loads((FIXTURES / "inventory" / "debian12-cpu-base.json").read_text())["inventory"]
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
-DEFAULT = vulns.Policy()
+AGELESS = 3650 * 86400  # the fixture's newest record is from 2025-08-29: these tests are not about its age
+DEFAULT = vulns.Policy(max_age=AGELESS)
 ZLIB = "DEBIAN-CVE-2023-45853 (CVE-2023-45853) critical: zlib 1:1.2.13.dfsg-1, no fixed version"
 
 
@@ -46,7 +47,7 @@ def release(world: World, policy: vulns.Policy, *items: publish.Item) -> dict[st
 
 
 def test_a_critical_finding_keeps_the_target_back_with_the_reason(world: World) -> None:
-    data = release(world, vulns.Policy(), item("2.9.1"))
+    data = release(world, DEFAULT, item("2.9.1"))
     t = data["targets"][0]
     assert (t["status"], t["digest"], t["reference"]) == ("vulnerable", None, "")
     assert t["error"] == (f"not released: known vulnerabilities at or above critical: {ZLIB}: at or above the threshold critical; "
@@ -59,18 +60,19 @@ def test_a_critical_finding_keeps_the_target_back_with_the_reason(world: World) 
 
 def test_an_allowed_finding_is_released_and_recorded(world: World) -> None:
     allow = vulns.Allowance("CVE-2023-45853", "no MiniZip in the image; zlib's inflate/deflate only", dt.date(2027, 3, 1))
-    data = release(world, vulns.Policy(allow=(allow,)), item("2.9.1"), item("2.9.1", "cv", verified=False))
+    data = release(world, vulns.Policy(allow=(allow,), max_age=AGELESS), item("2.9.1"), item("2.9.1", "cv", verified=False))
     t = data["targets"][0]
     assert t["status"] == "pushed" and data["targets"][1]["status"] == "not-verified"
     assert t["vulnerabilities"]["blocking"] == 0
     assert [(f["id"], f["allowed"]) for f in t["vulnerabilities"]["findings"]] == [
-        ("DEBIAN-CVE-2023-45853", {"reason": "no MiniZip in the image; zlib's inflate/deflate only", "expires": "2027-03-01"})]
+        ("DEBIAN-CVE-2023-45853", {"id": "CVE-2023-45853", "reason": "no MiniZip in the image; zlib's inflate/deflate only",
+                                  "expires": "2027-03-01"})]
     assert t["vulnerabilities"]["snapshots"][0]["date"] == "2025-08-29T19:45:46Z"
 
 
 def test_an_expired_allowance_keeps_it_back(world: World) -> None:
     allow = vulns.Allowance("DEBIAN-CVE-2023-45853", "no MiniZip", dt.date(2026, 11, 30))
-    t = release(world, vulns.Policy(allow=(allow,)), item("2.9.1"))["targets"][0]
+    t = release(world, vulns.Policy(allow=(allow,), max_age=AGELESS), item("2.9.1"))["targets"][0]
     assert t["status"] == "vulnerable" and "its allowance expired on 2026-11-30" in t["error"]
 
 
@@ -115,7 +117,7 @@ def test_the_vex_document_validates_against_cyclonedx_1_6() -> None:
     from cyclonedx.validation.json import JsonStrictValidator
 
     allow = vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1))
-    found = result(vulns.Policy(allow=(allow,)))
+    found = result(vulns.Policy(allow=(allow,), max_age=AGELESS))
     data = vex.document("reg.test:5000/ml/pytorch", "sha256:" + "ab" * 32, found.findings, found.snapshots, found.matched_at)
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode()) is None
     assert vex.counts(json.loads(data))["allowed"] == 1
@@ -152,7 +154,7 @@ def test_what_counts_as_the_same_vulnerability_document(other: str, same: bool) 
     doc = evidence.vex_document("h/r", "sha256:" + "ab" * 32, vex.document("h/r", "sha256:" + "ab" * 32, base.findings, base.snapshots,
                                                                            base.matched_at), "t")
     if other == "allowed":
-        base = result(vulns.Policy(allow=(vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1)),)))
+        base = result(vulns.Policy(allow=(vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1)),), max_age=AGELESS))
     later = vex.document("h/r", "sha256:" + "ab" * 32, base.findings, () if other == "no-snapshot" else base.snapshots,
                          base.matched_at + dt.timedelta(days=1))
     st = Statement("h/r", "sha256:" + "ab" * 32, attestation.VEX_PREDICATE, json.loads(later))
@@ -202,12 +204,12 @@ def test_the_reports_list_the_findings(world: World) -> None:
     from imagesmith.report import markdown
 
     allow = vulns.Allowance("CVE-2023-45853", "no MiniZip <script>", dt.date(2027, 3, 1))
-    allowed = release(world, vulns.Policy(allow=(allow,)), item("2.9.1"))
+    allowed = release(world, vulns.Policy(allow=(allow,), max_age=AGELESS), item("2.9.1"))
     md = markdown.release_document(allowed)
     assert ("| 2.9.1-base | DEBIAN-CVE-2023-45853 | critical | zlib | 1:1.2.13.dfsg-1 | - | until 2027-03-01: no MiniZip <script> |"
             in md.replace("\\<", "<").replace("&lt;", "<").replace("&gt;", ">")), md
     blocked_world = World(FakeRegistry(), FakeEngine(FakeRegistry()), world.out / "b", [])
-    blocked = release(blocked_world, vulns.Policy(), item("2.9.1"))
+    blocked = release(blocked_world, DEFAULT, item("2.9.1"))
     assert "| 2.9.1-base | DEBIAN-CVE-2023-45853 | critical | zlib | 1:1.2.13.dfsg-1 | - | blocks |" in markdown.release_document(blocked)
     xml = report.to_junit(run_of(blocked))
     assert "DEBIAN-CVE-2023-45853 critical: zlib 1:1.2.13.dfsg-1, fixed in -" in xml and 'type="release"' in xml
@@ -221,7 +223,68 @@ def test_imagesmith_evidence_prints_the_counts(capsys: pytest.CaptureFixture[str
 
     allow = vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1))
     found = evidence.Evidence("h/r", "sha256:" + "ab" * 32, "m", 1, "referrers API", (),
-                              [vex_attestation(result(vulns.Policy(allow=(allow,))))])
+                              [vex_attestation(result(vulns.Policy(allow=(allow,), max_age=AGELESS)))])
     print_evidence(found)
     out = capsys.readouterr().out
     assert "vulnerabilities: 1 critical, 0 high, 0 medium, 0 low, 0 unknown (1 allowed by the matrix)\n" in out
+
+
+# -- issue 34: snapshots expire, allowances are precise ---------------------------------------------------------------
+
+OLD = (f"the advisory snapshot {FIXTURES / 'osv'} is 458d old (its newest record was modified at 2025-08-29T19:45:46Z), older "
+       "than vulnerabilities.max_age (5d): advisories published since are not in it; mirror a fresh one (OSV's <ecosystem>/all.zip)")
+
+
+def test_a_stale_snapshot_keeps_every_target_back(world: World) -> None:
+    allow = vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1))
+    t = release(world, vulns.Policy(allow=(allow,)), item("2.9.1"))["targets"][0]
+    assert t["status"] == "vulnerable"
+    assert t["error"] == (f"not released: known vulnerabilities not judged: {OLD}, or set vulnerabilities.stale: warn to release "
+                          "on it anyway")
+    assert t["vulnerabilities"]["blocking"] == 0 and world.reg.writes == []
+
+
+def test_a_stale_snapshot_where_the_matrix_allows_it_is_recorded(world: World) -> None:
+    allow = vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1))
+    t = release(world, vulns.Policy(allow=(allow,), stale="warn"), item("2.9.1"))["targets"][0]
+    assert t["status"] == "pushed"
+    assert t["vulnerabilities"]["stale"] == [f"{OLD} (vulnerabilities.stale: warn: judged on it anyway)"]
+
+
+def test_an_expired_allowance_another_outlives_is_recorded(world: World) -> None:
+    old = vulns.Allowance("DEBIAN-CVE-2023-45853", "no MiniZip", dt.date(2026, 1, 1), package="zlib")
+    new = vulns.Allowance("CVE-2023-45853", "no MiniZip", dt.date(2027, 3, 1), versions="<1:1.3")
+    t = release(world, vulns.Policy(allow=(old, new), max_age=AGELESS), item("2.9.1"))["targets"][0]
+    assert t["status"] == "pushed"
+    assert t["vulnerabilities"]["notes"] == [
+        f"{ZLIB}: the allowance DEBIAN-CVE-2023-45853 for zlib expired on 2026-01-01; CVE-2023-45853 <1:1.3 covers it until "
+        "2027-03-01: remove the expired one"]
+
+
+def test_the_release_gate_refuses_a_record_from_the_future_before_anything_is_pushed(write_matrix: Any,
+                                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from imagesmith.cli.common import vulnerability_gate
+    from imagesmith.model import matrix
+
+    folder = write_matrix("").parent / "osv"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps({"id": "GHSA-x", "modified": "2099-01-01T00:00:00Z"}))
+    m = matrix.load(write_matrix('version: 1\nmatrix: {torch: ["2.9"], cuda: [cpu], python: ["3.11"], os: [debian12]}\n'
+                                 "sources: {advisories: [osv]}\n"))
+    with pytest.raises(advisories.SnapshotError) as info:
+        vulnerability_gate(m)
+    assert str(info.value).startswith(f"{folder}: a.json: modified: '2099-01-01T00:00:00Z' is later than this host's clock")
+
+
+def test_the_release_gate_says_a_stale_snapshot_keeps_every_target_back(write_matrix: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from imagesmith.cli.common import vulnerability_gate
+    from imagesmith.model import matrix
+
+    shutil.copytree(FIXTURES / "osv", write_matrix("").parent / "osv")
+    m = matrix.load(write_matrix('version: 1\nmatrix: {torch: ["2.9"], cuda: [cpu], python: ["3.11"], os: [debian12]}\n'
+                                 "sources: {advisories: [osv]}\n"))
+    assert vulnerability_gate(m) is not None
+    err = capsys.readouterr().err
+    assert "error: the advisory snapshot " in err and err.rstrip().endswith("to release on it anyway: no target is released")

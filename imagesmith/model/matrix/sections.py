@@ -646,7 +646,10 @@ ALLOWANCE = Table("allowance", (  # -> vulns.Allowance, once id and reason are c
     Key("id", Ctx.string),
     Key("reason", Ctx.string),
     Key("expires", _date),  # its absence is _date's error, at the key
+    Key("package", Ctx.string, optional=True),  # only this package: a PyPI name, or a Debian source package
+    Key("versions", Ctx.string, optional=True),  # only these versions: "<2.6.0", ">=1.0, <2.6.0"
 ))
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._+-]{0,126}[A-Za-z0-9+])?")
 
 
 def _allowances(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[vulns.Allowance, ...]:
@@ -665,15 +668,32 @@ def _allowances(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[vulns.Allowanc
             ctx.error(path + (i, "reason"), "an allowance needs a reason: why this image may ship with the advisory")
         else:
             ctx.checked(reason, path + (i, "reason"), grammar.text)
-        if expires is not None and ident and reason:
-            out.append(vulns.Allowance(ident, reason, expires))
+        scope = _scope(ctx, v, path + (i,))
+        if expires is not None and ident and reason and scope is not None:
+            out.append(vulns.Allowance(ident, reason, expires, *scope))
     return tuple(out)
+
+
+def _scope(ctx: MatrixCtx, v: Mapping[str, Any], path: KeyPath) -> tuple[str | None, str | None] | None:
+    """An allowance's optional package and versions, checked; None when one of them is wrong."""
+    package, versions, ok = v["package"], v["versions"], True
+    if package is not None and not PACKAGE_NAME.fullmatch(package):
+        ctx.error(path + ("package",), f"{printable(package)} is not a package name; write the PyPI name (torch) or the "
+                                       f"Debian source package (zlib) the advisory names")
+        ok = False
+    why = vulns.versions_problem(versions) if versions is not None else None
+    if why:
+        ctx.error(path + ("versions",), why)
+        ok = False
+    return (package, versions.strip() if versions else None) if ok else None
 
 
 VULNERABILITIES = Table("vulnerabilities", (  # -> vulns.Policy
     Key("threshold", partial(Ctx.choice, choices=vulns.THRESHOLDS), vulns.Policy.threshold),
     Key("allow", _allowances),
     Key("max_age_days", partial(Ctx.integer, lo=1, hi=3650), 0, optional=True),  # absent: None, no age limit
+    Key("max_age", partial(Ctx.duration, lo=3600, hi=3650 * 86400), vulns.DEFAULT_MAX_AGE),  # a snapshot's newest record
+    Key("stale", partial(Ctx.choice, choices=vulns.STALE), vulns.Policy.stale),
 ))
 
 
