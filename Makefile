@@ -140,7 +140,7 @@ evidence: install          ## read back what is attached to every digest of $(OU
 # coverage of the imagesmith package and the payload (verify/), the sources [tool.coverage.run] names, child
 # pythons the tests start included (patch = subprocess), under the floor in pyproject.toml ([tool.coverage]).
 # A bare --cov reads the sources from there (--cov=imagesmith would measure the package alone).
-UNIT := -m "not integration and not registry and not slurm and not gpu and not prometheus" tests/unit
+UNIT := -m "not integration and not registry and not slurm and not gpu and not prometheus and not podman" tests/unit
 COVERAGE := --cov --cov-report=term:skip-covered
 # The imagesmith package alone keeps the floor it had before the payload was counted (pyproject.toml's
 # fail_under is the total's, lower: the payload's GPU paths run only on a GPU host).
