@@ -696,7 +696,8 @@ def push_error(ref: str, message: str, detail: Mapping[str, Any]) -> RegistryHTT
     return RegistryHTTPError(hint, status, said=message.strip())
 
 
-def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
+def docker_login(host: str, config: Mapping[str, Any], what: str = "docker config",
+                 cli: str = "docker") -> tuple[str, str, str | None] | None:
     """(user, secret, credential helper or None) for ``host`` from a docker config, resolved as the
     docker SDK resolves it: ``credHelpers``/``credsStore`` (running ``docker-credential-<name>``)
     before ``auths``; Docker Hub's aliases understood. An identity token (an OAuth refresh token)
@@ -710,8 +711,8 @@ def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | 
             found = auth.resolve_authconfig(host)
             helper = auth.get_credential_store(host) if found and "Username" in found else None
     except (docker.errors.DockerException, ValueError, TypeError) as exc:
-        raise UserError(f"docker config: the login for {host} cannot be read ({said(exc)}); "
-                        f"run docker login {host} again (install its credential helper if the config names one), "
+        raise UserError(f"{what}: the login for {host} cannot be read ({said(exc)}); "
+                        f"run {cli} login {host} again (install its credential helper if the config names one), "
                         f"or set {ENV_USER}/{ENV_PASSWORD}") from None
     user = (found or {}).get("Username") or (found or {}).get("username")
     secret = (found or {}).get("Password") or (found or {}).get("password")

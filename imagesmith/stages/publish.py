@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -800,7 +801,7 @@ class Publisher:
 
     def _with_source(self, message: str) -> str:
         """A login failure also says which credentials were tried (never their value)."""
-        if "docker login" not in message or "[credentials used:" in message:
+        if not re.search(r"\b(?:docker|podman) login\b", message) or "[credentials used:" in message:
             return message
         return f"{message} [credentials used: {self.credentials.source if self.credentials else 'none given (the engine used its own)'}]"
 
