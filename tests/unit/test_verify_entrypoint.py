@@ -76,15 +76,17 @@ def test_the_verdict_never_says_verified_for_a_failed_run(status: str, ok: bool,
 
 def test_the_engine_keeps_the_images_entrypoint_only_when_asked() -> None:
     from imagesmith.edges.engine import Engine
+    from imagesmith.model.engines import EngineKind
 
     made: list[tuple[Any, Any]] = []
 
     class Containers:
-        def create(self, image: str, command: Any, entrypoint: Any, **_: Any) -> None:
+        def create(self, image: str, command: Any, entrypoint: Any, **_: Any) -> Any:
             made.append((entrypoint, command))
+            return type("Container", (), {"attrs": {"HostConfig": {}}})()
 
     engine = Engine.__new__(Engine)
-    engine._client = type("Client", (), {"containers": Containers()})()
+    engine._client, engine._kind = type("Client", (), {"containers": Containers()})(), EngineKind()
     engine._create(RunSpec(image="i", command=["python3", "run.py"]))
     engine._create(RunSpec(image="i", command=["python3", "run.py"], entrypoint=ENTRY))
     assert made == [(["python3"], ["run.py"]), (ENTRY, ["python3", "run.py"])]
