@@ -568,7 +568,7 @@ class Publisher:
             raise
         back = self._check_digest(ref, tag, digest, image_id)
         config = self._retry(f"reading the config of {ref}", lambda: self.registry.config(self.repo, image_id))
-        return digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)
+        return back.digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)  # the registry's, read back
 
     def _promote(self, r: TargetRelease) -> str:
         """Registry to registry, no engine (:mod:`imagesmith.stages.promote`); the release digest is the staged one."""
