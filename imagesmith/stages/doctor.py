@@ -338,7 +338,7 @@ def matrix_check(f: Facts, n: Needs) -> list[Result]:
 def engine_check(f: Facts, n: Needs) -> list[Result]:
     where = f.environ.get("DOCKER_HOST", "")
     if f.engine_error is not None:
-        reason = f.engine_error.split("; start it")[0]
+        reason = f.engine_error.split("; start ")[0]  # the fix is the fix line's
         if "permission denied" in reason.lower():
             fix = FIX_PODMAN_SOCKET if f.engine.podman else FIX_DOCKER_GROUP
         else:

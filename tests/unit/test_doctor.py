@@ -134,7 +134,7 @@ ENGINE = [
     pytest.param(podman(version=EngineError("cannot reach the Podman engine at DOCKER_HOST=unix:///run/podman/podman.sock "
                                             "(Connection refused); start Podman's Docker API there")),
                  Result("engine", FAIL, "cannot reach the Podman engine at DOCKER_HOST=unix:///run/podman/podman.sock (Connection "
-                        "refused); start Podman's Docker API there", "start Podman's Docker API there: podman system service --time=0 "
+                        "refused)", "start Podman's Docker API there: podman system service --time=0 "
                         "unix:///run/podman/podman.sock &   (systemd: sudo systemctl start podman.socket; rootless: systemctl --user "
                         "start podman.socket)"), id="podman-down"),
     pytest.param(podman(version=EngineError("cannot reach the Podman engine at DOCKER_HOST=unix:///run/podman/podman.sock "
