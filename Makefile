@@ -25,7 +25,7 @@ ALLOW_CPU ?= --allow-cpu-verification
 
 .PHONY: release test unit lint bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs
 
-host:                      ## Debian packages + a running Docker engine (idempotent)
+host:                      ## Debian packages + a running Docker engine + podman's Docker API (idempotent)
 	bash scripts/ensure-host.sh
 
 # ---- Dependencies: every one pinned with hashes in $(LOCK) (docs/development.md) ------------------
