@@ -314,7 +314,7 @@ class Engine:
                     raise EngineError(f"docker load failed: {event.get('error') or event.get('errorDetail')}")
                 text = str(event.get("stream", ""))
                 if text.startswith("Loaded image"):
-                    loaded.append(text.split(":", 1)[1].strip())
+                    loaded.append(familiar(text.split(":", 1)[1].strip(), self.kind().podman))
         return loaded
 
     def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:

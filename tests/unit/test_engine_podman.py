@@ -304,3 +304,13 @@ def test_a_401_on_podman_says_podman_login() -> None:
     assert err.status == 401 and "podman login harbor.example.com, or set IMAGESMITH_REGISTRY_USER" in str(err)
     docker_err = edge.push_error("harbor.example.com/ml/x:1", "unauthorized: authentication required", {}, DOCKER)
     assert "docker login harbor.example.com, or set" in str(docker_err)
+
+
+def test_what_podman_loaded_is_named_as_it_was_saved() -> None:
+    class LoadApi(Api):
+        def load_image(self, chunks: Any) -> Any:
+            return iter([{"stream": "Loaded image: localhost/imagesmith/debian:bookworm\n"}])
+
+    client = Client(PODMAN, {})
+    client.api = LoadApi()
+    assert Engine(client=client).load(iter([b"tar"])) == ["imagesmith/debian:bookworm"]
