@@ -799,12 +799,13 @@ def engine_error(exc: BaseException, doing: str, kind: type[EngineError] = Engin
     (:class:`ContainerRefused` when a container was being created or started). ``engine`` (Docker or Podman)
     picks the fix said: that engine's own."""
     words, answer = said(exc), _words(exc) if isinstance(exc, docker.errors.APIError) else ""
-    name, cli = (engine.name, engine.cli) if engine is not None else ("Docker", "docker")
+    engine = engine or engines.guessed(os.environ.get("DOCKER_HOST", ""))  # not asked yet: the one DOCKER_HOST names
+    name, cli = engine.name, engine.cli
     if isinstance(exc, CONNECTION_LOST):
         return EngineConnectionLost(f"{doing}: the {name} engine stopped answering ({_socket_reason(exc)}); "
                                     f"check that it runs ({cli} info), then try again")
     if NO_GPU_RUNTIME in answer:
-        fix = engine.gpu_fix if engine is not None and engine.podman else GpuRuntimeMissing.fix
+        fix = engine.gpu_fix if engine.podman else GpuRuntimeMissing.fix
         return GpuRuntimeMissing(f"{doing}: {words} ({fix})", fix=fix)
     if NO_CDI_DEVICE in answer:  # Podman: a CDI name no spec of its host offers
         fix = engines.FIX_PODMAN_GPU
@@ -812,7 +813,7 @@ def engine_error(exc: BaseException, doing: str, kind: type[EngineError] = Engin
     missing = COMMAND_NOT_FOUND.search(answer)
     if missing:
         return CommandNotFound(f"{doing}: {words}", missing.group(1))
-    limits = engines.rlimit_hint(answer, engine or engines.guessed(os.environ.get("DOCKER_HOST", "")))
+    limits = engines.rlimit_hint(answer, engine)
     if limits:  # the engine's words are long and end in what the hint quotes
         return kind(f"{doing}: {limits}")
     return kind(f"{doing}: {words}")

@@ -314,3 +314,12 @@ def test_what_podman_loaded_is_named_as_it_was_saved() -> None:
     client = Client(PODMAN, {})
     client.api = LoadApi()
     assert Engine(client=client).load(iter([b"tar"])) == ["imagesmith/debian:bookworm"]
+
+
+def test_an_engine_not_asked_yet_is_named_as_docker_host_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    lost = requests.exceptions.ConnectionError("Connection reset by peer")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/user/1000/podman/podman.sock")
+    assert str(edge.engine_error(lost, "push x")) == ("push x: the Podman engine stopped answering (Connection reset by peer); check "
+                                                      "that it runs (podman info), then try again")
+    monkeypatch.delenv("DOCKER_HOST")
+    assert "the Docker engine stopped answering" in str(edge.engine_error(lost, "push x"))
