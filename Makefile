@@ -25,7 +25,7 @@ ALLOW_CPU ?= --allow-cpu-verification
 
 .PHONY: release test unit lint bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs
 
-host:                      ## Debian packages + a running Docker engine (idempotent)
+host:                      ## Debian packages + a running Docker engine + podman's Docker API (idempotent)
 	bash scripts/ensure-host.sh
 
 # ---- Dependencies: every one pinned with hashes in $(LOCK) (docs/development.md) ------------------
@@ -140,7 +140,7 @@ evidence: install          ## read back what is attached to every digest of $(OU
 # coverage of the imagesmith package and the payload (verify/), the sources [tool.coverage.run] names, child
 # pythons the tests start included (patch = subprocess), under the floor in pyproject.toml ([tool.coverage]).
 # A bare --cov reads the sources from there (--cov=imagesmith would measure the package alone).
-UNIT := -m "not integration and not registry and not slurm and not gpu and not prometheus" tests/unit
+UNIT := -m "not integration and not registry and not slurm and not gpu and not prometheus and not podman" tests/unit
 COVERAGE := --cov --cov-report=term:skip-covered
 # The imagesmith package alone keeps the floor it had before the payload was counted (pyproject.toml's
 # fail_under is the total's, lower: the payload's GPU paths run only on a GPU host).

@@ -80,10 +80,21 @@ class CommandNotFound(ContainerRefused):
 
 
 class GpuRuntimeMissing(ContainerRefused):
-    """GPUs were asked for but the engine has no NVIDIA container runtime to give them."""
+    """GPUs were asked for but the engine cannot give them (no NVIDIA container runtime, no CDI spec offering
+    them). ``fix`` is what gives this engine's containers GPUs (Docker's by default; Podman's is a CDI spec)."""
 
     fix = ("the Docker engine has no NVIDIA container runtime: install nvidia-container-toolkit, then "
            "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker")
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        if fix is not None:
+            self.fix = fix
+
+
+class GpuRequestDropped(GpuRuntimeMissing):
+    """The engine created the container without the GPUs it was asked for, saying nothing (Podman's Docker API
+    drops --gpus): found by inspecting the container after create, never left to the payload to notice."""
 
 
 class RegistryError(UserError):

@@ -2,8 +2,9 @@
 # Make this host ready for imagesmith's builds and tests, idempotently:
 # Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd,
 # Slurm's slurmctld/slurmd/client and munge, Prometheus's promtool, node_exporter
-# and pushgateway, qemu-user-static for arm64 under emulation) and a running Docker engine.
-# Safe to run again and again.
+# and pushgateway, qemu-user-static for arm64 under emulation, podman) and a running Docker engine;
+# podman's Docker-compatible API on $PODMAN_SOCKET (the Podman tier of the tests), with
+# default_ulimits this host's runc can set. Safe to run again and again.
 set -euo pipefail
 
 need=()
@@ -18,6 +19,9 @@ command -v slurmctld >/dev/null || need+=(slurmctld)
 command -v slurmd >/dev/null || need+=(slurmd)
 command -v sbatch >/dev/null || need+=(slurm-client)
 command -v munged >/dev/null || need+=(munge)
+# Podman, the second engine imagesmith speaks to through the Docker API (tests/integration/test_podman.py)
+command -v podman >/dev/null || need+=(podman)
+command -v curl >/dev/null || need+=(curl)
 # Prometheus's tools for the metrics tests: promtool (rules), node_exporter (textfile collector), pushgateway
 command -v promtool >/dev/null || need+=(prometheus)
 command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
@@ -53,3 +57,41 @@ if ! docker info >/dev/null 2>&1; then
     docker info >/dev/null 2>&1 || { echo "ensure-host: dockerd did not start; see /var/log/imagesmith-dockerd.log" >&2; tail -20 /var/log/imagesmith-dockerd.log >&2; exit 1; }
 fi
 echo "ensure-host: docker $(docker version --format '{{.Server.Version}}') ready" >&2
+
+# ---- Podman: its Docker API on a socket, with ulimits runc can set here ---------------------------
+# Podman asks runc for nofile and nproc 1048576 unless containers.conf says less; where that exceeds the hard
+# limits runc runs with (and root lacks CAP_SYS_RESOURCE), every container fails with "error setting rlimit
+# type 7: operation not permitted". The limits written: this shell's hard nofile, and its hard nproc but at most
+# kernel.pid_max (what conmon is left with here). The service reads the file when it starts.
+PODMAN_SOCKET=${PODMAN_SOCKET:-unix:///run/podman/podman.sock}
+ULIMITS=/etc/containers/containers.conf.d/imagesmith-ulimits.conf
+nofile=$(ulimit -Hn); nproc=$(ulimit -Hu); pid_max=$(cat /proc/sys/kernel/pid_max)
+[ "$nofile" = unlimited ] && nofile=1048576
+{ [ "$nproc" = unlimited ] || [ "$nproc" -gt "$pid_max" ]; } && nproc=$pid_max
+want=$(printf '# written by imagesmith scripts/ensure-host.sh: limits runc can set on this host\n[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' \
+  "$nofile" "$nofile" "$nproc" "$nproc")
+restart=
+if [ "$(cat "$ULIMITS" 2>/dev/null)" != "$want" ]; then
+    mkdir -p "$(dirname "$ULIMITS")"
+    printf '%s\n' "$want" > "$ULIMITS"
+    restart=1
+fi
+podman_answers() { curl -sf --max-time 5 --unix-socket "${PODMAN_SOCKET#unix://}" http://podman/_ping >/dev/null 2>&1; }
+if [ -n "$restart" ] && podman_answers; then
+    pid=$(cat /run/imagesmith-podman.pid 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        echo "ensure-host: restarting the Podman service ($ULIMITS changed)" >&2
+        kill "$pid"; for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    else
+        echo "ensure-host: $ULIMITS changed; restart the Podman service at $PODMAN_SOCKET to apply it" >&2
+    fi
+fi
+if ! podman_answers; then
+    echo "ensure-host: starting podman system service on $PODMAN_SOCKET (log: /var/log/imagesmith-podman.log)" >&2
+    mkdir -p "$(dirname "${PODMAN_SOCKET#unix://}")"
+    nohup podman system service --time=0 "$PODMAN_SOCKET" >/var/log/imagesmith-podman.log 2>&1 &
+    echo $! > /run/imagesmith-podman.pid
+    for _ in $(seq 1 30); do podman_answers && break; sleep 1; done
+    podman_answers || { echo "ensure-host: the Podman service did not answer; see /var/log/imagesmith-podman.log" >&2; tail -20 /var/log/imagesmith-podman.log >&2; exit 1; }
+fi
+echo "ensure-host: podman $(podman version --format '{{.Server.Version}}' 2>/dev/null || podman --version) ready at $PODMAN_SOCKET" >&2

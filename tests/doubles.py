@@ -10,6 +10,7 @@ from typing import Any, ContextManager, Iterable, Mapping, NoReturn, Sequence
 
 from imagesmith.edges.protocols import BuildOutcome, ImageInfo, LineSink, RunningProtocol, RunResult, RunSpec
 from imagesmith.edges.registry import Manifest, PushedManifest
+from imagesmith.model.engines import EngineKind
 
 
 def unexpected(what: str) -> NoReturn:
@@ -21,6 +22,7 @@ class EngineBase:
 
     def version(self) -> dict[str, Any]: unexpected("engine.version")
     def info(self) -> dict[str, Any]: unexpected("engine.info")
+    def kind(self) -> EngineKind: return EngineKind()  # a Docker engine that says nothing more of itself
     def image(self, ref: str) -> ImageInfo | None: unexpected(f"engine.image({ref!r})")
     def image_config(self, ref: str) -> dict[str, Any]: unexpected(f"engine.image_config({ref!r})")
     def tag(self, image_id: str, repository: str, tag: str) -> None: unexpected(f"engine.tag({repository}:{tag})")

@@ -353,17 +353,25 @@ def verify_failures(report: dict[str, Any]) -> str:
     return ", ".join(policy.failed_required(report)) or policy.verdict(report, verify.declared_checks()).why or "no report"
 
 
+DETAIL_WIDTH = 110  # characters of a check's detail shown in the table
+
+
 def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
     env = report.get("environment") or {}
     image = (report.get("image") or {}).get("ref", "this host")
     s = report.get("summary", {})
-    title = (f"verify {image} ({report.get('tier')}), {mode_line(report)}: torch {env.get('torch')} cuda {env.get('cuda')} "
+    engine: dict[str, Any] = report["engine"] if isinstance(report.get("engine"), dict) else {}
+    on = f" on {engine.get('name')} {engine.get('version')}" if engine.get("name") else ""
+    title = (f"verify {image}{on} ({report.get('tier')}), {mode_line(report)}: torch {env.get('torch')} cuda {env.get('cuda')} "
              f"driver {env.get('driver')} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
              f"{s.get('skip', 0)} skip, {s.get('inconclusive', 0)} inconclusive in {report.get('wall_s', 0):.1f}s"
              + (f"; report {json_out}" if json_out else ""))
     rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",
-             _fmt(c.get("percent_of_baseline")), (c.get("detail") or "")[:110]] for c in report.get("checks", [])]
+             _fmt(c.get("percent_of_baseline")), (c.get("detail") or "")[:DETAIL_WIDTH]] for c in report.get("checks", [])]
     print_table(title, ["check", "status", "value", "threshold", "unit", "% base", "detail"], rows)
+    for c in report.get("checks", []):  # a failure's reason and fix in full: the table cuts them
+        if c.get("status") == "fail" and len(str(c.get("detail") or "")) > DETAIL_WIDTH:
+            click.secho(inert(f"{c['id']}: {c['detail']}"), fg="red", err=True)
     print_verdict(report)
     for note in report.get("notes", []):
         click.secho(inert(f"note: {note}"), fg="yellow", err=True)

@@ -9,7 +9,12 @@ declared, and every stage asks it by host. A credential applies only to the host
 - the environment pair IMAGESMITH_REGISTRY_USER/PASSWORD binds to IMAGESMITH_REGISTRY_HOST when set, else to
   the declared host; with neither it applies nowhere;
 - the docker config (``$DOCKER_CONFIG/config.json``): its ``auths`` keys and credential helpers, per host, as
-  the docker CLI reads them (resolved by the docker SDK, in engine.py).
+  the docker CLI reads them (resolved by the docker SDK, in engine.py);
+- Podman's auth files, which ``podman login`` writes in the same format: ``$REGISTRY_AUTH_FILE`` when set (asked
+  before the docker config, as Podman asks only it), else ``$XDG_RUNTIME_DIR/containers/auth.json`` (without
+  XDG_RUNTIME_DIR, ``/run/containers/<uid>/auth.json``, where a rootful podman login writes) and
+  ``~/.config/containers/auth.json``, asked after the docker config. Each is read through the strict loader, asked
+  only for a declared host, and a key with a path (``quay.io/org``) counts for its host.
 
 Hosts come from the operator (command line, matrix), never from an artifact: a host read from a file another
 job wrote is asked through :meth:`CredentialStore.for_artifact`, which answers None (anonymous) when the
@@ -26,9 +31,17 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, Credentials, docker_config_path, from_environment, read_docker_config
+from imagesmith.edges.registry import (
+    ENV_PASSWORD,
+    ENV_USER,
+    Credentials,
+    docker_config_path,
+    from_environment,
+    login_command,
+    read_docker_config,
+)
 from imagesmith.errors import Redactor, UserError
 from imagesmith.model import grammar
 from imagesmith.model.located import printable
@@ -93,24 +106,54 @@ def _declared_host(value: str, what: str) -> str:
 
 
 @dataclass(frozen=True)
+class LoginFile:
+    """One file of logins an engine's command line wrote (docker's ``config.json``, Podman's ``auth.json``: the
+    same format), as read at the start; ``error``: why it could not be read (said when a login is looked up there)."""
+
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = "docker config"
+    error: str = ""
+    login: str = "docker"  # the command line that writes it: docker login, podman login
+
+    def find(self, host: str) -> Credentials | None:
+        from imagesmith.edges.engine import docker_login  # engine.py is the only docker importer
+
+        if self.error:
+            raise UserError(self.error)
+        what = self.source if self.login == "podman" else "docker config"
+        found = docker_login(host, dict(self.config), what, self.login) if self.config else None
+        if found is None:
+            return None
+        user, secret, helper = found
+        return Credentials(user, secret, f"docker credential helper {helper}" if helper else self.source)
+
+
+@dataclass(frozen=True)
 class CredentialStore:
     """Credentials by host, frozen once built. ``entries``: from ``--credentials`` and the environment
-    (normalised host -> credentials); ``docker_config``: the docker config as read at the start."""
+    (normalised host -> credentials); ``docker_config``: the docker config as read at the start; ``before`` and
+    ``after``: Podman's auth files, asked before it (``$REGISTRY_AUTH_FILE``) and after it (the default ones)."""
 
     declared: Declared = field(default_factory=Declared)
     entries: Mapping[str, Credentials] = field(default_factory=lambda: MappingProxyType({}))
     docker_config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     docker_config_source: str = "docker config"
     docker_config_error: str = ""  # the docker config could not be read: said when a login is looked up there
+    before: tuple[LoginFile, ...] = ()
+    after: tuple[LoginFile, ...] = ()
 
     def for_host(self, host: str) -> Credentials | None:
         """The credentials configured for ``host`` (a host the operator named), first found wins:
-        ``--credentials``, the environment pair, the docker config; None when there are none."""
+        ``--credentials``, the environment pair, ``$REGISTRY_AUTH_FILE``, the docker config, Podman's default
+        auth files; None when there are none."""
         try:
             key = normalize_host(host)
         except ValueError as exc:
             raise UserError(f"registry host: {exc}") from None
-        return self.entries.get(key) or self._from_docker_config(key)
+        found = self.entries.get(key)
+        for login in (*self.before, LoginFile(self.docker_config, self.docker_config_source, self.docker_config_error), *self.after):
+            found = found or login.find(key)
+        return found
 
     def for_artifact(self, host: str, declared: str | None, where: str, what: str, flag: str) -> Credentials | None:
         """Credentials for a ``host`` read from an artifact (``where``, its ``what``: e.g. "staged repository"):
@@ -125,22 +168,11 @@ class CredentialStore:
             return (f"no credential was sent to {host}: that host was read from an artifact and "
                     f"none was declared; declare it with {flag} to log in")
         return (f"no login for {declared} was found: give --credentials FILE with a line '{declared} user:password', "
-                f"export {ENV_USER}/{ENV_PASSWORD}, or docker login {declared}")
+                f"export {ENV_USER}/{ENV_PASSWORD}, or {login_command(declared)}")
 
     def secrets(self) -> list[str]:
         """Every secret the store holds from --credentials and the environment (for redaction)."""
         return Redactor([s for c in self.entries.values() for s in c.secrets()], min_length=3).secrets
-
-    def _from_docker_config(self, host: str) -> Credentials | None:
-        from imagesmith.edges.engine import docker_login  # engine.py is the only docker importer
-
-        if self.docker_config_error:
-            raise UserError(self.docker_config_error)
-        found = docker_login(host, dict(self.docker_config)) if self.docker_config else None
-        if found is None:
-            return None
-        user, secret, helper = found
-        return Credentials(user, secret, f"docker credential helper {helper}" if helper else self.docker_config_source)
 
 
 def check_artifact_host(host: str, declared: str | None, where: str, what: str, flag: str) -> None:
@@ -153,9 +185,11 @@ def check_artifact_host(host: str, declared: str | None, where: str, what: str, 
 
 
 def load_store(declared: Declared, environ: Mapping[str, str] | None = None, credentials_file: Path | None = None,
-               docker_config: Path | Mapping[str, Any] | None = None) -> CredentialStore:
-    """The run's store: ``credentials_file`` (``--credentials``), the environment pair and the docker config
-    (a path, or a config already read; default ``$DOCKER_CONFIG/config.json``), each bound to its host."""
+               docker_config: Path | Mapping[str, Any] | None = None,
+               podman_auth: Sequence[Path] | None = None) -> CredentialStore:
+    """The run's store: ``credentials_file`` (``--credentials``), the environment pair, the docker config (a path,
+    or a config already read; default ``$DOCKER_CONFIG/config.json``) and Podman's auth files (default
+    :func:`podman_auth_files`), each bound to its host."""
     env = os.environ if environ is None else environ
     entries = dict(_from_environment(env, declared))
     entries.update(read_credentials_file(credentials_file, declared.primary) if credentials_file else {})
@@ -168,7 +202,39 @@ def load_store(declared: Declared, environ: Mapping[str, str] | None = None, cre
         except UserError as exc:  # a run that never looks a login up there must not fail on it
             error = str(exc)
     source = f"docker config {where}" if isinstance(where, Path) else "docker config"
-    return CredentialStore(declared, MappingProxyType(entries), MappingProxyType(_case_folded(config)), source, error)
+    files = [_podman_file(p) for p in (podman_auth_files(env) if podman_auth is None else podman_auth)]
+    explicit = bool(env.get(REGISTRY_AUTH_FILE)) and podman_auth is None
+    return CredentialStore(declared, MappingProxyType(entries), MappingProxyType(_case_folded(config)), source, error,
+                           before=tuple(files) if explicit else (), after=() if explicit else tuple(files))
+
+
+REGISTRY_AUTH_FILE = "REGISTRY_AUTH_FILE"
+
+
+def podman_auth_files(env: Mapping[str, str]) -> list[Path]:
+    """Where ``podman login`` keeps logins, as Podman looks them up: ``$REGISTRY_AUTH_FILE`` alone when set; else
+    ``$XDG_RUNTIME_DIR/containers/auth.json`` (``/run/containers/<uid>/auth.json`` without XDG_RUNTIME_DIR, in an
+    environment that names a HOME) and ``$HOME/.config/containers/auth.json``."""
+    if env.get(REGISTRY_AUTH_FILE):
+        return [Path(env[REGISTRY_AUTH_FILE])]
+    found = []
+    if env.get("XDG_RUNTIME_DIR"):
+        found.append(Path(env["XDG_RUNTIME_DIR"]) / "containers" / "auth.json")
+    elif env.get("HOME"):
+        found.append(Path("/run/containers") / str(os.getuid()) / "auth.json")
+    if env.get("HOME"):
+        found.append(Path(env["HOME"]) / ".config" / "containers" / "auth.json")
+    return found
+
+
+def _podman_file(path: Path) -> LoginFile:
+    """One of Podman's auth files through the strict reader (a missing one is empty)."""
+    source = f"Podman auth file {path}"
+    try:
+        config = read_docker_config(path, what=source, login=f"podman login (or set {REGISTRY_AUTH_FILE} to another file)")
+    except UserError as exc:
+        return LoginFile(source=source, error=str(exc), login="podman")
+    return LoginFile(MappingProxyType(_case_folded(config)), source, login="podman")
 
 
 def _case_folded(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -328,9 +394,11 @@ __all__ = [
     "ENV_USER",
     "CredentialStore",
     "Declared",
+    "LoginFile",
     "check_artifact_host",
     "load_store",
     "normalize_host",
+    "podman_auth_files",
     "read_credentials_file",
     "same_host",
 ]

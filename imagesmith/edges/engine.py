@@ -29,6 +29,7 @@ import docker.errors
 import requests
 import urllib3.exceptions
 from docker.types import DeviceRequest, LogConfig, Mount
+from docker.utils import parse_bytes
 
 from imagesmith.edges.protocols import BuildOutcome as BuildOutcome  # re-exported: the engine's plain values live with its protocol
 from imagesmith.edges.protocols import ImageConfig as ImageConfig
@@ -36,26 +37,31 @@ from imagesmith.edges.protocols import ImageInfo as ImageInfo
 from imagesmith.edges.protocols import LineSink as LineSink
 from imagesmith.edges.protocols import RunResult as RunResult
 from imagesmith.edges.protocols import RunSpec as RunSpec
-from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, RegistryHTTPError, RegistryUnreachable, registry_hint
+from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, RegistryHTTPError, RegistryUnreachable, is_loopback, registry_hint
 from imagesmith.edges.registry import registry_host as registry_host  # re-exported: the engine's callers name hosts through it
 from imagesmith.errors import (
     CommandNotFound,
     ContainerRefused,
     EngineConnectionLost,
     EngineError,
+    GpuRequestDropped,
     GpuRuntimeMissing,
     ImagesmithError,
     RegistryError,
     UserError,
     one_line,
 )
+from imagesmith.model import engines
 from imagesmith.model.cdi import BindMount, Symlink
+from imagesmith.model.engines import EngineKind
 from imagesmith.model.ref import ImageRef
 
 RUN_LABEL = "io.imagesmith.run"  # on every container imagesmith starts: which run made it
-STEP = re.compile(r"^Step (\d+)/(\d+) :")
-STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12})$")  # the image a build step made (or found in cache)
-FROM_STEP = re.compile(r"^Step \d+/\d+ : FROM ", re.I)
+# A build step as each engine's builder writes it: Docker's classic builder "Step 3/15 : RUN ...", Podman's (buildah)
+# "[1/2] STEP 3/15: RUN ..." in a multi-stage build (stage 1 of 2, its step 3 of 15) and "STEP 3/15: RUN ..." in one
+# stage. The image a step made (or found in cache): Docker " ---> d504a664cb0f", Podman "--> d504a664cb0".
+STEP = re.compile(r"^(?:\[(\d+)/(\d+)\] )?(?:Step (\d+)/(\d+) :|STEP (\d+)/(\d+):)( FROM )?", re.I)
+STEP_IMAGE = re.compile(r"^(?: --->|-->) ([0-9a-f]{11,64})$")
 
 
 OUTPUT_LIMIT = 64 << 20  # bytes of a container's stdout kept (the tail: the payload's report is its last line)
@@ -63,11 +69,13 @@ STDERR_LIMIT = 1 << 20
 LINE_LIMIT = 64 << 10  # a progress line longer than this is cut
 # The engine keeps at most this much of a container's output on disk, whatever it prints.
 LOG_CONFIG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "64m", "max-file": "2"})
+LOG_BYTES = 64 << 20  # the same bound for a container Podman's own API creates (its k8s-file log)
+NO_GPUS = ("", "none", "0 gpus")
 
 
 def device_requests(gpus: str) -> list[DeviceRequest]:
     """``--gpus`` semantics: all, none, or a comma-separated list of indexes/UUIDs."""
-    if gpus in ("", "none", "0 gpus"):
+    if gpus in NO_GPUS:
         return []
     if gpus == "all":
         return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
@@ -123,12 +131,63 @@ def tar_files(files: Mapping[str, bytes], root: str) -> bytes:
     return buf.getvalue()
 
 
+def libpod_spec(spec: RunSpec, entrypoint: list[str], args: list[str]) -> dict[str, Any]:
+    """``spec`` as Podman's own container-create body (its SpecGenerator, ``POST /libpod/containers/create``): the
+    one way to give a Podman container CDI devices by name, which its Docker API does not take before Podman 5.5
+    (``HostConfig.Devices`` must be paths there; device requests are dropped). Podman resolves the names from its
+    host's specs when the container starts, and refuses one no spec offers."""
+    body: dict[str, Any] = {
+        "image": spec.image, "entrypoint": entrypoint, "command": args, "env": dict(spec.environment),
+        "labels": dict(spec.labels), "log_configuration": {"driver": "k8s-file", "size": LOG_BYTES},
+        "devices": [{"path": name} for name in spec.cdi_devices] + [{"path": d.docker()} for d in spec.devices],
+    }
+    if spec.user:
+        body["user"] = spec.user
+    if spec.shm_size:
+        body["shm_size"] = parse_bytes(spec.shm_size)
+    limits: dict[str, Any] = {}
+    if spec.mem_limit:
+        limits["memory"] = {"limit": parse_bytes(spec.mem_limit)}
+    if spec.nano_cpus:
+        limits["cpu"] = {"period": 100000, "quota": spec.nano_cpus * 100000 // 10**9}
+    if spec.pids_limit:
+        limits["pids"] = {"limit": spec.pids_limit}
+    if limits:
+        body["resource_limits"] = limits
+    mode = network_of(spec).get("network_mode")
+    if mode:
+        body["netns"] = {"nsmode": mode}
+    if spec.mounts:
+        body["mounts"] = [{"destination": m.target, "source": m.source, "type": "bind",
+                           "options": ["rbind", "ro" if m.read_only else "rw"]} for m in spec.mounts]
+    return body
+
+
+def dropped(attrs: Mapping[str, Any], spec: RunSpec, kind: EngineKind, doing: str) -> GpuRequestDropped | None:
+    """A GPU request the engine took without a word and did not honour, read from the created container
+    (``docker inspect``): device requests that came back empty (Podman's Docker API drops them), device nodes
+    that came back empty. None when what was asked is there (or nothing was)."""
+    host = attrs.get("HostConfig") or {}
+    by_name = () if kind.podman else spec.cdi_devices  # Podman takes CDI names by its own API (libpod_spec)
+    asked = ([f"--gpus {spec.gpus}"] if spec.gpus not in NO_GPUS else []) + [f"the CDI devices {', '.join(by_name)}"] * bool(by_name)
+    if asked and not host.get("DeviceRequests"):
+        why = (f"{kind.name}'s Docker API drops GPU device requests; it takes GPUs by CDI names (verify --gpu-runtime auto "
+               "or cdi)" if kind.podman else "the engine ignored them")
+        return GpuRequestDropped(f"{doing}: {kind.describe()} created it without the GPUs asked for ({' and '.join(asked)}: "
+                                 f"HostConfig.DeviceRequests came back empty): {why}", fix=kind.gpu_fix)
+    if spec.devices and not host.get("Devices"):
+        return GpuRequestDropped(f"{doing}: {kind.describe()} created it without the {len(spec.devices)} device nodes asked "
+                                 "for (HostConfig.Devices came back empty)", fix=kind.gpu_fix)
+    return None
+
+
 class Engine:
     """A Docker engine. ``client`` is a seam for tests; default: from the environment."""
 
     def __init__(self, client: Any = None, timeout: int = 600) -> None:
         self._client = client
         self._timeout = timeout
+        self._kind: EngineKind | None = None
 
     @property
     def client(self) -> Any:
@@ -143,12 +202,18 @@ class Engine:
 
     # -- facts ---------------------------------------------------------------
     def version(self) -> dict[str, Any]:
-        with docker_errors("asking the Docker engine for its version"):
+        with docker_errors("asking the engine for its version"):
             return dict(self.client.version())
 
     def info(self) -> dict[str, Any]:
-        with docker_errors("asking the Docker engine for its facts (docker info)"):
+        with docker_errors("asking the engine for its facts (docker info)"):
             return dict(self.client.info())
+
+    def kind(self) -> EngineKind:
+        """Docker or Podman, its version, rootless or not (asked once): what decides the engine's own ways and fixes."""
+        if self._kind is None:
+            self._kind = EngineKind.of(self.info(), self.version())
+        return self._kind
 
     def image(self, ref: str) -> ImageInfo | None:
         with docker_errors(f"inspecting {ref}"):
@@ -160,14 +225,15 @@ class Engine:
                 if exc.status_code in (400, 404):  # 400: no valid reference, so no such image
                     return None
                 raise
-            return _info(img.attrs)
+            return _info(img.attrs, self.kind().podman)
 
     def images_with_label(self, key: str, value: str | None = None) -> list[ImageInfo]:
         """Tagged images with this label (children inherit labels, so this
         also finds descendants)."""
         flt = f"{key}={value}" if value is not None else key
         with docker_errors(f"listing the images labelled {flt}"):
-            return [_info(i.attrs) for i in self.client.images.list(filters={"label": flt})]
+            images = self.client.images.list(filters={"label": flt})
+        return [_info(i.attrs, self.kind().podman) for i in images]
 
     def history(self, ref: str) -> list[dict[str, Any]]:
         with docker_errors(f"reading the history of {ref}"):
@@ -187,7 +253,9 @@ class Engine:
         """Every ``repository:tag`` reference in the engine."""
         with docker_errors(f"listing {repository}"):
             images = self.client.api.images(name=repository)
-        return sorted(t for i in images for t in i.get("RepoTags") or () if _name_of(t) == repository)
+        podman = self.kind().podman
+        tags = (familiar(t, podman) for i in images for t in i.get("RepoTags") or ())
+        return sorted(t for t in tags if _name_of(t) == repository)
 
     def remove_unused(self, image_id: str) -> bool:
         """Remove an image (and its untagged parents) unless it is tagged, has children or
@@ -246,7 +314,7 @@ class Engine:
                     raise EngineError(f"docker load failed: {event.get('error') or event.get('errorDetail')}")
                 text = str(event.get("stream", ""))
                 if text.startswith("Loaded image"):
-                    loaded.append(text.split(":", 1)[1].strip())
+                    loaded.append(familiar(text.split(":", 1)[1].strip(), self.kind().podman))
         return loaded
 
     def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
@@ -257,7 +325,8 @@ class Engine:
                 self.client.api.pull(repo, tag=tag, auth_config=dict(auth) if auth else None)
             except docker.errors.APIError as exc:
                 status = exc.status_code if exc.status_code in (401, 403, 404) else _status_of(said(exc), {})
-                raise RegistryError(registry_hint(ref, status, said(exc), "pull")) from None
+                login = self.kind().login_fix(registry_host(ref))
+                raise RegistryError(registry_hint(ref, status, said(exc), "pull", login=login)) from None
         info = self.image(ref)
         if info is None:
             raise RegistryError(f"pulled {ref} but it is not in the engine")
@@ -268,14 +337,27 @@ class Engine:
         digest, ref = "", f"{repository}:{tag}"
         with docker_errors(f"push {ref}"):
             try:
-                stream = self.client.api.push(repository, tag=tag, auth_config=dict(auth) if auth else None, stream=True, decode=True)
+                if self.kind().podman and is_loopback(registry_host(ref)):
+                    stream = self._podman_push(repository, tag, auth)
+                else:
+                    stream = self.client.api.push(repository, tag=tag, auth_config=dict(auth) if auth else None, stream=True, decode=True)
             except docker.errors.APIError as exc:  # refused before it started (no such tag here, a bad name)
-                raise push_error(ref, said(exc), {"code": exc.status_code} if exc.status_code else {}) from None
-            digest = _push_stream(stream, ref, on_line)
+                raise push_error(ref, said(exc), {"code": exc.status_code} if exc.status_code else {}, self.kind()) from None
+            digest = _push_stream(stream, ref, on_line, self.kind())
         if not digest:
             raise RegistryError(f"push of {ref} ended without a digest from the registry")
         return str(digest)
 
+
+    def _podman_push(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Any:
+        """A push through Podman's Docker API to a registry on this machine, over plain HTTP as Docker allows for
+        127.0.0.0/8 without configuration: Podman's ``tlsVerify=false`` (the SDK's push has no such parameter)."""
+        api = self.client.api
+        headers = {"X-Registry-Auth": docker.auth.encode_header(dict(auth))} if auth else {}
+        response = api._post(api._url("/images/{0}/push", repository), params={"tag": tag, "tlsVerify": "false"},
+                             headers=headers, stream=True, timeout=None)
+        api._raise_for_status(response)
+        return api._stream_helper(response, decode=True)
 
     # -- build -------------------------------------------------------------------
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
@@ -285,6 +367,9 @@ class Engine:
         it is not this host's) with the classic builder, streaming each log line. The classic builder can pick a
         cached base of another architecture (moby/moby#47823): callers check the built image's architecture."""
         outcome = BuildOutcome(image_id=None)
+        kind = self.kind()
+        if kind.podman and platform == kind.platform:  # given a platform, Podman declares TARGETARCH, TARGETOS and
+            platform = None  # TARGETPLATFORM as build args and warns that the Dockerfile did not consume them
         try:
             stream = self.client.api.build(
                 path=str(context), tag=tag, buildargs=dict(buildargs), labels=dict(labels), network_mode=network_mode,
@@ -308,18 +393,7 @@ class Engine:
     def _build_event(event: Mapping[str, Any], outcome: BuildOutcome, on_line: LineSink) -> None:
         if "stream" in event:
             for line in str(event["stream"]).splitlines():
-                step = STEP.match(line)
-                if step:
-                    outcome.steps = int(step.group(2))
-                    _stage_boundary(line, outcome)
-                if "Using cache" in line:
-                    outcome.cached_steps += 1
-                    outcome._cached = True
-                made = STEP_IMAGE.match(line)
-                if made:
-                    outcome._last = (made.group(1), outcome._cached)
-                    if not outcome._cached:
-                        outcome.made.append(made.group(1))
+                build_line(line, outcome)
                 on_line(line)
         elif "error" in event:
             outcome.error = str(event["error"]).strip()
@@ -335,7 +409,7 @@ class Engine:
         when the engine would not create or start it."""
         container = self._create_or_clean(spec)
         try:
-            self._start(container, spec)
+            self._start(container, spec, self.kind())
             if spec.on_stderr is not None:
                 _follow(container, spec.on_stderr)
             with docker_errors(f"waiting for a container of {spec.image[:19]}"):
@@ -362,25 +436,43 @@ class Engine:
         return container
 
     def _create(self, spec: RunSpec) -> Any:
-        """The container for ``spec``; the image's ENTRYPOINT runs only where ``spec.entrypoint`` names it."""
+        """The container for ``spec``; the image's ENTRYPOINT runs only where ``spec.entrypoint`` names it. A GPU
+        request the engine took but did not honour (:func:`dropped`) removes it and raises :class:`GpuRequestDropped`."""
         if not spec.command:
             raise EngineError(f"nothing to run in {spec.image[:19]}: empty command")
         entrypoint, args = (spec.command[:1], spec.command[1:]) if spec.entrypoint is None else (spec.entrypoint, spec.command)
-        with docker_errors(f"creating a container of {spec.image[:19]}", ContainerRefused):
-            return self.client.containers.create(
-                spec.image, args, entrypoint=entrypoint, detach=True, environment=dict(spec.environment),
-                device_requests=device_requests(spec.gpus) + cdi_requests(spec.cdi_devices), shm_size=spec.shm_size,
-                mem_limit=spec.mem_limit, nano_cpus=spec.nano_cpus, labels=dict(spec.labels), user=spec.user or "",
-                log_config=LOG_CONFIG, pids_limit=spec.pids_limit,
-                **network_of(spec),
-                **({"devices": [d.docker() for d in spec.devices]} if spec.devices else {}),
-                **({"mounts": bind_mounts(spec.mounts)} if spec.mounts else {}),
-            )
+        kind, doing = self.kind(), f"creating a container of {spec.image[:19]}"
+        with docker_errors(doing, ContainerRefused, kind):
+            if spec.cdi_devices and kind.podman:
+                container = self._create_libpod(libpod_spec(spec, entrypoint, args))
+            else:
+                container = self.client.containers.create(
+                    spec.image, args, entrypoint=entrypoint, detach=True, environment=dict(spec.environment),
+                    device_requests=device_requests(spec.gpus) + cdi_requests(spec.cdi_devices), shm_size=spec.shm_size,
+                    mem_limit=spec.mem_limit, nano_cpus=spec.nano_cpus, labels=dict(spec.labels), user=spec.user or "",
+                    log_config=LOG_CONFIG, pids_limit=spec.pids_limit,
+                    **network_of(spec),
+                    **({"devices": [d.docker() for d in spec.devices]} if spec.devices else {}),
+                    **({"mounts": bind_mounts(spec.mounts)} if spec.mounts else {}),
+                )
+        problem = dropped(container.attrs, spec, kind, doing)
+        if problem is not None:
+            _remove(container)
+            raise problem
+        return container
+
+    def _create_libpod(self, body: Mapping[str, Any]) -> Any:
+        """A container made by Podman's own API (:func:`libpod_spec`), as the SDK's container object. Podman serves
+        its own endpoints under any API version prefix, the Docker API's included."""
+        api = self.client.api
+        answer = api._result(api._post_json(api._url("/libpod/containers/create"), data=dict(body)), json=True)
+        return self.client.containers.get(str(answer["Id"]))
 
     @staticmethod
-    def _start(container: Any, spec: RunSpec) -> None:
-        """Copy ``spec.files`` and ``spec.links`` in and start it (the engine checks the command and devices here)."""
-        with docker_errors(f"starting a container of {spec.image[:19]}", ContainerRefused):
+    def _start(container: Any, spec: RunSpec, kind: EngineKind | None = None) -> None:
+        """Copy ``spec.files`` and ``spec.links`` in and start it (the engine checks the command and devices here;
+        Podman resolves CDI names here)."""
+        with docker_errors(f"starting a container of {spec.image[:19]}", ContainerRefused, kind):
             if spec.files:
                 container.put_archive("/", tar_files(spec.files, spec.files_dir))
             if spec.links:
@@ -392,7 +484,7 @@ class Engine:
         """A container left running (services probed with ``exec``); always removed."""
         container = self._create_or_clean(spec)
         try:
-            self._start(container, spec)
+            self._start(container, spec, self.kind())
             yield Running(container)
         finally:
             _remove(container)
@@ -507,13 +599,47 @@ def _tail_logs(container: Any, limit: int, stdout: bool, stderr: bool | None = N
     return bytes(keep[-limit:]).decode(errors="replace"), total
 
 
-def _stage_boundary(step_line: str, outcome: BuildOutcome) -> None:
-    """At each step: a FROM ends the stage before it (its last image, if this build made it,
-    is the stage's result); a FROM's own image is the base, never this build's."""
-    is_from = bool(FROM_STEP.match(step_line))
-    if is_from and outcome._last is not None and not outcome._last[1]:
-        outcome.stages.append(outcome._last[0])
-    outcome._cached = is_from
+def build_step(line: str) -> tuple[int, int, int, int, bool] | None:
+    """A build log line that starts a step, as (stage, stages, step, steps, is FROM), in either engine's words
+    (:data:`STEP`); Docker's classic builder numbers steps across stages: stage 1 of 1. None for any other line."""
+    found = STEP.match(line)
+    if found is None:
+        return None
+    stage, stages = int(found.group(1) or 1), int(found.group(2) or 1)
+    step, steps = int(found.group(3) or found.group(5)), int(found.group(4) or found.group(6))
+    return stage, stages, step, steps, bool(found.group(7))
+
+
+def build_progress(line: str) -> str | None:
+    """What the progress table shows for a step line: ``step 3/15``; ``stage 1/2 step 3/15`` where the engine
+    (Podman) numbers steps per stage. None for any other line."""
+    found = build_step(line)
+    if found is None:
+        return None
+    stage, stages, step, steps, _ = found
+    return f"stage {stage}/{stages} step {step}/{steps}" if stages > 1 else f"step {step}/{steps}"
+
+
+def build_line(line: str, outcome: BuildOutcome) -> None:
+    """What one build log line tells: the steps (all stages'), cache hits, the image each step made, and at each
+    FROM the end of the stage before it (its last image, if this build made it, is the stage's result; a FROM's
+    own image is the base, never this build's)."""
+    step = build_step(line)
+    if step is not None:
+        stage, _, _, steps, is_from = step
+        outcome._stage_steps[stage] = steps
+        outcome.steps = sum(outcome._stage_steps.values())
+        if is_from and outcome._last is not None and not outcome._last[1]:
+            outcome.stages.append(outcome._last[0])
+        outcome._cached = is_from
+    if "Using cache" in line:
+        outcome.cached_steps += 1
+        outcome._cached = True
+    made = STEP_IMAGE.match(line)
+    if made:
+        outcome._last = (made.group(1), outcome._cached)
+        if not outcome._cached:
+            outcome.made.append(made.group(1))
 
 
 def _follow(container: Any, sink: LineSink) -> None:
@@ -555,14 +681,19 @@ def _kill(container: Any) -> None:
                 raise
 
 
-def _push_stream(stream: Any, ref: str, on_line: LineSink) -> str:
-    """The digest a push stream ends with; its lines to ``on_line``; its error as a :class:`RegistryHTTPError`."""
+PUSHED = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")  # "t1: digest: sha256:... size: 528": Docker's and Podman's last line
+
+
+def _push_stream(stream: Any, ref: str, on_line: LineSink, engine: EngineKind | None = None) -> str:
+    """The digest a push stream ends with (Docker's ``aux``; Podman sends only its status line); its lines to
+    ``on_line``; its error as a :class:`RegistryHTTPError`."""
     digest = ""
     try:
         for event in stream:
             if "error" in event:
-                raise push_error(ref, str(event["error"]), event.get("errorDetail") or {})
-            digest = event.get("aux", {}).get("Digest", digest)
+                raise push_error(ref, str(event["error"]), event.get("errorDetail") or {}, engine)
+            pushed = PUSHED.search(str(event.get("status") or ""))
+            digest = event.get("aux", {}).get("Digest", digest or (pushed.group(1) if pushed else ""))
             if event.get("status") and not event.get("progressDetail"):
                 on_line(f"{event.get('id', '')} {event['status']}".strip())
     finally:
@@ -580,7 +711,10 @@ def _socket_reason(exc: BaseException) -> str:
 
 
 def unreachable(docker_host: str, why: str) -> str:
-    """Why the engine is not there and what to do, naming the DOCKER_HOST that was tried."""
+    """Why the engine is not there and what to do, naming the DOCKER_HOST that was tried (Podman's socket: how to
+    start Podman's Docker API there)."""
+    if engines.guessed(docker_host).podman:
+        return f"cannot reach the Podman engine at DOCKER_HOST={docker_host} ({why}); {engines.start_fix(docker_host)}"
     if docker_host:
         return (f"cannot reach the Docker engine at DOCKER_HOST={docker_host} ({why}); start the engine there, "
                 "fix DOCKER_HOST, or unset it to use the local engine (unix:///var/run/docker.sock)")
@@ -588,15 +722,25 @@ def unreachable(docker_host: str, why: str) -> str:
             "(sudo systemctl start docker, or dockerd &) or set DOCKER_HOST")
 
 
-def _info(attrs: Mapping[str, Any]) -> ImageInfo:
+def familiar(ref: str, podman: bool = False) -> str:
+    """A reference as the engine lists it, in the short form Docker lists and imagesmith names (Docker's "familiar"
+    form): Docker Hub's ``docker.io/`` and ``docker.io/library/`` dropped; on Podman also ``localhost/``, its name
+    for a local image named without a registry (a ``podman load`` of ``imagesmith/debian:bookworm``)."""
+    for prefix in ("docker.io/library/", "docker.io/") + (("localhost/",) if podman else ()):
+        if ref.startswith(prefix):
+            return ref[len(prefix):]
+    return ref
+
+
+def _info(attrs: Mapping[str, Any], podman: bool = False) -> ImageInfo:
     config = attrs.get("Config") or {}
     return ImageInfo(
         id=str(attrs["Id"]),
-        tags=tuple(attrs.get("RepoTags") or ()),
+        tags=tuple(familiar(str(t), podman) for t in attrs.get("RepoTags") or ()),
         labels=dict(config.get("Labels") or {}),
         size=int(attrs.get("Size", 0)),
         created=str(attrs.get("Created", "")),
-        repo_digests=tuple(attrs.get("RepoDigests") or ()),
+        repo_digests=tuple(familiar(str(d), podman) for d in attrs.get("RepoDigests") or ()),
         parent=str(attrs.get("Parent") or ""),
         layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
         os=str(attrs.get("Os") or "linux"), architecture=str(attrs.get("Architecture") or ""),
@@ -623,6 +767,7 @@ FOREIGN = (docker.errors.DockerException, requests.exceptions.RequestException, 
 CONNECTION_LOST = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.ChunkedEncodingError,
                    urllib3.exceptions.ProtocolError, urllib3.exceptions.TimeoutError)
 NO_GPU_RUNTIME = "could not select device driver"  # --gpus on an engine without the NVIDIA runtime
+NO_CDI_DEVICE = "unresolvable CDI devices"  # Podman: a CDI name no spec of its host offers
 COMMAND_NOT_FOUND = re.compile(r'exec: "([^"]+)": (?:executable file not found|no such file or directory)', re.I)
 # The status a registry answered, as the engine quotes it in a push error (its push stream has no code).
 HTTP_STATUS = re.compile(r"(?:HTTP status:?|HTTP)\s+(\d{3})\b", re.I)
@@ -645,33 +790,44 @@ def _words(exc: BaseException) -> str:
     return str(getattr(exc, "explanation", None) or exc)
 
 
-def engine_error(exc: BaseException, doing: str, kind: type[EngineError] = EngineError) -> EngineError:
+def engine_error(exc: BaseException, doing: str, kind: type[EngineError] = EngineError,
+                 engine: EngineKind | None = None) -> EngineError:
     """A docker SDK exception (or one of requests, its transport) as one of ours: ``doing`` and the
     engine's words. The cases a caller must tell apart are types: the engine stopped answering
-    (:class:`EngineConnectionLost`), no GPU runtime (:class:`GpuRuntimeMissing`), a command not in
-    the image (:class:`CommandNotFound`); ``kind`` for the rest (:class:`ContainerRefused` when a
-    container was being created or started)."""
+    (:class:`EngineConnectionLost`), no GPUs to give (:class:`GpuRuntimeMissing`: no runtime, or a CDI name
+    no spec offers), a command not in the image (:class:`CommandNotFound`); ``kind`` for the rest
+    (:class:`ContainerRefused` when a container was being created or started). ``engine`` (Docker or Podman)
+    picks the fix said: that engine's own."""
     words, answer = said(exc), _words(exc) if isinstance(exc, docker.errors.APIError) else ""
+    engine = engine or engines.guessed(os.environ.get("DOCKER_HOST", ""))  # not asked yet: the one DOCKER_HOST names
+    name, cli = engine.name, engine.cli
     if isinstance(exc, CONNECTION_LOST):
-        return EngineConnectionLost(f"{doing}: the Docker engine stopped answering ({_socket_reason(exc)}); "
-                                    "check that it runs (docker info), then try again")
+        return EngineConnectionLost(f"{doing}: the {name} engine stopped answering ({_socket_reason(exc)}); "
+                                    f"check that it runs ({cli} info), then try again")
     if NO_GPU_RUNTIME in answer:
-        return GpuRuntimeMissing(f"{doing}: {words} ({GpuRuntimeMissing.fix})")
+        fix = engine.gpu_fix if engine.podman else GpuRuntimeMissing.fix
+        return GpuRuntimeMissing(f"{doing}: {words} ({fix})", fix=fix)
+    if NO_CDI_DEVICE in answer:  # Podman: a CDI name no spec of its host offers
+        fix = engines.FIX_PODMAN_GPU
+        return GpuRuntimeMissing(f"{doing}: {words} ({fix})", fix=fix)
     missing = COMMAND_NOT_FOUND.search(answer)
     if missing:
         return CommandNotFound(f"{doing}: {words}", missing.group(1))
+    limits = engines.rlimit_hint(answer, engine)
+    if limits:  # the engine's words are long and end in what the hint quotes
+        return kind(f"{doing}: {limits}")
     return kind(f"{doing}: {words}")
 
 
 @contextlib.contextmanager
-def docker_errors(doing: str, kind: type[EngineError] = EngineError) -> Iterator[None]:
+def docker_errors(doing: str, kind: type[EngineError] = EngineError, engine: EngineKind | None = None) -> Iterator[None]:
     """Inside: every docker SDK or requests exception leaves as :func:`engine_error`'s (ours pass)."""
     try:
         yield
     except ImagesmithError:
         raise
     except FOREIGN as exc:
-        raise engine_error(exc, doing, kind) from None
+        raise engine_error(exc, doing, kind, engine) from None
 
 
 def _status_of(message: str, detail: Mapping[str, Any]) -> int:
@@ -685,18 +841,19 @@ def _status_of(message: str, detail: Mapping[str, Any]) -> int:
     return next((code for needle, code in STATUS_WORDS if needle in lowered), 0)
 
 
-def push_error(ref: str, message: str, detail: Mapping[str, Any]) -> RegistryHTTPError:
+def push_error(ref: str, message: str, detail: Mapping[str, Any], engine: EngineKind | None = None) -> RegistryHTTPError:
     """What the engine said about a failed push as a :class:`RegistryHTTPError` with the HTTP status
     it quotes (its ``transient`` follows the status), or :class:`RegistryUnreachable` when the
-    registry did not answer at all."""
+    registry did not answer at all; a 401's hint names ``engine``'s own login."""
     status = _status_of(message, detail) or None
-    hint = registry_hint(ref, status, message, "push")
+    hint = registry_hint(ref, status, message, "push", login=engine.login_fix(registry_host(ref)) if engine else None)
     if status is None and NO_ANSWER.search(message):
         return RegistryUnreachable(hint, said=message.strip())
     return RegistryHTTPError(hint, status, said=message.strip())
 
 
-def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
+def docker_login(host: str, config: Mapping[str, Any], what: str = "docker config",
+                 cli: str = "docker") -> tuple[str, str, str | None] | None:
     """(user, secret, credential helper or None) for ``host`` from a docker config, resolved as the
     docker SDK resolves it: ``credHelpers``/``credsStore`` (running ``docker-credential-<name>``)
     before ``auths``; Docker Hub's aliases understood. An identity token (an OAuth refresh token)
@@ -710,8 +867,8 @@ def docker_login(host: str, config: Mapping[str, Any]) -> tuple[str, str, str | 
             found = auth.resolve_authconfig(host)
             helper = auth.get_credential_store(host) if found and "Username" in found else None
     except (docker.errors.DockerException, ValueError, TypeError) as exc:
-        raise UserError(f"docker config: the login for {host} cannot be read ({said(exc)}); "
-                        f"run docker login {host} again (install its credential helper if the config names one), "
+        raise UserError(f"{what}: the login for {host} cannot be read ({said(exc)}); "
+                        f"run {cli} login {host} again (install its credential helper if the config names one), "
                         f"or set {ENV_USER}/{ENV_PASSWORD}") from None
     user = (found or {}).get("Username") or (found or {}).get("username")
     secret = (found or {}).get("Password") or (found or {}).get("password")

@@ -16,6 +16,7 @@ from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol, S
 
 from imagesmith.edges.registry import Manifest, PushedManifest
 from imagesmith.model.cdi import BindMount, DeviceMapping, Symlink
+from imagesmith.model.engines import EngineKind
 
 LineSink = Callable[[str], None]
 
@@ -80,6 +81,7 @@ class BuildOutcome:
     made: list[str] = field(default_factory=list)  # every step image this build made (not cache), in order
     _last: tuple[str, bool] | None = None  # the newest step image and whether it came from cache
     _cached: bool = False
+    _stage_steps: dict[int, int] = field(default_factory=dict)  # steps of each stage (Podman numbers them per stage)
 
 
 @dataclass
@@ -126,6 +128,7 @@ class EngineProtocol(Protocol):
 
     def version(self) -> dict[str, Any]: ...
     def info(self) -> dict[str, Any]: ...
+    def kind(self) -> EngineKind: ...
     def image(self, ref: str) -> ImageInfo | None: ...
     def image_config(self, ref: str) -> dict[str, Any]: ...
     def tag(self, image_id: str, repository: str, tag: str) -> None: ...

@@ -37,6 +37,7 @@ import requests
 
 from imagesmith.errors import Redactor, RegistryError, UserError
 from imagesmith.errors import short as _short
+from imagesmith.model import engines
 from imagesmith.model.ref import DOCKER_HUB, ImageRef
 
 ENV_USER = "IMAGESMITH_REGISTRY_USER"
@@ -119,18 +120,20 @@ def docker_config_path(env: Mapping[str, str]) -> Path:
     return Path(folder) / "config.json"
 
 
-def read_docker_config(path: Path) -> Mapping[str, Any]:
-    """The docker config as JSON ({} when there is none)."""
+def read_docker_config(path: Path, what: str = "", login: str = "") -> Mapping[str, Any]:
+    """The docker config (or a Podman auth file, ``what``: its name in messages) as JSON ({} when there is none),
+    through the strict loader; ``login``: what rewrites it, said when it cannot be read."""
     from imagesmith.model import loader
 
+    what = what or f"docker config {path}"
     if not path.exists() and not path.is_symlink():
         return {}
     try:
         config = loader.parse_json(loader.read_regular(path, cap=loader.KEY_CAP * 16), str(path))
     except loader.LoadError as exc:
-        raise UserError(f"docker config {path} cannot be read ({exc.why}); fix or remove it") from None
+        raise UserError(f"{what} cannot be read ({exc.why}); fix or remove it" + (f", or run {login} again" if login else "")) from None
     if not isinstance(config, Mapping):
-        raise UserError(f"docker config {path} is not a JSON object; fix or remove it")
+        raise UserError(f"{what} is not a JSON object; fix or remove it" + (f", or run {login} again" if login else ""))
     return config
 
 
@@ -141,11 +144,19 @@ def registry_host(ref: str) -> str:
     return parsed.registry if parsed else DOCKER_HUB
 
 
-def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None) -> str:
-    """A registry failure as one line with what to do about it (``hint`` when the caller knows better)."""
+def login_command(host: str, environ: Mapping[str, str] | None = None) -> str:
+    """How the operator logs in to ``host`` with the engine this run talks to: ``podman login`` where DOCKER_HOST is
+    Podman's socket, else ``docker login`` (the engine edge names its own, having asked the engine)."""
+    return engines.guessed((os.environ if environ is None else environ).get("DOCKER_HOST", "")).login_fix(host)
+
+
+def registry_hint(ref: str, status: int | None, message: str, action: str, hint: str | None = None,
+                  login: str | None = None) -> str:
+    """A registry failure as one line with what to do about it (``hint`` when the caller knows better; ``login``:
+    the engine's own login command, default :func:`login_command`)."""
     host = registry_host(ref)
     hints = {
-        401: f"not logged in to {host} or the credentials are wrong: docker login {host}, or set {ENV_USER}/{ENV_PASSWORD} (a Harbor robot account)",
+        401: f"not logged in to {host} or the credentials are wrong: {login or login_command(host)}, or set {ENV_USER}/{ENV_PASSWORD} (a Harbor robot account)",
         403: f"the account may not {action} {ref}: give the Harbor robot account {action} permission on the project",
         404: f"{ref} or its project does not exist on {host}: create the Harbor project first",
     }

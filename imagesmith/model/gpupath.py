@@ -11,6 +11,12 @@ The paths:
   gives the container their device nodes, mounts, environment and links itself (:func:`imagesmith.model.cdi.translate`);
 * ``none``: no GPU (``--gpus none``, or the fallback when nothing gives one).
 
+Podman (:class:`imagesmith.model.engines.EngineKind`) resolves CDI names itself, from ``/etc/cdi`` and
+``/var/run/cdi`` (Podman 3.2 and newer), and its Docker API drops ``--gpus`` (every version): on Podman ``auto`` is
+always ``cdi-engine``, with the specs of this host when the engine is here (or the names alone, tried, where no spec
+offers them: Podman then refuses them, saying why), and ``--gpu-runtime nvidia`` is a request the engine does not
+honour, which the engine edge detects after create.
+
 ``--gpu-runtime auto`` (the default) takes ``nvidia`` when the engine lists an ``nvidia`` runtime; else CDI when the
 engine is on this host and a spec here offers the devices asked for; else it tries ``--gpus`` (a hook may serve it)
 and, refused, falls back to the engine's own CDI when it has one, else to CPU mode.
@@ -22,12 +28,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from imagesmith.errors import UserError
-from imagesmith.model.cdi import listed
+from imagesmith.model.cdi import DEFAULT_DIRS, listed
+from imagesmith.model.engines import FIX_CDI_SPEC as FIX_CDI_SPEC  # re-exported: the fix verify and doctor name
+from imagesmith.model.engines import EngineKind
 
 NVIDIA, CDI_ENGINE, CDI_TRANSLATED, NONE = "nvidia", "cdi-engine", "cdi-translated", "none"
 PATHS = (NVIDIA, CDI_ENGINE, CDI_TRANSLATED, NONE)
 RUNTIMES = ("auto", "nvidia", "cdi")
-FIX_CDI_SPEC = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
 FIX_CDI_ON = 'add "features": {"cdi": true} to /etc/docker/daemon.json (Docker 25 or newer), then: sudo systemctl restart docker'
 
 
@@ -38,12 +45,15 @@ class EngineGpu:
     nvidia_runtime: bool = False
     cdi_dirs: tuple[str, ...] = ()  # CDISpecDirs: set when the engine resolves CDI names itself
     docker_host: str = ""  # DOCKER_HOST ("" or unix://: this host)
+    podman: bool = False  # Podman: CDI names only (its Docker API drops --gpus)
 
     @classmethod
     def of(cls, info: Mapping[str, Any], docker_host: str = "") -> EngineGpu:
         runtimes, dirs = info.get("Runtimes"), info.get("CDISpecDirs")
-        return cls("nvidia" in runtimes if isinstance(runtimes, Mapping) else False,
-                   tuple(str(d) for d in dirs) if isinstance(dirs, (list, tuple)) else (), docker_host)
+        folders = tuple(str(d) for d in dirs) if isinstance(dirs, (list, tuple)) else ()
+        if EngineKind.of(info).podman:  # an nvidia runtime in containers.conf does not make its Docker API take --gpus
+            return cls(False, folders or DEFAULT_DIRS, docker_host, podman=True)
+        return cls("nvidia" in runtimes if isinstance(runtimes, Mapping) else False, folders, docker_host)
 
     @property
     def local(self) -> bool:
@@ -96,6 +106,11 @@ def choose(runtime: str, gpus: str, engine: EngineGpu, lookup: Lookup = Lookup()
         return GpuPath(NVIDIA, "--gpu-runtime nvidia: the engine's --gpus")
     if runtime == "cdi":
         return _cdi(engine, lookup)
+    if engine.podman:
+        if engine.local and lookup.files:
+            return _by_specs(engine, lookup, "Podman takes GPUs by CDI")
+        return GpuPath(CDI_ENGINE, f"Podman takes GPUs by CDI only (its Docker API drops --gpus) and {_no_cdi(engine, lookup)}: "
+                                   "the names, tried (Podman refuses a name no spec of its host offers)", lookup.names)
     if engine.nvidia_runtime:
         return GpuPath(NVIDIA, "the engine lists an nvidia runtime: its --gpus")
     if engine.local and lookup.files:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import CredentialStore
-from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, registry_host
+from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, build_progress, registry_host
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.sources import SourceServer
 from imagesmith.errors import BuildError, Redactor, UserError
@@ -79,6 +79,7 @@ class BuildReport:
     results: list[TargetResult]
     cuda_layers: list[dict[str, Any]] = field(default_factory=list)  # cudabuild.CudaResult, one per (set, OS base)
     base_image_bytes: dict[str, int] = field(default_factory=dict)
+    engine: dict[str, Any] | None = None  # EngineKind.record(): the engine that built
 
     @property
     def ok(self) -> bool:
@@ -89,7 +90,7 @@ class BuildReport:
         return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
                 "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": self.base_images,
                 "cuda_layers": self.cuda_layers, "base_image_bytes": self.base_image_bytes,
-                "targets": [asdict(r) for r in self.results]}
+                "targets": [asdict(r) for r in self.results]} | ({"engine": self.engine} if self.engine else {})
 
 
 def not_ok(doc: dict[str, Any]) -> dict[str, Any]:
@@ -308,7 +309,7 @@ class Builder:
     def _report(self, started: str, t0: float) -> BuildReport:
         return BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
                            [self.results[t.id] for t in self.plan.targets], self.cuda.report() if self.cuda else [],
-                           self.base_bytes)
+                           self.base_bytes, self.engine.kind().record())
 
     def _artifacts(self, state: str, quiet: bool = False, interrupted_by: str | None = None) -> None:
         """OUT/<target>/build.json of every target this job builds, in the run's state (``running`` from
@@ -606,8 +607,9 @@ class Builder:
                 clean = self.redact(line)
                 log.write(clean + "\n")
                 log.flush()
-                if clean.startswith("Step "):
-                    self.display.update(t.id, "building", clean.split(" :", 1)[0].lower())
+                step = build_progress(clean)
+                if step is not None:
+                    self.display.update(t.id, "building", step)
             outcome = self.engine.build(self.out / t.id, tag, self._real_args(t, parent_id), labels,
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel,
                                         target=stage, platform=t.platform.docker)

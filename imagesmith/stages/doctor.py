@@ -29,7 +29,8 @@ from imagesmith.edges.hostinfo import HostInfo, inventory
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, docker_config_path, is_loopback, read_docker_config
 from imagesmith.errors import UserError
-from imagesmith.model import cdi, compat, gpupath, schemas
+from imagesmith.model import cdi, compat, engines, gpupath, schemas
+from imagesmith.model.engines import EngineKind
 from imagesmith.model.gpupath import EngineGpu, Lookup
 from imagesmith.model.versions import version_key
 
@@ -43,21 +44,20 @@ DEFAULT_CDI_DIRS = cdi.DEFAULT_DIRS
 ALL_GPUS = cdi.qualified_names("all")  # what doctor asks the specs for: nvidia.com/gpu=all
 GPU_HOOK = "nvidia-container-runtime-hook"  # what docker --gpus runs (nvidia-container-toolkit)
 DOCKER_HUB = "docker.io"
-LOGIN_FIX = f"docker login {{host}}   (or export {ENV_USER}=... {ENV_PASSWORD}=..., e.g. a Harbor robot account)"
+LOGIN_FIX = f"{{login}}   (or export {ENV_USER}=... {ENV_PASSWORD}=..., e.g. a Harbor robot account)"
 
 # What each layer adds to the engine's disk, in GB: the one table doctor estimates with.
 LAYER_GB: Mapping[str, float] = {"base:cuda": 6.0, "base:cpu": 1.3, "cv": 0.6, "nlp": 0.3, "project": 0.1}
 OTHER_LAYER_GB = 0.5  # a layer of the user's own
 
 # The commands that fix things (one place, so tests and docs agree).
-FIX_START_DOCKER = "sudo systemctl start docker   (not installed: sudo apt-get install -y docker.io)"
 FIX_DOCKER_GROUP = "sudo usermod -aG docker $USER && newgrp docker"
+FIX_PODMAN_SOCKET = ("use your own Podman: systemctl --user start podman.socket && "
+                     "export DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock")
 FIX_UPGRADE_DOCKER = "upgrade Docker to 19.03 or newer: sudo apt-get install -y docker.io (or docker-ce from Docker's repository)"
-FIX_TOOLKIT = ("sudo apt-get install -y nvidia-container-toolkit && sudo nvidia-ctk runtime configure --runtime=docker"
-               " && sudo systemctl restart docker")
+FIX_TOOLKIT = engines.FIX_DOCKER_TOOLKIT
 FIX_CDI_SPEC = f"{gpupath.FIX_CDI_SPEC}   (or install the NVIDIA container toolkit: {FIX_TOOLKIT})"
 FIX_DRIVER = "install the NVIDIA driver: sudo apt-get install -y cuda-drivers (NVIDIA's CUDA apt repository), then reboot"
-FIX_PRUNE = "docker image prune -a && docker builder prune   (or move data-root in /etc/docker/daemon.json to a larger disk)"
 
 
 # =====================================================================  records
@@ -102,6 +102,16 @@ class Facts:
     @property
     def engine_ok(self) -> bool:
         return self.engine_info is not None
+
+    @property
+    def engine(self) -> EngineKind:
+        """The engine as it describes itself; unreachable: the one DOCKER_HOST most likely names."""
+        if self.engine_info is None:
+            return engines.guessed(self.environ.get("DOCKER_HOST", ""))
+        return EngineKind.of(self.engine_info, self.engine_version)
+
+    def login_fix(self, host: str) -> str:
+        return LOGIN_FIX.format(login=self.engine.login_fix(host))
 
 
 @dataclass(frozen=True)
@@ -326,20 +336,17 @@ def matrix_check(f: Facts, n: Needs) -> list[Result]:
 
 @check
 def engine_check(f: Facts, n: Needs) -> list[Result]:
+    where = f.environ.get("DOCKER_HOST", "")
     if f.engine_error is not None:
-        reason = f.engine_error.split("; start it")[0]
-        where = f.environ.get("DOCKER_HOST")
+        reason = f.engine_error.split("; start ")[0]  # the fix is the fix line's
         if "permission denied" in reason.lower():
-            fix = FIX_DOCKER_GROUP
-        elif where:
-            fix = f"check that the engine at DOCKER_HOST={where} is up, or: unset DOCKER_HOST"
+            fix = FIX_PODMAN_SOCKET if f.engine.podman else FIX_DOCKER_GROUP
         else:
-            fix = FIX_START_DOCKER
+            fix = engines.start_fix(where)
         return [Result("engine", FAIL, reason, fix)]
-    v = f.engine_version or {}
-    api = str(v.get("ApiVersion", "0"))
-    detail = f"Docker {v.get('Version', '?')} (API {api}) at {f.environ.get('DOCKER_HOST') or 'the local socket'}"
-    if version_key(api) < version_key(MIN_API):
+    kind = f.engine
+    detail = f"{kind.describe()} at {where or 'the local socket'}"
+    if not kind.podman and version_key(kind.api if kind.api != "?" else "0") < version_key(MIN_API):
         return [Result("engine", FAIL, f"{detail}: too old to pass GPUs to containers (API < {MIN_API})", FIX_UPGRADE_DOCKER)]
     return [Result("engine", OK, detail)]
 
@@ -348,23 +355,29 @@ def engine_check(f: Facts, n: Needs) -> list[Result]:
 def runtime_check(f: Facts, n: Needs) -> list[Result]:
     """The GPU path verify takes on this host (gpupath.choose, as verify --gpus all asks it) and why."""
     if not f.engine_ok:
-        return [Result("gpu runtime", WARN, "not checked: the Docker engine is unreachable")]
-    engine = EngineGpu.of(f.engine_info or {}, f.environ.get("DOCKER_HOST", ""))
+        return [Result("gpu runtime", WARN, "not checked: the engine is unreachable")]
+    engine, kind = EngineGpu.of(f.engine_info or {}, f.environ.get("DOCKER_HOST", "")), f.engine
     if f.cdi_error and not engine.nvidia_runtime:
-        return [Result("gpu runtime", FAIL, f"a CDI spec is refused: {f.cdi_error}", FIX_CDI_SPEC)]
+        return [Result("gpu runtime", FAIL, f"a CDI spec is refused: {f.cdi_error}", _cdi_fix(kind))]
     found = _gpu_path(gpupath.choose("auto", "all", engine, f.cdi), engine, f)
     if found:
         return [Result("gpu runtime", OK, found)]
-    if not engine.local:
+    no_spec = f.cdi.problem.split("; ")[0] or f"no CDI spec offers {ALL_GPUS[0]}"
+    if kind.podman:
+        why, fix = f"{kind.name} takes GPUs by CDI only (its Docker API drops --gpus), and {no_spec}", gpupath.FIX_CDI_SPEC
+    elif not engine.local:
         why = (f"Docker at DOCKER_HOST={engine.docker_host} lists no nvidia runtime and no CDI of its own (the CDI "
                "specs of this host say nothing of it)")
         fix = f"on that host: {FIX_TOOLKIT}"
     else:
-        no_spec = f.cdi.problem.split("; ")[0] or f"no CDI spec offers {ALL_GPUS[0]}"
         why, fix = f"Docker has no nvidia runtime or {GPU_HOOK}, and {no_spec}", FIX_CDI_SPEC
     if not f.gpus.gpus:
         return [Result("gpu runtime", WARN, f"{why} (no GPU here either: verification runs in CPU mode)", fix)]
     return [Result("gpu runtime", FAIL, f"{why}: containers cannot see the GPUs", fix)]
+
+
+def _cdi_fix(kind: EngineKind) -> str:
+    return gpupath.FIX_CDI_SPEC if kind.podman else FIX_CDI_SPEC
 
 
 def _gpu_path(path: gpupath.GpuPath, engine: EngineGpu, f: Facts) -> str:
@@ -372,6 +385,13 @@ def _gpu_path(path: gpupath.GpuPath, engine: EngineGpu, f: Facts) -> str:
     specs = cdi.listed(path.specs)
     if path.path == gpupath.NVIDIA and engine.nvidia_runtime:
         return f"nvidia runtime registered (default runtime: {(f.engine_info or {}).get('DefaultRuntime', 'runc')}): docker --gpus"
+    if path.path == gpupath.CDI_ENGINE and engine.podman:
+        if path.specs:
+            return f"{f.engine.name} resolves CDI devices itself (from {', '.join(engine.cdi_dirs)}): {specs} offers {', '.join(path.devices)}"
+        if not engine.local:
+            return (f"{f.engine.name} at DOCKER_HOST={engine.docker_host} resolves CDI devices itself: verify passes "
+                    f"{', '.join(path.devices)} (the specs on that host decide; it refuses a name they lack)")
+        return ""
     if path.path == gpupath.CDI_ENGINE:
         return f"engine CDI (CDISpecDirs {', '.join(engine.cdi_dirs)}): {specs} offers {', '.join(path.devices)}"
     if path.path == gpupath.CDI_TRANSLATED:
@@ -426,21 +446,21 @@ def _driver_result(kb: compat.KnowledgeBase, cuda: str, driver: str) -> Result:
 @check
 def disk_check(f: Facts, n: Needs) -> list[Result]:
     if not f.engine_ok:
-        return [Result("disk", WARN, "not checked: the Docker engine is unreachable")]
+        return [Result("disk", WARN, "not checked: the engine is unreachable")]
     root = str((f.engine_info or {}).get("DockerRootDir") or "?")
-    need = n.planned_bytes
+    need, prune = n.planned_bytes, f.engine.prune_fix
     if f.disk is None:
         size = f"; the matrix needs about {gb(need)}" if need else ""
         return [Result("disk", WARN, f"cannot measure {root} here ({f.disk_error or 'not local'}; a remote engine?){size}")]
     free = f.disk.free
     if not need:
         status = WARN if free < MIN_FREE_BYTES else OK
-        return [Result("disk", status, f"{gb(free)} free on {root}", FIX_PRUNE if status == WARN else "")]
+        return [Result("disk", status, f"{gb(free)} free on {root}", prune if status == WARN else "")]
     detail = f"{gb(free)} free on {root}; {n.targets} planned images need about {gb(need)}"
     if free < need:
-        return [Result("disk", FAIL, detail, FIX_PRUNE)]
+        return [Result("disk", FAIL, detail, prune)]
     if free < need * DISK_HEADROOM:
-        return [Result("disk", WARN, f"{detail}, little room for build layers", FIX_PRUNE)]
+        return [Result("disk", WARN, f"{detail}, little room for build layers", prune)]
     return [Result("disk", OK, detail)]
 
 
@@ -454,15 +474,15 @@ def registry_check(f: Facts, n: Needs) -> list[Result]:
     try:
         found = load_store(Declared(release=host), f.environ, n.credentials_file, f.docker_config).for_host(host)
     except UserError as exc:
-        return [Result("registry", FAIL, f"{host}: {exc}", LOGIN_FIX.format(host=host))]
+        return [Result("registry", FAIL, f"{host}: {exc}", f.login_fix(host))]
     if found is not None:
         return [Result("registry", OK, f"{host}: {found.source}")]
     if is_loopback(host):
         return [Result("registry", OK, f"{host}: a local registry; no login found (fine if it has no auth)")]
     note = f" ({f.docker_config_error})" if f.docker_config_error else ""
     if n.publish:
-        return [Result("registry", FAIL, f"{host}: no login found{note}: publishing cannot push", LOGIN_FIX.format(host=host))]
-    return [Result("registry", WARN, f"{host}: no login found{note}: building works, publishing cannot push", LOGIN_FIX.format(host=host))]
+        return [Result("registry", FAIL, f"{host}: no login found{note}: publishing cannot push", f.login_fix(host))]
+    return [Result("registry", WARN, f"{host}: no login found{note}: building works, publishing cannot push", f.login_fix(host))]
 
 
 @check
@@ -472,7 +492,7 @@ def push_check(f: Facts, n: Needs) -> list[Result]:
         return []
     where = f"{n.registry}/{n.repository}"
     if f.release.push_error:
-        fix = (LOGIN_FIX.format(host=n.registry)
+        fix = (f.login_fix(n.registry or "")
                if "HTTP 401" in f.release.push_error else
                f"give the account push permission on {where} (Harbor: a robot account with push and pull on the project)")
         return [Result("push", FAIL, f.release.push_error, fix)]

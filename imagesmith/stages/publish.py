@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -567,7 +568,7 @@ class Publisher:
             raise
         back = self._check_digest(ref, tag, digest, image_id)
         config = self._retry(f"reading the config of {ref}", lambda: self.registry.config(self.repo, image_id))
-        return digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)
+        return back.digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)  # the registry's, read back
 
     def _promote(self, r: TargetRelease) -> str:
         """Registry to registry, no engine (:mod:`imagesmith.stages.promote`); the release digest is the staged one."""
@@ -800,7 +801,7 @@ class Publisher:
 
     def _with_source(self, message: str) -> str:
         """A login failure also says which credentials were tried (never their value)."""
-        if "docker login" not in message or "[credentials used:" in message:
+        if not re.search(r"\b(?:docker|podman) login\b", message) or "[credentials used:" in message:
             return message
         return f"{message} [credentials used: {self.credentials.source if self.credentials else 'none given (the engine used its own)'}]"
 

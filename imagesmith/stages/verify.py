@@ -24,9 +24,19 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from imagesmith import runstate
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
-from imagesmith.errors import BuildError, CommandNotFound, ContainerRefused, GpuRuntimeMissing, ImagesmithError, UsageError, UserError
+from imagesmith.errors import (
+    BuildError,
+    CommandNotFound,
+    ContainerRefused,
+    GpuRequestDropped,
+    GpuRuntimeMissing,
+    ImagesmithError,
+    UsageError,
+    UserError,
+)
 from imagesmith.model import compat, gpupath, loader, policy, schemas
 from imagesmith.model import platform as platforms
+from imagesmith.model.engines import EngineKind
 from imagesmith.model.located import printable
 from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
@@ -424,7 +434,13 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     report = _judged(report, nvml, options, remote)
     report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
     report = with_notes(report, info.config, options, info.labels)
-    image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
+    kind = engine.kind()  # Docker or Podman, as the engine says (asked once)
+    try:
+        digests, said = served_digests(registry, ref, info, kind)
+    except (ImagesmithError, OSError) as exc:  # the run stands; which digest it was is unknown, so none is named
+        digests, said = [], f"could not read {ref} back from its registry ({exc}): no digest recorded"
+    report = report | ({"notes": [*(report.get("notes") or []), said]} if said else {})
+    image = {"ref": ref, "id": info.id, "digests": digests, "labels": dict(info.labels)} | pinned(ref)
     try:
         picked = index_pick(registry, ref, info) if registry is not None and not pinned(ref) else None
     except (ImagesmithError, OSError) as exc:  # the run stands; only which entry of an index it was is unknown
@@ -434,7 +450,7 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
         image |= picked
         report = report | {"notes": [*(report.get("notes") or []), f"{ref} is an image index ({picked['index']}): verified its "
                                      f"{picked['platform']} image {picked['digest']}"]}
-    done = finish(report, image, nvml, started, time.monotonic() - t0)
+    done = finish(report, image, nvml, started, time.monotonic() - t0) | {"engine": kind.record()}
     if emulated is not None:  # the payload saw --gpus none; why it was none is the host's to say
         done["emulation"] = emulated
         mode = done.get("mode")
@@ -486,6 +502,36 @@ def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, re
                    network_disabled=True, timeout_s=options.timeout_s,
                    labels={"io.imagesmith.run": f"verify-{os.getpid()}"},
                    environment=PAYLOAD_ENV, on_stderr=progress)
+
+
+def served_digests(registry: RegistryProtocol | None, ref: str, info: Any, kind: EngineKind) -> tuple[list[str], str]:
+    """The repository digests a report names for the image verified: only ones its registry serves, read back
+    (``host/repository@sha256:...``), and a note when the engine's own bookkeeping said otherwise.
+
+    With a client for ``ref``'s registry: the digest the registry serves for ``ref``'s tag when its config is the
+    image verified (its ID), else the engine's digests of that repository the registry serves (an image index the
+    engine pulled through the tag). Without one (Docker Hub; a local build): Docker's ``RepoDigests``, which Docker
+    records only from a push or pull; none of Podman's, which it also makes up for images no registry has seen (a
+    ``podman load``, a build)."""
+    parsed = ImageRef.parse(ref)
+    held = [d for d in info.repo_digests if (p := ImageRef.maybe(d)) is not None and p.pinned]
+    if registry is None:
+        if kind.podman and held:
+            return [], (f"{kind.name} lists {len(held)} repository digest{'s' if len(held) > 1 else ''} for this image, none read "
+                        "back from a registry (Podman makes its own for images no registry has seen): no digest recorded")
+        return held, ""
+    if parsed.pinned:
+        return [str(parsed)], ""
+    back = registry.manifest(parsed.repository, parsed.tag or "latest")
+    if back is not None and back.config_digest == info.id:
+        return [f"{parsed.name}@{back.digest}"], ""
+    mine = [d for d in held if (p := ImageRef.maybe(d)) is not None and p.name == parsed.name]
+    kept = [d for d in mine if registry.manifest(parsed.repository, str(ImageRef.parse(d).digest)) is not None]
+    if kept or (back is None and not mine):
+        return kept, ""
+    served = f"serves {back.digest} (image {back.config_digest})" if back is not None else "serves nothing"
+    return kept, (f"{parsed.name} {served} for {parsed.tag or 'latest'}, not this image ({info.id}); the engine's "
+                  f"digests {', '.join(mine) or '(none)'} are not recorded")
 
 
 def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str] | None:
@@ -567,16 +613,25 @@ def _gpu_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, reque
     try:
         report = _container_report(engine, applied, options, request, image)
     except GpuRuntimeMissing as exc:
-        said = str(exc).replace(f" ({GPU_RUNTIME_FIX})", "")  # the fix is the note's, once
-        refused = f"the engine refused {'the CDI devices' if path.path == gpupath.CDI_ENGINE else '--gpus'} ({said})"
+        said = str(exc).replace(f" ({exc.fix})", "")  # the fix is the note's, once
+        how = "did not honour" if isinstance(exc, GpuRequestDropped) else "refused"
+        refused = f"the engine {how} {'the CDI devices' if path.path == gpupath.CDI_ENGINE else '--gpus'} ({said})"
         if path.then is not None:
             report = _gpu_report(engine, spec, options, request, image, gpu, path.then)
             return report | {"notes": [*(report.get("notes") or []), f"{refused}: ran by {path.then.path} instead"]}
-        fix = gpupath.FIX_CDI_ON if path.path == gpupath.CDI_ENGINE else GPU_RUNTIME_FIX
+        fix = _gpu_fix(exc, path)
         report = _without_gpus(engine, applied, options, request, image, fix)
         return report | {"gpu_path": gpupath.GpuPath(gpupath.NONE, f"{refused}: ran without GPUs").record()}
     note = gpu_paths.note(path)
     return report | {"gpu_path": path.record(notes)} | ({"notes": [*(report.get("notes") or []), note]} if note else {})
+
+
+def _gpu_fix(exc: GpuRuntimeMissing, path: gpupath.GpuPath) -> str:
+    """What gives the containers GPUs: the engine's own fix where the edge named one (Podman's CDI spec, a request
+    Docker ignored), else Docker's: CDI on for its CDI names, the NVIDIA runtime for --gpus."""
+    if exc.fix != GPU_RUNTIME_FIX:
+        return exc.fix
+    return gpupath.FIX_CDI_ON if path.path == gpupath.CDI_ENGINE else GPU_RUNTIME_FIX
 
 
 def _container_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
@@ -620,7 +675,7 @@ NO_PYTHON = "the image has no python3 on its PATH, so nothing in it can be verif
 
 def _why_no_start(refused: ContainerRefused) -> str:
     if isinstance(refused, GpuRuntimeMissing):
-        return GPU_RUNTIME_FIX
+        return refused.fix
     if isinstance(refused, CommandNotFound) and refused.command == "python3":
         return NO_PYTHON
     return f"the container did not start: {refused}"

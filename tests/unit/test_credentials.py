@@ -346,3 +346,85 @@ def test_publish_refuses_artifacts_releasing_another_repository_than_declared(tm
     assert str(err.value) == (f"the build artifacts in {tmp_path} release 127.0.0.1:5000/imagesmith/local, but --registry "
                               "declares 127.0.0.1:5000/ml/other; nothing was sent: publish them with --registry "
                               "127.0.0.1:5000/imagesmith/local if that is yours")
+
+
+# -- Podman's auth files -------------------------------------------------------------------------------------
+
+
+def auth_json(path: Path, auths: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"auths": auths}))
+    return path
+
+
+@pytest.mark.parametrize("env, files", [
+    ({"REGISTRY_AUTH_FILE": "/x/auth.json", "XDG_RUNTIME_DIR": "/run/user/1000", "HOME": "/home/u"}, ["/x/auth.json"]),
+    ({"XDG_RUNTIME_DIR": "/run/user/1000", "HOME": "/home/u"}, ["/run/user/1000/containers/auth.json", "/home/u/.config/containers/auth.json"]),
+    ({"HOME": "/root"}, [f"/run/containers/{os.getuid()}/auth.json", "/root/.config/containers/auth.json"]),  # a rootful podman login
+    ({}, []),
+])
+def test_where_podman_keeps_its_logins(env: dict[str, str], files: list[str]) -> None:
+    from imagesmith.edges.credentials import podman_auth_files
+
+    assert [str(p) for p in podman_auth_files(env)] == files
+
+
+def test_podmans_logins_count_for_their_host_after_the_docker_config_and_registry_auth_file_before_it(tmp_path: Path) -> None:
+    xdg, home = tmp_path / "xdg", tmp_path / "home"
+    auth_json(xdg / "containers" / "auth.json", {"p.test": {"auth": b64("xdg:pw")}, "d.test": {"auth": b64("xdg-d:pw")}})
+    auth_json(home / ".config" / "containers" / "auth.json", {"quay.test/org/repo": {"auth": b64("home:pw")}, "p.test": {"auth": b64("home:pw")}})
+    config = docker_config(tmp_path, {"d.test": {"auth": b64("docker:pw")}})
+    store = load_store(RELEASE, {"XDG_RUNTIME_DIR": str(xdg), "HOME": str(home)}, None, config)
+    assert store.for_host("p.test") == Credentials("xdg", "pw", f"Podman auth file {xdg}/containers/auth.json")
+    assert store.for_host("d.test") == Credentials("docker", "pw", f"docker config {config}")  # docker config first
+    assert store.for_host("quay.test") == Credentials("home", "pw", f"Podman auth file {home}/.config/containers/auth.json")
+    assert store.for_host("other.test") is None  # a login is asked only for the host named
+    explicit = auth_json(tmp_path / "ci" / "auth.json", {"d.test": {"auth": b64("ci:pw")}})
+    store = load_store(RELEASE, {"REGISTRY_AUTH_FILE": str(explicit), "XDG_RUNTIME_DIR": str(xdg)}, None, config)
+    assert store.for_host("d.test") == Credentials("ci", "pw", f"Podman auth file {explicit}")  # named by the operator: first
+    assert store.for_host("p.test") is None  # REGISTRY_AUTH_FILE alone, as Podman reads it
+
+
+def test_a_podman_login_for_another_host_is_never_sent_to_an_artifacts_host(tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    auth_json(xdg / "containers" / "auth.json", {"evil.test": {"auth": b64("u:pw")}, "h.test": {"auth": b64("h:pw")}})
+    store = load_store(RELEASE, {"XDG_RUNTIME_DIR": str(xdg)}, None, tmp_path / "none.json")
+    with pytest.raises(UserError, match=r"names the staged repository host evil.test, but h.test was declared"):
+        store.for_artifact("evil.test", "h.test", "build.json", "staged repository", "--stage")
+    assert store.for_artifact("evil.test", None, "build.json", "staged repository", "--stage") is None
+
+
+@pytest.mark.parametrize("content, why", [
+    ("{not json", "cannot be read (not JSON ("),
+    ("[1, 2]", "is not a JSON object; fix or remove it, or run podman login (or set REGISTRY_AUTH_FILE to another file) again"),
+])
+def test_a_broken_podman_auth_file_fails_only_when_a_login_is_looked_up_there(tmp_path: Path, content: str, why: str) -> None:
+    broken = tmp_path / "auth.json"
+    broken.write_text(content)
+    store = load_store(RELEASE, ENV | {"REGISTRY_AUTH_FILE": str(broken)}, None, tmp_path / "none.json")
+    assert store.for_host("h.test") == Credentials("env-user", "env-pw", "environment (IMAGESMITH_REGISTRY_USER, for h.test)")
+    with pytest.raises(UserError) as err:
+        store.for_host("o.test")
+    assert str(err.value).startswith(f"Podman auth file {broken} ") and why in str(err.value)
+
+
+def test_a_podman_auth_file_goes_through_the_strict_reader(tmp_path: Path) -> None:
+    fifo = tmp_path / "auth.json"
+    os.mkfifo(fifo)
+    store = load_store(RELEASE, {"REGISTRY_AUTH_FILE": str(fifo)}, None, tmp_path / "none.json")
+    with pytest.raises(UserError, match=rf"^Podman auth file {re.escape(str(fifo))} cannot be read \(is not a regular file"):
+        store.for_host("o.test")
+
+
+def test_a_login_podman_cannot_resolve_says_podman_login(tmp_path: Path) -> None:
+    path = auth_json(tmp_path / "auth.json", {"o.test": {"auth": b64("no-colon")}})
+    store = load_store(RELEASE, {"REGISTRY_AUTH_FILE": str(path)}, None, tmp_path / "none.json")
+    with pytest.raises(UserError, match=rf"^Podman auth file {re.escape(str(path))}: the login for o.test cannot be read .*; run podman "
+                                        r"login o.test again"):
+        store.for_host("o.test")
+
+
+@pytest.mark.parametrize("docker_host, login", [("unix:///run/podman/podman.sock", "podman login h.test"), ("", "docker login h.test")])
+def test_the_no_login_hint_names_the_login_of_the_engine_docker_host_names(monkeypatch: pytest.MonkeyPatch, docker_host: str, login: str) -> None:
+    monkeypatch.setenv("DOCKER_HOST", docker_host)
+    assert CredentialStore().anonymous_hint("h.test", "h.test", "--registry").endswith(f", or {login}")

@@ -31,6 +31,17 @@ VERSION = {"Version": "27.5.1", "ApiVersion": "1.47"}
 INFO = {"DockerRootDir": "/var/lib/docker", "Runtimes": {"runc": {"path": "runc"}}, "DefaultRuntime": "runc", "CDISpecDirs": None}
 NVIDIA_RUNTIME = {**INFO, "Runtimes": {"runc": {}, "nvidia": {"path": "nvidia-container-runtime"}}}
 CDI_ON = {**INFO, "CDISpecDirs": ["/etc/cdi", "/var/run/cdi"]}
+# podman 4.3.1 `system service` as it answers on this machine (trimmed)
+PODMAN_VERSION = {"Platform": {"Name": "linux/amd64/debian-12"}, "Components": [{"Name": "Podman Engine", "Version": "4.3.1"}],
+                  "Version": "4.3.1", "ApiVersion": "1.41", "Os": "linux", "Arch": "amd64"}
+PODMAN_INFO = {"DockerRootDir": "/var/lib/containers/storage", "Runtimes": {"runc": {"path": "/usr/bin/runc"}, "crun": {}},
+               "DefaultRuntime": "runc", "BuildahVersion": "1.28.2", "Rootless": False, "ServerVersion": "4.3.1"}
+PODMAN_SOCKET = {"DOCKER_HOST": "unix:///run/podman/podman.sock"}
+FIX_PODMAN_CDI = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+
+
+def podman(**kw: Any) -> FakeHost:
+    return FakeHost(**{"version": PODMAN_VERSION, "info": PODMAN_INFO, "environ": PODMAN_SOCKET, **kw})
 
 
 @dataclass
@@ -117,6 +128,20 @@ ENGINE = [
     pytest.param(FakeHost(version=ValueError("garbage")),
                  Result("engine", FAIL, "ValueError: garbage",
                         "sudo systemctl start docker   (not installed: sudo apt-get install -y docker.io)"), id="nonsense"),
+    pytest.param(podman(), Result("engine", OK, "Podman 4.3.1 (API 1.41, rootful) at unix:///run/podman/podman.sock"), id="podman"),
+    pytest.param(podman(info={**PODMAN_INFO, "Rootless": True}, environ={"DOCKER_HOST": "unix:///run/user/1000/podman/podman.sock"}),
+                 Result("engine", OK, "Podman 4.3.1 (API 1.41, rootless) at unix:///run/user/1000/podman/podman.sock"), id="podman-rootless"),
+    pytest.param(podman(version=EngineError("cannot reach the Podman engine at DOCKER_HOST=unix:///run/podman/podman.sock "
+                                            "(Connection refused); start Podman's Docker API there")),
+                 Result("engine", FAIL, "cannot reach the Podman engine at DOCKER_HOST=unix:///run/podman/podman.sock (Connection "
+                        "refused)", "start Podman's Docker API there: podman system service --time=0 "
+                        "unix:///run/podman/podman.sock &   (systemd: sudo systemctl start podman.socket; rootless: systemctl --user "
+                        "start podman.socket)"), id="podman-down"),
+    pytest.param(podman(version=EngineError("cannot reach the Podman engine at DOCKER_HOST=unix:///run/podman/podman.sock "
+                                            "(Permission denied); start it"), info=None),
+                 Result("engine", FAIL, "cannot reach the Podman engine at DOCKER_HOST=unix:///run/podman/podman.sock (Permission "
+                        "denied)", "use your own Podman: systemctl --user start podman.socket && export "
+                        "DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock"), id="podman-not-yours"),
 ]
 
 
@@ -168,8 +193,24 @@ RUNTIME = [
     pytest.param(FakeHost(gpus=NO_GPU),
                  Result("gpu runtime", WARN, "Docker has no nvidia runtime or nvidia-container-runtime-hook, and no CDI spec in "
                         "/etc/cdi or /var/run/cdi (no GPU here either: verification runs in CPU mode)", FIX_CDI), id="nothing-no-gpu"),
-    pytest.param(FakeHost(version=ENGINE_DOWN), Result("gpu runtime", WARN, "not checked: the Docker engine is unreachable"),
+    pytest.param(FakeHost(version=ENGINE_DOWN), Result("gpu runtime", WARN, "not checked: the engine is unreachable"),
                  id="engine-down"),
+    pytest.param(podman(specs=["/etc/cdi/nvidia.yaml"]),
+                 Result("gpu runtime", OK, "Podman resolves CDI devices itself (from /etc/cdi, /var/run/cdi): /etc/cdi/nvidia.yaml "
+                                           "offers nvidia.com/gpu=all"), id="podman-cdi"),
+    pytest.param(podman(info={**PODMAN_INFO, "Runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}, hook="/usr/bin/nvidia-container-runtime-hook"),
+                 Result("gpu runtime", FAIL, "Podman takes GPUs by CDI only (its Docker API drops --gpus), and no CDI spec in /etc/cdi "
+                        "or /var/run/cdi: containers cannot see the GPUs", FIX_PODMAN_CDI), id="podman-no-spec-nvidia-runtime-or-not"),
+    pytest.param(podman(gpus=NO_GPU),
+                 Result("gpu runtime", WARN, "Podman takes GPUs by CDI only (its Docker API drops --gpus), and no CDI spec in /etc/cdi "
+                        "or /var/run/cdi (no GPU here either: verification runs in CPU mode)", FIX_PODMAN_CDI), id="podman-no-gpu"),
+    pytest.param(podman(refused=HOSTILE),
+                 Result("gpu runtime", FAIL, "a CDI spec is refused: /etc/cdi/nvidia.yaml: is not a regular file (a folder, "
+                                             "FIFO, socket or device); give the file itself", FIX_PODMAN_CDI), id="podman-hostile-spec"),
+    pytest.param(podman(environ={"DOCKER_HOST": "ssh://gpu1"}),
+                 Result("gpu runtime", OK, "Podman at DOCKER_HOST=ssh://gpu1 resolves CDI devices itself: verify passes "
+                                           "nvidia.com/gpu=all (the specs on that host decide; it refuses a name they lack)"),
+                 id="podman-remote"),
 ]
 
 
@@ -477,3 +518,26 @@ def test_system_host_reads_docker_config_and_cdi_specs(tmp_path: Path) -> None:
         host.cdi_lookup(("nvidia.com/gpu=all",), dirs)
     assert host.disk_usage(str(tmp_path)).free > 0
     assert doctor.SystemHost(environ={"HOME": str(tmp_path)}).docker_config() == {}  # no ~/.docker/config.json
+
+
+# -- Podman: its own fixes, its own logins ---------------------------------------------------------------
+
+PODMAN_PRUNE = "podman image prune -a && podman builder prune   (or move graphroot in /etc/containers/storage.conf to a larger disk)"
+PODMAN_LOGIN = ("podman login harbor.example.com   (or export IMAGESMITH_REGISTRY_USER=... IMAGESMITH_REGISTRY_PASSWORD=..., "
+                "e.g. a Harbor robot account)")
+
+
+def test_podmans_disk_and_login_fixes_are_podmans(tmp_path: Path) -> None:
+    host = podman(disk=Disk("/var/lib/containers/storage", 1000 * GB, 54 * GB))
+    assert one(host, doctor.disk_check) == Result("disk", FAIL, "54.0 GB free on /var/lib/containers/storage; 12 planned images need "
+                                                                "about 100.0 GB", PODMAN_PRUNE)
+    assert one(podman(), doctor.registry_check) == Result("registry", WARN, "harbor.example.com: no login found: building works, "
+                                                                            "publishing cannot push", PODMAN_LOGIN)
+    assert one(podman(version=ENGINE_DOWN, info=None), doctor.registry_check, replace(NEEDS, publish=True)).fix == PODMAN_LOGIN
+
+
+def test_a_podman_login_is_found_as_publish_would_find_it(tmp_path: Path) -> None:
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "containers" / "auth.json").write_text(json.dumps({"auths": {"harbor.example.com": {"auth": "cm9ib3Q6eA=="}}}))
+    host = podman(environ={**PODMAN_SOCKET, "XDG_RUNTIME_DIR": str(tmp_path)})
+    assert one(host, doctor.registry_check) == Result("registry", OK, f"harbor.example.com: Podman auth file {tmp_path}/containers/auth.json")

@@ -21,6 +21,7 @@ class Container:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.attrs: dict[str, Any] = {}
 
     def put_archive(self, path: str, data: bytes) -> bool:
         self.calls.append(("put_archive", (path, members(data))))
@@ -45,13 +46,20 @@ class Containers:
         self.container = Container()
 
     def create(self, image: str, args: Any, **kw: Any) -> Container:
-        self.created.append(kw)
+        self.created.append(kw)  # a Docker engine: what it was asked is what inspect says
+        self.container.attrs = {"HostConfig": {"DeviceRequests": kw.get("device_requests") or None, "Devices": kw.get("devices") or []}}
         return self.container
 
 
 class Client:
     def __init__(self) -> None:
         self.containers = Containers()
+
+    def version(self) -> dict[str, Any]:
+        return {"Version": "20.10.24", "ApiVersion": "1.41", "Components": [{"Name": "Engine", "Version": "20.10.24"}]}
+
+    def info(self) -> dict[str, Any]:
+        return {"ServerVersion": "20.10.24", "SecurityOptions": ["name=seccomp,profile=default"]}
 
 
 def members(data: bytes) -> list[tuple[str, str, str]]:

@@ -36,6 +36,12 @@ class Client:
     def __init__(self) -> None:
         self.containers = Containers()
 
+    def version(self) -> dict[str, Any]:
+        return {"Version": "20.10.24", "ApiVersion": "1.41", "Components": [{"Name": "Engine"}]}
+
+    def info(self) -> dict[str, Any]:
+        return {"ServerVersion": "20.10.24"}
+
 
 @pytest.mark.parametrize("how", ["run", "started"])
 def test_a_container_created_as_the_signal_came_is_removed(how: str) -> None:

@@ -22,6 +22,7 @@ REMOTE, REMOTE_CDI = EngineGpu(docker_host="tcp://gpu1:2376"), EngineGpu(cdi_dir
 SPEC_FIX = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
 TRANSLATED = "/etc/cdi/nvidia.yaml defines nvidia.com/gpu=all; the engine has no CDI: imagesmith applies the specs' edits itself"
 FILES = ("/etc/cdi/nvidia.yaml",)
+PODMAN, REMOTE_PODMAN = EngineGpu(cdi_dirs=DIRS, podman=True), EngineGpu(cdi_dirs=DIRS, docker_host="ssh://gpu1", podman=True)
 
 CHOICES = [
     ("auto", "none", NVIDIA_RT, FOUND, GpuPath(NONE, "--gpus none: CPU mode")),
@@ -47,6 +48,18 @@ CHOICES = [
                                          BOTH.names, BOTH.files)),
     ("cdi", "all", REMOTE_CDI, Lookup(ALL), GpuPath(CDI_ENGINE, "--gpu-runtime cdi: the engine at DOCKER_HOST=ssh://gpu1 "
                                                                 "resolves CDI devices itself", ALL)),
+    # Podman: CDI names only (its Docker API drops --gpus); it resolves them from its host's specs itself
+    ("auto", "all", PODMAN, FOUND, GpuPath(CDI_ENGINE, "Podman takes GPUs by CDI; /etc/cdi/nvidia.yaml defines nvidia.com/gpu=all, "
+                                                       "and the engine resolves CDI devices itself", ALL, FILES)),
+    ("auto", "all", PODMAN, NO_SPEC, GpuPath(CDI_ENGINE, "Podman takes GPUs by CDI only (its Docker API drops --gpus) and no CDI spec "
+                                                         f"in /etc/cdi or /var/run/cdi; write NVIDIA's: {SPEC_FIX}: the names, tried "
+                                                         "(Podman refuses a name no spec of its host offers)", ALL)),
+    ("auto", "all", REMOTE_PODMAN, Lookup(ALL), GpuPath(
+        CDI_ENGINE, "Podman takes GPUs by CDI only (its Docker API drops --gpus) and is not on this host (DOCKER_HOST=ssh://gpu1), "
+                    "so the CDI specs here say nothing of it: the names, tried (Podman refuses a name no spec of its host offers)", ALL)),
+    ("cdi", "all", PODMAN, FOUND, GpuPath(CDI_ENGINE, "--gpu-runtime cdi; /etc/cdi/nvidia.yaml defines nvidia.com/gpu=all, and the "
+                                                      "engine resolves CDI devices itself", ALL, FILES)),
+    ("nvidia", "all", PODMAN, FOUND, GpuPath(NVIDIA, "--gpu-runtime nvidia: the engine's --gpus")),  # dropped: the engine edge says so
 ]
 
 
@@ -96,3 +109,18 @@ def test_the_report_block() -> None:
     path = GpuPath(CDI_TRANSLATED, "why", ALL, FILES)
     assert path.record(("a note",)) == {"path": "cdi-translated", "why": "why", "devices": ["nvidia.com/gpu=all"],
                                         "specs": ["/etc/cdi/nvidia.yaml"], "notes": ["a note"]}
+
+
+PODMAN_INFO = {"ServerVersion": "4.3.1", "BuildahVersion": "1.28.2", "Rootless": False, "DefaultRuntime": "runc"}
+
+
+@pytest.mark.parametrize("info, docker_host, engine", [
+    (PODMAN_INFO | {"Runtimes": {"runc": {}, "crun": {}}}, "", PODMAN),
+    # an nvidia runtime in containers.conf does not make Podman's Docker API take --gpus
+    (PODMAN_INFO | {"Runtimes": {"runc": {}, "nvidia": {"path": "nvidia-container-runtime"}}}, "ssh://gpu1", REMOTE_PODMAN),
+    (PODMAN_INFO | {"CDISpecDirs": ["/opt/cdi"]}, "", EngineGpu(cdi_dirs=("/opt/cdi",), podman=True)),
+    ({"Runtimes": {"nvidia": {}}}, "", NVIDIA_RT),
+    ({"CDISpecDirs": list(DIRS)}, "", CDI_ON),
+])
+def test_what_the_engine_says_decides_its_gpu_facts(info: dict[str, object], docker_host: str, engine: EngineGpu) -> None:
+    assert EngineGpu.of(info, docker_host) == engine

@@ -13,9 +13,10 @@ from typing import Any, Callable
 import pytest
 
 from imagesmith.edges.engine import RunResult, RunSpec
-from imagesmith.errors import GpuRuntimeMissing, UserError
-from imagesmith.model import compat, gpupath, schemas
+from imagesmith.errors import GpuRequestDropped, GpuRuntimeMissing, UserError
+from imagesmith.model import compat, engines, gpupath, schemas
 from imagesmith.model.cdi import BindMount, DeviceMapping, Symlink
+from imagesmith.model.engines import EngineKind
 from imagesmith.model.loader import LoadError, check_schema
 from imagesmith.stages import verify
 from imagesmith.stages.gpus import GpuHost
@@ -41,6 +42,9 @@ class InfoEngine(EngineDouble):
 
     def info(self) -> dict[str, Any]:
         return self.facts
+
+    def kind(self) -> EngineKind:
+        return EngineKind.of(self.facts)
 
 
 def ok(spec: RunSpec) -> RunResult:
@@ -141,3 +145,48 @@ def test_a_hostile_spec_stops_verify_before_any_container(tmp_path: Path) -> Non
     assert err.value.exit_code == 1 and str(err.value).startswith(
         f"{tmp_path / 'cdi' / 'nvidia.json'}: kind: 'nvidia.com' is not of the form vendor/class")
     assert engine.specs == []
+
+
+# -- Podman: CDI names only; a --gpus it drops is said, with Podman's fix ------------------------------------
+
+PODMAN_INFO = {"ServerVersion": "4.3.1", "BuildahVersion": "1.28.2", "Rootless": False}
+DROPPED = GpuRequestDropped("creating a container of sha256:abc: Podman 4.3.1 (API 1.41, rootful) created it without the GPUs asked "
+                            "for (--gpus all: HostConfig.DeviceRequests came back empty): Podman's Docker API drops GPU device "
+                            "requests; it takes GPUs by CDI names (verify --gpu-runtime auto or cdi)", fix=engines.FIX_PODMAN_GPU)
+
+
+def test_podman_gets_the_cdi_names_of_its_hosts_specs(tmp_path: Path) -> None:
+    host = specs_in(tmp_path / "cdi")
+    report, (spec,) = run(ok, host, PODMAN_INFO | {"CDISpecDirs": [str(tmp_path / "cdi")]})
+    assert (spec.gpus, spec.cdi_devices, spec.devices, spec.mounts) == ("none", ("nvidia.com/gpu=all",), (), ())
+    assert report["gpu_path"]["path"] == "cdi-engine" and report["gpu_path"]["why"].startswith("Podman takes GPUs by CDI; ")
+    assert report["engine"] == {"name": "Podman", "version": "4.3.1", "api": "?", "rootless": False}
+
+
+def test_a_gpu_request_podman_dropped_runs_without_gpus_and_says_why_with_podmans_fix(tmp_path: Path) -> None:
+    def drop(spec: RunSpec) -> RunResult:
+        if spec.gpus != "none":
+            raise DROPPED
+        return ok(spec)
+
+    report, specs = run(drop, GpuHost(cdi_dirs=(str(tmp_path / "absent"),), environ={}), PODMAN_INFO,
+                        replace(GPU_OPTIONS, gpu_runtime="nvidia"))
+    assert [(s.gpus, s.cdi_devices) for s in specs] == [("all", ()), ("none", ())]
+    assert json.loads(specs[1].files["config.json"])["gpu_unavailable"] == engines.FIX_PODMAN_GPU
+    assert report["gpu_path"]["why"] == f"the engine did not honour --gpus ({str(DROPPED).replace(f' ({engines.FIX_PODMAN_GPU})', '')}): ran without GPUs"
+    assert report["notes"][0] == f"ran without GPUs: {engines.FIX_PODMAN_GPU}"
+
+
+def test_names_no_spec_of_podmans_host_offers_are_refused_by_it_and_said(tmp_path: Path) -> None:
+    said = "starting a container of sha256:abc: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all"
+
+    def unresolvable(spec: RunSpec) -> RunResult:
+        if spec.cdi_devices:
+            raise GpuRuntimeMissing(f"{said} ({engines.FIX_PODMAN_GPU})", fix=engines.FIX_PODMAN_GPU)
+        return ok(spec)
+
+    report, specs = run(unresolvable, GpuHost(environ={}), PODMAN_INFO | {"CDISpecDirs": [str(tmp_path / "absent")]})
+    assert [s.cdi_devices for s in specs] == [("nvidia.com/gpu=all",), ()]
+    assert report["gpu_path"] == {"path": "none", "why": f"the engine refused the CDI devices ({said}): ran without GPUs",
+                                  "devices": [], "specs": [], "notes": []}
+    assert report["notes"][0] == f"ran without GPUs: {engines.FIX_PODMAN_GPU}"

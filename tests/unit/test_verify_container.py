@@ -19,7 +19,7 @@ from imagesmith.stages import verify
 from tests.doubles import EngineBase
 
 LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
-INFO = ImageInfo("sha256:abc", ("img:1",), LABELS, 1, "2026-11-30", ("reg/img@sha256:d",),
+INFO = ImageInfo("sha256:abc", ("img:1",), LABELS, 1, "2026-11-30", (f"reg/img@sha256:{'d' * 64}",),
                  config=ImageConfig(entrypoint=("/usr/bin/tini", "--")))
 OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",))
 
@@ -64,7 +64,7 @@ def test_a_genuine_answer_is_the_report_with_the_hosts_view() -> None:
     report, engine = verify_with(lambda spec: RunResult(0, answer(spec), "stderr log"))
     assert report["summary"]["ok"] is True and report["state"] == "complete"
     assert (report["payload_log"], report["payload_exit_code"]) == ("stderr log", 0)
-    assert report["image"] == {"ref": "img:1", "id": "sha256:abc", "digests": ["reg/img@sha256:d"], "labels": LABELS}
+    assert report["image"] == {"ref": "img:1", "id": "sha256:abc", "digests": [f"reg/img@sha256:{'d' * 64}"], "labels": LABELS}
     assert report["nvml"] is None and report["schema"] == verify.REPORT_SCHEMA
     (spec,) = engine.specs
     assert spec.image == "sha256:abc" and spec.network_disabled and spec.gpus == "none"

@@ -76,15 +76,17 @@ def test_the_verdict_never_says_verified_for_a_failed_run(status: str, ok: bool,
 
 def test_the_engine_keeps_the_images_entrypoint_only_when_asked() -> None:
     from imagesmith.edges.engine import Engine
+    from imagesmith.model.engines import EngineKind
 
     made: list[tuple[Any, Any]] = []
 
     class Containers:
-        def create(self, image: str, command: Any, entrypoint: Any, **_: Any) -> None:
+        def create(self, image: str, command: Any, entrypoint: Any, **_: Any) -> Any:
             made.append((entrypoint, command))
+            return type("Container", (), {"attrs": {"HostConfig": {}}})()
 
     engine = Engine.__new__(Engine)
-    engine._client = type("Client", (), {"containers": Containers()})()
+    engine._client, engine._kind = type("Client", (), {"containers": Containers()})(), EngineKind()
     engine._create(RunSpec(image="i", command=["python3", "run.py"]))
     engine._create(RunSpec(image="i", command=["python3", "run.py"], entrypoint=ENTRY))
     assert made == [(["python3"], ["run.py"]), (ENTRY, ["python3", "run.py"])]
@@ -95,3 +97,20 @@ def test_the_config_carries_the_images_user_for_the_non_root_verdict() -> None:
     config = verify.payload_config({}, verify.VerifyOptions(require_non_root=True), compat.load(), None, image)
     assert config["image"]["user"] == "" and config["security"] == {"expect_non_root": True}
     assert json.dumps(ImageConfig().entrypoint) == "[]"
+
+
+def test_the_table_names_the_engine_and_a_cut_failure_is_printed_whole() -> None:
+    from imagesmith.cli.verify import DETAIL_WIDTH, print_verify
+    from imagesmith.model import engines
+
+    why = ("the container did not start: starting a container of sha256:abc: Podman's default ulimits exceed this host's hard "
+           f"limits (runc could not set nofile: error setting rlimit type 7: operation not permitted); {engines.FIX_PODMAN_ULIMITS}")
+    report = {"summary": {"ok": False, "fail": 1}, "state": "complete", "tier": "quick", "image": {"ref": "img:1", "digests": []},
+              "engine": {"name": "Podman", "version": "4.3.1", "api": "1.41", "rootless": False},
+              "checks": [{"id": "payload.start", "status": "fail", "detail": why}, {"id": "b", "status": "pass", "detail": "x" * 200}]}
+    runner = CliRunner()
+    with runner.isolation() as (out, err, _):
+        print_verify(report, None)
+    assert "verify img:1 on Podman 4.3.1 (quick)" in out.getvalue().decode()
+    assert len(why) > DETAIL_WIDTH and err.getvalue().decode().splitlines()[0] == f"payload.start: {why}"  # only the failure
+    assert "x" * 200 not in err.getvalue().decode()
