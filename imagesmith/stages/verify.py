@@ -298,14 +298,37 @@ def with_notes(report: dict[str, Any], launch: entrypoints.Launch, options: Veri
     lying labels; a torch that did not import in an image whose ENTRYPOINT was bypassed names that ENTRYPOINT."""
     note = launch.note()
     notes = [*(report.get("notes") or []), *([note] if note else []), *expect_conflicts(labels, options.expect)]
-    checks = [_blame_entrypoint(c, note) if note and not launch.through else c for c in report.get("checks") or []]
-    return report | {"notes": notes, "checks": checks} if notes else report
+    checks = [_where_torch_is(c, launch, note) for c in report.get("checks") or []]
+    return report | {"notes": notes, "checks": checks} if notes or checks != report.get("checks") else report
 
 
-def _blame_entrypoint(check: Any, note: str) -> Any:
+def _where_torch_is(check: Any, launch: entrypoints.Launch, note: str | None) -> Any:
+    """versions.torch, torch not importable: what to do where the payload found torch elsewhere (its
+    ``data.elsewhere``), else the ENTRYPOINT it bypassed."""
     if not isinstance(check, dict) or check.get("id") != "versions.torch" or "not importable" not in str(check.get("detail")):
         return check
-    return check | {"detail": f"{check.get('detail')} ({note})"}
+    data = check.get("data")
+    data = data if isinstance(data, dict) else {}
+    found = [f for f in data.get("elsewhere") or [] if isinstance(f, dict) and isinstance(f.get("prefix"), str)]
+    if found:
+        return check | {"detail": f"{check.get('detail')}; {remedy(found[0], launch)}"}
+    return check | {"detail": f"{check.get('detail')} ({note})"} if note and not launch.through else check
+
+
+def remedy(found: Mapping[str, Any], launch: entrypoints.Launch) -> str:
+    """What to do about torch in ``found`` (an environment the payload found, with what puts it on PATH)."""
+    scopes = payload_module("envsearch")
+    fix = f"set ENV PATH={str(found['prefix'])[:200].rstrip('/')}/bin:$PATH"
+    by = {str(b.get("scope")) for b in found.get("on_path") or [] if isinstance(b, dict)}
+    if by & {scopes.LOGIN, scopes.BASH} and not launch.login_shell:
+        return f"run with --login-shell or {fix}"
+    if scopes.ENTRYPOINT in by and launch.entrypoint and not launch.through:
+        return f"run it through the ENTRYPOINT ({entrypoints.THROUGH}) or {fix}"
+    if any(scope.startswith("every command") for scope in by):
+        return f"put its bin first in ENV PATH ({fix})"
+    if scopes.INTERACTIVE in by:
+        return f"{fix} (a verify run, like `docker run IMAGE COMMAND`, starts no interactive shell)"
+    return fix
 
 
 def running_report(ref: str | None, tier: str) -> dict[str, Any]:

@@ -248,6 +248,24 @@ def test_a_torch_that_did_not_import_in_a_bypassed_image_names_the_entrypoint() 
     assert report["checks"][0]["detail"] == f"torch is not importable: No module named 'torch' ({note})"
 
 
+def test_torch_found_elsewhere_gets_the_advice_that_fits_how_it_is_put_on_path() -> None:
+    found = {"prefix": "/opt/venv", "kind": "venv", "torch": "2.13.0", "python": "/opt/venv/bin/python3",
+             "on_path": [{"by": "/etc/profile.d/venv.sh", "scope": "login shells"}]}
+    said = ("torch is not importable (no torch package): ModuleNotFoundError: No module named 'torch'; torch 2.13.0 is "
+            "installed in /opt/venv, put on PATH only by /etc/profile.d/venv.sh (login shells)")
+
+    def no_torch(spec: RunSpec) -> RunResult:
+        def tamper(report: dict[str, Any]) -> dict[str, Any]:
+            report["checks"][0].update(status="fail", detail=said, data={"elsewhere": [found]})
+            report["summary"] = payload_module("report").summarize(report["checks"])
+            return report
+        return RunResult(0, answer(spec, tamper), STARTED)
+    report, _ = run(dataclasses.replace(AUTO, only=("versions.torch",)), no_torch, config=ImageConfig(cmd=("bash", "-l")))
+    assert report["checks"][0]["detail"] == f"{said}; run with --login-shell or set ENV PATH=/opt/venv/bin:$PATH"
+    report, _ = run(dataclasses.replace(AUTO, only=("versions.torch",), login_shell=True), no_torch)
+    assert report["checks"][0]["detail"] == f"{said}; set ENV PATH=/opt/venv/bin:$PATH"  # a login shell ran already
+
+
 @pytest.mark.parametrize("labels, expect, notes", [
     ({"io.imagesmith.torch": "2.10.0"}, {"torch": "2.9.1"},
      ["--expect torch=2.9.1 overrides the image's label io.imagesmith.torch (torch 2.10.0): the checks compare "
