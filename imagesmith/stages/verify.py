@@ -72,6 +72,7 @@ class VerifyOptions:
     # or (None) through it where its start (entrypoint.start) showed it runs the command it is given
     through_entrypoint: bool | None = None
     login_shell: bool = False  # the payload under the image's login shell (bash -l, else sh -l): /etc/profile.d counts
+    entry_bound_s: float = entrypoints.BOUND_S  # entrypoint.start: how long the ENTRYPOINT may take to run a no-op
     probe_s: float = 60.0  # security.service: how long the image's own command may take to start its services
     gpu_runtime: str = "auto"  # how GPUs reach the container: auto | nvidia (--gpus) | cdi (model.gpupath)
 
@@ -476,7 +477,7 @@ def entry_start(engine: EngineProtocol, info: Any, options: VerifyOptions,
     default needs its answer), and how the payload runs beside it."""
     entrypoint = list(info.config.entrypoint)
     wanted = entrypoints.CHECK in request.host_checks or options.through_entrypoint is None
-    started = entrypoints.start(engine, info.id, entrypoint, options.memory) if entrypoint and wanted else None
+    started = entrypoints.start(engine, info.id, entrypoint, options.memory, options.entry_bound_s) if entrypoint and wanted else None
     return started, entrypoints.choose(entrypoint, options.through_entrypoint, started, payload_command(options),
                                        options.login_shell)
 

@@ -94,10 +94,10 @@ def _children(folder: str) -> List[str]:
 
 
 def env_kind(folder: str) -> Optional[str]:
-    if os.path.isfile(os.path.join(folder, "pyvenv.cfg")) and _python_in(folder):
-        return "venv"
     if os.path.isdir(os.path.join(folder, "conda-meta")) and _python_in(folder):
         return "conda"
+    if os.path.isfile(os.path.join(folder, "pyvenv.cfg")) and _python_in(folder):
+        return "venv"
     return None
 
 
