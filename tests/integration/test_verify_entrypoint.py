@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
