@@ -86,12 +86,12 @@ def main() -> int:
     p.add_argument("--image", help="also run in a container of this image (a torch CPU image)")
     p.add_argument("--out", required=True)
     p.add_argument("--code", action="append", default=[], metavar="LABEL=DIR",
-                   help="also time the imagesmith tree in DIR (e.g. `git archive REV | tar -x -C DIR`), labelled LABEL; "
-                        "each tree's runs follow one another, this tree's last")
+                   help="time the imagesmith tree in DIR (e.g. `git archive REV | tar -x -C DIR`), labelled LABEL, "
+                        "in the order given (default: this tree); each tree's runs follow one another")
     args = p.parse_args()
     cli = [sys.executable, "-m", "imagesmith.cli", "verify", "--tier", "quick", "--gpus", "none"]
     rows: List[Dict[str, Any]] = []
-    for code, root in [*(c.split("=", 1) for c in args.code), ("this tree", ROOT)]:
+    for code, root in [c.split("=", 1) for c in args.code] or [("this tree", ROOT)]:
         tree = dict(os.environ, PYTHONPATH=root)
         with tempfile.TemporaryDirectory(prefix="pycache-") as prefix:
             env = dict(tree, PYTHONPYCACHEPREFIX=prefix)  # a fresh bytecode cache: the first run compiles all
