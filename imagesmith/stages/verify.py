@@ -12,6 +12,7 @@ import collections
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -294,16 +295,18 @@ def expect_conflicts(labels: Mapping[str, str], expect: Mapping[str, str]) -> li
 
 
 def with_notes(report: dict[str, Any], launch: entrypoints.Launch, options: VerifyOptions,
-               labels: Mapping[str, str]) -> dict[str, Any]:
+               labels: Mapping[str, str], history: Callable[[], Sequence[Mapping[str, Any]]] = list) -> dict[str, Any]:
     """The report with the host's notes: how the payload ran beside the image's ENTRYPOINT, --expect against
-    lying labels; a torch that did not import in an image whose ENTRYPOINT was bypassed names that ENTRYPOINT."""
+    lying labels; a torch that did not import says what to do (``history``: the image's build steps, read only
+    when nothing in the image puts the torch found elsewhere on PATH), or names the ENTRYPOINT it bypassed."""
     note = launch.note()
     notes = [*(report.get("notes") or []), *([note] if note else []), *expect_conflicts(labels, options.expect)]
-    checks = [_where_torch_is(c, launch, note) for c in report.get("checks") or []]
+    checks = [_where_torch_is(c, launch, note, history) for c in report.get("checks") or []]
     return report | {"notes": notes, "checks": checks} if notes or checks != report.get("checks") else report
 
 
-def _where_torch_is(check: Any, launch: entrypoints.Launch, note: str | None) -> Any:
+def _where_torch_is(check: Any, launch: entrypoints.Launch, note: str | None,
+                    history: Callable[[], Sequence[Mapping[str, Any]]] = list) -> Any:
     """versions.torch, torch not importable: what to do where the payload found torch elsewhere (its
     ``data.elsewhere``), else the ENTRYPOINT it bypassed."""
     if not isinstance(check, dict) or check.get("id") != "versions.torch" or "not importable" not in str(check.get("detail")):
@@ -312,14 +315,36 @@ def _where_torch_is(check: Any, launch: entrypoints.Launch, note: str | None) ->
     data = data if isinstance(data, dict) else {}
     found = [f for f in data.get("elsewhere") or [] if isinstance(f, dict) and isinstance(f.get("prefix"), str)]
     if found:
-        return check | {"detail": f"{check.get('detail')}; {remedy(found[0], launch)}"}
+        dropped = parent_path(history, str(found[0]["prefix"])) if not found[0].get("on_path") else None
+        return check | {"detail": f"{check.get('detail')}; {remedy(found[0], launch, dropped)}"}
     return check | {"detail": f"{check.get('detail')} ({note})"} if note and not launch.through else check
 
 
-def remedy(found: Mapping[str, Any], launch: entrypoints.Launch) -> str:
-    """What to do about torch in ``found`` (an environment the payload found, with what puts it on PATH)."""
+ENV_PATH = re.compile(r"\bENV\s+PATH[= ]\s*(\S+)")
+
+
+def parent_path(history: Callable[[], Sequence[Mapping[str, Any]]], prefix: str) -> str | None:
+    """An earlier build step's ``ENV PATH`` that held ``prefix``/bin (a parent image's, say), which a later ENV PATH
+    dropped: the image's history (``docker history``: CreatedBy, newest first). None when none did, or unreadable."""
+    try:
+        steps = list(history())
+    except (ImagesmithError, OSError):
+        return None
+    bin_dir = prefix.rstrip("/") + "/bin"
+    for step in steps:
+        found = ENV_PATH.search(str(step.get("CreatedBy") or "")) if isinstance(step, Mapping) else None
+        if found and bin_dir in found.group(1).strip("\"'").split(":"):
+            return found.group(1).strip("\"'")[:200]
+    return None
+
+
+def remedy(found: Mapping[str, Any], launch: entrypoints.Launch, dropped: str | None = None) -> str:
+    """What to do about torch in ``found`` (an environment the payload found, with what puts it on PATH);
+    ``dropped``: an earlier ENV PATH that held it (:func:`parent_path`)."""
     scopes = payload_module("envsearch")
     fix = f"set ENV PATH={str(found['prefix'])[:200].rstrip('/')}/bin:$PATH"
+    if dropped:
+        return f"an earlier build step's ENV PATH={dropped} held it, and a later ENV PATH dropped it: {fix}"
     by = {str(b.get("scope")) for b in found.get("on_path") or [] if isinstance(b, dict)}
     if by & {scopes.LOGIN, scopes.BASH} and not launch.login_shell:
         return f"run with --login-shell or {fix}"
@@ -448,7 +473,7 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     report = _judged(report, nvml, options, remote)
     first = [entry_check(entry, info.config.entrypoint)] if entrypoints.CHECK in request.host_checks else []
     after = [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks if c != entrypoints.CHECK]
-    report = with_notes(with_checks(report, after, first), launch, options, info.labels)
+    report = with_notes(with_checks(report, after, first), launch, options, info.labels, lambda: engine.history(info.id))
     report["launch"] = launch.record(entry, payload_command(options))
     image = {"ref": ref, "id": info.id, "digests": list(info.repo_digests), "labels": dict(info.labels)} | pinned(ref)
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -185,3 +186,17 @@ def test_an_environment_only_login_shells_see_is_found_and_named(engine: Engine,
     assert login["environment"]["python_executable"] == VENV_PYTHON and checks(login)["versions.torch"]["status"] == "pass"
     assert verify.VerifyOutcome(login).ok, login["checks"]
     assert login["launch"]["argv"][:2] == ["/bin/sh", "/opt/imagesmith/verify/login.sh"]
+
+
+def test_an_env_path_a_later_step_dropped_is_named(engine: Engine, images: dict[str, str], tmp_path: Path) -> None:
+    image = docker_build(engine, f"FROM {images['exec']}\nENV PATH=/opt/venv/bin:/usr/bin:/bin\n"
+                                 "ENV PATH=/usr/local/bin:/usr/bin:/bin\nENTRYPOINT []\n",
+                         f"imagesmith-test/entry-dropped:{uuid.uuid4().hex[:8]}", tmp_path)
+    try:
+        report = verify.verify_image(engine, image, OPTIONS, pull=False).report
+    finally:
+        engine.remove_image(image)
+    assert checks(report)["versions.torch"]["detail"] == (
+        "torch is not importable (no torch package): ModuleNotFoundError: No module named 'torch'; torch 2.13.0 is "
+        "installed in /opt/venv, but nothing puts /opt/venv/bin on PATH; an earlier build step's ENV "
+        "PATH=/opt/venv/bin:/usr/bin:/bin held it, and a later ENV PATH dropped it: set ENV PATH=/opt/venv/bin:$PATH")

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +148,26 @@ BYPASSED = entrypoints.Launch(("/entry.sh",), through=False, reason="exited 3 wh
 def test_the_host_says_what_to_do(scopes: list[str], launch: entrypoints.Launch, advice: str) -> None:
     found = VENV | {"on_path": [{"by": "/x", "scope": s} for s in scopes]}
     assert verify.remedy(found, launch) == advice
+
+
+@pytest.mark.parametrize("history, dropped", [
+    ([{"CreatedBy": "/bin/sh -c #(nop)  ENV PATH=/usr/local/bin:/usr/bin:/bin"},
+      {"CreatedBy": "/bin/sh -c #(nop)  ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/bin"}], "/opt/venv/bin:/usr/local/bin:/usr/bin"),
+    ([{"CreatedBy": "ENV PATH /opt/venv/bin:/usr/bin"}], "/opt/venv/bin:/usr/bin"),  # the old ENV spelling
+    ([{"CreatedBy": "/bin/sh -c #(nop)  ENV PATH=/opt/venv2/bin:/usr/bin"}], None),
+    ([{"CreatedBy": "/bin/sh -c echo ENV PATHS"}, {"CreatedBy": None}, "not a step"], None),
+    ([], None),
+])
+def test_an_earlier_env_path_that_held_the_environment_is_found(history: list[Any], dropped: str | None) -> None:
+    assert verify.parent_path(lambda: history, "/opt/venv") == dropped
+
+
+def test_a_history_that_cannot_be_read_says_nothing() -> None:
+    from imagesmith.errors import EngineError
+
+    def fails() -> list[Any]:
+        raise EngineError("reading the history of x: gone")
+    assert verify.parent_path(fails, "/opt/venv") is None
+    assert verify.remedy(VENV | {"on_path": []}, LAUNCH, "/opt/venv/bin:/usr/bin") == (
+        "an earlier build step's ENV PATH=/opt/venv/bin:/usr/bin held it, and a later ENV PATH dropped it: "
+        "set ENV PATH=/opt/venv/bin:$PATH")
