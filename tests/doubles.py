@@ -25,6 +25,7 @@ class EngineBase:
     def kind(self) -> EngineKind: return EngineKind()  # a Docker engine that says nothing more of itself
     def image(self, ref: str) -> ImageInfo | None: unexpected(f"engine.image({ref!r})")
     def image_config(self, ref: str) -> dict[str, Any]: unexpected(f"engine.image_config({ref!r})")
+    def history(self, ref: str) -> list[dict[str, Any]]: unexpected(f"engine.history({ref!r})")
     def tag(self, image_id: str, repository: str, tag: str) -> None: unexpected(f"engine.tag({repository}:{tag})")
     def untag(self, ref: str) -> None: unexpected(f"engine.untag({ref!r})")
     def tags_in(self, repository: str) -> list[str]: unexpected(f"engine.tags_in({repository!r})")

@@ -44,7 +44,7 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 # verify's own typed values: the run's options (the payload's VerifyOptions), the attached evidence, the metrics' targets
 
-RUN_OPTIONS = ("tier", "gpus", "gpu_runtime", "expect", "require_non_root", "allow_shared_gpu", "through_entrypoint", "require_gpu",
+RUN_OPTIONS = ("tier", "gpus", "gpu_runtime", "expect", "require_non_root", "allow_shared_gpu", "through_entrypoint", "login_shell", "require_gpu",
                "allow_cpu", "timeout_s", "shm_size", "memory", "cpus", "soak_minutes", "only", "skip")
 
 
@@ -96,10 +96,14 @@ class MetricsArgs:
               help="Judge throughput checks even when another process uses the GPU: they then measure this tenant's "
                    "share (the report says so). Without it they end inconclusive on a shared GPU. Either way a run "
                    "that was not exclusive earns no floating tag.")
-@click.option("--through-entrypoint", is_flag=True,
-              help="Run the payload through the image's ENTRYPOINT (as its arguments, e.g. an /entry.sh that activates "
-                   "a venv or conda, then exec \"$@\"), so it checks the environment users get. Default: python3 in place "
-                   "of the ENTRYPOINT (the verdict then names the one it bypassed).")
+@click.option("--through-entrypoint/--bypass-entrypoint", "through_entrypoint", default=None,
+              help="Run the payload through the image's ENTRYPOINT (as its arguments, as `docker run IMAGE python3 ...` "
+                   "does: an /entry.sh that activates a venv or conda, then exec \"$@\"), or python3 in its place. Default: "
+                   "through it where its start (entrypoint.start: the ENTRYPOINT given a no-op command) ran that command "
+                   "and exited 0, else in its place, the verdict naming the ENTRYPOINT it bypassed and why.")
+@click.option("--login-shell", is_flag=True,
+              help="Run the payload under the image's login shell (bash -l, or sh -l without bash), so what /etc/profile, "
+                   "/etc/profile.d/*.sh and the user's profile put on PATH counts, as for users who start `bash -l`.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="Write the verify report here.")
 @click.option("--local", is_flag=True, help="Run the payload on this host's Python (no Docker), e.g. on a GPU host.")
 @click.option("--python", "python_exe", default=None, help="With --local: the Python to run the payload with.")
@@ -152,6 +156,9 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
     if options.gpu_runtime != "auto" and (local or options.gpus == "none"):
         why = "--local starts no container" if local else "--gpus none asks for no GPU"
         raise UsageError(f"--gpu-runtime {options.gpu_runtime} says how GPUs reach a container; {why}: leave it out")
+    if local and (options.login_shell or options.through_entrypoint is not None):
+        flag = "--login-shell" if options.login_shell else "--through-entrypoint" if options.through_entrypoint else "--bypass-entrypoint"
+        raise UsageError(f"{flag} says how the payload starts in an image; --local runs this host's Python (--python): leave it out")
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
     if local:
         python_exe = verify.local_python(python_exe)  # a --python that is not one: exit 1 before anything runs

@@ -9,8 +9,10 @@ from typing import Any, Mapping
 from imagesmith.resources import payload_dir
 
 IN_CONTAINER = "/opt/imagesmith/verify"
+STARTED = "imagesmith payload: started"  # verify/run.py's first line on stderr, before any import that could fail
 # Checks the host runs itself, beside the payload's: id -> (tier, title).
-HOST_CHECKS = {"security.service": ("standard", "the image's own command, started, serves no Jupyter without a token")}
+HOST_CHECKS = {"entrypoint.start": ("quick", "the image's ENTRYPOINT starts and runs the command it is given"),
+               "security.service": ("standard", "the image's own command, started, serves no Jupyter without a token")}
 
 
 def check_entry(check_id: str, title: str, status: str, detail: str, value: Any = None, seconds: float = 0.0,
@@ -25,4 +27,4 @@ def check_entry(check_id: str, title: str, status: str, detail: str, value: Any 
 def payload_files() -> dict[str, bytes]:
     root = payload_dir()
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".json")}
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".json", ".sh")}

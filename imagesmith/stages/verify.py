@@ -8,9 +8,11 @@ otherwise; driver requirements from the knowledge base.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -40,11 +42,13 @@ from imagesmith.model.engines import EngineKind
 from imagesmith.model.located import printable
 from imagesmith.model.ref import ImageRef
 from imagesmith.resources import payload_dir, payload_module
+from imagesmith.stages import entrypoint as entrypoints
 from imagesmith.stages import gpus as gpu_paths
 from imagesmith.stages import gpuwatch
 from imagesmith.stages.artifacts import DIGEST
 from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
 from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
+from imagesmith.stages.payload import STARTED
 from imagesmith.stages.payload import check_entry as check_entry
 from imagesmith.stages.payload import payload_files as payload_files
 
@@ -75,7 +79,11 @@ class VerifyOptions:
     sample_gpus: bool = True
     require_non_root: bool = False  # root fails for any image (imagesmith's own images always)
     allow_shared_gpu: bool = False  # judge throughput on a GPU another process uses (the tenant's share)
-    through_entrypoint: bool = False  # run the payload as the image's ENTRYPOINT's arguments (its environment)
+    # the payload through the image's ENTRYPOINT (True: --through-entrypoint), in its place (False: --bypass-entrypoint),
+    # or (None) through it where its start (entrypoint.start) showed it runs the command it is given
+    through_entrypoint: bool | None = None
+    login_shell: bool = False  # the payload under the image's login shell (bash -l, else sh -l): /etc/profile.d counts
+    entry_bound_s: float = entrypoints.BOUND_S  # entrypoint.start: how long the ENTRYPOINT may take to run a no-op
     probe_s: float = 60.0  # security.service: how long the image's own command may take to start its services
     gpu_runtime: str = "auto"  # how GPUs reach the container: auto | nvidia (--gpus) | cdi (model.gpupath)
 
@@ -212,6 +220,12 @@ def payload_args(options: VerifyOptions, config_path: str) -> list[str]:
     return ["--config", config_path, "--emit-marker"]
 
 
+def payload_command(options: VerifyOptions) -> list[str]:
+    """What runs the payload in a container: python3 run.py, under the image's login shell with --login-shell."""
+    run = ["python3", f"{IN_CONTAINER}/run.py", *payload_args(options, f"{IN_CONTAINER}/config.json")]
+    return ["/bin/sh", f"{IN_CONTAINER}/login.sh", *run] if options.login_shell else run
+
+
 def parse_marker(stdout: str) -> dict[str, Any] | None:
     """The one report line in ``stdout``, unjudged; None when there is none or it is unreadable."""
     report, _ = find_marker(stdout)
@@ -268,27 +282,13 @@ def failed_report(check_id: str, detail: str, tier: str) -> dict[str, Any]:
             "sharing": {"exclusive": None, "allowed": False, "foreign": []}}
 
 
-def with_checks(report: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """``report`` with the host's own check entries added and the summary recounted."""
-    if not entries:
+def with_checks(report: dict[str, Any], entries: list[dict[str, Any]], first: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """``report`` with the host's own check entries added (``first`` before the payload's: they ran before it)
+    and the summary recounted."""
+    if not entries and not first:
         return report
-    checks = list(report.get("checks") or []) + entries
+    checks = [*first, *(report.get("checks") or []), *entries]
     return report | {"checks": checks, "summary": payload_module("report").summarize(checks)}
-
-
-THROUGH_FLAG = "--through-entrypoint"
-
-
-def entrypoint_note(image: Any, options: VerifyOptions) -> str | None:
-    """What the verdict says of the image's ENTRYPOINT: run (--through-entrypoint) or bypassed."""
-    entrypoint = list(getattr(image, "entrypoint", ()) or ())
-    if not entrypoint:
-        return None
-    shown = json.dumps(entrypoint)[:200]
-    if options.through_entrypoint:
-        return f"the payload ran through the image's ENTRYPOINT {shown} ({THROUGH_FLAG})"
-    return (f"the payload ran python3 in place of the image's ENTRYPOINT {shown}: an environment it sets up "
-            f"(PATH, a venv, conda) was not used; {THROUGH_FLAG} runs the payload through it")
 
 
 def expect_conflicts(labels: Mapping[str, str], expect: Mapping[str, str]) -> list[str]:
@@ -304,19 +304,67 @@ def expect_conflicts(labels: Mapping[str, str], expect: Mapping[str, str]) -> li
     return out
 
 
-def with_notes(report: dict[str, Any], image: Any, options: VerifyOptions, labels: Mapping[str, str]) -> dict[str, Any]:
-    """The report with the host's notes: the ENTRYPOINT's fate, --expect against lying labels; a
-    torch that did not import in an image whose ENTRYPOINT was bypassed names that ENTRYPOINT and the flag."""
-    note = entrypoint_note(image, options)
+def with_notes(report: dict[str, Any], launch: entrypoints.Launch, options: VerifyOptions,
+               labels: Mapping[str, str], history: Callable[[], Sequence[Mapping[str, Any]]] = list) -> dict[str, Any]:
+    """The report with the host's notes: how the payload ran beside the image's ENTRYPOINT, --expect against
+    lying labels; a torch that did not import says what to do (``history``: the image's build steps, read only
+    when nothing in the image puts the torch found elsewhere on PATH), or names the ENTRYPOINT it bypassed."""
+    note = launch.note()
     notes = [*(report.get("notes") or []), *([note] if note else []), *expect_conflicts(labels, options.expect)]
-    checks = [_blame_entrypoint(c, note) if note and not options.through_entrypoint else c for c in report.get("checks") or []]
-    return report | {"notes": notes, "checks": checks} if notes else report
+    checks = [_where_torch_is(c, launch, note, history) for c in report.get("checks") or []]
+    return report | {"notes": notes, "checks": checks} if notes or checks != report.get("checks") else report
 
 
-def _blame_entrypoint(check: Any, note: str) -> Any:
+def _where_torch_is(check: Any, launch: entrypoints.Launch, note: str | None,
+                    history: Callable[[], Sequence[Mapping[str, Any]]] = list) -> Any:
+    """versions.torch, torch not importable: what to do where the payload found torch elsewhere (its
+    ``data.elsewhere``), else the ENTRYPOINT it bypassed."""
     if not isinstance(check, dict) or check.get("id") != "versions.torch" or "not importable" not in str(check.get("detail")):
         return check
-    return check | {"detail": f"{check.get('detail')} ({note})"}
+    data = check.get("data")
+    data = data if isinstance(data, dict) else {}
+    found = [f for f in data.get("elsewhere") or [] if isinstance(f, dict) and isinstance(f.get("prefix"), str)]
+    if found:
+        dropped = parent_path(history, str(found[0]["prefix"])) if not found[0].get("on_path") else None
+        return check | {"detail": f"{check.get('detail')}; {remedy(found[0], launch, dropped)}"}
+    return check | {"detail": f"{check.get('detail')} ({note})"} if note and not launch.through else check
+
+
+ENV_PATH = re.compile(r"\bENV\s+PATH[= ]\s*(\S+)")
+
+
+def parent_path(history: Callable[[], Sequence[Mapping[str, Any]]], prefix: str) -> str | None:
+    """An earlier build step's ``ENV PATH`` that held ``prefix``/bin (a parent image's, say), which a later ENV PATH
+    dropped: the image's history (``docker history``: CreatedBy, newest first). None when none did, or unreadable."""
+    try:
+        steps = list(history())
+    except (ImagesmithError, OSError):
+        return None
+    bin_dir = prefix.rstrip("/") + "/bin"
+    for step in steps:
+        found = ENV_PATH.search(str(step.get("CreatedBy") or "")) if isinstance(step, Mapping) else None
+        if found and bin_dir in found.group(1).strip("\"'").split(":"):
+            return found.group(1).strip("\"'")[:200]
+    return None
+
+
+def remedy(found: Mapping[str, Any], launch: entrypoints.Launch, dropped: str | None = None) -> str:
+    """What to do about torch in ``found`` (an environment the payload found, with what puts it on PATH);
+    ``dropped``: an earlier ENV PATH that held it (:func:`parent_path`)."""
+    scopes = payload_module("envsearch")
+    fix = f"set ENV PATH={str(found['prefix'])[:200].rstrip('/')}/bin:$PATH"
+    if dropped:
+        return f"an earlier build step's ENV PATH={dropped} held it, and a later ENV PATH dropped it: {fix}"
+    by = {str(b.get("scope")) for b in found.get("on_path") or [] if isinstance(b, dict)}
+    if by & {scopes.LOGIN, scopes.BASH} and not launch.login_shell:
+        return f"run with --login-shell or {fix}"
+    if scopes.ENTRYPOINT in by and launch.entrypoint and not launch.through:
+        return f"run it through the ENTRYPOINT ({entrypoints.THROUGH}) or {fix}"
+    if any(scope.startswith("every command") for scope in by):
+        return f"put its bin first in ENV PATH ({fix})"
+    if scopes.INTERACTIVE in by:
+        return f"{fix} (a verify run, like `docker run IMAGE COMMAND`, starts no interactive shell)"
+    return fix
 
 
 def running_report(ref: str | None, tier: str) -> dict[str, Any]:
@@ -428,12 +476,15 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     gpu = GpuRun(gpu_paths.plan(facts, options.gpu_runtime, options.gpus, host), info.config.env_map(), host.soname)
     remote = _remote_engine()
     sampler = None if remote else _sampler(options, sampler_factory)  # NVML here says nothing of a remote engine's GPUs
-    spec = payload_spec(info, options, kb, request, gpuwatch.live(progress, lambda: _watch_of(sampler)))
+    entry, launch = entry_start(engine, info, options, request)  # before the GPUs are watched: it uses none
+    spec = payload_spec(info, options, kb, request, gpuwatch.live(progress, lambda: _watch_of(sampler)), launch)
     spec = replace(spec, on_created=lambda cid: _claim(sampler, in_container_owner(cid)))
-    report, nvml = _run_with_sampler(lambda: _gpu_report(engine, spec, options, request, info.config, gpu), sampler)
+    report, nvml = _run_with_sampler(lambda: _gpu_report(engine, spec, options, request, launch, gpu), sampler)
     report = _judged(report, nvml, options, remote)
-    report = with_checks(report, [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks])
-    report = with_notes(report, info.config, options, info.labels)
+    first = [entry_check(entry, info.config.entrypoint)] if entrypoints.CHECK in request.host_checks else []
+    after = [probe.service_check(engine, info, options.probe_s, c) for c in request.host_checks if c != entrypoints.CHECK]
+    report = with_notes(with_checks(report, after, first), launch, options, info.labels, lambda: engine.history(info.id))
+    report["launch"] = launch.record(entry, payload_command(options))
     kind = engine.kind()  # Docker or Podman, as the engine says (asked once)
     try:
         digests, said = served_digests(registry, ref, info, kind)
@@ -459,6 +510,28 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
 
 
 EMULATOR = "qemu-user through binfmt_misc"
+
+
+def entry_start(engine: EngineProtocol, info: Any, options: VerifyOptions,
+                request: Request) -> tuple[entrypoints.Start | None, entrypoints.Launch]:
+    """The image's ENTRYPOINT started with a no-op command (when it has one, and the check is asked for or the
+    default needs its answer), and how the payload runs beside it."""
+    entrypoint = list(info.config.entrypoint)
+    wanted = entrypoints.CHECK in request.host_checks or options.through_entrypoint is None
+    started = entrypoints.start(engine, info.id, entrypoint, options.memory, options.entry_bound_s) if entrypoint and wanted else None
+    return started, entrypoints.choose(entrypoint, options.through_entrypoint, started, payload_command(options),
+                                       options.login_shell)
+
+
+def entry_check(started: entrypoints.Start | None, entrypoint: Sequence[str]) -> dict[str, Any]:
+    """The ``entrypoint.start`` entry: skipped without an ENTRYPOINT, else its start's verdict."""
+    title = HOST_CHECKS[entrypoints.CHECK][1]
+    if started is None:
+        return check_entry(entrypoints.CHECK, title, "skip", "the image has no ENTRYPOINT: a command runs as given" if not
+                           entrypoint else f"--bypass-entrypoint and {entrypoints.CHECK} not asked for")
+    status, detail = entrypoints.verdict(started)
+    return check_entry(entrypoints.CHECK, title, status, detail, seconds=started.seconds,
+                       data={"entrypoint": list(started.entrypoint)[:40]} | started.record())
 
 
 def engine_platform(engine: EngineProtocol) -> str:
@@ -487,15 +560,14 @@ def emulation(ref: str, image_platform: str, host_platform: str, options: Verify
 
 
 def payload_spec(info: Any, options: VerifyOptions, kb: compat.KnowledgeBase, request: Request,
-                 progress: Callable[[str], None] | None) -> Any:
-    """The payload's container: its files and config copied in, python3 run.py in place of the
-    image's ENTRYPOINT, the image's user, no network, a timeout."""
+                 progress: Callable[[str], None] | None, launch: entrypoints.Launch | None = None) -> Any:
+    """The payload's container: its files and config copied in, python3 run.py through the image's ENTRYPOINT
+    or in its place (``launch``; default: in its place), the image's user, no network, a timeout."""
     from imagesmith.edges.engine import RunSpec
 
     config = payload_config(info.labels, options, kb, request, info.config)
     files = payload_files() | {"config.json": json.dumps(config, indent=2).encode()}
-    command = ["python3", f"{IN_CONTAINER}/run.py", *payload_args(options, f"{IN_CONTAINER}/config.json")]
-    entrypoint = list(info.config.entrypoint) if options.through_entrypoint and info.config.entrypoint else None
+    entrypoint, command = (launch or entrypoints.Launch()).argv(payload_command(options))
     return RunSpec(image=info.id, command=command, entrypoint=entrypoint, gpus=options.gpus, files=files, files_dir=IN_CONTAINER,
                    shm_size=options.shm_size, mem_limit=options.memory,
                    nano_cpus=int(options.cpus * 1e9) if options.cpus else None,
@@ -604,23 +676,23 @@ class GpuRun:
     soname: Callable[[str], str | None]
 
 
-def _gpu_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any, gpu: GpuRun,
+def _gpu_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, launch: entrypoints.Launch, gpu: GpuRun,
                 path: gpupath.GpuPath | None = None) -> dict[str, Any]:
     """The payload's run by ``path`` (default: the planned one), its ``gpu_path`` block and note. Refused GPUs
     (:class:`GpuRuntimeMissing`): ``path.then`` when the plan has one, else without GPUs, saying so."""
     path = path or gpu.planned.path
     applied, notes = gpu_paths.apply(spec, path, gpu.planned.registry, gpu.image_env, gpu.soname)
     try:
-        report = _container_report(engine, applied, options, request, image)
+        report = _container_report(engine, applied, options, request, launch)
     except GpuRuntimeMissing as exc:
         said = str(exc).replace(f" ({exc.fix})", "")  # the fix is the note's, once
         how = "did not honour" if isinstance(exc, GpuRequestDropped) else "refused"
         refused = f"the engine {how} {'the CDI devices' if path.path == gpupath.CDI_ENGINE else '--gpus'} ({said})"
         if path.then is not None:
-            report = _gpu_report(engine, spec, options, request, image, gpu, path.then)
+            report = _gpu_report(engine, spec, options, request, launch, gpu, path.then)
             return report | {"notes": [*(report.get("notes") or []), f"{refused}: ran by {path.then.path} instead"]}
         fix = _gpu_fix(exc, path)
-        report = _without_gpus(engine, applied, options, request, image, fix)
+        report = _without_gpus(engine, applied, options, request, launch, fix)
         return report | {"gpu_path": gpupath.GpuPath(gpupath.NONE, f"{refused}: ran without GPUs").record()}
     note = gpu_paths.note(path)
     return report | {"gpu_path": path.record(notes)} | ({"notes": [*(report.get("notes") or []), note]} if note else {})
@@ -634,7 +706,8 @@ def _gpu_fix(exc: GpuRuntimeMissing, path: gpupath.GpuPath) -> str:
     return gpupath.FIX_CDI_ON if path.path == gpupath.CDI_ENGINE else GPU_RUNTIME_FIX
 
 
-def _container_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any) -> dict[str, Any]:
+def _container_report(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request,
+                      launch: entrypoints.Launch) -> dict[str, Any]:
     """The payload's run in a container as a report; :class:`GpuRuntimeMissing` for GPUs asked of an engine
     that cannot give them leaves to the caller (:func:`_gpu_report`)."""
     try:
@@ -642,12 +715,12 @@ def _container_report(engine: EngineProtocol, spec: Any, options: VerifyOptions,
     except ContainerRefused as exc:  # the engine would not create or start it (the engine unreachable is no check's failure)
         if isinstance(exc, GpuRuntimeMissing) and (spec.gpus != "none" or spec.cdi_devices):
             raise
-        return failed_report("payload.start", _why_no_start(exc), options.tier)
+        return failed_report("payload.start", _why_no_start(exc, launch), options.tier)
     if result.timed_out:
-        return failed_report("payload.timeout", f"killed after {options.timeout_s:.0f} s (verify.timeout / --timeout)", options.tier)
+        return failed_report("payload.timeout", _why_timed_out(options.timeout_s, result.stderr, launch), options.tier)
     report, problem = judge_output(result.stdout, request)
     if report is None:
-        why = problem or _why_no_report(result.exit_code, result.stderr or result.stdout, image)
+        why = problem or _why_no_report(result.exit_code, result.stdout, result.stderr, launch)
         return failed_report("payload.report", why + _truncated(result), options.tier)
     return report | {"payload_log": result.stderr[-20000:], "payload_exit_code": result.exit_code}
 
@@ -659,13 +732,13 @@ def _truncated(result: Any) -> str:
     return f" (the container printed {result.stdout_bytes / 2**20:.0f} MiB on stdout; the last {kept / 2**20:.0f} MiB were read)"
 
 
-def _without_gpus(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, image: Any,
+def _without_gpus(engine: EngineProtocol, spec: Any, options: VerifyOptions, request: Request, launch: entrypoints.Launch,
                   why: str = GPU_RUNTIME_FIX) -> dict[str, Any]:
     """No GPU runtime on this engine: run without GPUs and tell the payload why; it
     judges that against what was asked (CPU mode only where that is allowed)."""
     config = json.loads(spec.files["config.json"]) | {"gpu_unavailable": why}
     files = dict(spec.files) | {"config.json": json.dumps(config, indent=2).encode()}
-    report = _container_report(engine, replace(spec, gpus="none", cdi_devices=(), files=files), options, request, image)
+    report = _container_report(engine, replace(spec, gpus="none", cdi_devices=(), files=files), options, request, launch)
     report.setdefault("notes", []).append(f"ran without GPUs: {why}")
     return report
 
@@ -673,24 +746,53 @@ def _without_gpus(engine: EngineProtocol, spec: Any, options: VerifyOptions, req
 NO_PYTHON = "the image has no python3 on its PATH, so nothing in it can be verified"
 
 
-def _why_no_start(refused: ContainerRefused) -> str:
+def no_python(launch: entrypoints.Launch) -> str:
+    """No python3 where the payload looked for it: the image's PATH, the one its ENTRYPOINT or login shell sets."""
+    if launch.login_shell:
+        return "the image's login shell (--login-shell) finds no python3 on the PATH it sets, so the payload could not start"
+    if launch.through:
+        return (f"the image's ENTRYPOINT {entrypoints.shown(launch.entrypoint)} finds no python3 on the PATH it gives the "
+                f"command it runs, so the payload could not start through it; {entrypoints.BYPASS} runs the image's own python3")
+    return NO_PYTHON
+
+
+def _why_no_start(refused: ContainerRefused, launch: entrypoints.Launch | None = None) -> str:
     if isinstance(refused, GpuRuntimeMissing):
         return refused.fix
     if isinstance(refused, CommandNotFound) and refused.command == "python3":
-        return NO_PYTHON
+        return no_python(launch or entrypoints.Launch())
     return f"the container did not start: {refused}"
 
 
-def _why_no_report(code: int, output: str, image: Any = None) -> str:
-    """Why the payload's run left no report, naming the ENTRYPOINT verify replaced."""
-    last = [line[:300] for line in output.strip().splitlines()[-3:]] if output.strip() else []
-    if "python3" in output and ("not found" in output or "No such file" in output):
-        return NO_PYTHON
-    entrypoint = list(getattr(image, "entrypoint", ()) or ())
-    how = (f"verify ran python3 run.py in place of the image's ENTRYPOINT {json.dumps(entrypoint)[:200]}" if entrypoint
-           else "the image has no ENTRYPOINT; verify ran python3 run.py")
-    return (f"the payload exited {code} without a report ({how}; the image's python3 did not run the payload, "
-            f"or something in the image swallowed its output): " + (" | ".join(last) or "no output"))
+def _lines(text: str, n: int = 3) -> str:
+    return " | ".join(line[:300] for line in text.strip().splitlines()[-n:]) if text.strip() else ""
+
+
+def _why_no_report(code: int, stdout: str, stderr: str, launch: entrypoints.Launch | None = None) -> str:
+    """Why the run left no report, saying what ran and who exited: the payload (whose first line is on stderr,
+    :data:`STARTED`), or what ran before it and never started it (the image's ENTRYPOINT, its login shell, a
+    python3 that ignored its arguments)."""
+    launch = launch or entrypoints.Launch()
+    started, output = STARTED in stderr, stderr + "\n" + stdout
+    last = _lines(stderr) or _lines(stdout) or "no output"
+    if not started and "python3" in output and ("not found" in output or "No such file" in output):
+        return no_python(launch)
+    if not started and launch.through:
+        return (f"the image's ENTRYPOINT {entrypoints.shown(launch.entrypoint)} exited {code} before the payload started "
+                f"(it was given python3 run.py as `docker run IMAGE python3 ...` gives it a command): {last}")
+    if not started:
+        what = "the image's login shell (--login-shell)" if launch.login_shell else "the image's python3"
+        return f"{what} exited {code} without starting the payload ({launch.ran()}; it did not run its arguments): {last}"
+    return (f"the payload exited {code} without a report ({launch.ran()}; it crashed, or something in the image "
+            f"swallowed its output): {last}")
+
+
+def _why_timed_out(timeout_s: float, stderr: str, launch: entrypoints.Launch) -> str:
+    killed = f"killed after {timeout_s:.0f} s (verify.timeout / --timeout)"
+    if launch.through and STARTED not in stderr:
+        return (f"{killed}: the payload never started: the image's ENTRYPOINT {entrypoints.shown(launch.entrypoint)} "
+                f"was still running (it does not run the command it is given); {entrypoints.BYPASS} runs python3 in its place")
+    return killed
 
 
 # -- on this host -------------------------------------------------------------------------------
@@ -750,7 +852,13 @@ def _local_report(cmd: list[str], options: VerifyOptions, request: Request, samp
     from imagesmith.edges.gpuwatch import descendant_of
 
     _claim(sampler, descendant_of(proc.pid))
-    relay = threading.Thread(target=_relay, args=(proc.stderr, lines), daemon=True)
+    tail: collections.deque[str] = collections.deque(maxlen=20)  # stderr's last lines: who exited, and what it said
+
+    def kept(line: str) -> None:
+        tail.append(line)
+        if lines is not None:
+            lines(line)
+    relay = threading.Thread(target=_relay, args=(proc.stderr, kept), daemon=True)
     relay.start()
     out = _Collect(proc.stdout)
     try:
@@ -764,7 +872,7 @@ def _local_report(cmd: list[str], options: VerifyOptions, request: Request, samp
     stdout = out.text()
     report, problem = judge_output(stdout, request)
     if report is None:
-        return failed_report("payload.report", problem or _why_no_report(code, stdout), options.tier)
+        return failed_report("payload.report", problem or _why_no_report(code, stdout, "\n".join(tail)), options.tier)
     return report
 
 

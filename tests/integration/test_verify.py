@@ -79,7 +79,8 @@ def test_no_torch_at_all_fails_with_a_clear_message(engine: Engine, built_images
 
 def test_an_image_without_python_fails_with_a_clear_message(engine: Engine, debian_base: str) -> None:
     outcome = verify.verify_image(engine, debian_base, OPTIONS)
-    (check,) = outcome.report["checks"]
+    start, check = outcome.report["checks"]
+    assert (start["id"], start["status"]) == ("entrypoint.start", "skip")  # no ENTRYPOINT: nothing to start
     assert check["status"] == "fail" and "no python3" in check["detail"], check
 
 

@@ -15,6 +15,7 @@ from imagesmith_payload import checks  # noqa: F401  (registers every check)
 from imagesmith_payload.config import Config
 from imagesmith_payload.context import Context
 from imagesmith_payload.offload import Offload, worker_argv
+from imagesmith_payload.offload import idle as offload_idle
 from imagesmith_payload.registry import REGISTRY
 from imagesmith_payload.runner import finish, run_checks
 
@@ -52,3 +53,33 @@ def test_a_worker_that_reports_nothing_fails_its_checks() -> None:
     assert entries[1]["status"] == "fail"
     assert entries[1]["detail"].startswith("not run: its worker process (w) exited 2 without a result: ")
     assert "invalid choice: 'nonsense'" in entries[1]["detail"]
+
+
+@pytest.mark.parametrize("check_id, config, is_idle", [
+    ("amp.bf16", Config(gpus="none"), True),  # CPU mode as asked: a GPU check only skips
+    ("amp.bf16", Config(gpus="all"), False),  # GPUs asked for: it may run (or fail gpu.devices' way)
+    ("amp.bf16", Config(), False),
+    ("libs.integrity", Config(gpus="none"), False),  # needs nothing: it hashes whatever is there
+    ("layers.nlp.import", Config(layers=("nlp",)), False),  # declared: it must run (and fail if missing)
+])
+def test_a_worker_check_that_can_only_skip_gets_no_worker(check_id: str, config: Config, is_idle: bool) -> None:
+    assert offload_idle(REGISTRY[check_id], config) is is_idle
+
+
+def test_an_undeclared_layer_is_idle_only_where_its_module_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert offload_idle(REGISTRY["layers.nlp.import"], Config()) is True
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert offload_idle(REGISTRY["layers.nlp.import"], Config()) is False
+
+
+def test_idle_checks_run_in_the_main_process_to_the_same_skip() -> None:
+    specs = [REGISTRY["versions.python"], REGISTRY["amp.bf16"], REGISTRY["amp.fp16"]]
+    ctx = Context(Config(gpus="none"))
+    offload = Offload(specs, ctx, ["--tier", "quick", "--gpus", "none"])
+    assert offload.workers == {} and "amp.bf16" not in offload  # no process started
+    entries = run_checks(specs, ctx, lambda e, i, n: None, lambda _e: None, offload)
+    assert [(e["id"], e["status"]) for e in entries] == [("versions.python", "skip"), ("amp.bf16", "skip"), ("amp.fp16", "skip")]
+    assert entries[1]["detail"] in ("no CUDA GPU visible (CPU mode)", "torch is not importable (see versions.torch)")

@@ -21,7 +21,7 @@ from imagesmith.model.loader import LoadError, check_schema
 from imagesmith.stages import verify
 from imagesmith.stages.gpus import GpuHost
 from tests.unit.test_verify_container import OPTIONS, EngineDouble, answer
-from tests.unit.test_verify_entrypoint import BYPASSED
+from tests.unit.test_verify_entrypoint import TINI_BYPASSED as BYPASSED
 
 GPU_OPTIONS = replace(OPTIONS, gpus="all")
 NVIDIA_INFO = {"Runtimes": {"runc": {}, "nvidia": {"path": "nvidia-container-runtime"}}}

@@ -15,13 +15,16 @@ from imagesmith.edges.engine import ImageConfig, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import CommandNotFound, ContainerRefused, EngineConnectionLost, GpuRuntimeMissing, UserError
 from imagesmith.model import compat
 from imagesmith.resources import payload_module
+from imagesmith.stages import entrypoint as entrypoints
 from imagesmith.stages import verify
 from tests.doubles import EngineBase
 
 LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
 INFO = ImageInfo("sha256:abc", ("img:1",), LABELS, 1, "2026-11-30", (f"reg/img@sha256:{'d' * 64}",),
                  config=ImageConfig(entrypoint=("/usr/bin/tini", "--")))
-OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",))
+# --bypass-entrypoint: python3 run.py in place of the ENTRYPOINT (test_verify_entrypoint.py runs it through one)
+OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",), through_entrypoint=False)
+STARTED = "imagesmith payload: started (Python 3.11.2, /usr/bin/python3)\n"
 
 
 def answer(spec: RunSpec, tamper: Callable[[dict[str, Any]], dict[str, Any]] = lambda r: r) -> str:
@@ -33,12 +36,20 @@ def answer(spec: RunSpec, tamper: Callable[[dict[str, Any]], dict[str, Any]] = l
     return f"progress\n{verify.MARKER}{json.dumps(tamper(report))}\n"
 
 
+def runs_commands(spec: RunSpec) -> RunResult:
+    """An ENTRYPOINT that runs the command it is given (exec "$@"): the no-op's mark, exit 0."""
+    return RunResult(0, f"{entrypoints.MARK}\n", "")
+
+
 @dataclass
 class EngineDouble(EngineBase):
-    """engine.image/pull/run as verify calls them; ``outcome`` decides what a run does."""
+    """engine.image/pull/run as verify calls them; ``outcome`` decides what the payload's run does, ``entry`` what
+    the ENTRYPOINT's start (entrypoint.start, labelled entry-PID) does; ``starts`` holds those."""
 
     outcome: Callable[[RunSpec], RunResult]
     specs: list[RunSpec] = field(default_factory=list)
+    entry: Callable[[RunSpec], RunResult] = runs_commands
+    starts: list[RunSpec] = field(default_factory=list)
 
     def info(self) -> dict[str, Any]:
         return {}  # docker info names no platform: verify compares none
@@ -50,6 +61,9 @@ class EngineDouble(EngineBase):
         raise AssertionError("verify pulled a local image")
 
     def run(self, spec: RunSpec) -> RunResult:
+        if spec.labels.get("io.imagesmith.run", "").startswith("entry-"):
+            self.starts.append(spec)
+            return self.entry(spec)
         self.specs.append(spec)
         return self.outcome(spec)
 
@@ -97,13 +111,16 @@ NO_PYTHON3 = CommandNotFound('starting a container of sha256:abc: failed to crea
      "the container did not start: creating a container of sha256:abc: no space left on device"),
     (lambda s: RunResult(127, "", "/bin/sh: 1: python3: not found"), "payload.report", verify.NO_PYTHON),
     (lambda s: RunResult(1, "a\nb\nc\nd\n", ""), "payload.report",
-     "the payload exited 1 without a report (verify ran python3 run.py in place of the image's ENTRYPOINT "
-     '["/usr/bin/tini", "--"]; the image\'s python3 did not run the payload, or something in the image swallowed its '
-     "output): b | c | d"),
-    (lambda s: RunResult(0, "", "", stdout_bytes=3 << 20), "payload.report",
-     "the payload exited 0 without a report (verify ran python3 run.py in place of the image's ENTRYPOINT "
-     '["/usr/bin/tini", "--"]; the image\'s python3 did not run the payload, or something in the image swallowed its '
-     "output): no output (the container printed 3 MiB on stdout; the last 0 MiB were read)"),
+     "the image's python3 exited 1 without starting the payload (python3 run.py in place of the image's ENTRYPOINT "
+     "/usr/bin/tini --; it did not run its arguments): b | c | d"),
+    (lambda s: RunResult(139, "a\n", STARTED + "Segmentation fault\n"), "payload.report",
+     "the payload exited 139 without a report (python3 run.py in place of the image's ENTRYPOINT /usr/bin/tini --; it "
+     "crashed, or something in the image swallowed its output): imagesmith payload: started (Python 3.11.2, "
+     "/usr/bin/python3) | Segmentation fault"),
+    (lambda s: RunResult(0, "", STARTED, stdout_bytes=3 << 20), "payload.report",
+     "the payload exited 0 without a report (python3 run.py in place of the image's ENTRYPOINT /usr/bin/tini --; it "
+     "crashed, or something in the image swallowed its output): imagesmith payload: started (Python 3.11.2, "
+     "/usr/bin/python3) (the container printed 3 MiB on stdout; the last 0 MiB were read)"),
     (lambda s: RunResult(0, answer(s, lambda r: r | {"nonce": "replayed"}), ""), "payload.report",
      "the report was rejected: report.nonce: 'replayed', not this run's: this report was not written by this run's payload"),
 ])
@@ -119,7 +136,8 @@ def test_no_gpu_runtime_runs_again_without_gpus_and_tells_the_payload() -> None:
             raise GpuRuntimeMissing("creating a container of sha256:abc: could not select device driver \"\" with capabilities: [[gpu]]")
         return RunResult(0, answer(spec), "")
 
-    report, engine = verify_with(run, verify.VerifyOptions(tier="quick", gpus="all", sample_gpus=False, only=("versions",)))
+    report, engine = verify_with(run, verify.VerifyOptions(tier="quick", gpus="all", sample_gpus=False, only=("versions",),
+                                                           through_entrypoint=False))
     assert [s.gpus for s in engine.specs] == ["all", "none"]
     assert json.loads(engine.specs[1].files["config.json"])["gpu_unavailable"] == verify.GPU_RUNTIME_FIX
     assert report["notes"][0] == f"ran without GPUs: {verify.GPU_RUNTIME_FIX}" and report["summary"]["ok"] is True
@@ -154,9 +172,12 @@ def test_only_a_refused_container_is_a_failed_check(error: Exception) -> None:
 
 def test_why_no_report_without_an_entrypoint_keeps_the_last_three_lines_cut_at_300() -> None:
     output = "one\n" + "x" * 400 + "\nthree\nfour\n"
-    assert verify._why_no_report(2, output) == (
-        "the payload exited 2 without a report (the image has no ENTRYPOINT; verify ran python3 run.py; the image's "
-        "python3 did not run the payload, or something in the image swallowed its output): " + "x" * 300 + " | three | four")
+    assert verify._why_no_report(2, output, "") == (
+        "the image's python3 exited 2 without starting the payload (python3 run.py; the image has no ENTRYPOINT; it did "
+        "not run its arguments): " + "x" * 300 + " | three | four")
+    assert verify._why_no_report(2, "out", STARTED + output) == (
+        "the payload exited 2 without a report (python3 run.py; the image has no ENTRYPOINT; it crashed, or something in "
+        "the image swallowed its output): " + "x" * 300 + " | three | four")
 
 
 def test_check_entry_and_with_checks_recount_the_summary() -> None:

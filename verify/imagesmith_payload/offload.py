@@ -10,10 +10,16 @@ running them side by side shortens the wall time without dropping or shrinking a
 A worker that crashes, prints no result or runs past its checks' timeouts fails each of
 its checks with the reason; it never passes one. Workers are the payload's children: the
 shared-GPU rule counts them as the payload's own.
+
+A check that can only skip, as far as the config already says (:func:`idle`), gets no worker:
+it runs in the main process through the same gate, to the same skip, and no second process
+imports torch beside the main one's import for nothing (on a machine with few cores that
+import is the time before the first check).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -106,17 +112,33 @@ class Worker:
         return " | ".join(line.strip() for line in lines[-3:]) or "no output"
 
 
+def idle(spec: CheckSpec, config: Any) -> bool:
+    """Will ``spec`` only skip, known before torch is imported? A GPU check in CPU mode as asked (--gpus none),
+    or a layer check whose layer is neither declared nor installed (layers.load_layer's own rule)."""
+    if spec.needs in ("gpu", "multi_gpu") and config.gpus == "none":
+        return True
+    from .checks.layers import LAYER_MODULES
+
+    layer = spec.id.split(".")[1] if spec.id.startswith("layers.") else ""
+    if layer in LAYER_MODULES and layer not in config.layers:
+        try:
+            return importlib.util.find_spec(LAYER_MODULES[layer][0]) is None
+        except (ImportError, ValueError):
+            return False
+    return False
+
+
 class Offload:
-    """The run's workers, one per worker name among the chosen checks."""
+    """The run's workers, one per worker name among the chosen checks that may do some work (:func:`idle`)."""
 
     def __init__(self, specs: Sequence[CheckSpec], ctx: Any, args: Sequence[str]) -> None:
         groups: Dict[str, List[CheckSpec]] = {}
         for spec in specs:
-            if spec.worker:
+            if spec.worker and not idle(spec, ctx.config):
                 groups.setdefault(spec.worker, []).append(spec)
         self.workers = {name: Worker(name, group, args, sum(s.timeout_for(ctx) for s in group))
                         for name, group in groups.items()}
-        self.by_id = {s.id: self.workers[s.worker] for s in specs if s.worker}
+        self.by_id = {s.id: self.workers[s.worker] for s in specs if s.worker in self.workers and not idle(s, ctx.config)}
 
     def __contains__(self, check_id: str) -> bool:
         return check_id in self.by_id

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import platform
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
+from .. import envsearch
 from ..context import Context
 from ..environment import os_name, package_version, torch_cudnn, torch_nccl
 from ..judge import PASS, WARN, version_matches
@@ -31,13 +33,26 @@ def torch_version(ctx: Context) -> Result:
     if not ctx.try_torch():
         build = torch_build()
         where = f"torch {build.version} at {build.path}" if build.path else "no torch package"
-        return failed(f"torch is not importable ({where}): {ctx.torch_error}")
+        found = elsewhere(ctx) if not build.path else []
+        detail = f"torch is not importable ({where}): {ctx.torch_error}"
+        if found:
+            detail += "; " + "; ".join(envsearch.where(f) for f in found)
+        return failed(detail, data={"elsewhere": found} if found else None)
     actual = ctx.torch.__version__
     if ctx.config.expected.torch is None:
         result = passed(f"torch {actual} imports; no version expected", actual)
     else:
         result = compare("torch", ctx.config.expected.torch, actual)
     return with_import_warnings(result, ctx.torch_warnings)
+
+
+def elsewhere(ctx: Context) -> List[Dict[str, Any]]:
+    """The environments holding torch that this python3 does not see, and what puts each on PATH."""
+    image = ctx.config.image
+    env = dict(os.environ) | (dict(image.env) if image is not None else {})
+    entrypoint = list(image.entrypoint) if image is not None else []
+    launcher = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "login.sh")
+    return envsearch.search(env, entrypoint, os.environ.get("HOME", ""), launcher)
 
 
 def with_import_warnings(result: Result, caught: List[str]) -> Result:
