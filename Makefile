@@ -140,8 +140,13 @@ evidence: install          ## read back what is attached to every digest of $(OU
 # coverage of the imagesmith package and the payload (verify/), the sources [tool.coverage.run] names, child
 # pythons the tests start included (patch = subprocess), under the floor in pyproject.toml ([tool.coverage]).
 # A bare --cov reads the sources from there (--cov=imagesmith would measure the package alone).
-UNIT := -m "not integration and not registry and not slurm and not gpu and not prometheus" tests/unit
+# Both tiers run on pytest-xdist workers: the unit tier on every core (TEST_WORKERS; coverage comes back from
+# each worker and from the child pythons they start, and the floors below are checked on the combined data),
+# the integration tier on two workers (INTEGRATION), in the groups tests/integration/conftest.py gives its modules.
+TEST_WORKERS ?= auto
+UNIT := -n $(TEST_WORKERS) -m "not integration and not registry and not slurm and not gpu and not prometheus" tests/unit
 COVERAGE := --cov --cov-report=term:skip-covered
+INTEGRATION := -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 tests --ignore=tests/unit
 # The imagesmith package alone keeps the floor it had before the payload was counted (pyproject.toml's
 # fail_under is the total's, lower: the payload's GPU paths run only on a GPU host).
 PACKAGE_COVERAGE_FLOOR := 85
@@ -162,7 +167,7 @@ endef
 test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, the unit tier with its coverage floor, the rest
 	$(call pytest,-q -ra $(COVERAGE) $(UNIT))
 	$(package_coverage)
-	$(call pytest,-q -ra --durations=25 tests --ignore=tests/unit)
+	$(call pytest,-q -ra $(INTEGRATION))
 
 unit: install              ## pure tests only (no engine, no registry), with the coverage floor
 	$(call pytest,-q $(COVERAGE) $(UNIT))

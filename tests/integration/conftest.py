@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from tests.integration.disk import WORKER_KEY, DiskWatch
+
 # The build tests' fixtures live in engine_fixtures.py; registered here.
 from tests.integration.engine_fixtures import (  # noqa: F401
     build_matrix,
@@ -104,7 +106,7 @@ class RegistryServer:
     def start(self) -> None:
         log = (self.root / "registry.log").open("ab")
         self.proc = subprocess.Popen(["docker-registry", "serve", str(self.root / "config.yml")], stdout=log, stderr=log)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 120  # a hang guard: a loaded host starts it slowly
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"docker-registry exited {self.proc.returncode}: {(self.root / 'registry.log').read_text()[-2000:]}")
@@ -113,7 +115,7 @@ class RegistryServer:
                     return
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"docker-registry did not listen on {self.host} within 15 s")
+        raise RuntimeError(f"docker-registry did not listen on {self.host} within 120 s")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -237,79 +239,61 @@ def tiny_image(registry_engine: Any, tmp_path: Path) -> Iterator[Callable[..., s
             registry_engine.remove_image(image_id, force=True)
 
 
-# -- order: the CUDA cells last ------------------------------------------------------------------------
-# cuda_cells (two torch 2.14.1 + CUDA 13.0 images and their shared CUDA layer, the largest thing the suite
-# builds) is session-scoped: it lives from its first user to the end. Its modules run last, so the other
-# modules' builds and registries never sit on the disk beside it. Modules stay whole and in their order.
+# -- two workers: which modules run where, in which order --------------------------------------------------
+# `make test` runs this tier on two pytest-xdist workers with --dist loadgroup: each group below runs whole on
+# one worker, its modules in the order given (a module never splits, so its module fixtures are made once); a
+# module named in no group is a group of its own (as --dist loadfile would run it). What the run makes once
+# (bases, the torch CPU base, the CUDA cells: shared.py) is made by the first worker that needs it.
+#
+# "builds": the modules whose tests build with imagesmith on the torch CPU base. Those builds serve the local
+# wheel folder on one port (the sources' stable port, imagesmith.edges.sources), and the engine's layer cache
+# only hits for a build whose arguments (that port among them) match the cold build's: two such builds at once
+# would put the second on another port and make it build cold. So they run one after another, on one worker,
+# while the other does what needs no imagesmith build on that port.
+# "cuda": the CUDA cells (built once, cold: the largest images of the run, a CUDA layer over 1 GB) and what
+# verifies them. Without a GPU the CUDA checks run in CPU mode; on a GPU host (tests/gpu) the same.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "builds": ("test_build.py", "test_build_state.py", "test_trust_fanout.py", "test_staging.py"),
+    "cuda": ("test_cuda_layer.py", "test_verify.py"),
+}
+MODULE_GROUP = {module: group for group, modules in GROUPS.items() for module in modules}
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    cuda_modules = {item.path for item in items if "cuda_cells" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: item.path in cuda_modules)
+    """Each integration module's group (an xdist_group mark) and the order: the groups first, as listed (their
+    modules in order), then every other module as collected."""
+    order = {module: (i, j) for i, modules in enumerate(GROUPS.values()) for j, module in enumerate(modules)}
+    last = (len(GROUPS), 0)
+    for item in items:
+        if item.path.parent.name == "integration":
+            item.add_marker(pytest.mark.xdist_group(MODULE_GROUP.get(item.path.name, item.path.name)))
+    items.sort(key=lambda item: order.get(item.path.name, last) if item.path.parent.name == "integration" else last)
 
 
-# -- disk: where the suite's space goes --------------------------------------------------------------
-# A full disk fails a build deep inside the engine ("no space left on device" at some COPY). The summary
-# names the free space at the start, the lowest seen after any test (and which test that was), and at the
-# end, for the temporary folder and the engine's data root, so a CI log says whether the suite or the
-# machine ran out.
-
-
-@dataclass
-class DiskWatch:
-    paths: dict[str, str] = field(default_factory=dict)  # label -> path, one per file system
-    start: dict[str, int] = field(default_factory=dict)
-    lowest: dict[str, tuple[int, str]] = field(default_factory=dict)
-
-    def free(self) -> dict[str, int]:
-        return {label: shutil.disk_usage(path).free for label, path in self.paths.items()}
-
-    def sample(self, nodeid: str) -> None:
-        for label, free in self.free().items():
-            if label not in self.lowest or free < self.lowest[label][0]:
-                self.lowest[label] = (free, nodeid)
-
-    def lines(self) -> list[str]:
-        end = self.free()
-        lines = []
-        for label, path in self.paths.items():
-            low, nodeid = self.lowest.get(label, (end[label], "no test"))
-            lines.append(f"{label} ({path}): free {self.start[label] / 1e9:.1f} GB at the start, lowest {low / 1e9:.1f} GB "
-                         f"(after {nodeid}), {end[label] / 1e9:.1f} GB at the end")
-        return lines
+# -- disk: where the suite's space goes (tests/integration/disk.py) ---------------------------------------
 
 
 _DISK = DiskWatch()
-
-
-def _docker_root() -> str | None:
-    try:
-        done = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    root = done.stdout.strip()
-    return root if done.returncode == 0 and root and Path(root).is_dir() else None
 
 
 @pytest.fixture(scope="session", autouse=True)
 def disk_watch() -> DiskWatch:
     """Starts the disk watch with the first integration test (this conftest loads at collection, after the
     session started)."""
-    import tempfile
-
-    if not _DISK.paths:
-        seen: set[int] = set()
-        for label, path in (("temporary folder", tempfile.gettempdir()), ("engine data root", _docker_root())):
-            if path and os.stat(path).st_dev not in seen:
-                seen.add(os.stat(path).st_dev)
-                _DISK.paths[label] = path
-        _DISK.start = _DISK.free()
+    _DISK.begin()
     return _DISK
 
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
     if _DISK.paths:
         _DISK.sample(nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """An xdist worker hands its samples to the controller, which prints the run's summary (tests/conftest.py)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None and _DISK.paths:
+        output[WORKER_KEY] = _DISK.to_json()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -5,7 +5,9 @@ with scripts/local-slurm.sh in a temporary folder, on free ports, and always
 stops them (and cancels their jobs). ``fleet_images`` pushes two images to a
 registry with htpasswd auth: the torch CPU base imagesmith built (passes
 ``imagesmith verify`` in CPU mode) and the same image labelled with another
-torch (fails versions.torch).
+torch (fails versions.torch). Each is an image of its own (a label on the
+base), so the containers the fleet starts from them are told apart from other
+tests' containers of the base (another xdist worker verifying it meanwhile).
 """
 
 from __future__ import annotations
@@ -110,20 +112,22 @@ def fleet_images(engine: Engine, built_images: BuiltImages, tmp_path_factory: py
     server.start()
     creds = folder / "credentials"
     creds.write_text(f"{USER}:{PASSWORD}\n")
-    bad_tag = f"imagesmith-test/fleet-bad:{uuid.uuid4().hex[:8]}"
+    suffix = uuid.uuid4().hex[:8]
+    good_tag, bad_tag = f"imagesmith-test/fleet-good:{suffix}", f"imagesmith-test/fleet-bad:{suffix}"
     repo = f"{server.host}/imagesmith-test/fleet-{uuid.uuid4().hex[:8]}"
     try:
+        docker_build(engine, f"FROM {built_images.cpu_base}\nLABEL com.example.imagesmith.fleet=good\n", good_tag, folder)
         docker_build(engine, f"FROM {built_images.cpu_base}\nLABEL io.imagesmith.torch=2.9.1\n", bad_tag, folder)
-        bad_id = engine.image(bad_tag).id  # type: ignore[union-attr]
+        good_id, bad_id = engine.image(good_tag).id, engine.image(bad_tag).id  # type: ignore[union-attr]
         auth = {"username": USER, "password": PASSWORD}
         refs = {}
-        for name, image_id in (("good", built_images.cpu_base), ("bad", bad_id)):
+        for name, image_id in (("good", good_id), ("bad", bad_id)):
             engine.tag(image_id, repo, name)
             refs[name] = f"{repo}@{engine.push(repo, name, auth, lambda line: None)}"
-        yield FleetImages(refs["good"], refs["bad"], built_images.cpu_base, bad_id, creds, server)
+        yield FleetImages(refs["good"], refs["bad"], good_id, bad_id, creds, server)
     finally:
         server.stop()
-        for ref in (f"{repo}:good", f"{repo}:bad", bad_tag):
+        for ref in (f"{repo}:good", f"{repo}:bad", good_tag, bad_tag):
             try:
                 engine.remove_image(ref, force=False)
             except Exception:  # noqa: BLE001 - already gone

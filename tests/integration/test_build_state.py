@@ -49,7 +49,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, timeout=900)
 
 
-def wait_for(predicate, seconds: float = 300) -> bool:  # type: ignore[no-untyped-def]
+def wait_for(predicate, seconds: float = 900) -> bool:  # a hang guard: nothing is judged by how long it took  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():

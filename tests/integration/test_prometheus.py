@@ -62,7 +62,8 @@ def _serve(argv: list[str], port: int, folder: Path) -> Iterator[Server]:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
+        deadline = time.monotonic() + 120  # a hang guard: a loaded host starts a daemon slowly
+        while time.monotonic() < deadline:
             if proc.poll() is not None:
                 pytest.fail(f"{argv[0]} exited with {proc.returncode}: {log.read_text()[-2000:]}")
             try:
@@ -71,7 +72,7 @@ def _serve(argv: list[str], port: int, folder: Path) -> Iterator[Server]:
             except OSError:
                 time.sleep(0.1)
         else:
-            pytest.fail(f"{argv[0]} did not answer on {url} in 10 s: {log.read_text()[-2000:]}")
+            pytest.fail(f"{argv[0]} did not answer on {url} in 120 s: {log.read_text()[-2000:]}")
         yield Server(url, folder)
     finally:
         proc.terminate()
