@@ -259,6 +259,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 MODULE_GROUP = {module: group for group, modules in GROUPS.items() for module in modules}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks into the node IDs
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each integration module's group (an xdist_group mark) and the order: the groups first, as listed (their
     modules in order), then every other module as collected."""

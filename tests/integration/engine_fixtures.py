@@ -67,7 +67,7 @@ def bootstrapped(engine: Engine, os_key: str, codename: str) -> str:
         if shutil.which("debootstrap") is None:
             pytest.fail("debootstrap is missing: run scripts/ensure-host.sh")
         ref, _ = bootstrap.bootstrap(engine, os_key, f"imagesmith-test/debian:{codename}-{RUN}")
-        return {"ref": ref, "cleanup": {"images": [ref]}}
+        return {"ref": ref, "cleanup": {"trees": [ref]}}  # the base and whatever a build of the run left on it
     return str(shared.once(f"base-{os_key}", make)["ref"])
 
 

@@ -108,8 +108,9 @@ def records() -> Iterator[tuple[str, dict[str, Any]]]:
 
 def finish(config: pytest.Config) -> None:
     """At the end of the run, in the process that started it: remove what every record's ``cleanup`` names
-    (``images``: references removed with their untagged parents; ``repositories``: every image a matrix of the
-    tier made there, see engine_fixtures.remove_repository), then the run's folder."""
+    (``repositories``: every image a matrix of the tier made there, see engine_fixtures.remove_repository;
+    ``images``: references removed with their untagged parents; ``trees``: an image of the run and every image
+    built on it, such as what an interrupted build left on a base), then the run's folder."""
     owned = config.stash.get(OWNED, None)
     if owned is None or os.environ.get(ENV_DIR) != owned:
         return
@@ -117,7 +118,7 @@ def finish(config: pytest.Config) -> None:
         made = list(records())
         if made and not os.environ.get("IMAGESMITH_TEST_KEEP"):
             from imagesmith.edges.engine import Engine
-            from tests.integration.engine_fixtures import remove_repository
+            from tests.integration.engine_fixtures import remove_repository, remove_with_descendants
 
             engine = Engine()
             for _, value in made:
@@ -129,5 +130,9 @@ def finish(config: pytest.Config) -> None:
                         engine.remove_image(ref, force=True)
                     except Exception:  # noqa: BLE001 - gone already, or still used by a container: leave it
                         pass
+                for ref in cleanup.get("trees", ()):
+                    info = engine.image(ref)
+                    if info is not None:
+                        remove_with_descendants(engine, info.id)
     finally:
         shutil.rmtree(owned, ignore_errors=True)

@@ -127,7 +127,7 @@ def fleet_images(engine: Engine, built_images: BuiltImages, tmp_path_factory: py
         yield FleetImages(refs["good"], refs["bad"], good_id, bad_id, creds, server)
     finally:
         server.stop()
-        for ref in (f"{repo}:good", f"{repo}:bad", good_tag, bad_tag):
+        for ref in (*engine.tags_in(repo), good_tag, bad_tag):  # the tests' releases tag there too
             try:
                 engine.remove_image(ref, force=False)
             except Exception:  # noqa: BLE001 - already gone
