@@ -36,6 +36,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _WORKERS_DISK = DiskWatch()
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` keeps the integration tier's groups of modules on one worker each (tests/integration/groups.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.integration.groups import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     doc = getattr(node, "workeroutput", {}).get(WORKER_KEY)

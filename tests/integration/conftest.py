@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from tests.integration import groups
 from tests.integration.disk import WORKER_KEY, DiskWatch
 
 # The build tests' fixtures live in engine_fixtures.py; registered here.
@@ -239,36 +240,13 @@ def tiny_image(registry_engine: Any, tmp_path: Path) -> Iterator[Callable[..., s
             registry_engine.remove_image(image_id, force=True)
 
 
-# -- two workers: which modules run where, in which order --------------------------------------------------
-# `make test` runs this tier on two pytest-xdist workers with --dist loadgroup: each group below runs whole on
-# one worker, its modules in the order given (a module never splits, so its module fixtures are made once); a
-# module named in no group is a group of its own (as --dist loadfile would run it). What the run makes once
-# (bases, the torch CPU base, the CUDA cells: shared.py) is made by the first worker that needs it.
-#
-# "builds": the modules whose tests build with imagesmith on the torch CPU base. Those builds serve the local
-# wheel folder on one port (the sources' stable port, imagesmith.edges.sources), and the engine's layer cache
-# only hits for a build whose arguments (that port among them) match the cold build's: two such builds at once
-# would put the second on another port and make it build cold. So they run one after another, on one worker,
-# while the other does what needs no imagesmith build on that port.
-# "cuda": the CUDA cells (built once, cold: the largest images of the run, a CUDA layer over 1 GB) and what
-# verifies them. Without a GPU the CUDA checks run in CPU mode; on a GPU host (tests/gpu) the same.
-GROUPS: dict[str, tuple[str, ...]] = {
-    "builds": ("test_build.py", "test_build_state.py", "test_trust_fanout.py", "test_staging.py"),
-    "cuda": ("test_cuda_layer.py", "test_verify.py"),
-}
-MODULE_GROUP = {module: group for group, modules in GROUPS.items() for module in modules}
+# -- two workers: which modules run where, in which order (tests/integration/groups.py) ---------------------
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks into the node IDs
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each integration module's group (an xdist_group mark) and the order: the groups first, as listed (their
-    modules in order), then every other module as collected."""
-    order = {module: (i, j) for i, modules in enumerate(GROUPS.values()) for j, module in enumerate(modules)}
-    last = (len(GROUPS), 0)
-    for item in items:
-        if item.path.parent.name == "integration":
-            item.add_marker(pytest.mark.xdist_group(MODULE_GROUP.get(item.path.name, item.path.name)))
-    items.sort(key=lambda item: order.get(item.path.name, last) if item.path.parent.name == "integration" else last)
+    """The run's order: the groups' modules first, as groups.py lists them, then the other modules, longest first.
+    Under xdist, work units go out to the workers in this order."""
+    items.sort(key=lambda item: groups.rank(item.nodeid))
 
 
 # -- disk: where the suite's space goes (tests/integration/disk.py) ---------------------------------------

@@ -1,0 +1,59 @@
+"""Which integration modules run together on one pytest-xdist worker, and in which order.
+
+`make test` runs the integration tier on two workers with ``--dist loadfile``: every module runs whole on one
+worker (its module fixtures made once), as loadfile does, and the modules of each group below run one after
+another on one worker, in the order given (tests/conftest.py's scheduler, :class:`GroupScheduling`). Work units
+go out in this order: the groups, then the other modules, longest first (:data:`REST`, measured at
+issue 37's last stop; a module named nowhere comes last), each to whichever worker runs low first. What the run
+makes once (bases, the torch CPU base, the CUDA cells: shared.py) is made by the first worker that needs it.
+
+"builds": the modules whose tests build with imagesmith on the torch CPU base. Those builds serve the local wheel
+folder on one loopback port (the sources' stable port, imagesmith.edges.sources), and the engine's layer cache only
+hits for a build whose arguments (that port among them) match the cold build's: two such builds at once put the
+second on another port and make it build cold (slower, never wrong). So they run one after another on one worker.
+"cuda": the CUDA cells (built once, cold: the largest images of the run, a CUDA layer over 1 GB) and what verifies
+them. They build while the other worker builds the torch CPU base (the port is taken: they get another one, and
+nothing later builds on theirs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "builds": ("test_build.py", "test_build_state.py", "test_trust_fanout.py", "test_staging.py"),
+    "cuda": ("test_cuda_layer.py", "test_verify.py"),
+}
+REST = ("test_slurm_cluster.py", "test_verify_trust.py", "test_multiarch.py", "test_evidence_registry.py",
+        "test_registry_faults.py", "test_registry.py", "test_verify_entrypoint.py", "test_prometheus.py",
+        "test_vulnerability_registry.py", "test_image_index.py", "test_credentials_engine.py")
+MODULE_GROUP = {module: group for group, modules in GROUPS.items() for module in modules}
+ORDER = {module: i for i, module in enumerate([m for modules in GROUPS.values() for m in modules] + list(REST))}
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def scope(nodeid: str) -> str:
+    """The work unit of a test: its module's group, else its module."""
+    module = module_of(nodeid)
+    return MODULE_GROUP.get(module.rsplit("/", 1)[-1], module) if "/integration/" in f"/{module}" else module
+
+
+def rank(nodeid: str) -> int:
+    """Where a test's module goes in the run's order (a module named nowhere: last, as collected)."""
+    module = module_of(nodeid)
+    return ORDER.get(module.rsplit("/", 1)[-1], len(ORDER)) if "/integration/" in f"/{module}" else len(ORDER)
+
+
+def make_scheduler(config: Any, log: Any) -> Any:
+    """xdist's loadfile scheduling, with the groups above as work units (xdist's own loadgroup reads
+    ``xdist_group`` marks into node IDs, which pytest 9 no longer lets a plugin rewrite)."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return scope(nodeid)
+
+    return GroupScheduling(config, log)
