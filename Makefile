@@ -109,11 +109,12 @@ lock-check: $(UV) .cache/lock/build-system.in  ## fails when pyproject.toml and 
 	done; \
 	[ $$status -eq 0 ] && echo "$(LOCK) and $(LOCK_TOOL_LOCK) match pyproject.toml and $(LOCK_TOOL_IN)"; exit $$status
 
+# Both bootstraps at once (each mostly waits on Debian's mirror); each one's failure is reported and fails the target.
 base: host install         ## the Debian bases examples/local.yaml builds on (debootstrap, once)
-	@for os in debian12 debian13; do \
+	@pids=""; for os in debian12 debian13; do \
 	  docker image inspect imagesmith/debian:$$(case $$os in debian12) echo bookworm;; debian13) echo trixie;; esac) >/dev/null 2>&1 \
-	    || $(BIN)/imagesmith base bootstrap --os $$os; \
-	done
+	    || { $(BIN)/imagesmith base bootstrap --os $$os & pids="$$pids $$!"; }; \
+	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; exit $$status
 
 registry: host             ## the local registry on 127.0.0.1:5000 (htpasswd auth)
 	bash scripts/local-registry.sh start >/dev/null

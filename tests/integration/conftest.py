@@ -39,6 +39,7 @@ from tests.integration.engine_fixtures import (  # noqa: F401
     debian_base,
     engine,
     private_index,
+    sources_port,
     trixie_base,
 )
 from tests.integration.multiarch_fixtures import python_images  # noqa: F401

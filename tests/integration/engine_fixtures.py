@@ -51,6 +51,39 @@ sources:
 """
 
 
+def _unused_port() -> int:
+    """A port no process listens on, below the ephemeral range (so no outgoing connection takes it meanwhile)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port from 20000 to 32000 for the package sources' loopback server")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sources_port() -> Iterator[int]:
+    """This process's own loopback port for the package sources (IMAGESMITH_SOURCES_PORT, inherited by the CLI
+    processes the tests start). The port is in the build arguments, so in the engine's layer cache key: the torch
+    CPU base's cold build and every later build of it in this worker use one port, whatever else runs on the host
+    (the other worker, another engineer's tests with the same sources), and so they keep hitting the cache."""
+    from imagesmith.edges.sources import PORT_ENV
+
+    before = os.environ.get(PORT_ENV)
+    os.environ[PORT_ENV] = str(_unused_port())
+    yield int(os.environ[PORT_ENV])
+    if before is None:
+        os.environ.pop(PORT_ENV, None)
+    else:
+        os.environ[PORT_ENV] = before
+
+
 @pytest.fixture(scope="session")
 def engine() -> Engine:
     engine = Engine()
@@ -66,9 +99,11 @@ def bootstrapped(engine: Engine, os_key: str, codename: str) -> str:
     def make() -> dict[str, Any]:
         if shutil.which("debootstrap") is None:
             pytest.fail("debootstrap is missing: run scripts/ensure-host.sh")
-        ref, _ = bootstrap.bootstrap(engine, os_key, f"imagesmith-test/debian:{codename}-{RUN}")
-        return {"ref": ref, "cleanup": {"trees": [ref]}}  # the base and whatever a build of the run left on it
-    return str(shared.once(f"base-{os_key}", make)["ref"])
+        ref, _ = bootstrap.bootstrap(engine, os_key, tag)
+        return {"ref": ref}
+    tag = f"imagesmith-test/debian:{codename}-{RUN}"
+    # the base, and whatever a build of the run left on it
+    return str(shared.once(f"base-{os_key}", make, {"trees": [tag]})["ref"])
 
 
 @pytest.fixture(scope="session")
@@ -293,7 +328,9 @@ class BuiltImages:
     repository: str
 
 
-WARM = "imagesmith-test/warm"  # the builder stages of the run's cold builds, kept for the engine's layer cache
+WARM = f"imagesmith-test/warm-{RUN}"  # the builder stages of the run's cold builds, kept for the engine's layer cache
+CPU_REPOSITORY = f"imagesmith-test/cpu-{RUN}"
+CUDA_REPOSITORY = f"imagesmith-test/cuda-{RUN}"
 
 
 def _build_base(engine: Engine, debian_base: str, folder: Path) -> dict[str, Any]:
@@ -303,7 +340,7 @@ def _build_base(engine: Engine, debian_base: str, folder: Path) -> dict[str, Any
     from imagesmith.model import matrix, plan
     from imagesmith.stages import build
 
-    factory = MatrixFactory(engine, debian_base, folder, repository=f"imagesmith-test/cpu-{RUN}")
+    factory = MatrixFactory(engine, debian_base, folder, repository=CPU_REPOSITORY)
     m = matrix.load(factory("layers:\n  base: {toolchain: false}\n"), allowed_roots=LOCAL_ROOTS)
     builder = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build", prune=False)
     report = builder.run()
@@ -311,17 +348,15 @@ def _build_base(engine: Engine, debian_base: str, folder: Path) -> dict[str, Any
     base = report.results[0]
     assert base.status == "built" and base.cached_steps == 0 and base.steps > 0, (base.status, base.cached_steps)  # cold
     assert base.facts and base.facts["torch"].startswith("2.13.0"), base.facts
-    kept = []
     for n, stage in enumerate(builder.stages):
-        engine.tag(stage, WARM, f"{RUN}-cpu-builder-{n}")
-        kept.append(f"{WARM}:{RUN}-cpu-builder-{n}")
-    return {"cpu_base": base.image_id or "", "repository": factory.repository,
-            "cleanup": {"repositories": [factory.repository], "images": kept}}
+        engine.tag(stage, WARM, f"cpu-builder-{n}")
+    return {"cpu_base": base.image_id or "", "repository": factory.repository}
 
 
 @pytest.fixture(scope="session")
 def built_images(engine: Engine, debian_base: str, tmp_path_factory: pytest.TempPathFactory) -> BuiltImages:
-    made = shared.once("torch-cpu-base", lambda: _build_base(engine, debian_base, tmp_path_factory.mktemp("cpu-base")))
+    made = shared.once("torch-cpu-base", lambda: _build_base(engine, debian_base, tmp_path_factory.mktemp("cpu-base")),
+                       {"repositories": [CPU_REPOSITORY, WARM]})
     return BuiltImages(made["cpu_base"], made["repository"])
 
 
@@ -344,19 +379,14 @@ def _build_cuda_cells(engine: Engine, debian_base: str, trixie_base: str, folder
     from imagesmith.model import matrix, plan
     from imagesmith.stages import build
 
-    factory = MatrixFactory(engine, debian_base, folder, repository=f"imagesmith-test/cuda-{RUN}")
+    factory = MatrixFactory(engine, debian_base, folder, repository=CUDA_REPOSITORY)
     include = "  include:\n    - {torch: '2.14', cuda: '13.0', python: '3.13', os: debian13}\n"
     m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", torch="2.14", cuda="13.0", include=include,
                             bases={"debian13": trixie_base}), allowed_roots=LOCAL_ROOTS)
-    try:
-        report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
-        assert report.ok, [r.error for r in report.results] + [c["error"] for c in report.cuda_layers]
-    except BaseException:
-        factory.cleanup()
-        raise
+    report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
+    assert report.ok, [r.error for r in report.results] + [c["error"] for c in report.cuda_layers]
     images = {r.target.rsplit("-", 2)[1]: r.image_id or "" for r in report.results}
-    return {"report": report.to_json(), "images": images, "repository": factory.repository,
-            "cleanup": {"repositories": [factory.repository]}}
+    return {"report": report.to_json(), "images": images, "repository": factory.repository}
 
 
 @pytest.fixture(scope="session")
@@ -365,7 +395,8 @@ def cuda_cells(engine: Engine, debian_base: str, trixie_base: str, tmp_path_fact
     nvidia-* wheels (one set) in the shared CUDA layer, the rest in each venv. Built once per run (cold: the
     CUDA layer and both venvs), removed at the end of the run."""
     made = shared.once("cuda-cells", lambda: _build_cuda_cells(engine, debian_base, trixie_base,
-                                                               tmp_path_factory.mktemp("cuda-cells")))
+                                                               tmp_path_factory.mktemp("cuda-cells")),
+                       {"repositories": [CUDA_REPOSITORY]})
     return CudaCells(made["report"], made["images"], made["repository"])
 
 

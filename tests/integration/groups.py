@@ -7,13 +7,13 @@ go out in this order: the groups, then the other modules, longest first (:data:`
 issue 37's last stop; a module named nowhere comes last), each to whichever worker runs low first. What the run
 makes once (bases, the torch CPU base, the CUDA cells: shared.py) is made by the first worker that needs it.
 
-"builds": the modules whose tests build with imagesmith on the torch CPU base. Those builds serve the local wheel
-folder on one loopback port (the sources' stable port, imagesmith.edges.sources), and the engine's layer cache only
-hits for a build whose arguments (that port among them) match the cold build's: two such builds at once put the
-second on another port and make it build cold (slower, never wrong). So they run one after another on one worker.
+"builds": the modules whose tests build with imagesmith on the torch CPU base. The engine's layer cache only hits
+for a build whose arguments match the cold build's, and the package sources' loopback port is one of them: each
+worker pins a port of its own (IMAGESMITH_SOURCES_PORT, engine_fixtures.sources_port), so these builds run on the
+worker that built the torch CPU base cold (the first that needs it: this group comes first), one after another.
+On the other worker they would build correctly, but cold.
 "cuda": the CUDA cells (built once, cold: the largest images of the run, a CUDA layer over 1 GB) and what verifies
-them. They build while the other worker builds the torch CPU base (the port is taken: they get another one, and
-nothing later builds on theirs).
+them, on the other worker meanwhile.
 """
 
 from __future__ import annotations

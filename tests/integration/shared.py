@@ -7,7 +7,7 @@ record (JSON: image IDs, references); a worker that asks later waits for the loc
 is made twice, and a failure is recorded too, so a second worker fails at once with the first one's message
 instead of spending the same minutes again.
 
-A record names what to remove (``cleanup``); :func:`finish` removes it when the run ends, in the process that
+What a make will leave is written down before it starts (``cleanup``); :func:`finish` removes it when the run ends, in the process that
 started the run (the xdist controller, or the one pytest process without xdist), after every worker is done:
 no worker removes an image another one may still be using. ``IMAGESMITH_TEST_KEEP=1`` keeps it all (the next
 run rebuilds anyway: each run bootstraps its own Debian bases).
@@ -69,9 +69,10 @@ class Locked:
         self.fh.close()
 
 
-def once(name: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``make()``'s record, made by the first caller of the run and read by every later one. ``make`` returns a
-    JSON object; its ``cleanup`` (see :func:`finish`) is kept for the end of the run."""
+def once(name: str, make: Callable[[], dict[str, Any]], cleanup: dict[str, list[str]]) -> dict[str, Any]:
+    """``make()``'s record (a JSON object), made by the first caller of the run and read by every later one.
+    ``cleanup`` (see :func:`finish`) is written down before ``make`` starts, so what an interrupted or failed
+    make left goes at the end of the run too."""
     record = folder() / f"{name}.json"
     with Locked(name):
         if record.exists():
@@ -79,31 +80,28 @@ def once(name: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
             if "error" in done:
                 pytest.fail(f"{name}, made once for the whole run, failed in another worker: {done['error']}", pytrace=False)
             return dict(done["value"])
+        _write(folder() / f"{name}.cleanup", {"cleanup": cleanup, "made_ns": time.time_ns()})
         try:
             value = make()
         except Exception as exc:
             _write(record, {"error": f"{type(exc).__name__}: {exc}"[:4000]})
             raise
-        _write(record, {"value": value, "made_ns": time.time_ns()})
+        _write(record, {"value": value})
         return value
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc))
     os.replace(tmp, path)
 
 
-def records() -> Iterator[tuple[str, dict[str, Any]]]:
-    """(name, value) of every record made in this run, the newest first (what was built on an older one goes
-    before it)."""
-    made = []
-    for path in folder().glob("*.json"):
-        doc = json.loads(path.read_text())
-        if "value" in doc:
-            made.append((doc["made_ns"], path.stem, doc["value"]))
-    for _, name, value in sorted(made, reverse=True):
-        yield name, value
+def cleanups() -> Iterator[dict[str, list[str]]]:
+    """What every make of this run (done, failed or interrupted) asked to remove, the newest first (what was built
+    on an older one goes before it)."""
+    made = [json.loads(path.read_text()) for path in folder().glob("*.cleanup")]
+    for doc in sorted(made, key=lambda doc: doc["made_ns"], reverse=True):
+        yield doc["cleanup"]
 
 
 def finish(config: pytest.Config) -> None:
@@ -115,14 +113,13 @@ def finish(config: pytest.Config) -> None:
     if owned is None or os.environ.get(ENV_DIR) != owned:
         return
     try:
-        made = list(records())
+        made = list(cleanups())
         if made and not os.environ.get("IMAGESMITH_TEST_KEEP"):
             from imagesmith.edges.engine import Engine
             from tests.integration.engine_fixtures import remove_repository, remove_with_descendants
 
             engine = Engine()
-            for _, value in made:
-                cleanup = value.get("cleanup", {})
+            for cleanup in made:
                 for repository in cleanup.get("repositories", ()):
                     remove_repository(engine, repository)
                 for ref in cleanup.get("images", ()):
