@@ -44,6 +44,7 @@ from tests.integration.engine_fixtures import (  # noqa: F401
 )
 from tests.integration.multiarch_fixtures import python_images  # noqa: F401
 from tests.integration.slurm_fixtures import fleet_images, slurm_cluster, slurm_env  # noqa: F401
+from tests.loopback import unused_port
 
 CERTS_D = Path("/etc/docker/certs.d")
 USER, PASSWORD = "robot$ml+ci", "it-s3cret:pw"
@@ -74,9 +75,7 @@ def registry_engine() -> Any:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return unused_port()
 
 
 @dataclass

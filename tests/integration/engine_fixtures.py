@@ -37,7 +37,7 @@ from imagesmith.errors import EngineError
 from imagesmith.stages import bootstrap
 from tests.conftest import LOCAL_ROOTS
 from tests.integration import shared
-from tests.loopback import serve
+from tests.loopback import serve, unused_port
 
 RUN = shared.run_id()  # one per run, the same in every xdist worker
 TEST_LABEL = "com.example.imagesmith.test-run"  # io.imagesmith.* is imagesmith's own
@@ -51,22 +51,6 @@ sources:
 """
 
 
-def _unused_port() -> int:
-    """A port no process listens on, below the ephemeral range (so no outgoing connection takes it meanwhile)."""
-    import random
-    import socket
-
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port from 20000 to 32000 for the package sources' loopback server")
-
-
 @pytest.fixture(scope="session", autouse=True)
 def sources_port() -> Iterator[int]:
     """This process's own loopback port for the package sources (IMAGESMITH_SOURCES_PORT, inherited by the CLI
@@ -76,7 +60,7 @@ def sources_port() -> Iterator[int]:
     from imagesmith.edges.sources import PORT_ENV
 
     before = os.environ.get(PORT_ENV)
-    os.environ[PORT_ENV] = str(_unused_port())
+    os.environ[PORT_ENV] = str(unused_port())
     yield int(os.environ[PORT_ENV])
     if before is None:
         os.environ.pop(PORT_ENV, None)

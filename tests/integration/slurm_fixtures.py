@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -25,26 +24,11 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from tests.integration.engine_fixtures import BuiltImages, docker_build
+from tests.loopback import unused_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "local-slurm.sh"
 SLURM_TOOLS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "munged")
-
-
-def _free_ports(n: int) -> int:
-    """A port p with p .. p+n-1 all free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + n < 65535 and all(_free(base + i) for i in range(n)):
-            return base
-    raise RuntimeError("no run of free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 @dataclass
@@ -75,9 +59,9 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     if missing:
         pytest.fail(f"Slurm tests need {', '.join(missing)}: run scripts/ensure-host.sh (installs slurmctld slurmd slurm-client munge)")
     folder = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "IMAGESMITH_SLURM_DIR": str(folder), "IMAGESMITH_SLURM_PORT": str(_free_ports(3))}
+    env = {**os.environ, "IMAGESMITH_SLURM_DIR": str(folder), "IMAGESMITH_SLURM_PORT": str(unused_port(3))}
     try:
-        done = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=180)
+        done = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == 0, f"local-slurm.sh start failed: {done.stderr}"
         yield SlurmCluster(folder, folder / "slurm.conf")
     finally:

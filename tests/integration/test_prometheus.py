@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from imagesmith.errors import UserError
 from imagesmith.report import parse
 from imagesmith.report.model import Run
 from imagesmith.stages import metrics
+from tests.loopback import unused_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.prometheus]
 
@@ -38,9 +38,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return unused_port()
 
 
 @dataclass(frozen=True)
