@@ -24,7 +24,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "builds": ("test_build.py", "test_build_state.py", "test_trust_fanout.py", "test_staging.py"),
     "cuda": ("test_cuda_layer.py", "test_verify.py"),
 }
-REST = ("test_slurm_cluster.py", "test_verify_trust.py", "test_multiarch.py", "test_evidence_registry.py",
+REST = ("test_build_credentials.py", "test_slurm_cluster.py", "test_verify_trust.py", "test_multiarch.py", "test_evidence_registry.py",
         "test_registry_faults.py", "test_registry.py", "test_verify_entrypoint.py", "test_prometheus.py",
         "test_vulnerability_registry.py", "test_image_index.py", "test_credentials_engine.py")
 MODULE_GROUP = {module: group for group, modules in GROUPS.items() for module in modules}
