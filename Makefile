@@ -143,11 +143,12 @@ evidence: install          ## read back what is attached to every digest of $(OU
 # A bare --cov reads the sources from there (--cov=imagesmith would measure the package alone).
 # Both tiers run on pytest-xdist workers: the unit tier on every core (TEST_WORKERS; coverage comes back from
 # each worker and from the child pythons they start, and the floors below are checked on the combined data),
-# the integration tier on two workers (INTEGRATION), whole modules, in the groups tests/integration/groups.py names.
+# the integration tier on three workers (INTEGRATION: much of it waits on networks, registries and containers),
+# whole modules, in the groups and order tests/integration/groups.py gives.
 TEST_WORKERS ?= auto
 UNIT := -n $(TEST_WORKERS) -m "not integration and not registry and not slurm and not gpu and not prometheus" tests/unit
 COVERAGE := --cov --cov-report=term:skip-covered
-INTEGRATION := -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests --ignore=tests/unit
+INTEGRATION := -n 3 --dist loadfile --no-loadscope-reorder --durations=25 tests --ignore=tests/unit
 # The imagesmith package alone keeps the floor it had before the payload was counted (pyproject.toml's
 # fail_under is the total's, lower: the payload's GPU paths run only on a GPU host).
 PACKAGE_COVERAGE_FLOOR := 85
