@@ -109,11 +109,12 @@ lock-check: $(UV) .cache/lock/build-system.in  ## fails when pyproject.toml and 
 	done; \
 	[ $$status -eq 0 ] && echo "$(LOCK) and $(LOCK_TOOL_LOCK) match pyproject.toml and $(LOCK_TOOL_IN)"; exit $$status
 
+# Both bootstraps at once (each mostly waits on Debian's mirror); each one's failure is reported and fails the target.
 base: host install         ## the Debian bases examples/local.yaml builds on (debootstrap, once)
-	@for os in debian12 debian13; do \
+	@pids=""; for os in debian12 debian13; do \
 	  docker image inspect imagesmith/debian:$$(case $$os in debian12) echo bookworm;; debian13) echo trixie;; esac) >/dev/null 2>&1 \
-	    || $(BIN)/imagesmith base bootstrap --os $$os; \
-	done
+	    || { $(BIN)/imagesmith base bootstrap --os $$os & pids="$$pids $$!"; }; \
+	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; exit $$status
 
 registry: host             ## the local registry on 127.0.0.1:5000 (htpasswd auth)
 	bash scripts/local-registry.sh start >/dev/null
@@ -140,8 +141,14 @@ evidence: install          ## read back what is attached to every digest of $(OU
 # coverage of the imagesmith package and the payload (verify/), the sources [tool.coverage.run] names, child
 # pythons the tests start included (patch = subprocess), under the floor in pyproject.toml ([tool.coverage]).
 # A bare --cov reads the sources from there (--cov=imagesmith would measure the package alone).
-UNIT := -m "not integration and not registry and not slurm and not gpu and not prometheus and not podman" tests/unit
+# Both tiers run on pytest-xdist workers: the unit tier on every core (TEST_WORKERS; coverage comes back from
+# each worker and from the child pythons they start, and the floors below are checked on the combined data),
+# the integration tier on three workers (INTEGRATION: much of it waits on networks, registries and containers),
+# whole modules, in the groups and order tests/integration/groups.py gives.
+TEST_WORKERS ?= auto
+UNIT := -n $(TEST_WORKERS) -m "not integration and not registry and not slurm and not gpu and not prometheus and not podman" tests/unit
 COVERAGE := --cov --cov-report=term:skip-covered
+INTEGRATION := -n 3 --dist loadfile --no-loadscope-reorder --durations=25 tests --ignore=tests/unit
 # The imagesmith package alone keeps the floor it had before the payload was counted (pyproject.toml's
 # fail_under is the total's, lower: the payload's GPU paths run only on a GPU host).
 PACKAGE_COVERAGE_FLOOR := 85
@@ -162,7 +169,7 @@ endef
 test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, the unit tier with its coverage floor, the rest
 	$(call pytest,-q -ra $(COVERAGE) $(UNIT))
 	$(package_coverage)
-	$(call pytest,-q -ra --durations=25 tests --ignore=tests/unit)
+	$(call pytest,-q -ra $(INTEGRATION))
 
 unit: install              ## pure tests only (no engine, no registry), with the coverage floor
 	$(call pytest,-q $(COVERAGE) $(UNIT))

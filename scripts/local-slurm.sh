@@ -88,14 +88,14 @@ start() {
     fi
     alive "$dir/slurmctld.pid" || slurmctld -f "$conf"
     alive "$dir/slurmd.pid" || slurmd -f "$conf" -N "$node"
-    for _ in $(seq 1 120); do
+    for _ in $(seq 1 600); do  # up to 300 s: slurmd registers slowly on a loaded host
         state="$(sinfo -h -n "$node" -o %T 2>/dev/null | head -1)"
         case "$state" in idle|mixed|allocated) break ;; esac
         sleep 0.5
     done
     case "${state:-}" in
     idle|mixed|allocated) ;;
-    *) echo "local-slurm: node $node is '${state:-unknown}' after 60 s; logs in $dir/log" >&2; tail -5 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2; exit 1 ;;
+    *) echo "local-slurm: node $node is '${state:-unknown}' after 300 s; logs in $dir/log" >&2; tail -n 5 "$dir/log/slurmctld.log" "$dir/log/slurmd.log" >&2; exit 1 ;;
     esac
     echo "slurm cluster '$node' ready (partitions fleet-a, fleet-b); use it with: export SLURM_CONF=$conf" >&2
 }

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
+
+from tests.integration import shared
+from tests.integration.disk import WORKER_KEY, DiskWatch
 
 ROOT = Path(__file__).resolve().parent.parent
 # examples/local.yaml names the host's wheel folder and CA bundle: the roots
@@ -20,6 +23,41 @@ def pytest_configure(config: pytest.Config) -> None:
     background (`make test &`, nohup) leaves SIGINT ignored, children inherit that, and the tests
     of what Ctrl-C does (a push, a build, a fleet run) would then see nothing happen."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    shared.start(config)
+
+
+@pytest.hookimpl(trylast=True)  # after the session fixtures' teardown (an interrupted run's too)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The end of the run: what the integration tier made once for all its workers goes (tests/integration/shared.py)."""
+    shared.finish(session.config)
+
+
+# Under pytest-xdist the integration tier's disk samples come from each worker (tests/integration/disk.py).
+_WORKERS_DISK = DiskWatch()
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` keeps the integration tier's groups of modules on one worker each (tests/integration/groups.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.integration.groups import make_scheduler
+
+    return make_scheduler(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    doc = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+    if doc:
+        _WORKERS_DISK.merge(doc)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _WORKERS_DISK.paths:
+        terminalreporter.section("disk (every worker)")
+        for line in _WORKERS_DISK.lines():
+            terminalreporter.write_line(line)
 
 
 class WriteMatrix(Protocol):

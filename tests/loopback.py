@@ -1,9 +1,11 @@
-"""A test HTTP server on 127.0.0.1 (a free port), always shut down."""
+"""A test HTTP server on 127.0.0.1 (a free port), always shut down; free ports for daemons the tests start."""
 
 from __future__ import annotations
 
 import contextlib
 import http.server
+import random
+import socket
 import threading
 from typing import Iterator
 
@@ -18,3 +20,23 @@ def serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def unused_port(run: int = 1) -> int:
+    """A port p with p .. p+run-1 free on 127.0.0.1, for a daemon that binds it later: below the kernel's ephemeral
+    range (32768 and up), which it hands out to outgoing connections (a push makes hundreds), so no connection takes
+    it meanwhile, as one could a port picked by binding port 0."""
+    for _ in range(500):
+        base = random.randrange(20000, 32000 - run)
+        if all(_free(base + i) for i in range(run)):
+            return base
+    raise RuntimeError(f"no {run} free port(s) in a row from 20000 to 32000 on 127.0.0.1")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

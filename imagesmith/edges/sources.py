@@ -29,6 +29,21 @@ from imagesmith.errors import UserError
 from imagesmith.model.matrix.records import Credential, Sources
 
 PORT_BASE, PORT_SPAN = 20000, 20000
+# The loopback port is part of every build argument that names a served source, so of docker's layer cache key:
+# a build on another port rebuilds from the first such step. Where several builds with the same sources run at
+# once on one host (CI runners sharing it), each runner pins a port of its own here, so its cache keeps hitting.
+PORT_ENV = "IMAGESMITH_SOURCES_PORT"
+
+
+def pinned_port(environ: Mapping[str, str]) -> int | None:
+    """The port ``IMAGESMITH_SOURCES_PORT`` pins, if set."""
+    value = environ.get(PORT_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 1024 <= int(value) <= 65535:
+        raise UserError(f"{PORT_ENV}={value!r}: give a TCP port from 1024 to 65535 for the package sources' loopback "
+                        "server (a free one, the same for every build that should share the layer cache), or unset it")
+    return int(value)
 
 
 def is_local(url: str) -> bool:
@@ -66,6 +81,7 @@ class SourceServer:
     def __init__(self, sources: Sources, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None) -> None:
         self.sources = sources
         self.secrets = {c.host: read_secret(c, environ) for c in sources.credentials}
+        self.pinned = pinned_port(os.environ if environ is None else environ)
         self.routes = Routes()
         self.ca_bundle = ca_bundle or sources.ca_bundle
         self._httpd: http.server.ThreadingHTTPServer | None = None
@@ -111,7 +127,8 @@ class SourceServer:
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> "SourceServer":
         """Bind a port stable for these sources (so docker's layer cache keeps
-        hitting across runs), falling back to any free port."""
+        hitting across runs): the one IMAGESMITH_SOURCES_PORT pins, else one
+        derived from the sources; any free port when another process holds it."""
         handler = _handler(self)
         for port in (self._stable_port(), 0):
             try:
@@ -127,6 +144,8 @@ class SourceServer:
         return self
 
     def _stable_port(self) -> int:
+        if self.pinned is not None:
+            return self.pinned
         digest = hashlib.sha256(repr(self.sources).encode()).digest()
         return PORT_BASE + int.from_bytes(digest[:4], "big") % PORT_SPAN
 

@@ -27,6 +27,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from tests.integration import groups
+from tests.integration.disk import WORKER_KEY, DiskWatch
+
 # The build tests' fixtures live in engine_fixtures.py; registered here.
 from tests.integration.engine_fixtures import (  # noqa: F401
     build_matrix,
@@ -36,10 +39,12 @@ from tests.integration.engine_fixtures import (  # noqa: F401
     debian_base,
     engine,
     private_index,
+    sources_port,
     trixie_base,
 )
 from tests.integration.multiarch_fixtures import python_images  # noqa: F401
 from tests.integration.slurm_fixtures import fleet_images, slurm_cluster, slurm_env  # noqa: F401
+from tests.loopback import unused_port
 
 CERTS_D = Path("/etc/docker/certs.d")
 USER, PASSWORD = "robot$ml+ci", "it-s3cret:pw"
@@ -70,9 +75,7 @@ def registry_engine() -> Any:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return unused_port()
 
 
 @dataclass
@@ -104,7 +107,7 @@ class RegistryServer:
     def start(self) -> None:
         log = (self.root / "registry.log").open("ab")
         self.proc = subprocess.Popen(["docker-registry", "serve", str(self.root / "config.yml")], stdout=log, stderr=log)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 120  # a hang guard: a loaded host starts it slowly
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"docker-registry exited {self.proc.returncode}: {(self.root / 'registry.log').read_text()[-2000:]}")
@@ -113,7 +116,7 @@ class RegistryServer:
                     return
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"docker-registry did not listen on {self.host} within 15 s")
+        raise RuntimeError(f"docker-registry did not listen on {self.host} within 120 s")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -237,79 +240,39 @@ def tiny_image(registry_engine: Any, tmp_path: Path) -> Iterator[Callable[..., s
             registry_engine.remove_image(image_id, force=True)
 
 
-# -- order: the CUDA cells last ------------------------------------------------------------------------
-# cuda_cells (two torch 2.14.1 + CUDA 13.0 images and their shared CUDA layer, the largest thing the suite
-# builds) is session-scoped: it lives from its first user to the end. Its modules run last, so the other
-# modules' builds and registries never sit on the disk beside it. Modules stay whole and in their order.
+# -- two workers: which modules run where, in which order (tests/integration/groups.py) ---------------------
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    cuda_modules = {item.path for item in items if "cuda_cells" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: item.path in cuda_modules)
+    """The run's order: the groups' modules first, as groups.py lists them, then the other modules, longest first.
+    Under xdist, work units go out to the workers in this order."""
+    items.sort(key=lambda item: groups.rank(item.nodeid))
 
 
-# -- disk: where the suite's space goes --------------------------------------------------------------
-# A full disk fails a build deep inside the engine ("no space left on device" at some COPY). The summary
-# names the free space at the start, the lowest seen after any test (and which test that was), and at the
-# end, for the temporary folder and the engine's data root, so a CI log says whether the suite or the
-# machine ran out.
-
-
-@dataclass
-class DiskWatch:
-    paths: dict[str, str] = field(default_factory=dict)  # label -> path, one per file system
-    start: dict[str, int] = field(default_factory=dict)
-    lowest: dict[str, tuple[int, str]] = field(default_factory=dict)
-
-    def free(self) -> dict[str, int]:
-        return {label: shutil.disk_usage(path).free for label, path in self.paths.items()}
-
-    def sample(self, nodeid: str) -> None:
-        for label, free in self.free().items():
-            if label not in self.lowest or free < self.lowest[label][0]:
-                self.lowest[label] = (free, nodeid)
-
-    def lines(self) -> list[str]:
-        end = self.free()
-        lines = []
-        for label, path in self.paths.items():
-            low, nodeid = self.lowest.get(label, (end[label], "no test"))
-            lines.append(f"{label} ({path}): free {self.start[label] / 1e9:.1f} GB at the start, lowest {low / 1e9:.1f} GB "
-                         f"(after {nodeid}), {end[label] / 1e9:.1f} GB at the end")
-        return lines
+# -- disk: where the suite's space goes (tests/integration/disk.py) ---------------------------------------
 
 
 _DISK = DiskWatch()
-
-
-def _docker_root() -> str | None:
-    try:
-        done = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    root = done.stdout.strip()
-    return root if done.returncode == 0 and root and Path(root).is_dir() else None
 
 
 @pytest.fixture(scope="session", autouse=True)
 def disk_watch() -> DiskWatch:
     """Starts the disk watch with the first integration test (this conftest loads at collection, after the
     session started)."""
-    import tempfile
-
-    if not _DISK.paths:
-        seen: set[int] = set()
-        for label, path in (("temporary folder", tempfile.gettempdir()), ("engine data root", _docker_root())):
-            if path and os.stat(path).st_dev not in seen:
-                seen.add(os.stat(path).st_dev)
-                _DISK.paths[label] = path
-        _DISK.start = _DISK.free()
+    _DISK.begin()
     return _DISK
 
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
     if _DISK.paths:
         _DISK.sample(nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """An xdist worker hands its samples to the controller, which prints the run's summary (tests/conftest.py)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None and _DISK.paths:
+        output[WORKER_KEY] = _DISK.to_json()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

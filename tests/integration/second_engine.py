@@ -51,7 +51,7 @@ class SecondEngine:
     def host(self) -> str:
         return f"unix://{self.sock}"
 
-    def start(self, wait_s: float = 60) -> "SecondEngine":
+    def start(self, wait_s: float = 300) -> "SecondEngine":  # a hang guard: dockerd starts slowly on a loaded host
         net = ipaddress.ip_network(_free_subnet())
         subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
         self.bridge_made = True

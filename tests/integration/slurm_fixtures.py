@@ -5,14 +5,15 @@ with scripts/local-slurm.sh in a temporary folder, on free ports, and always
 stops them (and cancels their jobs). ``fleet_images`` pushes two images to a
 registry with htpasswd auth: the torch CPU base imagesmith built (passes
 ``imagesmith verify`` in CPU mode) and the same image labelled with another
-torch (fails versions.torch).
+torch (fails versions.torch). Each is an image of its own (a label on the
+base), so the containers the fleet starts from them are told apart from other
+tests' containers of the base (another xdist worker verifying it meanwhile).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -23,26 +24,11 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from tests.integration.engine_fixtures import BuiltImages, docker_build
+from tests.loopback import unused_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "local-slurm.sh"
 SLURM_TOOLS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "munged")
-
-
-def _free_ports(n: int) -> int:
-    """A port p with p .. p+n-1 all free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + n < 65535 and all(_free(base + i) for i in range(n)):
-            return base
-    raise RuntimeError("no run of free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 @dataclass
@@ -73,9 +59,9 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     if missing:
         pytest.fail(f"Slurm tests need {', '.join(missing)}: run scripts/ensure-host.sh (installs slurmctld slurmd slurm-client munge)")
     folder = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "IMAGESMITH_SLURM_DIR": str(folder), "IMAGESMITH_SLURM_PORT": str(_free_ports(3))}
+    env = {**os.environ, "IMAGESMITH_SLURM_DIR": str(folder), "IMAGESMITH_SLURM_PORT": str(unused_port(3))}
     try:
-        done = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=180)
+        done = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == 0, f"local-slurm.sh start failed: {done.stderr}"
         yield SlurmCluster(folder, folder / "slurm.conf")
     finally:
@@ -110,20 +96,22 @@ def fleet_images(engine: Engine, built_images: BuiltImages, tmp_path_factory: py
     server.start()
     creds = folder / "credentials"
     creds.write_text(f"{USER}:{PASSWORD}\n")
-    bad_tag = f"imagesmith-test/fleet-bad:{uuid.uuid4().hex[:8]}"
+    suffix = uuid.uuid4().hex[:8]
+    good_tag, bad_tag = f"imagesmith-test/fleet-good:{suffix}", f"imagesmith-test/fleet-bad:{suffix}"
     repo = f"{server.host}/imagesmith-test/fleet-{uuid.uuid4().hex[:8]}"
     try:
+        docker_build(engine, f"FROM {built_images.cpu_base}\nLABEL com.example.imagesmith.fleet=good\n", good_tag, folder)
         docker_build(engine, f"FROM {built_images.cpu_base}\nLABEL io.imagesmith.torch=2.9.1\n", bad_tag, folder)
-        bad_id = engine.image(bad_tag).id  # type: ignore[union-attr]
+        good_id, bad_id = engine.image(good_tag).id, engine.image(bad_tag).id  # type: ignore[union-attr]
         auth = {"username": USER, "password": PASSWORD}
         refs = {}
-        for name, image_id in (("good", built_images.cpu_base), ("bad", bad_id)):
+        for name, image_id in (("good", good_id), ("bad", bad_id)):
             engine.tag(image_id, repo, name)
             refs[name] = f"{repo}@{engine.push(repo, name, auth, lambda line: None)}"
-        yield FleetImages(refs["good"], refs["bad"], built_images.cpu_base, bad_id, creds, server)
+        yield FleetImages(refs["good"], refs["bad"], good_id, bad_id, creds, server)
     finally:
         server.stop()
-        for ref in (f"{repo}:good", f"{repo}:bad", bad_tag):
+        for ref in (*engine.tags_in(repo), good_tag, bad_tag):  # the tests' releases tag there too
             try:
                 engine.remove_image(ref, force=False)
             except Exception:  # noqa: BLE001 - already gone

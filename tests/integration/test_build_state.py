@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -49,7 +50,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, timeout=900)
 
 
-def wait_for(predicate, seconds: float = 300) -> bool:  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], bool], seconds: float = 900) -> bool:  # a hang guard: nothing is judged by how long it took
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():

@@ -3,7 +3,7 @@
 
 The spec (in tmp_path, never /etc/cdi) names a device node that is really /dev/null, a read-only file mount, an
 environment entry, a create-symlinks hook and an update-ldcache hook over a folder holding a real ELF library
-under another name. The container is the suite's smallest image (imagesmith/debian:bookworm): seconds.
+under another name. The container is the suite's smallest image (the run's Debian 12 base): seconds.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from imagesmith.edges.engine import Engine, RunSpec
 from imagesmith.stages import gpus
 
 pytestmark = pytest.mark.integration
-BASE = "imagesmith/debian:bookworm"
 DRIVER = "/opt/imagesmith-driver/lib"
 LIBRARY = "libvendor.so.580.159.04"
 # what sh and coreutils in the image load: a SONAME link to any of these in DRIVER would replace them
@@ -76,16 +75,14 @@ def spec(folder: Path, library: Path) -> Path:
     return cdi
 
 
-def test_a_cdi_spec_is_applied_to_a_real_container_by_the_path_verify_takes(engine: Engine, tmp_path: Path) -> None:
-    if engine.image(BASE) is None:
-        pytest.skip(f"{BASE} is not in the engine (scripts/ensure-host.sh bootstraps it)")
+def test_a_cdi_spec_is_applied_to_a_real_container_by_the_path_verify_takes(engine: Engine, debian_base: str, tmp_path: Path) -> None:
     library, soname = a_library()
     host = gpus.GpuHost(cdi_dirs=(str(spec(tmp_path, library)),), environ={})
     planned = gpus.plan(engine.info(), "cdi", "0", host)
     if planned.path.path != "cdi-translated":
         pytest.skip(f"this engine resolves CDI itself ({planned.path.why}): the translation is for engines without it")
     label = {"io.imagesmith.run": f"cdi-{uuid.uuid4().hex[:8]}"}
-    base = RunSpec(image=BASE, command=["sh", "-c", SCRIPT], environment={"DRIVER": DRIVER, "SONAME": soname}, labels=label, timeout_s=120)
+    base = RunSpec(image=debian_base, command=["sh", "-c", SCRIPT], environment={"DRIVER": DRIVER, "SONAME": soname}, labels=label, timeout_s=120)
     spec_run, notes = gpus.apply(base, planned.path, planned.registry, {}, host.soname)
     result = engine.run(spec_run)
     assert result.exit_code == 0, result.stderr
@@ -99,11 +96,9 @@ def test_a_cdi_spec_is_applied_to_a_real_container_by_the_path_verify_takes(engi
     assert engine.containers_with_label("io.imagesmith.run", label["io.imagesmith.run"]) == []
 
 
-def test_the_host_watch_tells_the_containers_processes_by_their_cgroup(engine: Engine) -> None:
+def test_the_host_watch_tells_the_containers_processes_by_their_cgroup(engine: Engine, debian_base: str) -> None:
     """What verify's GPU watch does with a container: the engine says its ID once it exists (RunSpec.on_created),
     and a process is the run's when its cgroup names that ID; this test's own process is not."""
-    if engine.image(BASE) is None:
-        pytest.skip(f"{BASE} is not in the engine (scripts/ensure-host.sh bootstraps it)")
     import os
 
     import docker
@@ -112,7 +107,7 @@ def test_the_host_watch_tells_the_containers_processes_by_their_cgroup(engine: E
 
     told: list[str] = []
     label = {"io.imagesmith.run": f"watch-{uuid.uuid4().hex[:8]}"}
-    spec_run = RunSpec(image=BASE, command=["sleep", "30"], labels=label, timeout_s=60, on_created=told.append)
+    spec_run = RunSpec(image=debian_base, command=["sleep", "30"], labels=label, timeout_s=60, on_created=told.append)
     with engine.started(spec_run):
         assert len(told) == 1 and len(told[0]) == 64
         top = docker.from_env().api.top(told[0])

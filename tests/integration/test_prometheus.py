@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from imagesmith.errors import UserError
 from imagesmith.report import parse
 from imagesmith.report.model import Run
 from imagesmith.stages import metrics
+from tests.loopback import unused_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.prometheus]
 
@@ -38,9 +38,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return unused_port()
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,8 @@ def _serve(argv: list[str], port: int, folder: Path) -> Iterator[Server]:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
+        deadline = time.monotonic() + 120  # a hang guard: a loaded host starts a daemon slowly
+        while time.monotonic() < deadline:
             if proc.poll() is not None:
                 pytest.fail(f"{argv[0]} exited with {proc.returncode}: {log.read_text()[-2000:]}")
             try:
@@ -71,7 +70,7 @@ def _serve(argv: list[str], port: int, folder: Path) -> Iterator[Server]:
             except OSError:
                 time.sleep(0.1)
         else:
-            pytest.fail(f"{argv[0]} did not answer on {url} in 10 s: {log.read_text()[-2000:]}")
+            pytest.fail(f"{argv[0]} did not answer on {url} in 120 s: {log.read_text()[-2000:]}")
         yield Server(url, folder)
     finally:
         proc.terminate()

@@ -19,6 +19,7 @@ import pytest
 from imagesmith.edges.registry import Registry
 from imagesmith.stages.publish import Backoff, Publisher
 from tests.integration.conftest import CERTS_D, RegistryServer
+from tests.integration.engine_fixtures import CountingEngine
 from tests.integration.test_registry import GOOD, POLICY, REPO, item, tag
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
@@ -50,6 +51,11 @@ def publisher(engine: Any, server: RegistryServer, out: Path, **seams: Any) -> P
                      credentials=GOOD, **seams)
 
 
+def upload_starts(server: RegistryServer) -> int:
+    """How many blob uploads the registry was asked to start (its access log)."""
+    return (server.root / "registry.log").read_text(errors="replace").count(f'"POST /v2/{REPO}/blobs/uploads/')
+
+
 def engine_tags(engine: Any, image_id: str, host: str) -> list[str]:
     return [t for t in engine.image(image_id).tags if t.startswith(host)]
 
@@ -60,10 +66,12 @@ def test_a_full_registry_says_so_at_once_and_is_not_retried(registry_engine: Any
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k", "count=64"], capture_output=True)  # the disk is full
     one = item(tiny_image, "2.9.1")
     sleeps: list[float] = []
-    t0 = time.monotonic()
-    publisher(registry_engine, full_registry, tmp_path, sleep=sleeps.append).run([one])
+    counting = CountingEngine(registry_engine)
+    publisher(counting, full_registry, tmp_path, sleep=sleeps.append).run([one])
     data = json.loads((tmp_path / "release.json").read_text())
-    assert sleeps == [] and time.monotonic() - t0 < 60  # no retries
+    # no retries: imagesmith never waited to try again, the engine never pushed, the registry was asked once
+    assert sleeps == [] and counting.calls["push"] == 0, (sleeps, counting.calls)
+    assert upload_starts(full_registry) == 1, (full_registry.root / "registry.log").read_text()[-3000:]
     assert data["state"] == "complete" and data["ok"] is False and data["pushed"] == []
     (error,) = data["errors"]
     assert error.startswith(f"starting an upload to {full_registry.host}/{REPO}: push {full_registry.host}/{REPO} failed: HTTP 500 "

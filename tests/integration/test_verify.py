@@ -18,7 +18,7 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.stages import verify
-from tests.integration.engine_fixtures import BuiltImages, docker_build
+from tests.integration.engine_fixtures import BuiltImages, docker_build, left_containers
 
 pytestmark = pytest.mark.integration
 OPTIONS = verify.VerifyOptions(tier="quick", gpus="all", timeout_s=300)
@@ -54,7 +54,7 @@ def test_a_good_image_passes_in_cpu_mode(engine: Engine, built_images: BuiltImag
     assert outcome.report["schema"] == "imagesmith.verify-report/1" and outcome.report["image"]["id"] == built_images.cpu_base
     assert outcome.report["mode"]["mode"] == "cpu"  # a CPU-only torch: nothing to ask a GPU for
     assert outcome.report["mode"]["reason"].startswith("CPU mode: torch 2.13.0+cpu is a CPU-only build")
-    assert engine.containers_with_label("io.imagesmith.run") == []  # the container is always removed
+    assert left_containers(engine) == []  # the container is always removed
 
 
 def test_labels_declaring_another_torch_fail(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
@@ -96,7 +96,7 @@ def test_a_timeout_kills_the_container_and_fails(engine: Engine, built_images: B
     options = verify.VerifyOptions(tier="soak", soak_minutes=1, gpus="none", timeout_s=3, only=("leak",))
     outcome = verify.verify_image(engine, built_images.cpu_base, options)
     assert [c["id"] for c in outcome.report["checks"]] == ["payload.timeout"]
-    assert engine.containers_with_label("io.imagesmith.run") == []
+    assert left_containers(engine) == []
 
 
 def run_payload(engine: Engine, image: str, config: dict[str, Any], only: str = "leak") -> dict[str, Any]:

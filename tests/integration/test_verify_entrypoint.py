@@ -1,7 +1,7 @@
 """Verify what users run, on a real engine: one small image per ENTRYPOINT shape, and images that put their
 environment on PATH only for login shells or through $BASH_ENV.
 
-Every image is FROM one base made here FROM imagesmith/debian:bookworm: Debian's python3 (the same RUN line as
+Every image is FROM one base made here FROM the run's Debian 12 base (debootstrapped by imagesmith): Debian's python3 (the same RUN line as
 other tests, so the engine's cache holds it), a venv at /opt/venv (``pyvenv.cfg`` and a python3 link) holding a
 stand-in torch (its version and nothing else: no torch is installed), the shapes' scripts in /shapes. The shape
 images only add an ENTRYPOINT, a CMD or an ENV (the conda ones a fake conda environment). This is the table in
@@ -25,7 +25,6 @@ from imagesmith.stages import verify
 from tests.integration.engine_fixtures import docker_build
 
 pytestmark = pytest.mark.integration
-BASE = "imagesmith/debian:bookworm"
 OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300, only=("versions.torch", "entrypoint"),
                                sample_gpus=False, entry_bound_s=8.0)
 VENV_PYTHON, CONDA_PYTHON = "/opt/venv/bin/python3", "/opt/conda/envs/ml/bin/python3"
@@ -92,16 +91,14 @@ SHAPES = [
 
 
 @pytest.fixture(scope="module")
-def images(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    if engine.image(BASE) is None:
-        pytest.skip(f"{BASE} is not in the engine (scripts/ensure-host.sh bootstraps it)")
+def images(engine: Engine, debian_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     folder, run = tmp_path_factory.mktemp("entrypoints"), uuid.uuid4().hex[:8]
     for name, text in {**{f"shapes/{k}": v for k, v in SCRIPTS.items()}, **TORCH}.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
         (folder / name).chmod(0o755)  # COPY keeps the mode (the engine's builder has no --chmod)
     site = "/opt/venv/lib/python3.11/site-packages"
-    made = [docker_build(engine, f"""FROM {BASE}
+    made = [docker_build(engine, f"""FROM {debian_base}
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 >/dev/null && rm -rf /var/lib/apt/lists/*
 RUN mkdir -p /opt/venv/bin {site} && ln -s /usr/bin/python3 /opt/venv/bin/python3 && printf 'home = /usr/bin\\n' > /opt/venv/pyvenv.cfg \\
  && useradd -m -u 1000 user

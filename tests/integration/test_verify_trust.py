@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -18,7 +19,7 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.stages import verify
-from tests.integration.engine_fixtures import BuiltImages
+from tests.integration.engine_fixtures import BuiltImages, containers_created, left_containers
 
 pytestmark = pytest.mark.integration
 QUICK = verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300, only=("versions", "security"))
@@ -225,7 +226,7 @@ def test_a_root_image_serving_jupyter_without_a_token_fails(engine: Engine, buil
                                                                          probe_s=180))  # Jupyter starts slowly on a loaded CI host
     service = checks(standard)["security.service"]
     assert service["status"] == "fail" and "http://127.0.0.1:8888/api/kernels answered" in service["detail"], service
-    assert engine.containers_with_label("io.imagesmith.run") == []
+    assert left_containers(engine) == []
 
 
 def test_a_start_script_that_disables_the_token_is_read(engine: Engine, built_images: BuiltImages, with_wheels: Any) -> None:
@@ -277,10 +278,12 @@ def test_expect_cuda_cpu_passes_on_a_cpu_image(engine: Engine, built_images: Bui
     ("cuda=gpu", "item 'cuda=gpu': 'gpu' is not a CUDA version such as 12.8, or cpu for a CPU-only build"),
 ])
 def test_a_bad_expect_is_bad_usage_before_any_container(engine: Engine, built_images: BuiltImages, expect: str, message: str) -> None:
-    before = engine.client.containers.list(all=True, filters={"ancestor": built_images.cpu_base})
-    done = cli("verify", built_images.cpu_base, "--expect", expect)
-    assert done.returncode == 2 and message in done.stderr and "Invalid value for '--expect'" in done.stderr, done.stderr
-    assert engine.client.containers.list(all=True, filters={"ancestor": built_images.cpu_base}) == before
+    since = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "imagesmith.cli", "verify", built_images.cpu_base, "--expect", expect],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 2 and message in stderr and "Invalid value for '--expect'" in stderr, stderr
+    assert containers_created(engine, since, proc.pid) == []  # the engine's event log: that process created none
 
 
 def test_torch_import_warnings_are_reported(engine: Engine, built_images: BuiltImages, planted: Callable[..., str]) -> None:

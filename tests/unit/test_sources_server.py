@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import http.server
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -160,6 +161,27 @@ def test_read_secret_names_the_variable_to_export() -> None:
 
 
 def test_the_port_is_stable_for_the_same_sources() -> None:
-    a = sources.SourceServer(Sources(index_url="https://a/simple"))._stable_port()
-    assert a == sources.SourceServer(Sources(index_url="https://a/simple"))._stable_port()
+    a = sources.SourceServer(Sources(index_url="https://a/simple"), environ={})._stable_port()
+    assert a == sources.SourceServer(Sources(index_url="https://a/simple"), environ={})._stable_port()
     assert sources.PORT_BASE <= a < sources.PORT_BASE + sources.PORT_SPAN
+
+
+def test_a_pinned_port_wins_and_the_server_binds_it() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    environ = {sources.PORT_ENV: f" {free} "}
+    server = sources.SourceServer(Sources(find_links=("/opt/wheels",)), environ=environ)
+    assert server._stable_port() == free
+    with server:
+        assert server.port == free
+    other = sources.SourceServer(Sources(index_url="https://b/simple"), environ=environ)
+    assert other._stable_port() == free  # whatever the sources
+
+
+@pytest.mark.parametrize("value", ["abc", "80", "70000", "-1", "2.5"])
+def test_a_bad_pinned_port_says_what_to_give(value: str) -> None:
+    with pytest.raises(UserError) as err:
+        sources.SourceServer(Sources(index_url="https://a/simple"), environ={sources.PORT_ENV: value})
+    assert str(err.value) == (f"IMAGESMITH_SOURCES_PORT={value!r}: give a TCP port from 1024 to 65535 for the package sources' "
+                              "loopback server (a free one, the same for every build that should share the layer cache), or unset it")

@@ -113,3 +113,15 @@ def test_the_lock_names_every_dependency_pyproject_and_the_build_need() -> None:
               *hatchling.build.get_requires_for_build_editable()]
     names = {canonicalize_name(Requirement(line).name) for line in locked()}
     assert sorted({canonicalize_name(Requirement(r).name) for r in wanted} - names) == []
+
+
+# ---------------------------------------------------------------- the integration tier's schedule (tests/integration/groups.py)
+def test_the_integration_schedule_names_every_module_once() -> None:
+    from tests.integration import groups
+
+    modules = sorted(p.name for p in (ROOT / "tests" / "integration").glob("test_*.py"))
+    named = [m for ms in groups.GROUPS.values() for m in ms] + list(groups.REST)
+    assert sorted(named) == modules  # a new module is placed on purpose; a renamed one is not left behind
+    assert groups.scope("tests/integration/test_staging.py::t[a]") == "builds"
+    assert groups.scope("tests/integration/test_verify.py::t") == "tests/integration/test_verify.py"
+    assert groups.rank("tests/integration/test_build.py::t") < groups.rank("tests/integration/test_cuda_layer.py::t")
