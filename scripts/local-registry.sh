@@ -27,6 +27,15 @@ CONF
             curl -fsS -o /dev/null "http://127.0.0.1:$port/v2/" -u "$user:$(cat "$dir/password")" 2>/dev/null && break
             sleep 0.2
         done
+        if ! curl -fsS -o /dev/null "http://127.0.0.1:$port/v2/" -u "$user:$(cat "$dir/password")" 2>/dev/null; then
+            if curl -sS -o /dev/null "http://127.0.0.1:$port/v2/" 2>/dev/null; then
+                echo "local-registry: 127.0.0.1:$port answers, but not to $dir/credentials: another registry holds the port (another checkout's?): stop it (bash scripts/local-registry.sh stop, in the checkout that started it) and run this again" >&2
+            else
+                echo "local-registry: the registry did not start on 127.0.0.1:$port; its log: $dir/registry.log" >&2
+                tail -n 5 "$dir/registry.log" >&2 || true
+            fi
+            exit 1
+        fi
     fi
     echo "registry on 127.0.0.1:$port; credentials (user:password) in $dir/credentials: imagesmith ... --credentials $dir/credentials"
     ;;
