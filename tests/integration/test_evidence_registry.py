@@ -415,7 +415,7 @@ def test_verify_prints_the_evidence_and_reuses_a_signed_attestation(release: Rel
     pinned = f"{release.server.host}/{REPO}:{release.first['targets'][0]['tag']}"  # type: ignore[attr-defined]
     code, out = run_cli(["verify", pinned, "--gpus", "none", "--tier", "standard", "--reuse-evidence", "--key", str(release.pub),
                          "--credentials", str(creds), "--only", "versions.python", "--expect", "python=3.11", "--no-pull"])
-    assert code == 0 and "not run again" not in out and f"verify {pinned} (standard)" in out, out
+    assert code == 0 and "not run again" not in out and f"verify {pinned} on Docker " in out and "(standard)" in out, out
 
 
 def test_doctor_release_probes_push_rights_on_the_real_registry(release: Release, tmp_path: Path) -> None:
