@@ -15,17 +15,22 @@ SVG as safe, so nothing may be interpolated here without :func:`esc`.
 
 from __future__ import annotations
 
+import functools
 import html
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from imagesmith import resources
 from imagesmith.report.chartdata import GpuRate, LeakCurve, Throughput
 from imagesmith.report.model import Check, GpuSeries, Verify, fmt_value
 
 PALETTE = ("#1f6feb", "#d4631b", "#2da44e", "#a371f7", "#cf222e", "#0a8f8f", "#bf8700", "#6e7781")
 MAX_POINTS = 1500  # points per line drawn; longer series are thinned
 ROW = 26  # pixels per bar
+TITLE_LINE = 16  # pixels per line of a title
+TITLE_CHAR_PX = 8.0  # the widest average advance of a 13 px bold sans (DejaVu Sans Bold: 7.9); titles wrap by it
 
 
 def esc(text: Any) -> str:
@@ -100,11 +105,13 @@ def decimate(points: Sequence[tuple[float, float]]) -> Sequence[tuple[float, flo
 
 
 def y_range(ys: Sequence[float], from_zero: bool, min_span: float) -> tuple[float, float]:
-    """The data's range; from 0 if asked; at least ``min_span`` wide, centred on the data."""
+    """The data's range; from 0 if asked; at least ``min_span`` wide, centred on the data, but never below 0 when
+    no value is (memory, a rate: an axis of bytes that starts at -5 MiB shows something that cannot be)."""
     lo, hi = (min(0.0, *ys) if from_zero else min(ys)), max(ys)
     if hi - lo < min_span:
         mid = (hi + lo) / 2
-        lo, hi = (max(0.0, mid - min_span / 2) if from_zero else mid - min_span / 2), mid + min_span / 2
+        lo = max(0.0, mid - min_span / 2) if lo >= 0 else mid - min_span / 2
+        hi = lo + min_span
     return lo, hi
 
 
@@ -130,10 +137,34 @@ def line_chart(title: str, lines: Sequence[Line], x_label: str, y_label: str, y_
     return svg(title, frame, "".join(parts), css)
 
 
+def title_lines(title: str, width: float) -> list[str]:
+    """The title in lines that fit ``width`` pixels (words kept whole), so that no chart's title is cut."""
+    return textwrap.wrap(title, max(16, int((width - 16) / TITLE_CHAR_PX)), break_on_hyphens=False) or [""]
+
+
 def svg(title: str, frame: Frame, body: str, css: str = "") -> str:
-    w, h = frame.left + frame.width + frame.right, frame.top + frame.height + 48
+    """The chart: its whole title on as many lines as it needs (the plot moves down by the extra lines), then ``body``."""
+    w = frame.left + frame.width + frame.right
+    lines = title_lines(title, w)
+    extra = TITLE_LINE * (len(lines) - 1)
+    h = frame.top + frame.height + 48 + extra
+    heading = "".join(f'<text class="title" x="8" y="{16 + TITLE_LINE * i}">{esc(line)}</text>' for i, line in enumerate(lines))
+    body = f'<g transform="translate(0 {extra})">{body}</g>' if extra else body
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="chart {esc(css)}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
-            f'role="img" aria-label="{esc(title)}"><text class="title" x="{frame.left}" y="16">{esc(title)}</text>{body}</svg>')
+            f'role="img" aria-label="{esc(title)}">{heading}{body}</svg>')
+
+
+@functools.cache
+def chart_css() -> str:
+    """The charts' styles (``data/report/chart.css``), which the HTML report includes in its page."""
+    return resources.data_file("report").joinpath("chart.css").read_text(encoding="utf-8")
+
+
+def standalone(chart: str) -> str:
+    """A chart as an .svg file of its own (the documentation's figures): the same drawing, its styles inside it."""
+    head, sep, rest = chart.partition(">")
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{head}{sep}<style>{chart_css()}</style>{rest}\n'
+
 
 
 def _axes(f: Frame, xt: Sequence[float], yt: Sequence[float], x_label: str, y_label: str) -> str:
