@@ -169,7 +169,7 @@ unit: install              ## pure tests only (no engine, no registry), with the
 	$(package_coverage)
 
 lint: install              ## ruff (rules in pyproject.toml), mypy --strict over the package, the tests and the payload (verify/), the import contracts (import-linter)
-	$(BIN)/ruff check imagesmith tests verify bench
+	$(BIN)/ruff check imagesmith tests verify bench scripts
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports --no-cache
 

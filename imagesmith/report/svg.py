@@ -49,7 +49,7 @@ class Line:
 @dataclass(frozen=True)
 class Bar:
     label: str
-    percent: float
+    percent: float  # the bar's value on its axis (a percentage on percent_bars' axis)
     colour: str
     value_text: str  # printed right of the plot
     tooltip: str = ""
@@ -195,26 +195,41 @@ def _legend(f: Frame, lines: Sequence[Line]) -> str:
     return "".join(out)
 
 
-def percent_bars(title: str, bars: Sequence[Bar], css: str = "") -> str:
+def percent_bars(title: str, bars: Sequence[Bar], css: str = "", reference: str = "baseline") -> str:
     """Horizontal bars on a % axis with the 100 % reference line; '' when there are none."""
     if not bars:
         return ""
-    xt = nice_ticks(0, max(110.0, max(b.percent for b in bars) + 5))
-    frame = Frame(xt[0], xt[-1], 0, 1, left=200, top=36, width=520, height=ROW * len(bars), right=190)
+    return hbars(title, bars, max(110.0, max(b.percent for b in bars) + 5), f"% of {reference}", css, suffix="%",
+                 reference=(100.0, reference))
+
+
+LABEL_CHAR_PX = 6.6  # the widest average advance of an 11 px sans: bar labels set the plot's left edge by it
+
+
+def hbars(title: str, bars: Sequence[Bar], x_max: float, axis_label: str, css: str = "", suffix: str = "",
+          reference: tuple[float, str] | None = None) -> str:
+    """Horizontal bars from 0 (``Bar.percent`` is the bar's value on this axis, 0..``x_max``), a row per bar, its
+    label left of the plot (the plot starts where the longest label ends), its value text right of it; a line at
+    ``reference`` (value, label) when given."""
+    xt = nice_ticks(0, x_max)
+    left = max(120, round(16 + LABEL_CHAR_PX * max(len(b.label) for b in bars)))
+    top = 50 if reference else 36  # the reference's label sits above the plot, clear of the title
+    frame = Frame(xt[0], xt[-1], 0, 1, left=left, top=top, width=520, height=ROW * len(bars), right=190)
     rows = "".join(_bar(frame, frame.top + ROW * i, b) for i, b in enumerate(bars))
-    return svg(title, frame, _percent_axis(frame, xt) + rows, css)
+    return svg(title, frame, _value_axis(frame, xt, axis_label, suffix, reference) + rows, css)
 
 
-def _percent_axis(f: Frame, xt: Sequence[float]) -> str:
+def _value_axis(f: Frame, xt: Sequence[float], axis_label: str, suffix: str, reference: tuple[float, str] | None) -> str:
     out, bottom = [], f.top + f.height
     for x, text in zip(xt, tick_labels(xt)):
         px, _ = f.px(x, 0)
         out.append(f'<line class="grid" x1="{px}" y1="{f.top}" x2="{px}" y2="{bottom}"/>'
-                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{esc(text)}%</text>')
-    px, _ = f.px(100, 0)
-    out.append(f'<line class="baseline" x1="{px}" y1="{f.top - 8}" x2="{px}" y2="{bottom}"/>'
-               f'<text class="legend" x="{px}" y="{f.top - 12}" text-anchor="middle">baseline</text>'
-               f'<text class="label" x="{f.left + f.width / 2}" y="{bottom + 34}" text-anchor="middle">% of baseline</text>')
+                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{esc(text)}{esc(suffix)}</text>')
+    if reference is not None:
+        px, _ = f.px(reference[0], 0)
+        out.append(f'<line class="baseline" x1="{px}" y1="{f.top - 8}" x2="{px}" y2="{bottom}"/>'
+                   f'<text class="legend" x="{px}" y="{f.top - 12}" text-anchor="middle">{esc(reference[1])}</text>')
+    out.append(f'<text class="label" x="{f.left + f.width / 2}" y="{bottom + 34}" text-anchor="middle">{esc(axis_label)}</text>')
     return "".join(out)
 
 
@@ -253,10 +268,11 @@ def leak_chart(curve: LeakCurve) -> str:
                              min_y_span=limit * (last - first) if limit else LEAK_MIN_SPAN_MIB)
 
 
-def throughput_chart(items: Sequence[Throughput], gpu_name: Callable[[int], str]) -> str:
+def throughput_chart(items: Sequence[Throughput], gpu_name: Callable[[int], str],
+                     title: str = "throughput per GPU, % of baseline (dashed: fail line)") -> str:
     """Each GPU's rate as % of its check's baseline; a dashed mark at the check's fail line."""
     bars = [_rate_bar(tp.check, rate, gpu_name) for tp in items for rate in tp.rates if tp.check.baseline]
-    return percent_bars("throughput per GPU, % of baseline (dashed: fail line)", bars, "throughput")
+    return percent_bars(title, bars, "throughput")
 
 
 def _rate_bar(c: Check, rate: GpuRate, gpu_name: Callable[[int], str]) -> Bar:

@@ -533,11 +533,11 @@ def test_a_hostile_value_cannot_break_a_markdown_table() -> None:
     assert "<script" not in rendered(md) and "&lt;script&gt;" in rendered(md)
 
 
-SHARED_REPORT = Path(__file__).resolve().parents[2] / "bench" / "results" / "issue23" / "shared-standard.json"
+SHARED_REPORT = Path(__file__).resolve().parents[2] / "bench" / "results" / "quick-tier-h200" / "shared-standard.json"
 
 
 def test_a_shared_gpu_run_shows_in_the_tables() -> None:
-    """The H200 run beside a bf16 GEMM loop (bench/device_issue23.sh): inconclusive checks, the tenant named."""
+    """The H200 run beside a bf16 GEMM loop (bench/device_quick_tier.sh): inconclusive checks, the tenant named."""
     run = report.load(SHARED_REPORT)
     (target,) = run.targets
     assert target.verify is not None and target.verify.shared is not None
