@@ -117,7 +117,7 @@ def test_matrix_reference_documents_every_key() -> None:
 # -- readable pages: rendered as mkdocs renders them (Python-Markdown with mkdocs.yml's extensions) ---------------
 
 MAX_WORDS = 150  # a paragraph, a list item or a table cell longer than this is a wall of text
-PAGES = sorted(DOCS.glob("*.md"))
+PAGES = sorted(DOCS.rglob("*.md"))
 # Words that name the project's own work (its issue tracker, its sessions, its history) rather than the product.
 WORK_ITEMS = [
     re.compile(r"(?i)\bissues?(?![a-z])"),  # "issue 24", "(issue 23)", "the issue's goals", bench/results/issue23
@@ -138,9 +138,13 @@ def markdown_extensions() -> list[str]:
 
 
 def rendered(text: str) -> str:
+    """The page as mkdocs renders it: mkdocs.yml's extensions and their settings (snippets read from the root)."""
     import markdown
 
-    html: str = markdown.markdown(text, extensions=markdown_extensions())
+    configs = {next(iter(e)): dict(next(iter(e.values()))) for e in mkdocs_config()["markdown_extensions"] if isinstance(e, dict)}
+    if "pymdownx.snippets" in configs:
+        configs["pymdownx.snippets"]["base_path"] = [str(ROOT)]
+    html: str = markdown.markdown(text, extensions=markdown_extensions(), extension_configs=configs)
     return html
 
 
@@ -186,13 +190,50 @@ def test_the_readability_checks_can_fail() -> None:
     assert glued_lists(rendered("Rules:\n\n1. one\n2. two\n")) == []
 
 
-@pytest.mark.parametrize("page", [*PAGES, README], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [*PAGES, README], ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_page_names_a_work_item(page: Path) -> None:
     assert work_items(page.read_text(encoding="utf-8")) == []
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
 def test_pages_read_as_paragraphs_and_lists(page: Path) -> None:
     html = rendered(page.read_text(encoding="utf-8"))
     assert long_blocks(html) == [], f"split these into paragraphs of at most {MAX_WORDS} words"
     assert glued_lists(html) == [], "a list needs a blank line before it, or it renders as one paragraph"
+
+
+# -- Troubleshooting quotes the code --------------------------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"<[a-z][a-z ]*>")
+
+
+def code_text() -> str:
+    """imagesmith's and the payload's source and the Makefile, with adjacent string literals joined (a message split
+    over lines, "... over "\\n f"the next line", reads as one)."""
+    files = [*sorted((ROOT / "imagesmith").rglob("*.py")), *sorted((ROOT / "verify").rglob("*.py")), ROOT / "Makefile"]
+    text = "\n".join(f.read_text(encoding="utf-8") for f in files)
+    return re.sub(r"""(["'])\s*\n\s*(?:rf|fr|f|r)?\1""", "", text).replace('\\"', '"')
+
+
+def quoted_messages(page: str) -> list[str]:
+    """Each line of the page's ```text blocks: the messages it quotes."""
+    return [line for block in re.findall(r"```text\n(.*?)```", page, re.S) for line in block.splitlines() if line.strip()]
+
+
+def missing_from(code: str, message: str) -> list[str]:
+    """The pieces of ``message`` (split at its <placeholders>) that the code does not hold word for word."""
+    return [piece for piece in map(str.strip, PLACEHOLDER.split(message)) if len(piece) >= 8 and piece not in code]
+
+
+def test_the_message_check_can_fail() -> None:
+    code = 'raise UserError(f"{path} resolves to {where}, outside "\n    f"{base}; keep it")'
+    assert missing_from(code_text() + code, "resolves to <path>, outside <folder>; keep it") == []
+    assert missing_from(code, "resolves to <path>, inside the folder") == [", inside the folder"]
+
+
+def test_troubleshooting_quotes_messages_the_code_still_says() -> None:
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    messages = quoted_messages(page)
+    assert len(messages) >= 15
+    code = code_text()
+    assert {m: missing_from(code, m) for m in messages if missing_from(code, m)} == {}
