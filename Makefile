@@ -23,7 +23,7 @@ REGISTRY_CREDENTIALS := .cache/registry/credentials
 # take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
 ALLOW_CPU ?= --allow-cpu-verification
 
-.PHONY: release test unit lint bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs
+.PHONY: release test unit lint bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog
 
 host:                      ## Debian packages + a running Docker engine + podman's Docker API (idempotent)
 	bash scripts/ensure-host.sh
@@ -176,7 +176,7 @@ unit: install              ## pure tests only (no engine, no registry), with the
 	$(package_coverage)
 
 lint: install              ## ruff (rules in pyproject.toml), mypy --strict over the package, the tests and the payload (verify/), the import contracts (import-linter)
-	$(BIN)/ruff check imagesmith tests verify bench
+	$(BIN)/ruff check imagesmith tests verify bench scripts
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports --no-cache
 
@@ -195,5 +195,18 @@ bench: base install        ## build benchmark against a naive Dockerfile; the sh
 docs: install              ## the documentation site into site/ (git-ignored): mkdocs build --strict, a broken link or a page missing from nav fails
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# A wheel that works without this repository: hatchling (the locked build backend) puts templates/ and verify/
+# inside it (pyproject.toml, force-include); docs/install.md says how to install it, tests/unit/test_install.py
+# installs it into a fresh venv and runs doctor, plan and render from a folder outside the checkout.
+dist: install              ## the wheel and the sdist into dist/ (pip install / pipx install dist/imagesmith-*.whl)
+	rm -rf dist
+	$(BIN)/python -m hatchling build -d dist
+	@ls -l dist
+
+# The changelog: one fragment per change in changes/ (docs/development.md, "The changelog"); this assembles them
+# under a version heading in docs/changelog.md and removes them. VERSION defaults to pyproject.toml's.
+changelog: install         ## fold changes/*.md into docs/changelog.md under VERSION (default: pyproject.toml's version)
+	$(BIN)/python scripts/changelog.py $(if $(VERSION),--version $(VERSION))
+
 clean:
-	rm -rf $(OUT) .pytest_cache .mypy_cache .cache/lock
+	rm -rf $(OUT) dist site .pytest_cache .mypy_cache .cache/lock

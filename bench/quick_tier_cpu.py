@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The quick tier's time before its first check, on a CPU machine: `verify --local` and in a container.
 
-    python3 bench/quick_tier_cpu.py --runs 3 --image IMAGE --out bench/results/issue33/quick-tier-cpu.json
+    python3 bench/quick_tier_cpu.py --runs 3 --image IMAGE --out bench/results/quick-tier-cpu/quick-tier-cpu.json
 
 Each run is `imagesmith verify … --tier quick --gpus none`, from the command to the verdict. Its stderr is read
 line by line as it comes and each milestone timestamped (seconds since the command started):

@@ -2,7 +2,7 @@
 # Make this host ready for imagesmith's builds and tests, idempotently:
 # Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd,
 # Slurm's slurmctld/slurmd/client and munge, Prometheus's promtool, node_exporter
-# and pushgateway, qemu-user-static for arm64 under emulation, podman) and a running Docker engine;
+# and pushgateway, qemu-user-static for arm64 under emulation, podman, chromium) and a running Docker engine;
 # podman's Docker-compatible API on $PODMAN_SOCKET (the Podman tier of the tests), with
 # default_ulimits this host's runc can set. Safe to run again and again.
 set -euo pipefail
@@ -22,6 +22,10 @@ command -v munged >/dev/null || need+=(munge)
 # Podman, the second engine imagesmith speaks to through the Docker API (tests/integration/test_podman.py)
 command -v podman >/dev/null || need+=(podman)
 command -v curl >/dev/null || need+=(curl)
+# headless Chromium and a font for tests/integration/test_browser.py: the HTML report and the docs opened as people
+# see them (overflow, chart titles, the verdict above the fold), screenshots into build/screenshots/
+command -v chromium >/dev/null || need+=(chromium)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 # Prometheus's tools for the metrics tests: promtool (rules), node_exporter (textfile collector), pushgateway
 command -v promtool >/dev/null || need+=(prometheus)
 command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)

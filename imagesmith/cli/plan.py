@@ -33,11 +33,11 @@ from imagesmith.units import gb
               help="gitlab-ci: the staging repository the build jobs push to and the verify jobs pull from.")
 @click.option("--build-tag", "build_tags", multiple=True, help="gitlab-ci: runner tag of the build jobs (repeat; default self-hosted, linux, docker).")
 @click.option("--gpu-tag", "gpu_tags", multiple=True, help="gitlab-ci: runner tag of the verify jobs (repeat; default self-hosted, linux, gpu).")
-@click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default="standard", show_default=True,
-              help="gitlab-ci: the verify jobs' tier.")
+@click.option("--tier", type=click.Choice(["quick", "standard", "soak"]), default=None,
+              help="gitlab-ci: the verify jobs' tier; default: the matrix's verify.tier.")
 @ALLOW_ROOT_OPTION
 def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, show_layers: bool, build_report: Path | None,
-             stage_repo: str | None, build_tags: tuple[str, ...], gpu_tags: tuple[str, ...], tier: str,
+             stage_repo: str | None, build_tags: tuple[str, ...], gpu_tags: tuple[str, ...], tier: str | None,
              allow_roots: tuple[Path, ...]) -> None:
     """Every build target with its parent, resolved versions and tags (or the CI fan-out that builds them)."""
     m = load_matrix(matrix_file, allow_roots)
@@ -45,7 +45,7 @@ def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, sh
     if out:
         plan_mod.write(p, out)
     if fmt in ("gitlab-ci", "github-matrix"):
-        click.echo(_ci_document(p, m, matrix_file, fmt, stage_repo, build_tags, gpu_tags, tier, allow_roots), nl=False)
+        click.echo(_ci_document(p, m, matrix_file, fmt, stage_repo, build_tags, gpu_tags, tier or m.verify.tier, allow_roots), nl=False)
         return
     if show_layers:
         print_layers(p, _read_build(build_report) if build_report else None, fmt)

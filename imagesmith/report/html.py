@@ -21,7 +21,7 @@ from imagesmith import __version__, resources
 from imagesmith.inert import inert
 from imagesmith.report import svg
 from imagesmith.report.chartdata import leak_curves, throughputs
-from imagesmith.report.model import STATUSES, Run, Verify, env_line, fmt_value, headline
+from imagesmith.report.model import STATUSES, Run, Verify, env_line, fmt_value, footnotes, headline, release_summary
 from imagesmith.units import fmt_bytes
 
 
@@ -38,9 +38,11 @@ def _inert(value: Any) -> Any:
     return inert(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
-def page(name: str, title: str, heading: str, sub: str, verdict: str, ok: bool, **context: Any) -> str:
-    """Render a page template (it extends ``page.html.j2``)."""
-    return template(name).render(title=title, heading=heading, sub=sub, verdict=verdict, ok=ok, **context)
+def page(name: str, title: str, heading: str, sub: str, verdict: str, ok: bool, tone: str = "", **context: Any) -> str:
+    """Render a page template (it extends ``page.html.j2``); ``tone`` colours the verdict (ok, unvetted, bad), by
+    default from ``ok``."""
+    return template(name).render(title=title, heading=heading, sub=sub, verdict=verdict, ok=ok,
+                                 tone=tone or ("ok" if ok else "bad"), **context)
 
 
 def _safe_svg(draw: Any) -> Any:
@@ -65,16 +67,40 @@ def why_no_nvml(v: Verify) -> str:
     return "the sampler recorded none"
 
 
+LEAK_NONE = "No leak-check samples in this report (the standard tier runs the leak check)."
+THROUGHPUT_NONE = "No throughput measurements in this report."
+
+
+def missing(v: Verify) -> dict[str, str]:
+    """What a target's sections say when they have nothing to draw: {"leak" | "throughput" | "nvml": note}."""
+    out = {"leak": LEAK_NONE} if not leak_curves(v) else {}
+    if not throughputs(v):
+        out["throughput"] = THROUGHPUT_NONE
+    if not v.nvml.gpus:
+        out["nvml"] = f"No NVML samples: {why_no_nvml(v)}."
+    return out
+
+
+def said_once(run: Run) -> list[str]:
+    """The notes every verified target would repeat (no leak samples, no NVML, ...): the page says them once, above
+    the targets, when two or more targets share them."""
+    notes = [set(missing(t.verify).values()) for t in run.targets if t.verify]
+    return sorted(set.intersection(*notes)) if len(notes) > 1 else []
+
+
 def to_html(run: Run) -> str:
-    """The run report as one page: targets, each target's build and checks with charts, the release."""
+    """The run report as one page: the verdict, what was pushed where, the targets, each target's build and checks
+    with charts, then the release's details."""
     sub = " · ".join(p for p in (f"{run.kind} report", f"started {run.started_at}" if run.started_at else "",
                                  f"matrix {run.matrix}" if run.matrix else "", run.source, f"imagesmith {__version__}") if p)
     rel = run.release
     return page(
-        "run.html.j2", "imagesmith: " + headline(run), "imagesmith report", sub, headline(run), run.ok, run=run,
-        has_build=run.kind != "verify", has_verify=run.kind != "build", statuses=STATUSES,
-        release_where=" ".join(p for p in (f"{rel.registry}/{rel.repository}".strip("/"), rel.date) if p) if rel else "",
+        "run.html.j2", "imagesmith: " + headline(run), "imagesmith report", sub, headline(run), run.ok, run.tone, run=run,
+        has_build=run.kind not in ("verify", "release"), has_verify=run.kind not in ("build", "release"), statuses=STATUSES,
+        release_where=f"{rel.registry}/{rel.repository}".strip("/") if rel else "",
+        release_summary=release_summary(rel) if rel else "",
+        release_notes=footnotes(t.release.remark for t in run.targets if t.release), said_once=said_once(run),
         release_json=json.dumps(rel.raw, indent=2, sort_keys=True, default=str) if rel else "",
-        anchor=anchor, env_line=env_line, fmt_bytes=fmt_bytes, fmt_value=fmt_value, why_no_nvml=why_no_nvml,
+        anchor=anchor, env_line=env_line, fmt_bytes=fmt_bytes, fmt_value=fmt_value, missing=missing,
         leak_curves=leak_curves, throughputs=throughputs, leak_chart=_safe_svg(svg.leak_chart),
         throughput_chart=_safe_svg(svg.throughput_chart), nvml_charts=_safe_svg(svg.nvml_charts))

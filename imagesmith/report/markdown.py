@@ -1,34 +1,41 @@
 """Markdown for CI job summaries (GitHub, GitLab): targets x status, failed checks, measured vs baseline.
 
 Every value from a report is text another job wrote, so it must stay inert on a
-CI page (GitHub and GitLab render GitLab-/GitHub-flavoured Markdown). It goes
-through :func:`cell` (tables) or :func:`text`:
+CI page (GitHub and GitLab render GitLab-/GitHub-flavoured Markdown), and read
+as itself in the raw file too (release.md is read raw as often as rendered). It
+goes through :func:`cell` (tables) or :func:`text`, which escape only what
+would be markup:
 
-* HTML is escaped (``<``, ``>``, ``&``): no raw HTML, no ``<https://…>`` autolink;
-* Markdown punctuation that opens links, images and code spans is
-  backslash-escaped (``\\ [ ] ( ) ! ` |``): ``[click](https://evil)`` and
-  ``![x](https://track/p.png)`` show as the characters they are;
+* ``<`` before a letter, ``/``, ``!`` or ``?`` (an HTML tag, a comment, an
+  ``<https://…>`` autolink) and ``&`` that starts an entity (``&amp;``) are
+  backslash-escaped; ``a < b`` and ``&&`` stay as they are;
+* ``\\ [ ] ` |`` are backslash-escaped: with no bracket a link or an image
+  cannot open (``[click](https://evil)``, ``![x](https://track/p.png)`` show as
+  the characters they are), so parentheses need no escape;
 * what GFM autolinks without any markup is broken with a word joiner (U+2060,
   invisible): ``scheme://`` (``https://``, ``ftp://``…), ``www.`` and
   ``name@domain.tld``;
 * newlines cannot end a table row or a line, pipes cannot split a cell;
 * control characters (ESC, BEL, U+202E...) are escaped (``\x1b``), as on a terminal (:mod:`imagesmith.inert`).
 
-A :class:`Code` value is shown as a code span (nothing inside one is a link):
+A :class:`Code` value is shown as a code span (nothing inside one is markup):
 backticks cannot close it, pipes cannot split its cell.
+
+Tables keep to six columns or fewer, so that a page on GitLab or GitHub shows them
+without sideways scrolling; a note many rows share is printed once, numbered.
 """
 
 from __future__ import annotations
 
-import html
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from imagesmith.inert import inert
 from imagesmith.model import policy
 from imagesmith.report.chartdata import throughputs
-from imagesmith.report.model import STATUSES, Release, Run, fmt_value, headline
+from imagesmith.report.model import STATUSES, Attached, Release, Run, fmt_value, footnotes, headline, release_summary
 from imagesmith.report.parse import release_of
 from imagesmith.units import fmt_bytes, gb
 
@@ -40,16 +47,17 @@ class Code:
     value: str
 
 
-_PUNCTUATION = re.compile(r"([\\`\[\]()!|])")
+_PUNCTUATION = re.compile(r"([\\`\[\]|])")
+_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?[A-Za-z0-9]+;)")  # what opens a tag, a comment, an autolink, an entity
 _AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9+.-])(?=://)|(?<=\bwww)(?=\.)|(?<=@)(?=[a-z0-9-]+\.[a-z0-9])")
 WORD_JOINER = "\u2060"
 
 
 def cell(value: Any) -> str:
-    """Inert in a Markdown table cell, a line of prose and as HTML (see the module docstring)."""
+    """Inert in a Markdown table cell and a line of prose, rendered or raw (see the module docstring)."""
     if isinstance(value, Code):
-        return "`" + html.escape(_one_line(str(value.value)), quote=False).replace("`", "'").replace("|", "\\|") + "`"
-    escaped = html.escape(_PUNCTUATION.sub(r"\\\1", _one_line(str(value))), quote=False)
+        return "`" + _one_line(str(value.value)).replace("`", "'").replace("|", "\\|") + "`"
+    escaped = _MARKUP.sub(lambda m: "\\" + m.group(0), _PUNCTUATION.sub(r"\\\1", _one_line(str(value))))
     return _AUTOLINK.sub(WORD_JOINER, escaped)
 
 
@@ -70,10 +78,12 @@ def section(title: str, headers: Sequence[str], rows: list[list[Any]]) -> list[s
     return [f"### {title}", "", *table(headers, rows), ""] if rows else []
 
 
+ICON = {"ok": "✅", "pass": "✅", "unvetted": "⚠️", "bad": "❌", "fail": "❌", "skip": "⏭️"}
+
+
 def to_markdown(run: Run) -> str:
     """A summary for CI job pages: targets × status, failed checks, measured vs baseline."""
-    icon = "✅" if run.ok else "❌"
-    lines = [f"## {icon} imagesmith {run.kind}: {text(headline(run))}", "",
+    lines = [f"## {ICON[run.tone]} imagesmith {run.kind}: {text(headline(run))}", "",
              text(" · ".join(p for p in (f"started {run.started_at}" if run.started_at else "",
                                          f"matrix {run.matrix}" if run.matrix else "", f"report {run.source}") if p)), ""]
     lines += _targets(run)
@@ -81,23 +91,25 @@ def to_markdown(run: Run) -> str:
     lines += section("Warnings", ["target", "check", "detail"], _checks(run, "warn"))
     lines += section("Inconclusive (a shared GPU)", ["target", "check", "detail"], _checks(run, "inconclusive"))
     lines += section("GPU sharing", ["target", "GPUs during the run"], _sharing(run))
-    lines += section("Measured against baseline",
-                     ["target", "check", "GPU", "value", "baseline", "% of baseline", "fail line", "status"], _rates(run))
+    lines += section("Measured against baseline", ["target", "check · GPU", "value", "% of baseline (baseline)", "fail line", "status"],
+                     _rates(run))
     lines += _build_failures(run)
     lines += _release(run)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _targets(run: Run) -> list[str]:
-    """Targets × status; the build column only when there was a build, counts only when there was a verify."""
+    """Targets × status; the build column only when there was a build, the checks only when there was a verify."""
+    if run.kind == "release":
+        return []  # the release's own table says it all
     has_build, has_verify = run.kind != "verify", run.kind != "build"
-    headers = ["target", "status", *(["build"] if has_build else []), *(STATUSES if has_verify else [])]
+    headers = ["target", "status", *(["build"] if has_build else []), *(["checks"] if has_verify else [])]
     rows = []
     for t in run.targets:
         b, v = t.build, t.verify
         build = (f"{b.status} {b.seconds:.0f} s" + (f", {fmt_bytes(b.size_bytes)}" if b.size_bytes else "")) if b else "-"
-        counts = [v.count(s) for s in STATUSES] if v else ["-"] * len(STATUSES)
-        rows.append([f"{'✅' if t.ok else '❌'} {t.id}", t.status, *([build] if has_build else []), *(counts if has_verify else [])])
+        counts = (", ".join(f"{v.count(s)} {s}" for s in STATUSES if v.count(s)) or "none") if v else "-"
+        rows.append([f"{ICON[t.tone]} {t.id}", t.status, *([build] if has_build else []), *([counts] if has_verify else [])])
     return [*table(headers, rows), ""]
 
 
@@ -121,9 +133,8 @@ def _rates(run: Run) -> list[list[Any]]:
         for tp in throughputs(t.verify) if t.verify else ():
             c = tp.check
             for rate in tp.rates:
-                pct = f"{100 * rate.value / c.baseline:.1f}%" if c.baseline else "-"
-                rows.append([t.id, c.id, rate.gpu, fmt_value(rate.value, c.unit), fmt_value(c.baseline, c.unit), pct,
-                             fmt_value(c.threshold, c.unit), c.status])
+                pct = f"{100 * rate.value / c.baseline:.1f}% ({fmt_value(c.baseline, c.unit)})" if c.baseline else "-"
+                rows.append([t.id, f"{c.id} · {rate.gpu}", fmt_value(rate.value, c.unit), pct, fmt_value(c.threshold, c.unit), c.status])
     return rows
 
 
@@ -138,41 +149,51 @@ def release_document(release_json: Mapping[str, Any]) -> str:
     return "\n".join(release_lines(release, 1)) + "\n"
 
 
+def _signers(rel: Release) -> dict[str, str]:
+    """target -> the verifier whose signed statement the release believed (release.json's trust.targets)."""
+    found = rel.raw.get("trust")
+    targets = found.get("targets") if isinstance(found, Mapping) else None
+    if not isinstance(targets, Mapping):
+        return {}
+    return {str(t): str(a.get("verifier")) for t, a in targets.items() if isinstance(a, Mapping) and a.get("verifier")}
+
+
 def _trust_lines(rel: Release) -> list[str]:
-    """Which trust policy judged the verifications, its verifiers, and who signed each released target's."""
+    """Which trust policy judged the verifications, and its verifiers (who signed each target: the table's
+    verification column)."""
     found = rel.raw.get("trust")
     if not isinstance(found, Mapping) or not isinstance(found.get("policy"), Mapping):
         return []
-    pol, targets = found["policy"], found.get("targets")
-    signed: Mapping[str, Any] = targets if isinstance(targets, Mapping) else {}
+    pol = found["policy"]
     verifiers = [v for v in pol.get("verifiers") or [] if isinstance(v, Mapping)]
-    names = ", ".join(f"{text(str(v.get('name')))} ({cell(Code(str(v.get('keyid'))[:12]))})" for v in verifiers)
-    lines = [f"Verifications believed under trust policy {cell(Code(str(pol.get('file'))))} "
-             f"(sha256 {cell(Code(str(pol.get('sha256'))[:12]))}): verifiers {names or '-'}.", ""]
-    lines += [f"- {text(str(t))}: signed by {text(str(a.get('verifier')))} about {cell(Code(str(a.get('subject'))))}"
-              for t, a in sorted(signed.items()) if isinstance(a, Mapping)]
-    return lines + ([""] if signed else [])
+    names = ", ".join(f"{text(str(v.get('name')))} (key {cell(Code(str(v.get('keyid'))[:12]))})" for v in verifiers)
+    return [f"Verifications believed under trust policy {cell(Code(str(pol.get('file'))))} "
+            f"(sha256 {cell(Code(str(pol.get('sha256'))[:12]))}), verifiers: {names or '-'}. Each signed statement names "
+            "the image its verifier ran; the release pushed that image as the digest in the table.", ""]
+
+
+def _numbered(notes: Mapping[str, int]) -> list[str]:
+    return ["Notes:", "", *(f"{n}. {text(note)}" for note, n in notes.items()), ""] if notes else []
 
 
 def release_lines(rel: Release, level: int) -> list[str]:
-    """The release: targets, floating tags, evidence attached, problems; headings from ``level`` down."""
+    """The release: the verdict and what went where first, then versions, floating tags, evidence, problems;
+    headings from ``level`` down; no table wider than six columns, each shared note once."""
     h = "#" * level
-    not_released = sum(not t.ok for t in rel.targets)
+    notes = footnotes(t.note for t in rel.targets)
+    signers = _signers(rel)
     lines = [f"{h} Release {text(rel.date)}: {text(rel.registry)}/{text(rel.repository)}", "",
-             f"**{'OK' if rel.ok else 'FAILED'}**: {rel.pushed} references pushed, {rel.unchanged} unchanged, "
-             f"{not_released} targets not released.", "",
-             *_traffic_line(rel), *_trust_lines(rel),
-             *table(["target", "status", "reference", "digest", "torch", "cuda", "python", "verification", "floating", "note",
-                     "sent", "already there"],
-                    [[t.target, t.status, Code(t.reference or "-"), Code((t.digest or "-")[:19]), t.versions.get("torch", "-"),
-                      t.versions.get("cuda", "-"), t.versions.get("python", "-"), t.how, " ".join(t.floating) or "-", t.note,
-                      _gb(t.traffic.pushed_bytes if t.traffic else None), _gb(t.traffic.existing_bytes if t.traffic else None)]
-                     for t in rel.targets])]
-    unvetted = [t for t in rel.targets if t.ok and t.gpu_verified is False]
-    if unvetted:
-        lines += ["", f"**{len(unvetted)} CUDA image{'s' if len(unvetted) > 1 else ''} {policy.NOT_GPU_VERIFIED}** "
-                  f"(verified without a GPU; tags end in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags): "
-                  + ", ".join(cell(Code(t.reference)) for t in unvetted)]
+             f"**{'OK' if rel.ok else 'FAILED'}**: {text(release_summary(rel))}.", "", *_unvetted_lines(rel),
+             *table(["target", "status", "tag", "digest", "verification", "note"],
+                    [[t.target, t.status, Code(t.short_tag), Code((t.digest or "-")[:19]),
+                      t.how + (f", signed by {signers[t.target]}" if t.target in signers else ""),
+                      f"note {notes[t.note]}" if t.note else "-"] for t in rel.targets]),
+             "", *_numbered(notes), *_trust_lines(rel)]
+    lines += [f"{h}# Versions and traffic", "", *_traffic_line(rel), *table(
+        ["target", "torch", "CUDA", "Python", "sent", "already there"],
+        [[t.target, t.versions.get("torch", "-"), t.versions.get("cuda", "-"), t.versions.get("python", "-"),
+          _gb(t.traffic.pushed_bytes if t.traffic else None), _gb(t.traffic.existing_bytes if t.traffic else None)]
+         for t in rel.targets])]
     if rel.indexes:
         lines += ["", f"{h}# Image indexes", "", *table(["tag", "action", "digest", "platforms", "note"], [
             [Code(i.tag), i.action, Code(i.digest[:19]), i.platforms, i.reason] for i in rel.indexes])]
@@ -184,20 +205,35 @@ def release_lines(rel: Release, level: int) -> list[str]:
     if promoted:
         lines += ["", f"{h}# Promoted from staging", "",
                   *table(["target", "staged image", "blobs mounted / copied / present", "bytes moved", "seconds"], promoted)]
-    evidence = [[Code((t.digest or "")[:19]), a.kind, Code((a.digest or "-")[:19]), a.size, a.status, "yes" if a.signed else "no"]
-                for t in rel.targets for a in t.evidence]
+    evidence = [_evidence_row(t.digest or "", t.evidence) for t in rel.targets if t.evidence]
     if evidence:
-        lines += ["", f"{h}# Evidence attached", "", *table(["image digest", "artifact", "digest", "bytes", "status", "signed"], evidence)]
-    found = [[t.target, f.id, f.severity, f.package, f.version, f.fixed or "-", f.allowed or ("blocks" if t.status == "vulnerable" else "-")]
-             for t in rel.targets for f in t.vulnerabilities]
+        lines += ["", f"{h}# Evidence attached", "", *table(["image digest", "signed artifacts", "unsigned", "status"], evidence)]
+    found = [[t.target, f.id, f.severity, f"{f.package} {f.version}", f.fixed or "-",
+              f.allowed or ("blocks" if t.status == "vulnerable" else "-")] for t in rel.targets for f in t.vulnerabilities]
     if found:
         lines += ["", f"{h}# Known vulnerabilities", "",
-                  *table(["target", "advisory", "severity", "package", "version", "fixed in", "allowed"], found)]
+                  *table(["target", "advisory", "severity", "package", "fixed in", "allowed"], found)]
     problems = [*rel.errors, *(f"{t.target}: {t.error}" for t in rel.targets if t.error),
                 *(f"image index {i.tag}: {i.reason}" for i in rel.indexes if i.action in ("held", "failed"))]
     if problems:
         lines += ["", f"{h}# Problems", "", *(f"- {text(p)}" for p in problems)]
     return lines + [""] if level > 1 else lines
+
+
+def _unvetted_lines(rel: Release) -> list[str]:
+    unvetted = [t for t in rel.targets if t.ok and t.gpu_verified is False]
+    if not unvetted:
+        return []
+    many = len(unvetted) > 1
+    return [f"**{len(unvetted)} CUDA image{'s' if many else ''} {policy.NOT_GPU_VERIFIED}**: verified without a GPU, "
+            f"{'their tags end' if many else 'its tag ends'} in `{policy.CPU_VERIFIED_SUFFIX}`, no floating tags.", ""]
+
+
+def _evidence_row(digest: str, attached: Sequence[Attached]) -> list[Any]:
+    """One row per released digest: the artifacts attached to it, signed and not, and how their pushes ended."""
+    statuses = Counter(a.status for a in attached)
+    return [Code(digest[:19]), ", ".join(a.kind for a in attached if a.signed) or "-",
+            ", ".join(a.kind for a in attached if not a.signed) or "-", ", ".join(f"{n} {s}" for s, n in statuses.items())]
 
 
 def _traffic_line(rel: Release) -> list[str]:

@@ -7,12 +7,14 @@ read only these, never the raw JSON.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from imagesmith.model import policy
 
 STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")
+GPU_VERIFIED = "GPU-verified"
 BUILD_OK = ("built", "cached")
 RELEASE_DONE = ("pushed", "unchanged")
 
@@ -102,6 +104,12 @@ class Verify:
         """A CUDA build of torch whose verification did not run (or pass) on a GPU."""
         return bool(self.environment.get("cuda")) and not policy.evidence(self.raw).gpu_verified
 
+    @property
+    def gpu(self) -> str:
+        """A CUDA image's GPU verdict in a few words: 'GPU-verified on 2 GPUs', 'not GPU-verified (CPU mode)', 'not
+        GPU-verified (GPU exclusivity not measured)', ...; '' for a CPU image (vetted on a CPU)."""
+        return policy.evidence(self.raw).short() if self.environment.get("cuda") else ""
+
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)
 
@@ -187,10 +195,16 @@ class Released:
     source: str = ""  # the staged image it was promoted from
     promotion: Promotion | None = None
     vulnerabilities: tuple[VulnFinding, ...] = ()  # what the release gate found in its SBOM
+    tag: str = ""  # its immutable tag ("" in a release.json written before the field)
 
     @property
     def ok(self) -> bool:
         return self.status in RELEASE_DONE
+
+    @property
+    def short_tag(self) -> str:
+        """The immutable tag without the repository the release names once (or the reference, when no tag is known)."""
+        return self.tag or self.reference or "-"
 
     @property
     def remark(self) -> str:
@@ -269,19 +283,46 @@ class Target:
 
     @property
     def status(self) -> str:
-        """One word for people: passed, warnings, failed, build failed, ... ."""
+        """A few words for people: 'passed', 'passed, GPU-verified', 'passed, not GPU-verified (CPU mode)', 'warnings',
+        'failed', 'build failed', ... ; a target known only from a release says what the release did ('pushed')."""
         if self.build is not None and not self.build.ok:
             return f"build {self.build.status}"
         if self.verify is None:
+            if self.build is None and not self.verify_expected and self.release is not None:
+                return self.release.status
             return "not verified" if self.verify_expected else (self.build.status if self.build else "unknown")
         if not self.verify.ok:
             return "failed"
         word = "warnings" if self.verify.count("warn") else "passed"
-        return f"{word}, {policy.NOT_GPU_VERIFIED}" if self.verify.not_gpu_verified else word
+        return f"{word}, {self.verify.gpu}" if self.verify.gpu else word
 
     @property
     def ok(self) -> bool:
-        return self.status.split(",")[0] in ("passed", "warnings", *BUILD_OK)
+        return self.status.split(",")[0] in ("passed", "warnings", *BUILD_OK, *RELEASE_DONE)
+
+    @property
+    def gpu(self) -> str:
+        """The GPU verdict of a CUDA image ('GPU-verified on 1 GPU', 'not GPU-verified (CPU mode)', ...), from its verify report
+        or, for a target known only from a release, from release.json; '' for a CPU image."""
+        if self.verify is not None:
+            return self.verify.gpu
+        if self.release is not None and self.release.gpu_verified is not None:
+            return self.release.how
+        return ""
+
+    @property
+    def vetted(self) -> bool:
+        """Passed, and a CUDA image's pass was earned on a GPU (a CPU image is vetted on a CPU)."""
+        return self.ok and not self.gpu.startswith(policy.NOT_GPU_VERIFIED)
+
+    @property
+    def tone(self) -> str:
+        """The colour of its badge: pass (vetted), unvetted (passed, but a CUDA image not GPU-verified), fail, skip."""
+        if self.vetted:
+            return "pass"
+        if self.ok:
+            return "unvetted"
+        return "skip" if self.status in ("build skipped", "build cancelled", "not-built") else "fail"
 
 
 @dataclass(frozen=True)
@@ -306,6 +347,13 @@ class Run:
 
     def failed_targets(self) -> list[Target]:
         return [t for t in self.targets if not t.ok]
+
+    @property
+    def tone(self) -> str:
+        """The verdict's colour: ok (every target vetted), unvetted (passed, but CUDA images not GPU-verified), bad."""
+        if not self.ok:
+            return "bad"
+        return "ok" if all(t.vetted for t in self.targets) else "unvetted"
 
 
 # -- words every format shares ---------------------------------------------------------------------------
@@ -341,9 +389,47 @@ def headline(run: Run) -> str:
     n, bad = len(run.targets), len(run.failed_targets())
     if not n:
         return "no targets in this report"
-    good, failed = ("built", "did not build") if run.kind == "build" else ("passed", "failed")
+    good, failed = {"build": ("built", "did not build"), "release": ("released", "not released")}.get(run.kind, ("passed", "failed"))
     if n == 1:
         verdict = f"the target {failed if bad else good}"
     else:
         verdict = f"{bad} of {n} targets {failed}" if bad else f"all {n} targets {good}"
-    return verdict + ("; the release failed" if run.release and not run.release.ok else "")
+    return verdict + ("" if bad else gpu_words(run, n == 1)) + ("; the release failed" if run.release and not run.release.ok else "")
+
+
+def gpu_words(run: Run, one: bool) -> str:
+    """What the verdict says about GPUs: ', GPU-verified' (one target), '; 5 not GPU-verified (CPU mode)', '; the 2 CUDA
+    images GPU-verified'; '' when no target that passed is a CUDA image."""
+    passed = [t.gpu for t in run.targets if t.ok and t.gpu]
+    if not passed:
+        return ""
+    if one:
+        return f", {passed[0]}"
+    unvetted = Counter(g for g in passed if g.startswith(policy.NOT_GPU_VERIFIED))
+    if not unvetted:
+        return f"; the {len(passed)} CUDA images {GPU_VERIFIED}" if len(passed) > 1 else f"; the CUDA image {GPU_VERIFIED}"
+    return "; " + ", ".join(f"{count} {words}" for words, count in unvetted.most_common())
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def release_summary(rel: Release) -> str:
+    """'7 images pushed, 0 unchanged, 0 not released; floating tags: 2 created' (the count of images, never of
+    references: a release.json's ``pushed`` also lists the floating tags it wrote)."""
+    by = Counter(t.status for t in rel.targets)
+    not_released = sum(not t.ok for t in rel.targets)
+    moved = Counter(f.action for f in rel.floating)
+    floating = "; floating tags: " + ", ".join(f"{n} {action}" for action, n in moved.items()) if moved else ""
+    return f"{plural(by['pushed'], 'image')} pushed, {by['unchanged']} unchanged, {not_released} not released{floating}"
+
+
+def footnotes(texts: Iterable[str]) -> dict[str, int]:
+    """Each distinct non-empty text once, numbered from 1 in order of first appearance: a note many rows share is
+    printed once, and each row names its number."""
+    out: dict[str, int] = {}
+    for text in texts:
+        if text and text not in out:
+            out[text] = len(out) + 1
+    return out

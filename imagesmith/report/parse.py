@@ -7,6 +7,7 @@ producer writes:
 * ``imagesmith.verify-report/1`` (the payload's report; ``verify.finish`` adds the
   host's ``image`` and ``nvml``, the latter as ``hostinfo.NvmlSampler.result()``)
 * ``imagesmith.run-report/1``    (:func:`run_report`, written by ``pipeline``)
+* ``imagesmith.release/1``       (release.json, ``publish.ReleaseReport.to_json()``): the release alone
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from imagesmith.report.model import (
     clean,
 )
 
-BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA = schemas.BUILD_REPORT, schemas.VERIFY_REPORT, schemas.RUN_REPORT
-SCHEMAS = (BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA)
+BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA, RELEASE_SCHEMA = schemas.BUILD_REPORT, schemas.VERIFY_REPORT, schemas.RUN_REPORT, schemas.RELEASE
+SCHEMAS = (BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA, RELEASE_SCHEMA)
 LOG_TAIL_LINES = 20
 TARGET_LABEL = "io.imagesmith.target"
 # the metrics the report charts, as hostinfo.read_sensors names them
@@ -135,6 +136,9 @@ def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[
         run = Run("verify", source, verify.started_at, "", (Target(_verify_target_id(doc, source), verify=verify),))
     elif schema == RUN_SCHEMA:
         run = _run(r, doc, tail)
+    elif schema == RELEASE_SCHEMA:
+        release, released = release_of(doc, source)
+        run = Run("release", source, r.text(doc, "started_at", "release"), "", tuple(Target(tid, release=t) for tid, t in released.items()), release)
     else:
         raise r.fail("schema", f"{schema!r} is not one of {', '.join(SCHEMAS)}; is this an imagesmith report?")
     return dataclasses.replace(run, unfinished=unfinished(doc))
@@ -149,7 +153,8 @@ def run_report(build: Mapping[str, Any] | None, verify: Mapping[str, Mapping[str
 def unfinished(doc: Mapping[str, Any]) -> tuple[str, ...]:
     """Each part of a report (it, and in a run report its build, verify and release
     parts) whose run did not complete, with its state and why."""
-    parts: list[tuple[str, Any]] = [({BUILD_SCHEMA: "build", VERIFY_SCHEMA: "verification"}.get(str(doc.get("schema")), "run"), doc)]
+    parts: list[tuple[str, Any]] = [({BUILD_SCHEMA: "build", VERIFY_SCHEMA: "verification", RELEASE_SCHEMA: "release"}
+                                     .get(str(doc.get("schema")), "run"), doc)]
     if doc.get("schema") == RUN_SCHEMA:
         verifies = doc["verify"] if isinstance(doc.get("verify"), Mapping) else {}
         parts += [("build", doc.get("build")), ("release", doc.get("release"))]
@@ -226,7 +231,8 @@ def _released(r: _Reader, raw: Any, at: str) -> Released:
         verification=r.mapping(t.get("verification") or {}, f"{at}.verification"),
         gpu_verified=gpu_verified if isinstance(gpu_verified, bool) else None, evidence=attached,
         traffic=_counts(r, t, "traffic", at, Traffic), source=r.text(t, "source", at),
-        promotion=_counts(r, t, "promotion", at, Promotion), vulnerabilities=_findings(r, t.get("vulnerabilities"), f"{at}.vulnerabilities"))
+        promotion=_counts(r, t, "promotion", at, Promotion), vulnerabilities=_findings(r, t.get("vulnerabilities"), f"{at}.vulnerabilities"),
+        tag=r.text(t, "tag", at))
 
 
 def _findings(r: _Reader, raw: Any, at: str) -> tuple[VulnFinding, ...]:

@@ -15,17 +15,22 @@ SVG as safe, so nothing may be interpolated here without :func:`esc`.
 
 from __future__ import annotations
 
+import functools
 import html
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from imagesmith import resources
 from imagesmith.report.chartdata import GpuRate, LeakCurve, Throughput
 from imagesmith.report.model import Check, GpuSeries, Verify, fmt_value
 
 PALETTE = ("#1f6feb", "#d4631b", "#2da44e", "#a371f7", "#cf222e", "#0a8f8f", "#bf8700", "#6e7781")
 MAX_POINTS = 1500  # points per line drawn; longer series are thinned
 ROW = 26  # pixels per bar
+TITLE_LINE = 16  # pixels per line of a title
+TITLE_CHAR_PX = 8.0  # the widest average advance of a 13 px bold sans (DejaVu Sans Bold: 7.9); titles wrap by it
 
 
 def esc(text: Any) -> str:
@@ -44,7 +49,7 @@ class Line:
 @dataclass(frozen=True)
 class Bar:
     label: str
-    percent: float
+    percent: float  # the bar's value on its axis (a percentage on percent_bars' axis)
     colour: str
     value_text: str  # printed right of the plot
     tooltip: str = ""
@@ -100,11 +105,13 @@ def decimate(points: Sequence[tuple[float, float]]) -> Sequence[tuple[float, flo
 
 
 def y_range(ys: Sequence[float], from_zero: bool, min_span: float) -> tuple[float, float]:
-    """The data's range; from 0 if asked; at least ``min_span`` wide, centred on the data."""
+    """The data's range; from 0 if asked; at least ``min_span`` wide, centred on the data, but never below 0 when
+    no value is (memory, a rate: an axis of bytes that starts at -5 MiB shows something that cannot be)."""
     lo, hi = (min(0.0, *ys) if from_zero else min(ys)), max(ys)
     if hi - lo < min_span:
         mid = (hi + lo) / 2
-        lo, hi = (max(0.0, mid - min_span / 2) if from_zero else mid - min_span / 2), mid + min_span / 2
+        lo = max(0.0, mid - min_span / 2) if lo >= 0 else mid - min_span / 2
+        hi = lo + min_span
     return lo, hi
 
 
@@ -130,10 +137,34 @@ def line_chart(title: str, lines: Sequence[Line], x_label: str, y_label: str, y_
     return svg(title, frame, "".join(parts), css)
 
 
+def title_lines(title: str, width: float) -> list[str]:
+    """The title in lines that fit ``width`` pixels (words kept whole), so that no chart's title is cut."""
+    return textwrap.wrap(title, max(16, int((width - 16) / TITLE_CHAR_PX)), break_on_hyphens=False) or [""]
+
+
 def svg(title: str, frame: Frame, body: str, css: str = "") -> str:
-    w, h = frame.left + frame.width + frame.right, frame.top + frame.height + 48
+    """The chart: its whole title on as many lines as it needs (the plot moves down by the extra lines), then ``body``."""
+    w = frame.left + frame.width + frame.right
+    lines = title_lines(title, w)
+    extra = TITLE_LINE * (len(lines) - 1)
+    h = frame.top + frame.height + 48 + extra
+    heading = "".join(f'<text class="title" x="8" y="{16 + TITLE_LINE * i}">{esc(line)}</text>' for i, line in enumerate(lines))
+    body = f'<g transform="translate(0 {extra})">{body}</g>' if extra else body
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="chart {esc(css)}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
-            f'role="img" aria-label="{esc(title)}"><text class="title" x="{frame.left}" y="16">{esc(title)}</text>{body}</svg>')
+            f'role="img" aria-label="{esc(title)}">{heading}{body}</svg>')
+
+
+@functools.cache
+def chart_css() -> str:
+    """The charts' styles (``data/report/chart.css``), which the HTML report includes in its page."""
+    return resources.data_file("report").joinpath("chart.css").read_text(encoding="utf-8")
+
+
+def standalone(chart: str) -> str:
+    """A chart as an .svg file of its own (the documentation's figures): the same drawing, its styles inside it."""
+    head, sep, rest = chart.partition(">")
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{head}{sep}<style>{chart_css()}</style>{rest}\n'
+
 
 
 def _axes(f: Frame, xt: Sequence[float], yt: Sequence[float], x_label: str, y_label: str) -> str:
@@ -164,26 +195,41 @@ def _legend(f: Frame, lines: Sequence[Line]) -> str:
     return "".join(out)
 
 
-def percent_bars(title: str, bars: Sequence[Bar], css: str = "") -> str:
+def percent_bars(title: str, bars: Sequence[Bar], css: str = "", reference: str = "baseline") -> str:
     """Horizontal bars on a % axis with the 100 % reference line; '' when there are none."""
     if not bars:
         return ""
-    xt = nice_ticks(0, max(110.0, max(b.percent for b in bars) + 5))
-    frame = Frame(xt[0], xt[-1], 0, 1, left=200, top=36, width=520, height=ROW * len(bars), right=190)
+    return hbars(title, bars, max(110.0, max(b.percent for b in bars) + 5), f"% of {reference}", css, suffix="%",
+                 reference=(100.0, reference))
+
+
+LABEL_CHAR_PX = 6.6  # the widest average advance of an 11 px sans: bar labels set the plot's left edge by it
+
+
+def hbars(title: str, bars: Sequence[Bar], x_max: float, axis_label: str, css: str = "", suffix: str = "",
+          reference: tuple[float, str] | None = None) -> str:
+    """Horizontal bars from 0 (``Bar.percent`` is the bar's value on this axis, 0..``x_max``), a row per bar, its
+    label left of the plot (the plot starts where the longest label ends), its value text right of it; a line at
+    ``reference`` (value, label) when given."""
+    xt = nice_ticks(0, x_max)
+    left = max(120, round(16 + LABEL_CHAR_PX * max(len(b.label) for b in bars)))
+    top = 50 if reference else 36  # the reference's label sits above the plot, clear of the title
+    frame = Frame(xt[0], xt[-1], 0, 1, left=left, top=top, width=520, height=ROW * len(bars), right=190)
     rows = "".join(_bar(frame, frame.top + ROW * i, b) for i, b in enumerate(bars))
-    return svg(title, frame, _percent_axis(frame, xt) + rows, css)
+    return svg(title, frame, _value_axis(frame, xt, axis_label, suffix, reference) + rows, css)
 
 
-def _percent_axis(f: Frame, xt: Sequence[float]) -> str:
+def _value_axis(f: Frame, xt: Sequence[float], axis_label: str, suffix: str, reference: tuple[float, str] | None) -> str:
     out, bottom = [], f.top + f.height
     for x, text in zip(xt, tick_labels(xt)):
         px, _ = f.px(x, 0)
         out.append(f'<line class="grid" x1="{px}" y1="{f.top}" x2="{px}" y2="{bottom}"/>'
-                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{esc(text)}%</text>')
-    px, _ = f.px(100, 0)
-    out.append(f'<line class="baseline" x1="{px}" y1="{f.top - 8}" x2="{px}" y2="{bottom}"/>'
-               f'<text class="legend" x="{px}" y="{f.top - 12}" text-anchor="middle">baseline</text>'
-               f'<text class="label" x="{f.left + f.width / 2}" y="{bottom + 34}" text-anchor="middle">% of baseline</text>')
+                   f'<text class="tick" x="{px}" y="{bottom + 16}" text-anchor="middle">{esc(text)}{esc(suffix)}</text>')
+    if reference is not None:
+        px, _ = f.px(reference[0], 0)
+        out.append(f'<line class="baseline" x1="{px}" y1="{f.top - 8}" x2="{px}" y2="{bottom}"/>'
+                   f'<text class="legend" x="{px}" y="{f.top - 12}" text-anchor="middle">{esc(reference[1])}</text>')
+    out.append(f'<text class="label" x="{f.left + f.width / 2}" y="{bottom + 34}" text-anchor="middle">{esc(axis_label)}</text>')
     return "".join(out)
 
 
@@ -222,10 +268,11 @@ def leak_chart(curve: LeakCurve) -> str:
                              min_y_span=limit * (last - first) if limit else LEAK_MIN_SPAN_MIB)
 
 
-def throughput_chart(items: Sequence[Throughput], gpu_name: Callable[[int], str]) -> str:
+def throughput_chart(items: Sequence[Throughput], gpu_name: Callable[[int], str],
+                     title: str = "throughput per GPU, % of baseline (dashed: fail line)") -> str:
     """Each GPU's rate as % of its check's baseline; a dashed mark at the check's fail line."""
     bars = [_rate_bar(tp.check, rate, gpu_name) for tp in items for rate in tp.rates if tp.check.baseline]
-    return percent_bars("throughput per GPU, % of baseline (dashed: fail line)", bars, "throughput")
+    return percent_bars(title, bars, "throughput")
 
 
 def _rate_bar(c: Check, rate: GpuRate, gpu_name: Callable[[int], str]) -> Bar:

@@ -226,3 +226,9 @@ def test_plan_allow_roots_reach_every_job_of_the_child_pipeline() -> None:
     doc = yaml.safe_load(gitlab_cli("local"))
     assert doc["variables"]["IMAGESMITH_ALLOW_ROOT"] == ":".join(map(str, LOCAL_ROOTS))
     assert "IMAGESMITH_ALLOW_ROOT" not in ci.gitlab_pipeline(plan_of("local"), ci.Options("m.yaml", STAGE))["variables"]
+
+
+@pytest.mark.parametrize(("args", "tier"), [((), "quick"), (("--tier", "standard"), "standard")])
+def test_the_verify_jobs_run_the_matrix_tier_unless_told(args: tuple[str, ...], tier: str) -> None:
+    """examples/local.yaml says verify.tier: quick; the child pipeline's verify jobs say the same unless --tier is given."""
+    assert yaml.safe_load(gitlab_cli("local", *args))["variables"]["TIER"] == tier

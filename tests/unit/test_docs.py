@@ -112,3 +112,128 @@ def test_matrix_reference_documents_every_key() -> None:
     wanted += [f"| `{key}` |" for key in sections.LAYER_KEYS if key != "services"] + ["| `services.jupyter` |", "| `services.sshd` |"]
     wanted += [f"`{{{field}}}`" for field in tags.TAG_FIELDS]
     assert [w for w in wanted if w not in text] == []
+
+
+# -- readable pages: rendered as mkdocs renders them (Python-Markdown with mkdocs.yml's extensions) ---------------
+
+MAX_WORDS = 150  # a paragraph, a list item or a table cell longer than this is a wall of text
+PAGES = sorted(DOCS.rglob("*.md"))
+# Words that name the project's own work (its issue tracker, its sessions, its history) rather than the product.
+WORK_ITEMS = [
+    re.compile(r"(?i)\bissues?(?![a-z])"),  # "issue 24", "(issue 23)", "the issue's goals", bench/results/issue23
+    re.compile(r"(?i)(?<!upload )\bsessions?\b"),  # a registry's upload session is the product's word
+    re.compile(r"(?i)\brooms?\b"),
+    re.compile(r"(?i)\bstop \d+\b"),
+    re.compile(r"(?i)\bround \d+\b|\b(?:this|that|last|next|earlier|previous|an earlier) (?:round|turn)\b"),
+    re.compile(r"(?i)\((?:added|written|moved) (?:when|after|in)\b"),
+    re.compile(r"(?<![\w/&(])#\d+\b"),  # a tracker's #123 (not a link's anchor)
+    re.compile(r"(?i)\b(?:work items?|tickets?|milestones?|backlog)\b"),
+]
+
+
+def markdown_extensions() -> list[str]:
+    """mkdocs.yml's Markdown extensions that Python-Markdown loads by name (mkdocs-click expands cli.md only)."""
+    names = [e if isinstance(e, str) else next(iter(e)) for e in mkdocs_config()["markdown_extensions"]]
+    return [n for n in names if n != "mkdocs-click"]
+
+
+def rendered(text: str) -> str:
+    """The page as mkdocs renders it: mkdocs.yml's extensions and their settings (snippets read from the root)."""
+    import markdown
+
+    configs = {next(iter(e)): dict(next(iter(e.values()))) for e in mkdocs_config()["markdown_extensions"] if isinstance(e, dict)}
+    if "pymdownx.snippets" in configs:
+        configs["pymdownx.snippets"]["base_path"] = [str(ROOT)]
+    html: str = markdown.markdown(text, extensions=markdown_extensions(), extension_configs=configs)
+    return html
+
+
+def work_items(text: str) -> list[str]:
+    return [m.group(0) for pattern in WORK_ITEMS for m in pattern.finditer(text)]
+
+
+def long_blocks(html: str, limit: int = MAX_WORDS) -> list[str]:
+    """Paragraphs, list items (their own words, not those of a list inside them) and table cells over ``limit`` words."""
+    out = []
+    for tag in ("p", "li", "td"):
+        for m in re.finditer(rf"<{tag}>((?:(?!</?{tag}>).)*)</{tag}>", html, re.S):
+            own = re.sub(r"<(ul|ol)>.*?</\1>", "", m.group(1), flags=re.S)
+            words = re.sub(r"<[^>]+>", " ", own).split()
+            if len(words) > limit:
+                out.append(f"{tag} of {len(words)} words: {' '.join(words[:12])} ...")
+    return out
+
+
+def glued_lists(html: str) -> list[str]:
+    """Lists that render as a run-on paragraph: a paragraph holding a line that starts like a list item (the
+    Markdown has no blank line before the list)."""
+    return [m.group(1)[:80] for m in re.finditer(r"<p>((?:(?!</p>).)*)</p>", html, re.S)
+            if re.search(r"\n\s*(?:[-*+]|\d+\.)\s+\S", m.group(1))]
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("arm64 under emulation (issue 24)", ["issue"]),
+    ("see bench/results/issue23/topology.json", ["issue"]),
+    ("Three of the issue's goals are not met.", ["issue"]),
+    ("## Districts (added when the house reached 49 rooms)", ["rooms", "(added when"]),
+    ("The first session's clean runs; see stop 3, fixed in #12.", ["session", "stop 3", "#12"]),
+    ("the registry keeps an upload session; see [anchor](#5-steps)", []),
+])
+def test_the_work_item_check_finds_what_it_should(text: str, found: list[str]) -> None:
+    assert sorted(work_items(text)) == sorted(found)
+
+
+def test_the_readability_checks_can_fail() -> None:
+    html = rendered("Rules:\n1. one\n2. two\n\n" + "word " * 151 + "\n\n- " + "item " * 151 + "\n")
+    assert glued_lists(html) == ["Rules:\n1. one\n2. two"]
+    assert [b.split(" of ")[0] for b in long_blocks(html)] == ["p", "li"]
+    assert glued_lists(rendered("Rules:\n\n1. one\n2. two\n")) == []
+
+
+@pytest.mark.parametrize("page", [*PAGES, README], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_names_a_work_item(page: Path) -> None:
+    assert work_items(page.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_pages_read_as_paragraphs_and_lists(page: Path) -> None:
+    html = rendered(page.read_text(encoding="utf-8"))
+    assert long_blocks(html) == [], f"split these into paragraphs of at most {MAX_WORDS} words"
+    assert glued_lists(html) == [], "a list needs a blank line before it, or it renders as one paragraph"
+
+
+# -- Troubleshooting quotes the code --------------------------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"<[a-z][a-z ]*>")
+
+
+def code_text() -> str:
+    """imagesmith's and the payload's source and the Makefile, with adjacent string literals joined (a message split
+    over lines, "... over "\\n f"the next line", reads as one)."""
+    files = [*sorted((ROOT / "imagesmith").rglob("*.py")), *sorted((ROOT / "verify").rglob("*.py")), ROOT / "Makefile"]
+    text = "\n".join(f.read_text(encoding="utf-8") for f in files)
+    return re.sub(r"""(["'])\s*\n\s*(?:rf|fr|f|r)?\1""", "", text).replace('\\"', '"')
+
+
+def quoted_messages(page: str) -> list[str]:
+    """Each line of the page's ```text blocks: the messages it quotes."""
+    return [line for block in re.findall(r"```text\n(.*?)```", page, re.S) for line in block.splitlines() if line.strip()]
+
+
+def missing_from(code: str, message: str) -> list[str]:
+    """The pieces of ``message`` (split at its <placeholders>) that the code does not hold word for word."""
+    return [piece for piece in map(str.strip, PLACEHOLDER.split(message)) if len(piece) >= 8 and piece not in code]
+
+
+def test_the_message_check_can_fail() -> None:
+    code = 'raise UserError(f"{path} resolves to {where}, outside "\n    f"{base}; keep it")'
+    assert missing_from(code_text() + code, "resolves to <path>, outside <folder>; keep it") == []
+    assert missing_from(code, "resolves to <path>, inside the folder") == [", inside the folder"]
+
+
+def test_troubleshooting_quotes_messages_the_code_still_says() -> None:
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    messages = quoted_messages(page)
+    assert len(messages) >= 15
+    code = code_text()
+    assert {m: missing_from(code, m) for m in messages if missing_from(code, m)} == {}

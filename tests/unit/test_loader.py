@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html as _html
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -146,23 +148,42 @@ def test_load_json_artifact_and_yaml(tmp_path: Path) -> None:
 
 
 MARKDOWN = [
-    ("[click](https://evil)", f"\\[click\\]\\(https{WORD_JOINER}://evil\\)"),
-    ("![x](https://t/p.png)", f"\\!\\[x\\]\\(https{WORD_JOINER}://t/p.png\\)"),
-    ("<https://a.b>", f"&lt;https{WORD_JOINER}://a.b&gt;"),
-    ("<b onclick=x>", "&lt;b onclick=x&gt;"),
+    ("[click](https://evil)", f"\\[click\\](https{WORD_JOINER}://evil)"),
+    ("![x](https://t/p.png)", f"!\\[x\\](https{WORD_JOINER}://t/p.png)"),
+    ("<https://a.b>", f"\\<https{WORD_JOINER}://a.b>"),
+    ("<b onclick=x>", "\\<b onclick=x>"),
+    ("</script><!-- x --><?php", "\\</script>\\<!-- x -->\\<?php"),
+    ("&amp; &#60; &#x3C; &&  a < b > c", "\\&amp; \\&#60; \\&#x3C; &&  a < b > c"),
     ("go to www.evil.com", f"go to www{WORD_JOINER}.evil.com"),
     ("me@evil.com", f"me@{WORD_JOINER}evil.com"),
     ("repo@sha256:abc", "repo@sha256:abc"),
     ("a|b\nc\rd\u2028e", "a\\|b c d e"),
     ("`x` \\", "\\`x\\` \\\\"),
-    ("2.9 (optional)", "2.9 \\(optional\\)"),
-    (Code("h/r@sha256:ab|`<b>`"), "`h/r@sha256:ab\\|'&lt;b&gt;'`"),
+    ("\\<b>", "\\\\\\<b>"),
+    ("2.9 (optional)", "2.9 (optional)"),
+    (Code("h/r@sha256:ab|`<b>`"), "`h/r@sha256:ab\\|'<b>'`"),
 ]
 
 
 @pytest.mark.parametrize("value, expected", MARKDOWN, ids=range(len(MARKDOWN)))
 def test_markdown_cells_are_inert(value: Any, expected: str) -> None:
     assert cell(value) == expected
+
+
+@pytest.mark.parametrize("value", [v for v, _ in MARKDOWN], ids=range(len(MARKDOWN)))
+def test_a_markdown_cell_renders_as_the_text_it_was(value: Any) -> None:
+    """Read back by a CommonMark renderer with GFM tables (markdown-it-py): one cell, no link, image, tag or entity
+    made of the value, and the text shown is the value's own (newlines as spaces, GFM's autolinks broken by an
+    invisible word joiner)."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(f"| h |\n|---|\n| {cell(value)} |\n")
+    body = html.split("<tbody>")[1]
+    assert body.count("<td>") == 1 and "<a " not in body and "<img" not in body
+    shown = re.sub(r"</?(tr|td|tbody|table|code)>|\n", "", body).replace(WORD_JOINER, "")
+    want = str(value.value if isinstance(value, Code) else value).replace("`", "'" if isinstance(value, Code) else "`")
+    want = re.sub(r"[\r\n\u2028\u2029]", " ", want)
+    assert shown == _html.escape(want, quote=False).replace("&quot;", '"')
 
 
 def test_a_cache_the_loader_refuses_is_no_cache(tmp_path: Path) -> None:

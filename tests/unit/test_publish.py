@@ -394,7 +394,7 @@ def test_release_json_records_reference_digest_versions_and_verification(world: 
     assert first["verification"] == {"ok": True, "tier": "quick"}
     assert data["targets"][0]["floating"] == ["latest", "v2.9-base"]
     md = (world.out / "release.md").read_text()
-    assert "| 2.9.1-base | pushed | `reg.test:5000/ml/pytorch:2.9.1-" in md and "| `latest` | created |" in md
+    assert "| 2.9.1-base | pushed | `2.9.1-" in md and "| `latest` | created |" in md
 
 
 # -- retries and failures ------------------------------------------------------------------------------
@@ -522,8 +522,7 @@ def test_with_the_flag_it_gets_its_immutable_tag_marked_and_no_floating_tag(worl
         "immutable tag only, marked -not-gpu-verified, no floating tags (--allow-cpu-verification)")
     assert (data["pushed"][0]["gpu_verified"], data["pushed"][0]["note"]) == (False, t["note"])
     md = (world.out / "release.md").read_text()
-    assert "**1 CUDA image not GPU-verified** (verified without a GPU; tags end in `-not-gpu-verified`, no floating " \
-           "tags)" in md
+    assert "**1 CUDA image not GPU-verified**: verified without a GPU, its tag ends in `-not-gpu-verified`, no floating tags." in md
 
 
 def test_gpu_verified_and_cpu_images_take_floating_tags_unverified_ones_do_not(world: World) -> None:
@@ -794,7 +793,7 @@ def test_evidence_is_attached_to_each_released_digest_and_listed_in_the_report(w
     assert data["targets"][0]["evidence"]["subject"] == digest and data["targets"][1]["evidence"] is None
     assert data["evidence"] == [data["targets"][0]["evidence"]]
     markdown = (world.out / "release.md").read_text()
-    assert f"| `{digest[:19]}` | sbom | `sha256:5b5b5b5b5b5b` | 900 | pushed | yes |" in markdown
+    assert f"| `{digest[:19]}` | sbom | - | 1 pushed |" in markdown
 
 
 def test_a_failed_evidence_step_fails_the_release_but_keeps_what_was_pushed(world: World) -> None:

@@ -206,11 +206,10 @@ def test_the_reports_list_the_findings(world: World) -> None:
     allow = vulns.Allowance("CVE-2023-45853", "no MiniZip <script>", dt.date(2027, 3, 1))
     allowed = release(world, vulns.Policy(allow=(allow,), max_age=AGELESS), item("2.9.1"))
     md = markdown.release_document(allowed)
-    assert ("| 2.9.1-base | DEBIAN-CVE-2023-45853 | critical | zlib | 1:1.2.13.dfsg-1 | - | until 2027-03-01: no MiniZip <script> |"
-            in md.replace("\\<", "<").replace("&lt;", "<").replace("&gt;", ">")), md
+    assert "| 2.9.1-base | DEBIAN-CVE-2023-45853 | critical | zlib 1:1.2.13.dfsg-1 | - | until 2027-03-01: no MiniZip \\<script> |" in md, md
     blocked_world = World(FakeRegistry(), FakeEngine(FakeRegistry()), world.out / "b", [])
     blocked = release(blocked_world, DEFAULT, item("2.9.1"))
-    assert "| 2.9.1-base | DEBIAN-CVE-2023-45853 | critical | zlib | 1:1.2.13.dfsg-1 | - | blocks |" in markdown.release_document(blocked)
+    assert "| 2.9.1-base | DEBIAN-CVE-2023-45853 | critical | zlib 1:1.2.13.dfsg-1 | - | blocks |" in markdown.release_document(blocked)
     xml = report.to_junit(run_of(blocked))
     assert "DEBIAN-CVE-2023-45853 critical: zlib 1:1.2.13.dfsg-1, fixed in -" in xml and 'type="release"' in xml
     page = report.to_html(run_of(allowed))

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
+from markdown_it import MarkdownIt
 
 from imagesmith import report
 from imagesmith.errors import UserError
@@ -42,7 +43,7 @@ KINDS = [
     ("build-failed", "build", {"2.14.1-cu130-py3.11-debian12-base": "built",
                                "2.14.1-cu130-py3.11-debian12-cv": "build failed",
                                "2.14.1-cu130-py3.11-debian12-project": "build skipped"}),
-    ("run-report", "run", {"2.14.1-cu130-py3.11-debian12-base": "passed",
+    ("run-report", "run", {"2.14.1-cu130-py3.11-debian12-base": "passed, GPU-verified on 1 GPU",
                            "2.14.1-cu130-py3.11-debian12-nlp": "not verified"}),
 ]
 
@@ -70,7 +71,7 @@ BAD = [
     pytest.param([], "x.json: report: expected an object, got a list", id="not-an-object"),
     pytest.param({"schema": "imagesmith.plan/1"},
                  "x.json: schema: 'imagesmith.plan/1' is not one of imagesmith.build-report/1, imagesmith.verify-report/1, "
-                 "imagesmith.run-report/1; is this an imagesmith report?", id="other-schema"),
+                 "imagesmith.run-report/1, imagesmith.release/1; is this an imagesmith report?", id="other-schema"),
     pytest.param(_with(("checks",), {"id": "x"}), "x.json: report.checks: expected a list, got an object", id="checks-not-list"),
     pytest.param(_with(("checks", 2, "status"), "ok"), "x.json: report.checks[2].status: expected one of pass, warn, fail, skip, inconclusive, got 'ok'",
                  id="bad-status"),
@@ -177,21 +178,27 @@ def test_nvml_series_per_gpu() -> None:
     assert one.gpus[0].values["utilization_gpu_pct"][40] == 99
 
 
+def rendered(md: str) -> str:
+    """The Markdown as GitHub and GitLab show it (CommonMark with GFM tables, by markdown-it-py)."""
+    html: str = MarkdownIt("commonmark").enable("table").render(md)
+    return html
+
+
 # -- Markdown --------------------------------------------------------------------------------------------------
 
 
 def test_markdown_of_a_gpu_run() -> None:
     md = report.to_markdown(run_of("verify-gpu"))
     assert md.startswith("## ❌ imagesmith verify: the target failed\n")
-    assert "| ❌ 2.14.1-cu130-py3.11-debian12-base | failed | 5 | 2 | 3 | 1 |" in md
+    assert "| ❌ 2.14.1-cu130-py3.11-debian12-base | failed | 5 pass, 2 warn, 3 fail, 1 skip |" in md
     failed = md.split("### Failed checks")[1].split("###")[0]
     assert [row.split(" | ")[1] for row in failed.splitlines() if row.startswith("| 2.14")] == [
-        "gemm.fp32", "leak.cuda", "layers.nlp.tokenizer \\(optional\\)"]
-    assert "tokenizer returned &lt;script&gt;alert\\(\"x\"\\)&lt;/script&gt; &amp; \\| pipes for 'hello'" in md
-    assert "<script>" not in md
+        "gemm.fp32", "leak.cuda", "layers.nlp.tokenizer (optional)"]
+    assert "tokenizer returned \\<script>alert(\"x\")\\</script> & \\| pipes for 'hello'" in md
+    assert "<script" not in rendered(md)
     measured = md.split("### Measured against baseline")[1]
     assert measured.count("\n| 2.14") == 6
-    assert "| 2.14.1-cu130-py3.11-debian12-base | gemm.fp32 | 0 | 30.1 TFLOP/s | 49.0 TFLOP/s | 61.4% | 36.8 TFLOP/s | fail |" in measured
+    assert "| 2.14.1-cu130-py3.11-debian12-base | gemm.fp32 · 0 | 30.1 TFLOP/s | 61.4% (49.0 TFLOP/s) | 36.8 TFLOP/s | fail |" in measured
 
 
 def test_markdown_of_a_failed_build_shows_the_log_tail_without_escape_codes() -> None:
@@ -214,9 +221,9 @@ def test_markdown_of_a_clean_cpu_run_has_no_problem_sections() -> None:
 def test_markdown_of_a_run_lists_the_release() -> None:
     md = report.to_markdown(run_of("run-report"))
     assert md.startswith("## ❌ imagesmith run: 1 of 2 targets failed; the release failed\n")
-    assert "### Release 20261130: 127.0.0.1:5000/imagesmith/local\n\n**FAILED**: 1 references pushed, 0 unchanged, 1 targets not released." in md
-    assert ("| 2.14.1-cu130-py3.11-debian12-base | pushed | `127.0.0.1:5000/imagesmith/local:2.14.1-cuda13.0-py3.11-debian12-base-20261130`"
-            " | `sha256:4d4d4d4d4d4d` | 2.14.1 | 13.0 | - | GPU-verified on 1 GPU | latest |  |") in md
+    assert "### Release 20261130: 127.0.0.1:5000/imagesmith/local\n\n**FAILED**: 1 image pushed, 0 unchanged, 1 not released" in md
+    assert ("| 2.14.1-cu130-py3.11-debian12-base | pushed | `2.14.1-cuda13.0-py3.11-debian12-base-20261130`"
+            " | `sha256:4d4d4d4d4d4d` | GPU-verified on 1 GPU | - |") in md
     assert "#### Floating tags" in md and "#### Problems\n\n- 2.14.1-cu130-py3.11-debian12-nlp: not verified" in md
 
 
@@ -450,7 +457,8 @@ def test_a_real_two_h200_standard_run_renders() -> None:
     verdict: every check passed, but nobody watched the GPUs for the whole run, so it is not GPU-verified)."""
     run = run_of("h200x2-standard")
     (target,) = run.targets
-    assert target.id == "h200x2-standard" and target.status == "passed, not GPU-verified"
+    assert target.id == "h200x2-standard" and target.status == "passed, not GPU-verified (GPU exclusivity not measured)"
+    assert target.tone == "unvetted" and run.tone == "unvetted"
     page = report.to_html(run)
     assert [s.get("aria-label") for s in svgs(page, "leak")] == [
         "leak.device: fixed-shape training loop: allocated memory stays flat",
@@ -476,11 +484,13 @@ def test_a_cuda_image_verified_in_cpu_mode_reads_not_gpu_verified(tmp_path: Path
     rel["note"] = "not GPU-verified: CPU mode; immutable tag only"
     run = report.parse(doc, "run-report.json")
     t = next(t for t in run.targets if t.id == target)
-    assert (t.status, t.ok) == ("passed, not GPU-verified", True)
+    assert (t.status, t.ok, t.vetted) == ("passed, not GPU-verified (CPU mode)", True, False)
     md = report.to_markdown(run)
-    assert f"| ✅ {target} | passed, not GPU-verified |" in md
-    assert "not GPU-verified: CPU mode; immutable tag only" in md
-    assert 'class="badge s-passed"' in report.to_html(run)
+    assert f"| ⚠️ {target} | passed, not GPU-verified (CPU mode) |" in md
+    assert "1. not GPU-verified: CPU mode; immutable tag only" in md
+    page = report.to_html(run)
+    assert '<span class="badge s-unvetted">passed, not GPU-verified (CPU mode)</span>' in page
+    assert 'class="badge s-passed"' not in page
 
 
 # -- hostile values: a check detail or target name from a pull request ---------------------------------------
@@ -517,17 +527,17 @@ def test_a_hostile_value_survives_junit_intact_and_well_formed() -> None:
 def test_a_hostile_value_cannot_break_a_markdown_table() -> None:
     md = report.to_markdown(hostile_run())
     rows = [line for line in md.splitlines() if "gemm.fp32" in line]
-    cell = "x&lt;script&gt;alert\\(\"1\"\\)&lt;/script&gt;'q' \\]\\]&gt; a\\|b c"
+    cell = "x\\<script>alert(\"1\")\\</script>'q' \\]\\]> a\\|b c"
     assert rows and all(cell in row for row in rows)
     assert all(row.count(" | ") == row.replace("\\|", "").count(" | ") for row in rows)  # every pipe of the value escaped
-    assert "<script" not in md
+    assert "<script" not in rendered(md) and "&lt;script&gt;" in rendered(md)
 
 
-SHARED_REPORT = Path(__file__).resolve().parents[2] / "bench" / "results" / "issue23" / "shared-standard.json"
+SHARED_REPORT = Path(__file__).resolve().parents[2] / "bench" / "results" / "quick-tier-h200" / "shared-standard.json"
 
 
 def test_a_shared_gpu_run_shows_in_the_tables() -> None:
-    """The H200 run beside a bf16 GEMM loop (bench/device_issue23.sh): inconclusive checks, the tenant named."""
+    """The H200 run beside a bf16 GEMM loop (bench/device_quick_tier.sh): inconclusive checks, the tenant named."""
     run = report.load(SHARED_REPORT)
     (target,) = run.targets
     assert target.verify is not None and target.verify.shared is not None
@@ -536,8 +546,8 @@ def test_a_shared_gpu_run_shows_in_the_tables() -> None:
         (False, [(977, "python3", "both")])
     assert target.verify.count("inconclusive") == 6 and target.verify.ok
     text = report.to_markdown(run)
-    line = r"not exclusive: GPU 0 shared with PID 977 python3, 1.0 GiB \(throughput checks inconclusive; not verified: no floating tag\)"
-    assert "### Inconclusive (a shared GPU)" in text and line in text  # report text is inert: its parentheses escaped
+    line = r"not exclusive: GPU 0 shared with PID 977 python3, 1.0 GiB (throughput checks inconclusive; not verified: no floating tag)"
+    assert "### Inconclusive (a shared GPU)" in text and line in text
     assert text.count("inconclusive: GPU 0 shared with PID 977 python3, 1.0 GiB") == 6
     xml = report.to_junit(run)
     assert xml.count('<skipped message="inconclusive: GPU 0 shared with PID 977') == 6

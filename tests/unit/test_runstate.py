@@ -73,7 +73,7 @@ def test_readers_refuse_an_incomplete_build(tmp_path: Path, state: str, message:
         pipeline.read_build(path)
     assert message in str(err.value) and f"run imagesmith build --out {tmp_path} again" in str(err.value)
     run = report.load(path)
-    assert not run.ok and report.to_markdown(run).startswith(f"## ❌ imagesmith build: not a result: the run did not complete \\(build {state}")
+    assert not run.ok and report.to_markdown(run).startswith(f"## ❌ imagesmith build: not a result: the run did not complete (build {state}")
     assert '<failure message="not a result: the run did not complete' in report.to_junit(run)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 23 on the device machine (one H200), in one call, from a copy of this checkout:
-#   bash bench/device_issue23.sh LABEL [quick]     (quick: steps 1 and 2, then serial vs workers on the same machine)
+#   bash bench/device_quick_tier.sh LABEL [quick]     (quick: steps 1 and 2, then serial vs workers on the same machine)
 # 1. the quick tier cold then warm (bench/quick_tier.py) -> $OUT/quick-tier-LABEL.json
 # 2. where the quick tier's time goes (imports, CUDA init, cProfile of the payload) -> $OUT/profile-LABEL.txt
 # 3. a noisy neighbour (a second process looping bf16 GEMMs on GPU 0): quick, standard (no burn/contention)
