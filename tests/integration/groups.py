@@ -29,7 +29,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 REST = ("test_cuda_layer.py", "test_multiarch.py", "test_podman.py", "test_evidence_registry.py", "test_registry_faults.py",
         "test_verify_entrypoint.py", "test_build_credentials.py", "test_slurm_cluster.py", "test_verify.py",
         "test_verify_trust.py", "test_registry.py", "test_prometheus.py", "test_vulnerability_registry.py",
-        "test_image_index.py", "test_recheck_registry.py", "test_credentials_engine.py", "test_cdi_engine.py")
+        "test_image_index.py", "test_recheck_registry.py", "test_credentials_engine.py", "test_cdi_engine.py",
+        "test_browser.py")
 MODULE_GROUP = {module: group for group, modules in GROUPS.items() for module in modules}
 ORDER = {module: i for i, module in enumerate([m for modules in GROUPS.values() for m in modules] + list(REST))}
 
