@@ -25,6 +25,7 @@ from imagesmith.errors import UsageError, UserError
 from imagesmith.model import loader, policy
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan
+from imagesmith.model.ref import DOCKER_HUB, host_of
 from imagesmith.progress import Display
 from imagesmith.stages import artifacts, build, publish, trust, verify
 from imagesmith.stages.artifacts import VERIFY_FILE
@@ -450,7 +451,7 @@ def attached_evidence(image: str, public_keys: Sequence[Path], store: Credential
     from imagesmith.edges.engine import registry_host
     from imagesmith.stages import evidence
 
-    if registry_host(image) == "docker.io":
+    if registry_host(image) == DOCKER_HUB:
         return AttachedEvidence()
     keys = [signing.load_public_key(k) for k in public_keys]
     try:
@@ -490,7 +491,7 @@ def out_of(path: Path) -> Path:
 
 
 def staged_host(r: build.TargetResult) -> str:
-    return str((r.staged or {}).get("repository", "")).split("/", 1)[0]
+    return host_of(str((r.staged or {}).get("repository", "")))
 
 
 def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,

@@ -12,6 +12,7 @@ import click
 
 from imagesmith.inert import inert
 from imagesmith.model import matrix as matrix_mod
+from imagesmith.model.ref import host_of
 
 if TYPE_CHECKING:  # the stages import docker (through the engine) only when a command needs them
     from imagesmith.edges.credentials import CredentialStore
@@ -38,7 +39,7 @@ def credential_store(release: str | None, stage: str | None, credentials_file: P
     ``host/repo``) the operator declared; each credential is bound to its host."""
     from imagesmith.edges import credentials
 
-    declared = credentials.Declared(release.split("/", 1)[0] if release else None, stage.split("/", 1)[0] if stage else None)
+    declared = credentials.Declared(host_of(release) if release else None, host_of(stage) if stage else None)
     return credentials.load_store(declared, os.environ, credentials_file)
 
 

@@ -45,10 +45,10 @@ from imagesmith.edges.registry import (
 from imagesmith.errors import Redactor, UserError
 from imagesmith.model import grammar
 from imagesmith.model.located import printable
+from imagesmith.model.ref import DOCKER_HUB, host_of
 
 ENV_HOST = "IMAGESMITH_REGISTRY_HOST"
-DOCKER_HUB = "docker.io"
-HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
+HUB_ALIASES = frozenset({DOCKER_HUB, "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
 RELEASE_FLAG = "--registry HOST/REPO (or --matrix, whose image.registry declares it)"
 STAGE_FLAG = "--stage REGISTRY/REPO"
 EXAMPLE = "harbor.example.com robot$ml+ci:SECRET"
@@ -62,7 +62,7 @@ def normalize_host(text: str) -> str:
     for scheme in ("https://", "http://"):
         if host.lower().startswith(scheme):
             host = host[len(scheme):]
-    host = host.split("/", 1)[0].lower()
+    host = host_of(host).lower()
     if not host:
         raise ValueError(f"{printable(text)} names no host")
     if grammar.registry_host(host):

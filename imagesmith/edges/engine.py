@@ -54,7 +54,7 @@ from imagesmith.errors import (
 from imagesmith.model import engines
 from imagesmith.model.cdi import BindMount, Symlink
 from imagesmith.model.engines import EngineKind
-from imagesmith.model.ref import ImageRef
+from imagesmith.model.ref import DOCKER_HUB, ImageRef
 
 RUN_LABEL = "io.imagesmith.run"  # on every container imagesmith starts: which run made it
 # A build step as each engine's builder writes it: Docker's classic builder "Step 3/15 : RUN ...", Podman's (buildah)
@@ -726,7 +726,7 @@ def familiar(ref: str, podman: bool = False) -> str:
     """A reference as the engine lists it, in the short form Docker lists and imagesmith names (Docker's "familiar"
     form): Docker Hub's ``docker.io/`` and ``docker.io/library/`` dropped; on Podman also ``localhost/``, its name
     for a local image named without a registry (a ``podman load`` of ``imagesmith/debian:bookworm``)."""
-    for prefix in ("docker.io/library/", "docker.io/") + (("localhost/",) if podman else ()):
+    for prefix in (f"{DOCKER_HUB}/library/", f"{DOCKER_HUB}/") + (("localhost/",) if podman else ()):
         if ref.startswith(prefix):
             return ref[len(prefix):]
     return ref

@@ -15,7 +15,19 @@ from docker_image import reference
 from imagesmith.errors import UserError
 from imagesmith.model.located import printable
 
-DOCKER_HUB = "docker.io"
+DOCKER_HUB = "docker.io"  # the registry a reference names when it names none: Docker Hub's one name here
+
+
+def names_host(component: str) -> bool:
+    """Docker's rule for the first component of a name: a dot, a port or ``localhost`` make it a registry host;
+    anything else is a path on Docker Hub."""
+    return "." in component or ":" in component or component == "localhost"
+
+
+def host_of(name: str) -> str:
+    """The host of ``host[:port][/path]`` (a registry the operator or an artifact names, with or without its
+    repository), as written."""
+    return name.split("/", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -35,7 +47,7 @@ class ImageRef:
                             "write e.g. ubuntu:24.04 or registry.example.com/base/ubuntu@sha256:...") from None
         name = str(parsed["name"])
         first, sep, rest = name.partition("/")
-        host, path = (first, rest) if sep and ("." in first or ":" in first or first == "localhost") else ("", name)
+        host, path = (first, rest) if sep and names_host(first) else ("", name)
         return cls(host, path, parsed["tag"] or None, parsed["digest"] or None)
 
     @classmethod

@@ -33,7 +33,7 @@ from imagesmith.atomic import write_text
 from imagesmith.errors import UserError
 from imagesmith.model import loader, plan, schemas
 from imagesmith.model.matrix.records import ImageSpec, Matrix
-from imagesmith.model.ref import ImageRef
+from imagesmith.model.ref import ImageRef, names_host
 from imagesmith.model.tags import DOCKER_TAG, FloatingTag, TagPolicy
 
 BUILD_SCHEMA = schemas.BUILD_ARTIFACT
@@ -304,7 +304,7 @@ def _staged(r: _Reader, raw: Any) -> Staged | None:
 def check_repository(name: str, fail: Callable[[str], Exception]) -> None:
     """``host[:port]/path``: a registry host and a repository path."""
     host, sep, path = name.partition("/")
-    if not sep or not HOST.fullmatch(host) or ("." not in host and ":" not in host and host != "localhost"):
+    if not sep or not HOST.fullmatch(host) or not names_host(host):
         raise fail(f"{name!r} does not start with a registry host (e.g. harbor.example.com/ml/staging)")
     if not REPOSITORY.fullmatch(path):
         raise fail(f"{name!r}: {path!r} is not a repository path (lowercase letters, digits, . _ - /)")

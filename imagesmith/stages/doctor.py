@@ -32,6 +32,7 @@ from imagesmith.errors import UserError
 from imagesmith.model import cdi, compat, engines, gpupath, schemas
 from imagesmith.model.engines import EngineKind
 from imagesmith.model.gpupath import EngineGpu, Lookup
+from imagesmith.model.ref import DOCKER_HUB
 from imagesmith.model.versions import version_key
 
 SCHEMA = schemas.DOCTOR
@@ -43,7 +44,6 @@ DISK_HEADROOM = 1.5  # builds need room beyond the final images (intermediate la
 DEFAULT_CDI_DIRS = cdi.DEFAULT_DIRS
 ALL_GPUS = cdi.qualified_names("all")  # what doctor asks the specs for: nvidia.com/gpu=all
 GPU_HOOK = "nvidia-container-runtime-hook"  # what docker --gpus runs (nvidia-container-toolkit)
-DOCKER_HUB = "docker.io"
 LOGIN_FIX = f"{{login}}   (or export {ENV_USER}=... {ENV_PASSWORD}=..., e.g. a Harbor robot account)"
 
 # What each layer adds to the engine's disk, in GB: the one table doctor estimates with.
