@@ -41,6 +41,7 @@ from imagesmith.edges.registry import (
     from_environment,
     login_command,
     read_docker_config,
+    split_login,
 )
 from imagesmith.errors import Redactor, UserError
 from imagesmith.model import grammar
@@ -208,6 +209,19 @@ def load_store(declared: Declared, environ: Mapping[str, str] | None = None, cre
                            before=tuple(files) if explicit else (), after=() if explicit else tuple(files))
 
 
+def release_store(host: str, environ: Mapping[str, str], credentials_file: Path | None = None,
+                  docker_config: Mapping[str, Any] | None = None) -> CredentialStore:
+    """The store a release to ``host`` logs in with, ``host`` being the declared release registry (what doctor asks
+    the way publish would); ``docker_config``: the docker config as already read (default: read from ``environ``)."""
+    return load_store(Declared(release=host), environ, credentials_file, docker_config)
+
+
+def read_operator_docker_config(environ: Mapping[str, str]) -> Mapping[str, Any]:
+    """The docker config the store reads (``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``), {} when
+    there is none; a UserError when it cannot be read."""
+    return read_docker_config(docker_config_path(environ))
+
+
 REGISTRY_AUTH_FILE = "REGISTRY_AUTH_FILE"
 
 
@@ -332,10 +346,10 @@ def _legacy_host(where: str, declared: str | None) -> str:
 
 
 def _user_password(where: str, secret: str, source: str) -> Credentials:
-    user, sep, password = secret.partition(":")
-    if not sep or not user or not password:
-        raise UserError(f"{where}: expected HOST user:password (e.g. {EXAMPLE}); the login has no "
-                        f"{'password' if user else 'user name'}")
+    try:
+        user, password = split_login(secret)
+    except ValueError as missing:
+        raise UserError(f"{where}: expected HOST user:password (e.g. {EXAMPLE}); the login has no {missing}") from None
     return Credentials(user, password, source)
 
 
@@ -400,5 +414,7 @@ __all__ = [
     "normalize_host",
     "podman_auth_files",
     "read_credentials_file",
+    "read_operator_docker_config",
+    "release_store",
     "same_host",
 ]

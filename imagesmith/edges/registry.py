@@ -81,6 +81,15 @@ class Credentials:
         return Redactor(self.secrets())(text)
 
 
+def split_login(text: str) -> tuple[str, str]:
+    """``user:password`` (Harbor robot accounts look like ``robot$ml+ci:SECRET``; the password may contain ':') as
+    (user, password): the one parser of a login; a ValueError naming what is missing ("user name" or "password")."""
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password:
+        raise ValueError("password" if user else "user name")
+    return user, password
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -109,9 +118,10 @@ def from_file(path: Path | None) -> Credentials | None:
         lines = loader.strict_text(loader.read_regular(path, cap=loader.KEY_CAP), str(path)).strip().splitlines()
     except loader.LoadError as exc:
         raise UserError(f"credentials file {path}: {exc.why}; it must hold one line user:password") from None
-    user, sep, password = (lines[0].strip() if lines else "").partition(":")
-    if not sep or not user or not password:
-        raise UserError(f"credentials file {path}: expected one line user:password (e.g. robot$ml+ci:SECRET)")
+    try:
+        user, password = split_login(lines[0].strip() if lines else "")
+    except ValueError:
+        raise UserError(f"credentials file {path}: expected one line user:password (e.g. robot$ml+ci:SECRET)") from None
     return Credentials(user, password, f"file {path}")
 
 

@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from imagesmith.edges import credentials
 from imagesmith.edges import harbor as harbor_api
-from imagesmith.edges.credentials import Declared, load_store
 from imagesmith.edges.hostinfo import HostInfo, inventory
 from imagesmith.edges.protocols import EngineProtocol
-from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, docker_config_path, is_loopback, read_docker_config
+from imagesmith.edges.registry import ENV_PASSWORD, ENV_USER, is_loopback
 from imagesmith.errors import UserError
 from imagesmith.model import cdi, compat, engines, gpupath, schemas
 from imagesmith.model.engines import EngineKind
@@ -190,7 +190,7 @@ class SystemHost:
         return Disk(path, usage.total, usage.free)
 
     def docker_config(self) -> Mapping[str, Any]:
-        return read_docker_config(docker_config_path(self.environ))
+        return credentials.read_operator_docker_config(self.environ)
 
     def cdi_lookup(self, names: tuple[str, ...], dirs: Sequence[str]) -> Lookup:
         from imagesmith.stages import gpus
@@ -289,7 +289,7 @@ def probe_release(host: str, repository: str, environ: Mapping[str, str], creden
     from imagesmith.edges.registry import Registry
 
     try:
-        client = Registry(host, load_store(Declared(release=host), environ, credentials_file).for_host(host))
+        client = Registry(host, credentials.release_store(host, environ, credentials_file).for_host(host))
         client.check_push(repository)
         push_error = None
     except UserError as exc:
@@ -472,7 +472,7 @@ def registry_check(f: Facts, n: Needs) -> list[Result]:
         return []
     host = n.registry or DOCKER_HUB
     try:
-        found = load_store(Declared(release=host), f.environ, n.credentials_file, f.docker_config).for_host(host)
+        found = credentials.release_store(host, f.environ, n.credentials_file, f.docker_config).for_host(host)
     except UserError as exc:
         return [Result("registry", FAIL, f"{host}: {exc}", f.login_fix(host))]
     if found is not None:
