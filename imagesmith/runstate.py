@@ -12,12 +12,11 @@ read as complete.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Mapping
 
-from imagesmith.atomic import write_text
+from imagesmith.atomic import write_json
 
 RUNNING, COMPLETE, INTERRUPTED = "running", "complete", "interrupted"
 STATES = (RUNNING, COMPLETE, INTERRUPTED)
@@ -70,7 +69,7 @@ class Tracked:
     def _write(self, doc: Document, state: str) -> None:
         self.last = {**doc, "state": state}
         if self.path is not None:  # None: the caller wants no file (e.g. verify without --json)
-            write_text(self.path, json.dumps(self.last, indent=2, sort_keys=True) + "\n")
+            write_json(self.path, self.last)
 
     def update(self, doc: Document) -> None:
         self._write(doc, RUNNING)

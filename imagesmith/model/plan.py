@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -14,7 +13,7 @@ from typing import Any, Iterator, Mapping
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from imagesmith.atomic import write_text
+from imagesmith.atomic import write_json
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.model import compat, schemas, tags
 from imagesmith.model.layout import CUDA_PREFIX
@@ -410,7 +409,7 @@ def _target_json(t: Target) -> dict[str, Any]:
 
 
 def write(plan: Plan, path: Path) -> None:
-    write_text(path, json.dumps(to_json(plan), indent=2, sort_keys=True) + "\n")
+    write_json(path, to_json(plan))
 
 
 def from_json(data: Mapping[str, Any]) -> Plan:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import re
 import socket
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from imagesmith import __version__, runstate
-from imagesmith.atomic import write_text
+from imagesmith.atomic import write_json, write_text
 from imagesmith.errors import UserError
 from imagesmith.model import loader, plan, schemas
 from imagesmith.model.matrix.records import ImageSpec, Matrix
@@ -203,7 +202,7 @@ def policy_json(p: TagPolicy) -> dict[str, Any]:
 
 
 def write_build(path: Path, record: BuildRecord) -> None:
-    write_text(path, json.dumps(build_json(record), indent=2, sort_keys=True) + "\n")
+    write_json(path, build_json(record))
 
 
 def write_builds(out: Path, records: list[BuildRecord]) -> list[Path]:

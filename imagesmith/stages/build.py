@@ -19,7 +19,6 @@ import graphlib
 import hashlib
 import heapq
 import itertools
-import json
 import os
 import queue
 import re
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 
 from imagesmith import runstate
-from imagesmith.atomic import write_text
+from imagesmith.atomic import write_json
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, build_progress, registry_host
 from imagesmith.edges.protocols import EngineProtocol
@@ -646,7 +645,7 @@ class Builder:
         cached = loader.read_cache(facts_file)
         if cached.get("image_id") != result.image_id or not isinstance(cached.get("facts"), dict):
             cached = {"image_id": result.image_id, "facts": self._measured(t, result.image_id, info.platform if info else "")}
-            write_text(facts_file, json.dumps(cached, indent=2, sort_keys=True) + "\n")
+            write_json(facts_file, cached)
         result.facts = cached["facts"]
         result.size_bytes = info.size if info else 0
         declared = (info.labels.get("io.imagesmith.packages", "") if info else "").split()

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 import tenacity
 
 from imagesmith import runstate
-from imagesmith.atomic import write_text
+from imagesmith.atomic import write_json, write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.registry import Credentials, Manifest, entries, manifest_document, redact
@@ -810,7 +810,7 @@ class Publisher:
 
     def _write(self, report: ReleaseReport) -> None:
         paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
-        write_text(paths["json"], json.dumps(report.to_json() | {"state": runstate.COMPLETE}, indent=2, sort_keys=True) + "\n")
+        write_json(paths["json"], report.to_json() | {"state": runstate.COMPLETE})
         write_text(paths["markdown"], release_markdown.release_document(report.to_json()))
         write_text(paths["log"], "\n".join(self.log) + ("\n" if self.log else ""))
         report.paths = {k: str(v) for k, v in paths.items()}

@@ -25,14 +25,13 @@ and a floating tag on an index moves only to another index (publish never floats
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from securesystemslib.signer import SSlibKey
 
-from imagesmith.atomic import write_bytes, write_text
+from imagesmith.atomic import write_bytes, write_json, write_text
 from imagesmith.edges import signing
 from imagesmith.edges.protocols import RegistryProtocol
 from imagesmith.edges.registry import INDEXES, Manifest, entries, manifest_document
@@ -360,7 +359,7 @@ def write(report: Recheck, out: Path) -> dict[str, Path]:
     """recheck.json, recheck.md and recheck.prom (Prometheus text format) in ``out``, each written atomically."""
     doc = report.to_json()
     paths = {"json": out / "recheck.json", "markdown": out / "recheck.md", "prometheus": out / "recheck.prom"}
-    write_text(paths["json"], json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_json(paths["json"], doc)
     write_text(paths["markdown"], recheck_report.to_markdown(doc))
     write_bytes(paths["prometheus"], recheck_report.to_prometheus(doc))
     return paths

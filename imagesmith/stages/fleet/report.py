@@ -8,12 +8,11 @@ a bad one is a UserError naming the file and the field.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from imagesmith.atomic import write_text
+from imagesmith.atomic import write_json
 from imagesmith.errors import UserError
 from imagesmith.model import loader, schemas
 from imagesmith.model.ref import ImageRef
@@ -95,7 +94,7 @@ class FleetReport:
 
 
 def write(report: FleetReport, path: Path) -> Path:
-    write_text(path, json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+    write_json(path, report.to_json())
     return path
 
 

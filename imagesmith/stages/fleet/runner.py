@@ -17,7 +17,6 @@ the loop step by step with doubles and never judge by wall time.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith import runstate
-from imagesmith.atomic import write_text
+from imagesmith.atomic import write_json, write_text
 from imagesmith.edges.signing import Key
 from imagesmith.errors import UserError
 from imagesmith.model import policy
@@ -205,7 +204,7 @@ class FleetRun:
 
     def _judge(self, cell: Cell, report: dict[str, Any], now: float) -> None:
         path = cell.job.workdir / "verify.json"
-        write_text(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+        write_json(path, report)
         unsigned = self._sign(cell, report) if self.signer is not None else None
         problems = judge(cell.job, report) + ([unsigned] if unsigned else [])
         self._finish(cell, "fail" if problems else "pass", "; ".join(problems) or "every required check passed", report)
