@@ -29,6 +29,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from .atomic import write_text
 from .procs import child_env, kill_group
 from .registry import CheckSpec
 from .report import sanitize
@@ -158,7 +159,4 @@ class Offload:
 
 def write_entries(path: str, entries: List[Dict[str, Any]]) -> None:
     """A worker's result, atomically (the parent never reads half a file)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(sanitize(entries), fh, allow_nan=False)
-    os.replace(tmp, path)
+    write_text(path, json.dumps(sanitize(entries), allow_nan=False))

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import tempfile
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
+from .atomic import write_text
 from .judge import FAIL, STATUSES
 from .sharing import validate as validate_sharing
 from .sharing import window_of
@@ -133,19 +132,8 @@ def _check_problems(i: int, entry: Any) -> List[str]:
 
 
 def write_report(path: str, report: Report) -> None:
-    """Atomically: a temporary file beside the target, then os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Atomically (:func:`imagesmith_payload.atomic.write_text`)."""
+    write_text(path, json.dumps(report, indent=2, allow_nan=False) + "\n")
 
 
 def marker_line(report: Report) -> str:

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from imagesmith_payload.atomic import write_text
 from imagesmith_payload.formulas import allreduce_algbw, allreduce_busbw
 from imagesmith_payload.judge import nccl_version_string
 from imagesmith_payload.stats import median
@@ -104,8 +105,7 @@ def main() -> int:
         allreduce(rank, world, a.bytes, a.iters, a.seed)
     result.update(world=world, nccl=nccl_version_string(torch.cuda.nccl.version()))
     if rank == 0:
-        with open(a.out, "w", encoding="utf-8") as fh:
-            json.dump(result, fh)
+        write_text(a.out, json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
     return 0

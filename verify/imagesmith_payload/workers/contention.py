@@ -14,6 +14,9 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from imagesmith_payload.atomic import write_text
+
 N = 8192
 
 
@@ -53,19 +56,12 @@ def main() -> int:
     y = torch.randn(N, N, device="cuda", dtype=torch.bfloat16, generator=gen)
     out = torch.empty_like(x)
     run_for(0.3, x, y, out)  # warm-up: cuBLAS handle, kernel selection, clocks
-    publish(os.path.join(a.dir, f"ready.{a.index}"), "")
+    write_text(os.path.join(a.dir, f"ready.{a.index}"), "")
     wait_for(os.path.join(a.dir, "go"), 120.0)
     tflops = run_for(a.seconds, x, y, out)
-    publish(os.path.join(a.dir, f"result.{a.index}.json"),
-            json.dumps({"tflops": tflops, "finite": bool(torch.isfinite(out).all())}))
+    write_text(os.path.join(a.dir, f"result.{a.index}.json"),
+               json.dumps({"tflops": tflops, "finite": bool(torch.isfinite(out).all())}))
     return 0
-
-
-def publish(path: str, text: str) -> None:
-    """Write then rename: the parent never sees a half-written file."""
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

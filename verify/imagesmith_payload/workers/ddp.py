@@ -16,6 +16,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from imagesmith_payload.atomic import write_text
+
 
 def build(seed: int, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(seed)  # DDP broadcasts rank 0's weights anyway
@@ -73,8 +76,7 @@ def main() -> int:
                               "losses": [round(v, 6) for v in losses],
                               "params_equal": params_equal(model.module)}
     if rank == 0:
-        with open(a.out, "w", encoding="utf-8") as fh:
-            json.dump(result, fh)
+        write_text(a.out, json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
     return 0
