@@ -1,6 +1,6 @@
-"""A tiny client for the Registry HTTP API v2 (CNCF distribution, Harbor).
+"""The client for the Registry HTTP API v2 (CNCF distribution, Harbor).
 
-Only what a release needs: list tags, read a manifest (its digest and config
+What a release needs: list tags, read a manifest (its digest and config
 digest), read an image's labels from its config blob, put a manifest under
 another tag, push small blobs and artifact manifests (evidence), and move
 blobs between repositories without an engine (cross-repository mounts, else a
@@ -14,10 +14,10 @@ Which credentials a host gets is decided by the run's credential store
 shows its password in a repr, and every error message is passed through
 :meth:`Credentials.redact` before it leaves.
 
-``requests`` is the HTTP client. The docker config is read with the docker
-SDK's own resolution (credential helpers, Docker Hub aliases), which lives in
-engine.py, the only module importing docker; it is imported here only when a
-docker config is consulted.
+``requests`` is the HTTP client. This module reads the docker config file
+(:func:`read_docker_config`, through the strict loader); the credential store
+resolves a login in it with the docker SDK's own rules (credential helpers,
+Docker Hub aliases), which live in engine.py, the only module importing docker.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010fff
 @dataclass(frozen=True)
 class Check:
     id: str
-    status: str  # pass | warn | fail | skip
+    status: str  # pass | warn | fail | skip | inconclusive (the payload's STATUSES)
     title: str = ""
     value: Any = None
     threshold: float | None = None
