@@ -21,6 +21,7 @@ from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
+from imagesmith.edges.session import Session
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import loader, policy
 from imagesmith.model.matrix import Matrix
@@ -414,10 +415,7 @@ def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, d
     auth = staging_auth(results, store, built.folders)  # a host not declared: refused before any pull
     for host in [] if store.declared.staging else sorted({staged_host(r) for r in results if r.staged}):
         display.note(f"staged images on {host} are pulled without credentials: {store.anonymous_hint(host, None, STAGE_FLAG)}")
-    if engine is None:
-        from imagesmith.edges.engine import Engine
-
-        engine = Engine()
+    engine = Session(store, display).engine if engine is None else engine
     with artifacts.locked(out, "imagesmith verify", display.note):
         with RunReport(out, built.data) as run:
             outcomes = verify_results(engine, results, options, out, display, run, auth, built.folders, signer)
@@ -624,10 +622,7 @@ def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date
     ordered = complete(sorted(found.values(), key=lambda f: f.record.target.depth))
     built = builds_input(ordered)
     signed = signed_verifications(ordered, release.trust)
-    if engine is None:
-        from imagesmith.edges.engine import Engine
-
-        engine = Engine()  # connects only if an image was not staged (same-host publish)
+    engine = Session(release.store, display).engine if engine is None else engine  # connects only if an image was not staged (same-host publish)
     with RunReport(out, built.data) as run:
         run.verify = {t: o.report for t, o in signed.outcomes.items()}
         rel = _release(engine, spec, signed.records, signed.outcomes, out, display, release, date,

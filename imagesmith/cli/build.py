@@ -20,7 +20,7 @@ from imagesmith.table import print_table
 from imagesmith.units import gb
 
 if TYPE_CHECKING:
-    from imagesmith.edges.engine import Engine
+    from imagesmith.edges.protocols import EngineProtocol
     from imagesmith.pipeline import ReleaseOptions, RunReport
     from imagesmith.stages.build import BuildReport
 
@@ -50,7 +50,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import pipeline
-    from imagesmith.edges.engine import Engine
+    from imagesmith.edges.session import Session
     from imagesmith.progress import make_display
     from imagesmith.stages import artifacts
 
@@ -63,7 +63,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     picked = len(job.plan.select(only, layers).targets)
     if not picked:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
-    engine = Engine()
+    engine = Session(store).engine
     display = make_display(f"building {picked} targets", quiet or as_json)
     with artifacts.locked(out, "imagesmith build", display.note):  # one writer of OUT, from the build to the release
         run = pipeline.RunReport(out) if push or do_verify else None  # replaces the last run's report at once: running
@@ -78,7 +78,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
-def _verify_and_release(engine: Engine, m: matrix_mod.Matrix, p: plan_mod.Plan, report: BuildReport, out: Path, date: str,
+def _verify_and_release(engine: EngineProtocol, m: matrix_mod.Matrix, p: plan_mod.Plan, report: BuildReport, out: Path, date: str,
                         push: bool, quiet: bool, as_json: bool, run: RunReport, release: ReleaseOptions) -> None:
     """build --verify/--push: the pipeline verifies (and releases); this prints what it made of the build."""
     from imagesmith import pipeline

@@ -171,9 +171,9 @@ class SystemHost:
     @property
     def engine(self) -> Any:
         if self._engine is None:
-            from imagesmith.edges.engine import Engine  # docker is imported only when doctor runs
+            from imagesmith.edges.session import docker_engine  # docker is imported only when doctor runs
 
-            self._engine = Engine(timeout=10)
+            self._engine = docker_engine(timeout=10)
         return self._engine
 
     def engine_version(self) -> Mapping[str, Any]:
@@ -286,10 +286,11 @@ def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False
 def probe_release(host: str, repository: str, environ: Mapping[str, str], credentials_file: Path | None = None) -> ReleaseFacts:
     """Ask the registry: may these credentials push to ``repository``? Is it Harbor, and
     with which tag-immutability rules in the project?"""
-    from imagesmith.edges.registry import Registry
+    from imagesmith.edges.session import Session
 
     try:
-        client = Registry(host, credentials.release_store(host, environ, credentials_file).for_host(host))
+        session = Session(credentials.release_store(host, environ, credentials_file))
+        client = session.registry(host, session.store.for_host(host))
         client.check_push(repository)
         push_error = None
     except UserError as exc:

@@ -711,10 +711,10 @@ def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None
          ca_file: Path | None = None) -> Evidence:
     """The evidence attached to what ``reference`` names (the operator names it: its host gets the store's
     login for that host), checked against ``keys``."""
-    from imagesmith.edges.registry import Registry
+    from imagesmith.edges.session import Session
 
-    where = locate(reference)
-    client = Registry(where.host, (store or CredentialStore()).for_host(where.host), ca_file=ca_file)
+    where, session = locate(reference), Session(store or CredentialStore())
+    client = session.registry(where.host, session.store.for_host(where.host), ca_file=ca_file)
     return Reader(client, where.repo, keys).read(where.ref)
 
 

@@ -164,9 +164,10 @@ def registry_promoter(target: Any, store: CredentialStore | None = None,
     blobs are copied), with the store's login only when that is the staging host the operator declared (--stage):
     ``source_ref`` comes from a build artifact, so an undeclared host is read anonymously and another host than
     the declared one is refused before anything is sent."""
-    from imagesmith.edges.registry import Registry
+    from imagesmith.edges.session import Session
 
     store = store or CredentialStore()
+    session = Session(store)
     clients: dict[str, Any] = {target.host: target}
 
     def promote(source_ref: str, repo: str, tag: str) -> Promotion:
@@ -174,7 +175,7 @@ def registry_promoter(target: Any, store: CredentialStore | None = None,
         if host not in clients:
             creds = store.for_artifact(host, store.declared.staging, f"the staged image {source_ref}", "staged repository",
                                        STAGE_FLAG)
-            clients[host] = Registry(host, creds, ca_file=ca_file,
+            clients[host] = session.registry(host, creds, ca_file=ca_file,
                                      anonymous_hint=store.anonymous_hint(host, store.declared.staging, STAGE_FLAG))
         return Promoter(clients[host], target)(source_ref, repo, tag)
     return promote

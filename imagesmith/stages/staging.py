@@ -37,7 +37,8 @@ import tenacity
 from imagesmith import runstate
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore, check_artifact_host
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
-from imagesmith.edges.registry import Credentials, Registry, redact
+from imagesmith.edges.registry import Credentials, redact
+from imagesmith.edges.session import Session
 from imagesmith.errors import BuildError, ImagesmithError, UserError
 from imagesmith.model import loader
 from imagesmith.model.matrix import Matrix
@@ -219,8 +220,9 @@ def open_stage(name: str, release: str, engine: EngineProtocol, out: Path, store
     """A :class:`Stage` for ``--stage host/path``: the operator declared that host, so it gets the
     store's login for it (--credentials, the environment pair, the docker config, each for its host)."""
     host, path = parse_repository(name, release)
-    credentials = (store or CredentialStore()).for_host(host)
-    return Stage(engine, Registry(host, credentials, ca_file=ca_file), path, out, credentials, display)
+    session = Session(store or CredentialStore())
+    credentials = session.store.for_host(host)
+    return Stage(engine, session.registry(host, credentials, ca_file=ca_file), path, out, credentials, display)
 
 
 def _read_dockerfile(path: Path, size: int) -> bytes | None:
