@@ -1,0 +1,91 @@
+"""The build use case: ``imagesmith build`` (one job's targets, staged or not), and with ``--verify``/``--push`` the
+whole sequence: build -> verify -> release, recorded in one run report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagesmith import runstate
+from imagesmith.edges.credentials import CredentialStore
+from imagesmith.edges.protocols import EngineProtocol
+from imagesmith.errors import UserError
+from imagesmith.model.matrix import Matrix
+from imagesmith.model.plan import Plan
+from imagesmith.pipeline.release import NEEDS_TRUST, ReleaseOptions, release_targets, signed_verifications
+from imagesmith.pipeline.runreport import RunOutcome, RunReport
+from imagesmith.pipeline.verify import staging_auth, verify_results
+from imagesmith.progress import Display
+from imagesmith.stages import artifacts, build, verify
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One ``imagesmith build``: the targets of ``plan`` (the whole plan) that ``only``/``layers`` pick, built into
+    ``out``; with ``stage_repo``, pushed to that staging repository and ancestors adopted from other jobs' artifacts."""
+
+    matrix: Matrix
+    plan: Plan
+    out: Path
+    only: tuple[str, ...] = ()
+    layers: tuple[str, ...] = ()
+    jobs: int = 2
+    prune: bool = True
+    stage_repo: str | None = None
+    store: CredentialStore = field(default_factory=CredentialStore)
+    ca_file: Path | None = None
+
+    @property
+    def whole(self) -> bool:
+        return not self.only and not self.layers
+
+
+def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, build.BuildReport]:
+    """Build what ``job`` picks (OUT/report.json, OUT/<target>/build.json); after a build of the whole plan the
+    artifacts of targets it no longer has are removed. The plan built (less what staging adopted) and its
+    report; a stop (an error, Ctrl-C) marks ``run`` interrupted."""
+    try:
+        p, stage = job.plan.select(job.only, job.layers), None
+        if job.stage_repo:
+            from imagesmith.stages import staging
+
+            stage = staging.open_stage(job.stage_repo, job.matrix.image.name, engine, job.out, job.store, job.ca_file, display)
+            p = stage.prepare(p, job.plan.picked(job.only, job.layers), job.matrix)
+        report = build.Builder(p, job.matrix, engine, job.out, job.jobs, display, prune=job.prune, stage=stage,
+                               store=job.store).run()
+        for gone in artifacts.remove_stale(job.out, {t.id for t in job.plan.targets}) if job.whole else []:
+            display.note(f"{gone}: no longer planned; its build artifact in {job.out} was removed (publish will not release it)")
+    except BaseException as exc:
+        if run is not None:
+            run.tracked.stop(exc)
+        raise
+    return p, report
+
+
+def records_of(report: build.BuildReport, plan: Plan, spec: artifacts.Release) -> list[artifacts.BuildRecord]:
+    """A build job's results as the records it saved (OUT/<target>/build.json), in plan order."""
+    results = {r.target: r for r in report.results}
+    return [artifacts.record_of(results[t.id], t, spec) for t in plan.targets if t.id in results]
+
+
+def verify_and_release(engine: EngineProtocol, report: build.BuildReport, plan: Plan, spec: artifacts.Release, out: Path,
+                       display: Display, run: RunReport, options: verify.VerifyOptions, release: ReleaseOptions,
+                       push: bool) -> RunOutcome:
+    """After a build of ``plan`` (``imagesmith build --verify/--push``): verify every image it made
+    (OUT/<target>/verify.json), then, with ``push``, release what passed (OUT/release.json) as ``spec``
+    says. ``run`` records each stage and ends ``complete`` (``interrupted`` when a stage raises)."""
+    with run:
+        run.built(report.to_json() | {"state": runstate.COMPLETE})  # as the build wrote it to report.json
+        if push and (release.trust is None or release.verifier_key is None):
+            raise UserError(NEEDS_TRUST)
+        auth = staging_auth(report.results, release.store, {r.target: out / r.target for r in report.results})
+        outcomes = verify_results(engine, report.results, options, out, display, run, auth, signer=release.verifier_key)
+        rel = None
+        if push:
+            found = [artifacts.Found(r, out / r.target.id) for r in records_of(report, plan, spec)]
+            signed = signed_verifications(found, release.trust)
+            rel = release_targets(engine, spec, signed.records, signed.outcomes, out, display, release, None,
+                           signed.inventories(engine), signed)
+        if rel is not None:
+            run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
+        return RunOutcome(tuple(report.results), outcomes, rel, run.complete())
