@@ -19,10 +19,10 @@ def base_group() -> None:
                    "qemu (apt-get install -y qemu-user-static binfmt-support); default tag imagesmith/debian:<codename>-<arch>.")
 def bootstrap_cmd(os_key: str, tag: str | None, mirror: str, arch: str | None) -> None:
     """Make a Debian base image with debootstrap + docker import (no registry needed)."""
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
     from imagesmith.stages import bootstrap
 
     click.echo(f"debootstrap {os_key}{' ' + arch if arch else ''} from {mirror} ...", err=True)
-    ref, image_id = bootstrap.bootstrap(Session().engine, os_key, tag, mirror, arch=arch)
+    ref, image_id = bootstrap.bootstrap(RunContext().engine, os_key, tag, mirror, arch=arch)
     click.echo(f"{ref} {image_id}")
 

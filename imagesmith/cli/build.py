@@ -50,7 +50,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     """Render and build every target, parents first, reusing what is cached;
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import pipeline
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
     from imagesmith.progress import make_display
     from imagesmith.stages import artifacts
 
@@ -63,7 +63,7 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     picked = len(job.plan.select(only, layers).targets)
     if not picked:
         raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
-    engine = Session(store).engine
+    engine = RunContext(store).engine
     display = make_display(f"building {picked} targets", quiet or as_json)
     with artifacts.locked(out, "imagesmith build", display.note):  # one writer of OUT, from the build to the release
         run = pipeline.RunReport(out) if push or do_verify else None  # replaces the last run's report at once: running

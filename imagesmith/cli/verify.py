@@ -21,7 +21,7 @@ from imagesmith.table import print_table
 
 if TYPE_CHECKING:
     from imagesmith.edges.credentials import CredentialStore
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
     from imagesmith.edges.signing import Key
     from imagesmith.stages.verify import VerifyOptions, VerifyOutcome
 
@@ -167,7 +167,7 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
                              local_series(metrics.metrics_file, python_exe) if local else None)
     if stage_repo and not build_reports:
         raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
 
     signer = load_verifier_key(verifier_key)
     if signer is not None and not build_reports:
@@ -180,7 +180,7 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
         raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
     max_age = load_matrix(evidence.age_matrix).vulnerabilities.max_age_days if evidence.age_matrix else None
     store = credential_store(image_host(image), None, credentials_file) if image and not local else None
-    session = Session() if store is None else Session(store)  # the engine and the registry clients of this run
+    context = RunContext() if store is None else RunContext(store)  # the engine and the registry clients of this run
     from imagesmith.runstate import Tracked
 
     reused = _attached_evidence(image, evidence.public_keys, store, options, evidence.reuse_evidence, quiet, max_age) if image and store else None
@@ -195,12 +195,12 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
         if local:
             outcome = verify.run_local(options, python_exe, progress=None if quiet else (lambda line: click.echo(line, err=True)))
         else:
-            outcome = _verify_image(session, image or "", options, no_pull, store is not None, quiet)
+            outcome = _verify_image(context, image or "", options, no_pull, store is not None, quiet)
         tracked.complete(outcome.report)
     if not quiet:
         print_verify(outcome.report, json_out)
     if signer is not None and json_out is not None:
-        signed = _sign_image_verification(session, image or "", outcome.report, signer, json_out)
+        signed = _sign_image_verification(context, image or "", outcome.report, signer, json_out)
         if not quiet:
             click.echo(f"signed statement: {signed}", err=True)
     export(outcome.report, str(json_out or "the verify report"))
@@ -235,7 +235,7 @@ def statement_path(json_out: Path) -> Path:
     return json_out.with_name(json_out.name.removesuffix(".json") + ".dsse.json")
 
 
-def _sign_image_verification(session: Session, image: str, report: Mapping[str, Any], signer: Key, json_out: Path) -> Path:
+def _sign_image_verification(context: RunContext, image: str, report: Mapping[str, Any], signer: Key, json_out: Path) -> Path:
     """The report of ``verify IMAGE`` and the inventory measured inside that image, signed as a statement about
     IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on)."""
     from imagesmith import pipeline
@@ -243,7 +243,7 @@ def _sign_image_verification(session: Session, image: str, report: Mapping[str, 
     from imagesmith.stages.fleet.config import parse_ref
 
     ref = parse_ref(image)
-    return pipeline.sign_report(session.engine, report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out),
+    return pipeline.sign_report(context.engine, report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out),
                                 lambda line: click.secho(inert(f"note: {line}"), fg="yellow", err=True))
 
 
@@ -269,15 +269,15 @@ def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: Credent
     return attached.reused
 
 
-def _verify_image(session: Session, image: str, options: Any, no_pull: bool, declared: bool, quiet: bool) -> Any:
+def _verify_image(context: RunContext, image: str, options: Any, no_pull: bool, declared: bool, quiet: bool) -> Any:
     from imagesmith.model.ref import DOCKER_HUB
     from imagesmith.stages import verify
 
     host = image_host(image)
-    creds = session.store.for_host(host) if declared else None
+    creds = context.store.for_host(host) if declared else None
     progress = None if quiet else (lambda line: click.echo(inert(line), err=True))
-    index_reader = session.registry(host, creds) if host != DOCKER_HUB else None  # which platform image of an index ran
-    return verify.verify_image(session.engine, image, options, pull=not no_pull, progress=progress,
+    index_reader = context.registry(host, creds) if host != DOCKER_HUB else None  # which platform image of an index ran
+    return verify.verify_image(context.engine, image, options, pull=not no_pull, progress=progress,
                                auth=creds.auth_config() if creds else None, registry=index_reader)
 
 

@@ -46,7 +46,7 @@ def recheck_cmd(matrix_file: Path, locations: tuple[str, ...], public_keys: tupl
 
     Exit 0: no floating tag names a vulnerable (or unjudged) digest; 1: one does, or a snapshot is stale."""
     from imagesmith.edges import signing
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
     from imagesmith.stages import recheck, vulngate
 
     m = load_matrix(matrix_file, allow_roots)
@@ -61,8 +61,8 @@ def recheck_cmd(matrix_file: Path, locations: tuple[str, ...], public_keys: tupl
     if not snapshots:
         raise UsageError("vulns recheck: no advisories: give --advisories SNAPSHOT or set the matrix's sources.advisories")
     host = m.image.registry
-    session = Session(credential_store(host, None, credentials_file))
-    client = session.registry(host, session.store.for_host(host), ca_file=registry_ca)
+    context = RunContext(credential_store(host, None, credentials_file))
+    client = context.registry(host, context.store.for_host(host), ca_file=registry_ca)
     report = recheck.run(client, m.image.repository, m.tags, m.vulnerabilities, snapshots,
                          [signing.load_public_key(k) for k in public_keys], dt.datetime.now(dt.timezone.utc),
                          recheck.HoldOptions(key, m.tags) if key else None)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from imagesmith import runstate
 from imagesmith.edges.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialStore, Declared, check_artifact_host, same_host
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
-from imagesmith.edges.session import Session
+from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UserError
 from imagesmith.model.matrix import Matrix
 from imagesmith.pipeline.inputs import builds_input, complete
@@ -153,7 +153,7 @@ def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date
     ordered = complete(sorted(found.values(), key=lambda f: f.record.target.depth))
     built = builds_input(ordered)
     signed = signed_verifications(ordered, release.trust)
-    engine = Session(release.store, display).engine if engine is None else engine  # connects only if an image was not staged (same-host publish)
+    engine = RunContext(release.store, display).engine if engine is None else engine  # connects only if an image was not staged (same-host publish)
     with RunReport(out, built.data) as run:
         run.verify = {t: o.report for t, o in signed.outcomes.items()}
         rel = release_targets(engine, spec, signed.records, signed.outcomes, out, display, release, date,

@@ -12,7 +12,7 @@ from imagesmith import runstate
 from imagesmith.atomic import write_text
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol
-from imagesmith.edges.session import Session
+from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import policy
 from imagesmith.model.matrix import Matrix
@@ -144,7 +144,7 @@ def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, d
     auth = staging_auth(results, store, built.folders)  # a host not declared: refused before any pull
     for host in [] if store.declared.staging else sorted({staged_host(r) for r in results if r.staged}):
         display.note(f"staged images on {host} are pulled without credentials: {store.anonymous_hint(host, None, STAGE_FLAG)}")
-    engine = Session(store, display).engine if engine is None else engine
+    engine = RunContext(store, display).engine if engine is None else engine
     with artifacts.locked(out, "imagesmith verify", display.note):
         with RunReport(out, built.data) as run:
             outcomes = verify_results(engine, results, options, out, display, run, auth, built.folders, signer)

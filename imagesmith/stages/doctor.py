@@ -171,7 +171,7 @@ class SystemHost:
     @property
     def engine(self) -> Any:
         if self._engine is None:
-            from imagesmith.edges.session import docker_engine  # docker is imported only when doctor runs
+            from imagesmith.edges.runcontext import docker_engine  # docker is imported only when doctor runs
 
             self._engine = docker_engine(timeout=10)
         return self._engine
@@ -286,11 +286,11 @@ def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False
 def probe_release(host: str, repository: str, environ: Mapping[str, str], credentials_file: Path | None = None) -> ReleaseFacts:
     """Ask the registry: may these credentials push to ``repository``? Is it Harbor, and
     with which tag-immutability rules in the project?"""
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
 
     try:
-        session = Session(credentials.release_store(host, environ, credentials_file))
-        client = session.registry(host, session.store.for_host(host))
+        context = RunContext(credentials.release_store(host, environ, credentials_file))
+        client = context.registry(host, context.store.for_host(host))
         client.check_push(repository)
         push_error = None
     except UserError as exc:

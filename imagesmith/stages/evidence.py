@@ -711,10 +711,10 @@ def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None
          ca_file: Path | None = None) -> Evidence:
     """The evidence attached to what ``reference`` names (the operator names it: its host gets the store's
     login for that host), checked against ``keys``."""
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
 
-    where, session = locate(reference), Session(store or CredentialStore())
-    client = session.registry(where.host, session.store.for_host(where.host), ca_file=ca_file)
+    where, context = locate(reference), RunContext(store or CredentialStore())
+    client = context.registry(where.host, context.store.for_host(where.host), ca_file=ca_file)
     return Reader(client, where.repo, keys).read(where.ref)
 
 

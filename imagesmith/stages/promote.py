@@ -8,8 +8,8 @@ For the staged manifest ``STAGE@sha256:D`` and a release ``REPO:TAG``:
    from the staging repository (same registry: ``POST
    /v2/REPO/blobs/uploads/?mount=DIGEST&from=STAGE``, no bytes move); or
    copied in chunks (``GET`` with ``Range`` from the source, ``PATCH`` into an
-   upload session, ``PUT ?digest=``) where the registry refuses the mount (it
-   then answers 202 with an upload session, which the copy uses) or the
+   upload context, ``PUT ?digest=``) where the registry refuses the mount (it
+   then answers 202 with an upload context, which the copy uses) or the
    staging repository is on another registry;
 3. ``PUT`` the very same manifest bytes under ``TAG``. The registry answers
    with their digest, which must be ``D``: the release is byte-identical to
@@ -164,10 +164,10 @@ def registry_promoter(target: Any, store: CredentialStore | None = None,
     blobs are copied), with the store's login only when that is the staging host the operator declared (--stage):
     ``source_ref`` comes from a build artifact, so an undeclared host is read anonymously and another host than
     the declared one is refused before anything is sent."""
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
 
     store = store or CredentialStore()
-    session = Session(store)
+    context = RunContext(store)
     clients: dict[str, Any] = {target.host: target}
 
     def promote(source_ref: str, repo: str, tag: str) -> Promotion:
@@ -175,7 +175,7 @@ def registry_promoter(target: Any, store: CredentialStore | None = None,
         if host not in clients:
             creds = store.for_artifact(host, store.declared.staging, f"the staged image {source_ref}", "staged repository",
                                        STAGE_FLAG)
-            clients[host] = session.registry(host, creds, ca_file=ca_file,
+            clients[host] = context.registry(host, creds, ca_file=ca_file,
                                      anonymous_hint=store.anonymous_hint(host, store.declared.staging, STAGE_FLAG))
         return Promoter(clients[host], target)(source_ref, repo, tag)
     return promote

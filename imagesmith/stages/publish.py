@@ -843,7 +843,7 @@ def release_to(engine: EngineProtocol, spec: Release, records: Sequence[BuildRec
     (status ``vulnerable``), and each released digest gets the CycloneDX vulnerability document as evidence; ``trust``
     (the trust policy and who signed each accepted verification, :class:`imagesmith.pipeline.Signed`) is recorded in
     release.json and release.md."""
-    from imagesmith.edges.session import Session
+    from imagesmith.edges.runcontext import RunContext
     from imagesmith.stages.promote import registry_promoter
 
     image, store = spec.image, store or CredentialStore()
@@ -851,7 +851,7 @@ def release_to(engine: EngineProtocol, spec: Release, records: Sequence[BuildRec
         raise UserError(f"{spec.matrix}: image.registry is not set; a release needs the registry to push to")
     credentials = store.for_artifact(image.registry, store.declared.release, f"the release of {spec.matrix}",
                                      "release registry", RELEASE_FLAG)
-    client = client or Session(store).registry(image.registry, credentials, ca_file=ca_file,
+    client = client or RunContext(store).registry(image.registry, credentials, ca_file=ca_file,
                                                anonymous_hint=store.anonymous_hint(image.registry, store.declared.release, RELEASE_FLAG))
     items = items_from(records, outcomes)
     signers = (trust or {}).get("targets") or {}

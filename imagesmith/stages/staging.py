@@ -38,7 +38,7 @@ from imagesmith import runstate
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore, check_artifact_host
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.registry import Credentials, redact
-from imagesmith.edges.session import Session
+from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import BuildError, ImagesmithError, UserError
 from imagesmith.model import loader
 from imagesmith.model.matrix import Matrix
@@ -220,9 +220,9 @@ def open_stage(name: str, release: str, engine: EngineProtocol, out: Path, store
     """A :class:`Stage` for ``--stage host/path``: the operator declared that host, so it gets the
     store's login for it (--credentials, the environment pair, the docker config, each for its host)."""
     host, path = parse_repository(name, release)
-    session = Session(store or CredentialStore())
-    credentials = session.store.for_host(host)
-    return Stage(engine, session.registry(host, credentials, ca_file=ca_file), path, out, credentials, display)
+    context = RunContext(store or CredentialStore())
+    credentials = context.store.for_host(host)
+    return Stage(engine, context.registry(host, credentials, ca_file=ca_file), path, out, credentials, display)
 
 
 def _read_dockerfile(path: Path, size: int) -> bytes | None:

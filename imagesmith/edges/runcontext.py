@@ -1,6 +1,6 @@
-"""One command's run session: the engine, the credential store, the registry clients, progress and the clock.
+"""One command's run context: the engine, the credential store, the registry clients, progress and the clock.
 
-A command builds one :class:`Session` at its start and hands it down; it is the only code that constructs an
+A command builds one :class:`RunContext` at its start and hands it down; it is the only code that constructs an
 :class:`~imagesmith.edges.engine.Engine` or a :class:`~imagesmith.edges.registry.Registry`. The engine is made on
 first use and kept (a command that never needs it never connects); a registry client is made for the host it is
 asked, with the credentials the caller got from the store for that host. Tests plug their doubles in through
@@ -47,7 +47,7 @@ def utc_now() -> dt.datetime:
 
 
 @dataclass
-class Session:
+class RunContext:
     """What one command's stages share, built once by the command."""
 
     store: CredentialStore = field(default_factory=CredentialStore)
@@ -71,4 +71,4 @@ class Session:
         return self.registry_factory(host, credentials, ca_file=ca_file, anonymous_hint=anonymous_hint)
 
 
-__all__ = ["RegistryFactory", "Session", "docker_engine", "http_registry", "utc_now"]
+__all__ = ["RegistryFactory", "RunContext", "docker_engine", "http_registry", "utc_now"]
