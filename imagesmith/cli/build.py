@@ -11,7 +11,7 @@ import click
 from imagesmith.cli.common import credential_store, load_matrix, today
 from imagesmith.cli.options import ALLOW_ROOT_OPTION, MATRIX_OPTION, ReleaseArgs, release_options
 from imagesmith.cli.release import finish_release
-from imagesmith.cli.verify import print_outcomes
+from imagesmith.cli.verification import print_outcomes
 from imagesmith.errors import UsageError, UserError
 from imagesmith.inert import inert
 from imagesmith.model import matrix as matrix_mod

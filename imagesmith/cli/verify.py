@@ -1,29 +1,24 @@
-"""``imagesmith verify``: one image, this host (--local), or every image a build made (--build-report);
-and the verification tables ``build --verify`` prints too."""
+"""``imagesmith verify``: one image, this host (--local), or every image a build made (--build-report). The command
+parses its options, calls :func:`imagesmith.pipeline.verify.run_verify` and prints (:mod:`imagesmith.cli.verification`)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from imagesmith.cli.common import credential_store, image_host, load_matrix, load_verifier_key
-from imagesmith.cli.evidence import print_evidence
 from imagesmith.cli.options import ALLOW_CPU_OPTION, CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, VERIFIER_KEY_OPTION, gathered
+from imagesmith.cli.verification import Printer
 from imagesmith.errors import UsageError, UserError
 from imagesmith.inert import inert
 from imagesmith.model.gpupath import RUNTIMES
 from imagesmith.model.grammar import GPU_LIST
-from imagesmith.table import print_table
 
 if TYPE_CHECKING:
-    from imagesmith.edges.credentials import CredentialStore
-    from imagesmith.edges.runcontext import RunContext
-    from imagesmith.edges.signing import Key
-    from imagesmith.stages.verify import VerifyOptions, VerifyOutcome
+    from imagesmith.stages.verify import VerifyOptions
 
 
 def _expect_option(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, str]:
@@ -44,7 +39,6 @@ def _gpus_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 # verify's own typed values: the run's options (the payload's VerifyOptions), the attached evidence, the metrics' targets
-
 RUN_OPTIONS = ("tier", "gpus", "gpu_runtime", "expect", "require_non_root", "allow_shared_gpu", "through_entrypoint", "login_shell", "require_gpu",
                "allow_cpu", "timeout_s", "shm_size", "memory", "cpus", "soak_minutes", "only", "skip")
 
@@ -147,11 +141,37 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
     """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
     numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
     required check passed."""
-    from imagesmith.model import policy
+    from imagesmith.edges.runcontext import RunContext
+    from imagesmith.pipeline.verify import VerifyJob, local_series, metrics_export, run_verify
     from imagesmith.stages import verify
 
     if [bool(image), local, bool(build_reports)].count(True) != 1:
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
+    _check_usage(options, local)
+    verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
+    if local:
+        python_exe = verify.local_python(python_exe)  # a --python that is not one: exit 1 before anything runs
+    say = (lambda line: None) if quiet else (lambda line: click.echo(inert(line), err=True))
+    export = metrics_export(metrics.metrics_file, metrics.pushgateway, say,  # a bad --metrics/--pushgateway: before anything runs
+                            local_series(metrics.metrics_file, python_exe) if local else None)
+    if stage_repo and not build_reports:
+        raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
+    signer = load_verifier_key(verifier_key)
+    if signer is not None and not build_reports:
+        _check_signable(image, local, json_out, evidence.reuse_evidence)
+    max_age, store = None, credential_store(None, stage_repo, credentials_file) if build_reports else None
+    if not build_reports:
+        if evidence.reuse_evidence and not evidence.public_keys:
+            raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
+        max_age = load_matrix(evidence.age_matrix).vulnerabilities.max_age_days if evidence.age_matrix else None
+        store = credential_store(image_host(image), None, credentials_file) if image and not local else None
+    job = VerifyJob(options, image, local, python_exe, build_reports, json_out, not no_pull, evidence.public_keys,
+                    evidence.reuse_evidence, max_age, signer, export)
+    run_verify(RunContext() if store is None else RunContext(store), job, Printer(quiet))
+
+
+def _check_usage(options: VerifyOptions, local: bool) -> None:
+    """Options that contradict each other, or the mode: bad usage (exit 2)."""
     if options.require_gpu and options.allow_cpu:
         raise UsageError("--require-gpu and --allow-cpu-verification contradict each other: give one")
     if options.gpu_runtime != "auto" and (local or options.gpus == "none"):
@@ -160,55 +180,6 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
     if local and (options.login_shell or options.through_entrypoint is not None):
         flag = "--login-shell" if options.login_shell else "--through-entrypoint" if options.through_entrypoint else "--bypass-entrypoint"
         raise UsageError(f"{flag} says how the payload starts in an image; --local runs this host's Python (--python): leave it out")
-    verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
-    if local:
-        python_exe = verify.local_python(python_exe)  # a --python that is not one: exit 1 before anything runs
-    export = _metrics_export(metrics.metrics_file, metrics.pushgateway, quiet,  # a bad --metrics/--pushgateway: before anything runs
-                             local_series(metrics.metrics_file, python_exe) if local else None)
-    if stage_repo and not build_reports:
-        raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
-    from imagesmith.edges.runcontext import RunContext
-
-    signer = load_verifier_key(verifier_key)
-    if signer is not None and not build_reports:
-        _check_signable(image, local, json_out, evidence.reuse_evidence)
-    if build_reports:
-        _verify_build(build_reports, options, json_out, quiet, credential_store(None, stage_repo, credentials_file), export,
-                      signer)
-        return
-    if evidence.reuse_evidence and not evidence.public_keys:
-        raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
-    max_age = load_matrix(evidence.age_matrix).vulnerabilities.max_age_days if evidence.age_matrix else None
-    store = credential_store(image_host(image), None, credentials_file) if image and not local else None
-    context = RunContext() if store is None else RunContext(store)  # the engine and the registry clients of this run
-    from imagesmith.runstate import Tracked
-
-    reused = _attached_evidence(image, evidence.public_keys, store, options, evidence.reuse_evidence, quiet, max_age) if image and store else None
-    if reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
-        with Tracked(json_out, verify.running_report(image, options.tier)) as tracked:
-            tracked.complete(reused)
-        if not quiet:
-            print_verify(reused, json_out)
-        return
-
-    with Tracked(json_out, verify.running_report(image, options.tier)) as tracked:  # --json FILE says running at once
-        if local:
-            outcome = verify.run_local(options, python_exe, progress=None if quiet else (lambda line: click.echo(line, err=True)))
-        else:
-            outcome = _verify_image(context, image or "", options, no_pull, store is not None, quiet)
-        tracked.complete(outcome.report)
-    if not quiet:
-        print_verify(outcome.report, json_out)
-    if signer is not None and json_out is not None:
-        signed = _sign_image_verification(context, image or "", outcome.report, signer, json_out)
-        if not quiet:
-            click.echo(f"signed statement: {signed}", err=True)
-    export(outcome.report, str(json_out or "the verify report"))
-    if not outcome.ok:
-        raise UserError(f"verification failed: {verify_failures(outcome.report)}")
-    if policy.evidence(outcome.report).exclusive is False and not options.allow_shared_gpu:
-        raise UserError(f"not verified: {policy.sharing_line(outcome.report)}; run it again with the GPU to itself, "
-                        "or pass --allow-shared-gpu to measure this tenant's share")
 
 
 def _check_signable(image: str | None, local: bool, json_out: Path | None, reuse: bool) -> None:
@@ -227,183 +198,3 @@ def _check_signable(image: str | None, local: bool, json_out: Path | None, reuse
                          "(FILE.dsse.json is written next to it)")
     if reuse:
         raise UsageError("--verifier-key signs what this run measured; --reuse-evidence runs nothing: give one of them")
-
-
-def statement_path(json_out: Path) -> Path:
-    """Where ``verify --json FILE --verifier-key`` writes its statement: FILE's stem + ``.dsse.json`` beside it
-    (``verify.json`` -> ``verify.dsse.json``, the name publish reads)."""
-    return json_out.with_name(json_out.name.removesuffix(".json") + ".dsse.json")
-
-
-def _sign_image_verification(context: RunContext, image: str, report: Mapping[str, Any], signer: Key, json_out: Path) -> Path:
-    """The report of ``verify IMAGE`` and the inventory measured inside that image, signed as a statement about
-    IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on)."""
-    from imagesmith import pipeline
-    from imagesmith.stages import trust
-    from imagesmith.stages.fleet.config import parse_ref
-
-    ref = parse_ref(image)
-    return pipeline.sign_report(context.engine, report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out),
-                                lambda line: click.secho(inert(f"note: {line}"), fg="yellow", err=True))
-
-
-def _attached_evidence(image: str, public_keys: tuple[Path, ...], store: CredentialStore, options: Any,
-                       reuse: bool, quiet: bool, max_age_days: int | None = None) -> dict[str, Any] | None:
-    """Print what is attached to IMAGE's digest; with --reuse-evidence, the verify report the pipeline found a
-    signed attestation standing for (pipeline.attached_evidence decides), else None."""
-    from imagesmith import pipeline
-
-    attached = pipeline.attached_evidence(image, public_keys, store, options, reuse, max_age_days)
-    if attached.note:
-        click.secho(inert(f"note: {attached.note}"), fg="yellow", err=True)
-    if attached.found is None:
-        return None
-    if not quiet:
-        print_evidence(attached.found)
-    for reason in attached.why_not:
-        click.echo(inert(f"not reused: {reason}; running again", one_line=True), err=True)
-    if attached.reused is not None:
-        found = attached.found
-        click.echo(f"reusing the signed verification {attached.match.digest} of {found.name}@{found.digest} "
-                   f"({options.tier} tier, {attached.gpu_model or 'CPU mode'}): not run again", err=True)
-    return attached.reused
-
-
-def _verify_image(context: RunContext, image: str, options: Any, no_pull: bool, declared: bool, quiet: bool) -> Any:
-    from imagesmith.model.ref import DOCKER_HUB
-    from imagesmith.stages import verify
-
-    host = image_host(image)
-    creds = context.store.for_host(host) if declared else None
-    progress = None if quiet else (lambda line: click.echo(inert(line), err=True))
-    index_reader = context.registry(host, creds) if host != DOCKER_HUB else None  # which platform image of an index ran
-    return verify.verify_image(context.engine, image, options, pull=not no_pull, progress=progress,
-                               auth=creds.auth_config() if creds else None, registry=index_reader)
-
-
-def _verify_build(build_reports: tuple[Path, ...], options: VerifyOptions, json_out: Path | None, quiet: bool,
-                  store: CredentialStore, export: Callable[[Any, str], None], signer: Key | None = None) -> None:
-    """verify --build-report: the pipeline verifies every image the builds made; this prints the outcomes."""
-    from imagesmith import pipeline
-    from imagesmith.progress import make_display
-
-    built = pipeline.read_builds(build_reports)
-    display = make_display(f"verifying {sum(r.ok and bool(r.image_id) for r in built.results)} images", quiet)
-    try:
-        done = pipeline.verify_builds(built, pipeline.out_of(build_reports[0]), options, display, store, json_out,
-                                      signer=signer)
-    finally:
-        display.close()
-    if not quiet:
-        print_outcomes(done.outcomes)
-        click.echo(f"run report: {done.run_report}", err=True)
-    export(Path(done.run_report), str(done.run_report))
-    if done.failed:
-        raise UserError(f"verification failed for {len(done.failed)} of {len(done.outcomes)} images: {', '.join(done.failed)}")
-
-
-def local_series(metrics_file: Path | None, python: str | None) -> str:
-    """The ``digest`` label of a ``verify --local`` run (no image, no digest): ``local:`` and the --metrics file's name, so
-    two jobs writing two files into one textfile folder never export the same series; with only --pushgateway, ``local:``
-    and the Python it ran (the group of that Python on this host)."""
-    return "local:" + (metrics_file.name if metrics_file is not None else str(python or sys.executable))[:120]
-
-
-def _metrics_export(metrics_file: Path | None, pushgateway: str | None, quiet: bool,
-                    local: str | None = None) -> Callable[[Any, str], None]:
-    """verify --metrics/--pushgateway, checked now; the function exports a report (raw JSON or its file; its name);
-    ``local``: the digest label of a --local run."""
-    from imagesmith.stages import metrics
-
-    if metrics_file is not None:
-        metrics.check_textfile(metrics_file)
-    if pushgateway is not None:
-        metrics.check_gateway(pushgateway)
-
-    def export(report: Any, source: str) -> None:
-        if metrics_file is None and pushgateway is None:
-            return
-        from imagesmith.report import load, parse
-
-        run = load(report) if isinstance(report, Path) else parse(report, source)
-        metrics.export_run(run, metrics_file, pushgateway, local=local,
-                           say=(lambda line: None) if quiet else (lambda line: click.echo(inert(line), err=True)))
-    return export
-
-
-def print_outcomes(outcomes: Mapping[str, VerifyOutcome]) -> None:
-    from imagesmith.model import policy
-
-    rows = []
-    for target, o in outcomes.items():
-        s = o.report.get("summary", {})
-        rows.append([target, "passed" if o.ok else "FAILED", policy.how_verified(o.report), s.get("pass", 0), s.get("warn", 0),
-                     s.get("fail", 0), s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
-    print_table("verification", ["target", "result", "mode", "pass", "warn", "fail", "skip", "failed checks"], rows)
-
-
-def mode_line(report: dict[str, Any]) -> str:
-    """Which mode ran and why, for the first line of the verify table."""
-    from imagesmith.model import policy
-
-    reason = str((report.get("mode") or {}).get("reason") or "mode unknown: the payload did not report")
-    cuda = (report.get("environment") or {}).get("cuda")
-    ev = policy.evidence(report)
-    if cuda and not ev.gpu_verified and policy.NOT_GPU_VERIFIED not in reason:
-        reason += f" ({policy.NOT_GPU_VERIFIED})"
-    return reason
-
-
-def verify_failures(report: dict[str, Any]) -> str:
-    """Which required checks failed; else why the report could not be judged at all."""
-    from imagesmith.model import policy
-    from imagesmith.stages import verify
-
-    return ", ".join(policy.failed_required(report)) or policy.verdict(report, verify.declared_checks()).why or "no report"
-
-
-DETAIL_WIDTH = 110  # characters of a check's detail shown in the table
-
-
-def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
-    env = report.get("environment") or {}
-    image = (report.get("image") or {}).get("ref", "this host")
-    s = report.get("summary", {})
-    engine: dict[str, Any] = report["engine"] if isinstance(report.get("engine"), dict) else {}
-    on = f" on {engine.get('name')} {engine.get('version')}" if engine.get("name") else ""
-    title = (f"verify {image}{on} ({report.get('tier')}), {mode_line(report)}: torch {env.get('torch')} cuda {env.get('cuda')} "
-             f"driver {env.get('driver')} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
-             f"{s.get('skip', 0)} skip, {s.get('inconclusive', 0)} inconclusive in {report.get('wall_s', 0):.1f}s"
-             + (f"; report {json_out}" if json_out else ""))
-    rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",
-             _fmt(c.get("percent_of_baseline")), (c.get("detail") or "")[:DETAIL_WIDTH]] for c in report.get("checks", [])]
-    print_table(title, ["check", "status", "value", "threshold", "unit", "% base", "detail"], rows)
-    for c in report.get("checks", []):  # a failure's reason and fix in full: the table cuts them
-        if c.get("status") == "fail" and len(str(c.get("detail") or "")) > DETAIL_WIDTH:
-            click.secho(inert(f"{c['id']}: {c['detail']}"), fg="red", err=True)
-    print_verdict(report)
-    for note in report.get("notes", []):
-        click.secho(inert(f"note: {note}"), fg="yellow", err=True)
-
-
-def print_verdict(report: dict[str, Any]) -> None:
-    """The last lines: which digest passed or failed, and whether the GPUs were this run's alone."""
-    from imagesmith.model import policy
-    from imagesmith.stages import verify
-
-    passed = verify.VerifyOutcome(report).ok
-    shared = policy.evidence(report).exclusive is False and (report.get("sharing") or {}).get("allowed") is not True
-    word = "FAILED verification" if not passed else "NOT VERIFIED (the GPU was shared)" if shared else "verified"
-    digests = (report.get("image") or {}).get("digests", [])
-    for digest in digests:
-        click.echo(inert(f"{word}: {digest}" if word != "verified" else f"verified {digest}", one_line=True))
-    sharing = policy.sharing_line(report) if policy.evidence(report).mode == "gpu" else ""  # CPU mode: no GPU to share
-    if sharing:
-        click.secho(inert(sharing, one_line=True), fg="yellow" if "not exclusive" in sharing else None)
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-

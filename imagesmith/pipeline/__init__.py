@@ -11,51 +11,70 @@ and machines (`imagesmith build --stage`, `imagesmith verify --build-report`,
 folder are the whole build.
 
 The use cases: :mod:`.plan` (render, validate), :mod:`.build` (build; build --verify/--push), :mod:`.verify`
-(verify --build-report; the evidence attached to an image), :mod:`.release` (publish from the artifacts); what
+(verify IMAGE, --local, --build-report: :mod:`.verify_built`), :mod:`.release` (publish from the artifacts); what
 they share: :mod:`.inputs` (the builds read back) and :mod:`.runreport` (OUT/run-report.json). This face hands
-their entries on.
+their entries on, each loaded when first asked: a command loads only the use case it runs (``verify --local``
+needs no signing stack).
 """
 
 from __future__ import annotations
 
-from imagesmith.pipeline.build import BuildJob, build_stage, records_of, verify_and_release
-from imagesmith.pipeline.inputs import (
-    BuildInput,
-    build_results,
-    builds_input,
-    complete,
-    merge_inputs,
-    out_of,
-    read_build,
-    read_build_input,
-    read_builds,
-)
-from imagesmith.pipeline.plan import Rendered, render, validate
-from imagesmith.pipeline.release import (
-    NEEDS_TRUST,
-    ReleaseOptions,
-    Signed,
-    check_agrees,
-    check_declared_hosts,
-    publish_artifacts,
-    signed_verifications,
-)
-from imagesmith.pipeline.runreport import RUN_REPORT, RunOutcome, RunReport, write_run_report
-from imagesmith.pipeline.verify import (
-    AttachedEvidence,
-    attached_evidence,
-    gpu_model,
-    options_from,
-    sign_outcome,
-    sign_outcome_or_say,
-    sign_report,
-    staged_host,
-    staging_auth,
-    subject_of,
-    verify_builds,
-    verify_one,
-    verify_results,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from imagesmith.pipeline.build import BuildJob, build_stage, records_of, verify_and_release
+    from imagesmith.pipeline.inputs import (
+        BuildInput,
+        build_results,
+        builds_input,
+        complete,
+        merge_inputs,
+        out_of,
+        read_build,
+        read_build_input,
+        read_builds,
+    )
+    from imagesmith.pipeline.plan import Rendered, render, validate
+    from imagesmith.pipeline.release import (
+        NEEDS_TRUST,
+        ReleaseOptions,
+        Signed,
+        check_agrees,
+        check_declared_hosts,
+        publish_artifacts,
+        signed_verifications,
+    )
+    from imagesmith.pipeline.runreport import RUN_REPORT, RunOutcome, RunReport, write_run_report
+    from imagesmith.pipeline.verify import AttachedEvidence, VerifyJob, attached_evidence, gpu_model, options_from, run_verify
+    from imagesmith.pipeline.verify_built import (
+        sign_outcome,
+        sign_outcome_or_say,
+        sign_report,
+        staged_host,
+        staging_auth,
+        subject_of,
+        verify_builds,
+        verify_one,
+        verify_results,
+    )
+
+WHERE = {name: module for module, names in {
+    "plan": ("Rendered", "render", "validate"),
+    "inputs": ("read_build", "build_results", "BuildInput", "read_build_input", "complete", "builds_input", "merge_inputs", "read_builds", "out_of"),
+    "runreport": ("RUN_REPORT", "RunReport", "write_run_report", "RunOutcome"),
+    "verify_built": ("verify_results", "verify_one", "subject_of", "sign_outcome", "sign_report", "sign_outcome_or_say", "verify_builds", "staged_host", "staging_auth"),
+    "verify": ("options_from", "AttachedEvidence", "attached_evidence", "gpu_model", "VerifyJob", "run_verify"),
+    "release": ("ReleaseOptions", "NEEDS_TRUST", "Signed", "signed_verifications", "publish_artifacts", "check_declared_hosts", "check_agrees"),
+    "build": ("BuildJob", "build_stage", "records_of", "verify_and_release"),
+}.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{WHERE[name]}"), name)
+
 
 __all__ = [
     "NEEDS_TRUST",
@@ -68,6 +87,7 @@ __all__ = [
     "RunOutcome",
     "RunReport",
     "Signed",
+    "VerifyJob",
     "attached_evidence",
     "build_results",
     "build_stage",
@@ -85,6 +105,7 @@ __all__ = [
     "read_builds",
     "records_of",
     "render",
+    "run_verify",
     "sign_outcome",
     "sign_outcome_or_say",
     "sign_report",

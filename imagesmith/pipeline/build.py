@@ -14,7 +14,7 @@ from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan
 from imagesmith.pipeline.release import NEEDS_TRUST, ReleaseOptions, release_targets, signed_verifications
 from imagesmith.pipeline.runreport import RunOutcome, RunReport
-from imagesmith.pipeline.verify import staging_auth, verify_results
+from imagesmith.pipeline.verify_built import staging_auth, verify_results
 from imagesmith.progress import Display
 from imagesmith.stages import artifacts, build, verify
 

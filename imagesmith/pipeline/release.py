@@ -15,7 +15,7 @@ from imagesmith.errors import UserError
 from imagesmith.model.matrix import Matrix
 from imagesmith.pipeline.inputs import builds_input, complete
 from imagesmith.pipeline.runreport import RunReport
-from imagesmith.pipeline.verify import subject_of
+from imagesmith.pipeline.verify_built import subject_of
 from imagesmith.progress import Display
 from imagesmith.stages import artifacts, publish, trust, verify
 

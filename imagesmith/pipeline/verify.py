@@ -1,27 +1,24 @@
-"""The verify use case: every image a build made (``imagesmith verify --build-report``, ``build --verify``), each
-verification signed where a verifier key is given, and the evidence attached to one image's digest
-(``imagesmith verify IMAGE``)."""
+"""The verify use case, :func:`run_verify`: one image (``imagesmith verify IMAGE``, its attached evidence first), this
+host (``--local``) or every image some builds made (``--build-report``, :mod:`.verify_built`). Loads no signing
+stack unless it signs or reads evidence (a GPU host may lack it)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-from imagesmith import runstate
-from imagesmith.atomic import write_text
-from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
-from imagesmith.edges.protocols import EngineProtocol
+from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.runcontext import RunContext
-from imagesmith.errors import UsageError, UserError
+from imagesmith.errors import UserError
 from imagesmith.model import policy
 from imagesmith.model.matrix import Matrix
-from imagesmith.model.ref import DOCKER_HUB, host_of
-from imagesmith.pipeline.inputs import BuildInput
-from imagesmith.pipeline.runreport import RunOutcome, RunReport
+from imagesmith.model.ref import DOCKER_HUB
+from imagesmith.pipeline.inputs import out_of, read_builds
+from imagesmith.pipeline.runreport import RunOutcome
 from imagesmith.progress import Display
-from imagesmith.stages import artifacts, build, trust, verify
-from imagesmith.stages.artifacts import VERIFY_FILE
+from imagesmith.stages import verify
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
@@ -36,122 +33,6 @@ def options_from(matrix: Matrix, allow_cpu_verification: bool = False, **overrid
                 timeout_s=float(v.timeout_s), thresholds=v.thresholds, require_gpu=v.require_gpu,
                 allow_cpu=True if allow_cpu_verification else None)
     return verify.VerifyOptions(**(base | {k: val for k, val in overrides.items() if val is not None}))
-
-
-def verify_results(engine: EngineProtocol, results: list[build.TargetResult], options: verify.VerifyOptions, out: Path,
-                   display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
-                   folders: Mapping[str, Path] | None = None, signer: Key | None = None) -> dict[str, verify.VerifyOutcome]:
-    """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
-    folder of its build artifact) says ``running`` while its image is verified, then ``complete``
-    (or ``interrupted``); with the verifier key ``signer``, the signed statement beside it
-    (:data:`imagesmith.stages.trust.STATEMENT_FILE`, what publish believes)."""
-    outcomes: dict[str, verify.VerifyOutcome] = {}
-    for r in results:
-        if not r.ok or not r.image_id:
-            continue
-        outcomes[r.target] = verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth, signer)
-        if run is not None:
-            run.verified(r.target, outcomes[r.target].report)
-    return outcomes
-
-
-def verify_one(engine: EngineProtocol, r: build.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
-               auth: Mapping[str, str] | None = None, signer: Key | None = None) -> verify.VerifyOutcome:
-    """One built image: a staged one by its digest (pulled when this engine lacks it), else by image ID;
-    the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done).
-    With ``signer`` (the verifier key) the report and the image's inventory, measured inside it, are signed
-    as a statement about the staged digest (else the image ID) in FOLDER/verify.dsse.json."""
-    display.update(r.target, "verifying")
-    staged = f"{r.staged['repository']}@{r.staged['digest']}" if r.staged else None
-    ref = staged or r.image_id or ""
-    (folder / trust.STATEMENT_FILE).unlink(missing_ok=True)  # an earlier run's statement never outlives its report
-    with runstate.Tracked(folder / VERIFY_FILE, verify.running_report(ref, options.tier)) as tracked:
-        outcome = _verify_ref(engine, ref, staged is not None, options, display, r.target, auth)
-        tracked.complete(outcome.report)
-    if signer is not None:
-        sign_outcome_or_say(lambda: sign_outcome(engine, r, outcome, folder, signer, display),
-                            lambda line: display.note(f"{r.target}: {line}"))
-    summary = outcome.report.get("summary", {})
-    display.update(r.target, "passed" if outcome.ok else "failed",
-                   f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
-                   f"{policy.how_verified(outcome.report)}")
-    return outcome
-
-
-def subject_of(staged: Mapping[str, Any] | artifacts.Staged | None, image_id: str | None) -> trust.Subject:
-    """What a verification of this image is about: its staged manifest digest, else its image ID (trust.py says why)."""
-    if isinstance(staged, artifacts.Staged):
-        return trust.Subject(staged.repository, staged.digest)
-    if staged:
-        return trust.Subject(str(staged["repository"]), str(staged["digest"]))
-    return trust.Subject(trust.IMAGE_ID_SUBJECT, image_id or "")
-
-
-def sign_outcome(engine: EngineProtocol, r: build.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
-                 display: Display) -> Path:
-    """FOLDER/verify.dsse.json: the report and the inventory measured inside the image, signed by the verifier."""
-    return sign_report(engine, outcome.report, subject_of(r.staged, r.image_id), signer, folder / trust.STATEMENT_FILE,
-                       lambda line: display.note(f"{r.target}: {line}"))
-
-
-def sign_report(engine: EngineProtocol, report: Mapping[str, Any], subject: trust.Subject, signer: Key, path: Path,
-                note: Callable[[str], None]) -> Path:
-    """PATH: ``report`` and the inventory measured inside its image (``facts.py --inventory``), signed by the
-    verifier as a statement about ``subject``; an inventory that cannot be measured is said through ``note``."""
-    inventory: Mapping[str, Any] | None = None
-    image_id = str((report.get("image") or {}).get("id") or "")
-    if image_id:
-        try:
-            inventory = verify.run_facts(engine, image_id, args=["--inventory"])
-        except UserError as exc:  # a BuildError too
-            note(f"the inventory (the SBOM's input) was not measured: {exc}; the statement carries none")
-    write_text(path, trust.sign(report, inventory, subject, signer).decode() + "\n")
-    return path
-
-
-def sign_outcome_or_say(sign: Callable[[], Path], note: Callable[[str], None]) -> Path | None:
-    """``sign()``, or, for a report the verifier does not sign (:class:`trust.Unsignable`), nothing, said through
-    ``note``: publish then refuses the unsigned verify.json, as it refuses any."""
-    try:
-        return sign()
-    except trust.Unsignable as exc:
-        note(str(exc))
-        return None
-
-
-def _verify_ref(engine: EngineProtocol, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,
-                auth: Mapping[str, str] | None) -> verify.VerifyOutcome:
-    try:
-        return verify.verify_image(engine, ref, options, pull=pull, progress=_progress(display, target), auth=auth)
-    except UsageError:
-        raise
-    except UserError as exc:
-        report = verify.failed_report("payload.start", str(exc), options.tier) | {"state": runstate.COMPLETE}
-        return verify.VerifyOutcome(report)
-
-
-def _progress(display: Display, target: str) -> Callable[[str], None]:
-    return lambda line: display.update(target, "verifying", line.strip()[:100])
-
-
-def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, display: Display,
-                  store: CredentialStore | None = None, json_out: Path | None = None, engine: EngineProtocol | None = None,
-                  signer: Key | None = None) -> RunOutcome:
-    """``imagesmith verify --build-report``: verify each built/cached target of ``built`` (a staged image by its
-    digest, else by image ID), its verify.json in the folder of its build artifact, one run report in ``out``
-    (``running`` until every image is verified), copied to ``json_out`` when given."""
-    results, store = built.results, store or CredentialStore()
-    auth = staging_auth(results, store, built.folders)  # a host not declared: refused before any pull
-    for host in [] if store.declared.staging else sorted({staged_host(r) for r in results if r.staged}):
-        display.note(f"staged images on {host} are pulled without credentials: {store.anonymous_hint(host, None, STAGE_FLAG)}")
-    engine = RunContext(store, display).engine if engine is None else engine
-    with artifacts.locked(out, "imagesmith verify", display.note):
-        with RunReport(out, built.data) as run:
-            outcomes = verify_results(engine, results, options, out, display, run, auth, built.folders, signer)
-            path = run.complete()
-        if json_out and json_out.resolve() != path.resolve():
-            write_text(json_out, path.read_text())
-    return RunOutcome(tuple(results), outcomes, None, path)
 
 
 @dataclass(frozen=True)
@@ -207,19 +88,146 @@ def gpu_model(gpus: str) -> tuple[str | None, int]:
     return (model_name(names), len(names)) if names else (None, 0)
 
 
-def staged_host(r: build.TargetResult) -> str:
-    return host_of(str((r.staged or {}).get("repository", "")))
+# -- imagesmith verify: one entry for its three modes ------------------------------------------------
 
 
-def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,
-                 folders: Mapping[str, Path]) -> dict[str, str] | None:
-    """Pull credentials for the staging registry the results name: the store's login for the declared staging
-    host (--stage) when every staged repository is on it; none when no staging host was declared (the hosts
-    were read from build artifacts); a UserError, before anything is pulled, when one names another host."""
-    creds = None
-    for r in results:
-        if r.staged:
-            where = str(folders[r.target] / artifacts.BUILD_FILE) if r.target in folders else f"the build result of {r.target}"
-            creds = store.for_artifact(staged_host(r), store.declared.staging, where,
-                                       "staged repository", STAGE_FLAG)
-    return creds.auth_config() if creds else None
+@dataclass(frozen=True)
+class VerifyJob:
+    """One ``imagesmith verify``, its options parsed: IMAGE (``image``), this host (``local``, with ``python``), or
+    every image some builds made (``build_reports``); ``export`` sends a report's figures on (--metrics,
+    --pushgateway; :func:`metrics_export`)."""
+
+    options: verify.VerifyOptions
+    image: str | None = None
+    local: bool = False
+    python: str | None = None
+    build_reports: tuple[Path, ...] = ()
+    json_out: Path | None = None
+    pull: bool = True
+    public_keys: tuple[Path, ...] = ()
+    reuse_evidence: bool = False
+    max_age_days: int | None = None
+    signer: Key | None = None
+    export: Callable[[Any, str], None] = lambda report, source: None
+
+
+class VerifyPrinter(Protocol):
+    """What the command shows while :func:`run_verify` goes on (a quiet command shows nothing)."""
+
+    def note(self, line: str) -> None: ...  # something the operator should know ("note: ...")
+    def progress(self, local: bool) -> Callable[[str], None] | None: ...  # where the payload's progress lines go
+    def display(self, title: str) -> Display: ...  # the per-image progress of --build-report
+    def evidence(self, attached: AttachedEvidence, tier: str) -> None: ...  # what IMAGE's digest carries
+    def report(self, report: dict[str, Any], json_out: Path | None) -> None: ...  # one image's verdict
+    def outcomes(self, done: RunOutcome) -> None: ...  # --build-report: every image's
+    def signed(self, statement: Path) -> None: ...
+
+
+def run_verify(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None:
+    """``imagesmith verify``: run the job, show it through ``show``, export its figures; a UserError (exit 1) when
+    it failed or was not measured on a GPU of its own."""
+    if job.build_reports:
+        return _verify_build_reports(context, job, show)
+    from imagesmith.runstate import Tracked
+
+    if job.image and not job.local:
+        attached = attached_evidence(job.image, job.public_keys, context.store, job.options, job.reuse_evidence, job.max_age_days)
+        show.evidence(attached, job.options.tier)
+        if attached.reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
+            with Tracked(job.json_out, verify.running_report(job.image, job.options.tier)) as tracked:
+                tracked.complete(attached.reused)
+            return show.report(attached.reused, job.json_out)
+    with Tracked(job.json_out, verify.running_report(job.image, job.options.tier)) as tracked:  # --json FILE: running at once
+        outcome = (verify.run_local(job.options, job.python, progress=show.progress(True)) if job.local
+                   else _verify_image(context, job, show))
+        tracked.complete(outcome.report)
+    show.report(outcome.report, job.json_out)
+    if job.signer is not None and job.json_out is not None:
+        show.signed(_sign_image(context, job.image or "", outcome.report, job.signer, job.json_out, show.note))
+    job.export(outcome.report, str(job.json_out or "the verify report"))
+    if not outcome.ok:
+        raise UserError(f"verification failed: {verify_failures(outcome.report)}")
+    if policy.evidence(outcome.report).exclusive is False and not job.options.allow_shared_gpu:
+        raise UserError(f"not verified: {policy.sharing_line(outcome.report)}; run it again with the GPU to itself, "
+                        "or pass --allow-shared-gpu to measure this tenant's share")
+
+
+def _verify_image(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> verify.VerifyOutcome:
+    """IMAGE in a container: pulled with the store's login for its host; its registry read for which platform image
+    of an index ran (none on Docker Hub)."""
+    from imagesmith.edges.engine import registry_host
+
+    image = job.image or ""
+    host = registry_host(image)
+    creds = context.store.for_host(host)
+    index_reader = context.registry(host, creds) if host != DOCKER_HUB else None
+    return verify.verify_image(context.engine, image, job.options, pull=job.pull, progress=show.progress(False),
+                               auth=creds.auth_config() if creds else None, registry=index_reader)
+
+
+def statement_path(json_out: Path) -> Path:
+    """Where ``verify --json FILE --verifier-key`` writes its statement: FILE's stem + ``.dsse.json`` beside it
+    (``verify.json`` -> ``verify.dsse.json``, the name publish reads)."""
+    return json_out.with_name(json_out.name.removesuffix(".json") + ".dsse.json")
+
+
+def _sign_image(context: RunContext, image: str, report: Mapping[str, Any], signer: Key, json_out: Path,
+                note: Callable[[str], None]) -> Path:
+    """The report of ``verify IMAGE`` and the inventory measured inside that image, signed as a statement about
+    IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on)."""
+    from imagesmith.pipeline.verify_built import sign_report
+    from imagesmith.stages import trust
+    from imagesmith.stages.fleet.config import parse_ref
+
+    ref = parse_ref(image)
+    return sign_report(context.engine, report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out), note)
+
+
+def _verify_build_reports(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None:
+    """verify --build-report: every image the builds made, one run report."""
+    from imagesmith.pipeline.verify_built import verify_builds
+
+    built = read_builds(job.build_reports)
+    display = show.display(f"verifying {sum(r.ok and bool(r.image_id) for r in built.results)} images")
+    try:
+        done = verify_builds(built, out_of(job.build_reports[0]), job.options, display, context.store, job.json_out,
+                             engine=context.engine_given, signer=job.signer)
+    finally:
+        display.close()
+    show.outcomes(done)
+    job.export(Path(done.run_report), str(done.run_report))
+    if done.failed:
+        raise UserError(f"verification failed for {len(done.failed)} of {len(done.outcomes)} images: {', '.join(done.failed)}")
+
+
+def verify_failures(report: dict[str, Any]) -> str:
+    """Which required checks failed; else why the report could not be judged at all."""
+    return ", ".join(policy.failed_required(report)) or policy.verdict(report, verify.declared_checks()).why or "no report"
+
+
+def local_series(metrics_file: Path | None, python: str | None) -> str:
+    """The ``digest`` label of a ``verify --local`` run (no image, no digest): ``local:`` and the --metrics file's name, so
+    two jobs writing two files into one textfile folder never export the same series; with only --pushgateway, ``local:``
+    and the Python it ran (the group of that Python on this host)."""
+    return "local:" + (metrics_file.name if metrics_file is not None else str(python or sys.executable))[:120]
+
+
+def metrics_export(metrics_file: Path | None, pushgateway: str | None, say: Callable[[str], None],
+                   local: str | None = None) -> Callable[[Any, str], None]:
+    """verify --metrics/--pushgateway, checked now (before anything runs); the function exports a report (raw JSON
+    or its file; its name); ``local``: the digest label of a --local run."""
+    from imagesmith.stages import metrics
+
+    if metrics_file is not None:
+        metrics.check_textfile(metrics_file)
+    if pushgateway is not None:
+        metrics.check_gateway(pushgateway)
+
+    def export(report: Any, source: str) -> None:
+        if metrics_file is None and pushgateway is None:
+            return
+        from imagesmith.report import load, parse
+
+        run = load(report) if isinstance(report, Path) else parse(report, source)
+        metrics.export_run(run, metrics_file, pushgateway, local=local, say=say)
+    return export

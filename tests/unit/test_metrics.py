@@ -238,7 +238,7 @@ def test_a_leak_slope_may_be_negative() -> None:
 
 
 def test_two_local_runs_on_one_host_never_export_the_same_series(tmp_path: Path) -> None:
-    from imagesmith.cli.verify import local_series
+    from imagesmith.pipeline.verify import local_series
 
     doc = copy.deepcopy(raw("verify-gpu.json"))
     doc["image"] = None  # verify --local: no image, no digest

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 from click.testing import CliRunner
 
-from imagesmith.cli.verify import print_verdict
+from imagesmith.cli.verification import print_verdict
 from imagesmith.edges.engine import ImageConfig, RunResult, RunSpec
 from imagesmith.errors import CommandNotFound, UserError
 from imagesmith.model import compat, policy
@@ -319,7 +319,7 @@ def test_the_config_carries_the_images_user_for_the_non_root_verdict() -> None:
 
 
 def test_the_table_names_the_engine_and_a_cut_failure_is_printed_whole() -> None:
-    from imagesmith.cli.verify import DETAIL_WIDTH, print_verify
+    from imagesmith.cli.verification import DETAIL_WIDTH, print_verify
     from imagesmith.model import engines
 
     why = ("the container did not start: starting a container of sha256:abc: Podman's default ulimits exceed this host's hard "

@@ -30,7 +30,7 @@ def test_verify_one_image_signs_only_a_fresh_run_of_a_digest_beside_its_json(tmp
 
 
 def test_the_statement_of_verify_json_is_verify_dsse_json() -> None:
-    from imagesmith.cli.verify import statement_path
+    from imagesmith.pipeline.verify import statement_path
 
     assert statement_path(Path("out/verify.json")) == Path("out/verify.dsse.json")
     assert statement_path(Path("report-0.json")) == Path("report-0.dsse.json")

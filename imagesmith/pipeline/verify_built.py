@@ -1,0 +1,159 @@
+"""Verifying what builds made (``imagesmith verify --build-report``, ``build --verify``): each built or cached
+target by its staged digest, else its image ID, its verify.json beside its build artifact, each verification
+signed where a verifier key is given, one run report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from imagesmith import runstate
+from imagesmith.atomic import write_text
+from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
+from imagesmith.edges.protocols import EngineProtocol
+from imagesmith.edges.runcontext import RunContext
+from imagesmith.errors import UsageError, UserError
+from imagesmith.model import policy
+from imagesmith.model.ref import host_of
+from imagesmith.pipeline.inputs import BuildInput
+from imagesmith.pipeline.runreport import RunOutcome, RunReport
+from imagesmith.progress import Display
+from imagesmith.stages import artifacts, build, trust, verify
+from imagesmith.stages.artifacts import VERIFY_FILE
+
+if TYPE_CHECKING:
+    from imagesmith.edges.signing import Key
+
+
+def verify_results(engine: EngineProtocol, results: list[build.TargetResult], options: verify.VerifyOptions, out: Path,
+                   display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
+                   folders: Mapping[str, Path] | None = None, signer: Key | None = None) -> dict[str, verify.VerifyOutcome]:
+    """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
+    folder of its build artifact) says ``running`` while its image is verified, then ``complete``
+    (or ``interrupted``); with the verifier key ``signer``, the signed statement beside it
+    (:data:`imagesmith.stages.trust.STATEMENT_FILE`, what publish believes)."""
+    outcomes: dict[str, verify.VerifyOutcome] = {}
+    for r in results:
+        if not r.ok or not r.image_id:
+            continue
+        outcomes[r.target] = verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth, signer)
+        if run is not None:
+            run.verified(r.target, outcomes[r.target].report)
+    return outcomes
+
+
+def verify_one(engine: EngineProtocol, r: build.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
+               auth: Mapping[str, str] | None = None, signer: Key | None = None) -> verify.VerifyOutcome:
+    """One built image: a staged one by its digest (pulled when this engine lacks it), else by image ID;
+    the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done).
+    With ``signer`` (the verifier key) the report and the image's inventory, measured inside it, are signed
+    as a statement about the staged digest (else the image ID) in FOLDER/verify.dsse.json."""
+    display.update(r.target, "verifying")
+    staged = f"{r.staged['repository']}@{r.staged['digest']}" if r.staged else None
+    ref = staged or r.image_id or ""
+    (folder / trust.STATEMENT_FILE).unlink(missing_ok=True)  # an earlier run's statement never outlives its report
+    with runstate.Tracked(folder / VERIFY_FILE, verify.running_report(ref, options.tier)) as tracked:
+        outcome = _verify_ref(engine, ref, staged is not None, options, display, r.target, auth)
+        tracked.complete(outcome.report)
+    if signer is not None:
+        sign_outcome_or_say(lambda: sign_outcome(engine, r, outcome, folder, signer, display),
+                            lambda line: display.note(f"{r.target}: {line}"))
+    summary = outcome.report.get("summary", {})
+    display.update(r.target, "passed" if outcome.ok else "failed",
+                   f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
+                   f"{policy.how_verified(outcome.report)}")
+    return outcome
+
+
+def subject_of(staged: Mapping[str, Any] | artifacts.Staged | None, image_id: str | None) -> trust.Subject:
+    """What a verification of this image is about: its staged manifest digest, else its image ID (trust.py says why)."""
+    if isinstance(staged, artifacts.Staged):
+        return trust.Subject(staged.repository, staged.digest)
+    if staged:
+        return trust.Subject(str(staged["repository"]), str(staged["digest"]))
+    return trust.Subject(trust.IMAGE_ID_SUBJECT, image_id or "")
+
+
+def sign_outcome(engine: EngineProtocol, r: build.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
+                 display: Display) -> Path:
+    """FOLDER/verify.dsse.json: the report and the inventory measured inside the image, signed by the verifier."""
+    return sign_report(engine, outcome.report, subject_of(r.staged, r.image_id), signer, folder / trust.STATEMENT_FILE,
+                       lambda line: display.note(f"{r.target}: {line}"))
+
+
+def sign_report(engine: EngineProtocol, report: Mapping[str, Any], subject: trust.Subject, signer: Key, path: Path,
+                note: Callable[[str], None]) -> Path:
+    """PATH: ``report`` and the inventory measured inside its image (``facts.py --inventory``), signed by the
+    verifier as a statement about ``subject``; an inventory that cannot be measured is said through ``note``."""
+    inventory: Mapping[str, Any] | None = None
+    image_id = str((report.get("image") or {}).get("id") or "")
+    if image_id:
+        try:
+            inventory = verify.run_facts(engine, image_id, args=["--inventory"])
+        except UserError as exc:  # a BuildError too
+            note(f"the inventory (the SBOM's input) was not measured: {exc}; the statement carries none")
+    write_text(path, trust.sign(report, inventory, subject, signer).decode() + "\n")
+    return path
+
+
+def sign_outcome_or_say(sign: Callable[[], Path], note: Callable[[str], None]) -> Path | None:
+    """``sign()``, or, for a report the verifier does not sign (:class:`trust.Unsignable`), nothing, said through
+    ``note``: publish then refuses the unsigned verify.json, as it refuses any."""
+    try:
+        return sign()
+    except trust.Unsignable as exc:
+        note(str(exc))
+        return None
+
+
+def _verify_ref(engine: EngineProtocol, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,
+                auth: Mapping[str, str] | None) -> verify.VerifyOutcome:
+    try:
+        return verify.verify_image(engine, ref, options, pull=pull, progress=_progress(display, target), auth=auth)
+    except UsageError:
+        raise
+    except UserError as exc:
+        report = verify.failed_report("payload.start", str(exc), options.tier) | {"state": runstate.COMPLETE}
+        return verify.VerifyOutcome(report)
+
+
+def _progress(display: Display, target: str) -> Callable[[str], None]:
+    return lambda line: display.update(target, "verifying", line.strip()[:100])
+
+
+def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, display: Display,
+                  store: CredentialStore | None = None, json_out: Path | None = None, engine: EngineProtocol | None = None,
+                  signer: Key | None = None) -> RunOutcome:
+    """``imagesmith verify --build-report``: verify each built/cached target of ``built`` (a staged image by its
+    digest, else by image ID), its verify.json in the folder of its build artifact, one run report in ``out``
+    (``running`` until every image is verified), copied to ``json_out`` when given."""
+    results, store = built.results, store or CredentialStore()
+    auth = staging_auth(results, store, built.folders)  # a host not declared: refused before any pull
+    for host in [] if store.declared.staging else sorted({staged_host(r) for r in results if r.staged}):
+        display.note(f"staged images on {host} are pulled without credentials: {store.anonymous_hint(host, None, STAGE_FLAG)}")
+    engine = RunContext(store, display).engine if engine is None else engine
+    with artifacts.locked(out, "imagesmith verify", display.note):
+        with RunReport(out, built.data) as run:
+            outcomes = verify_results(engine, results, options, out, display, run, auth, built.folders, signer)
+            path = run.complete()
+        if json_out and json_out.resolve() != path.resolve():
+            write_text(json_out, path.read_text())
+    return RunOutcome(tuple(results), outcomes, None, path)
+
+
+def staged_host(r: build.TargetResult) -> str:
+    return host_of(str((r.staged or {}).get("repository", "")))
+
+
+def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,
+                 folders: Mapping[str, Path]) -> dict[str, str] | None:
+    """Pull credentials for the staging registry the results name: the store's login for the declared staging
+    host (--stage) when every staged repository is on it; none when no staging host was declared (the hosts
+    were read from build artifacts); a UserError, before anything is pulled, when one names another host."""
+    creds = None
+    for r in results:
+        if r.staged:
+            where = str(folders[r.target] / artifacts.BUILD_FILE) if r.target in folders else f"the build result of {r.target}"
+            creds = store.for_artifact(staged_host(r), store.declared.staging, where,
+                                       "staged repository", STAGE_FLAG)
+    return creds.auth_config() if creds else None
