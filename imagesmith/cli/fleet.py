@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import sys
 from pathlib import Path
@@ -10,11 +9,9 @@ from typing import Any, Sequence
 
 import click
 
-from imagesmith.errors import UsageError, UserError
+from imagesmith.errors import UsageError
 from imagesmith.inert import inert
-from imagesmith.model import loader, schemas
 from imagesmith.model.matrix.records import TIERS
-from imagesmith.model.ref import ImageRef
 from imagesmith.stages.fleet import config
 from imagesmith.table import print_table
 
@@ -44,47 +41,6 @@ def validate_cmd(file: Path) -> None:
     click.echo(f"OK: {len(fleet.classes)} classes ({where}); floating tags require {', '.join(fleet.require)}")
 
 
-def _refs(refs: Sequence[str], release: Path | None) -> list[ImageRef]:
-    found = [config.parse_ref(r) for r in refs]
-    if release is not None:
-        found += _release_refs(release)
-    if not found:
-        raise UserError("nothing to verify: give REGISTRY/REPO@sha256:... references, or --release build/release.json")
-    return found
-
-
-def undeclared_refs(refs: Sequence[str], release: Path | None, registry: str | None) -> set[ImageRef]:
-    """The --release report's images on a host the operator did not declare (--registry): their jobs get no
-    credentials. A report naming another host than --registry is a UserError (nothing is submitted)."""
-    from imagesmith.edges.credentials import check_artifact_host
-
-    named = {config.parse_ref(r) for r in refs}
-    found = [r for r in (_release_refs(release) if release is not None else []) if r not in named]
-    for ref in found:
-        check_artifact_host(ref.host, registry, str(release), "release registry", "--registry HOST")
-    return set() if registry else set(found)
-
-
-def without_credentials(jobs: Sequence[Any], refs: set[ImageRef]) -> list[Any]:
-    return [dataclasses.replace(j, credentials=None) if j.ref in refs else j for j in jobs]
-
-
-def _release_refs(path: Path) -> list[ImageRef]:
-    """Every image a release report pushed or found unchanged, by digest (read through
-    :mod:`imagesmith.model.loader`: confined, bounded, strict JSON, schema release-1)."""
-    doc = loader.load_json_artifact(path, schema=schemas.RELEASE, fix="give the release.json that imagesmith publish wrote")
-    name = f"{doc.get('registry')}/{doc.get('repository')}"
-    return [config.parse_ref(f"{name}@{t['digest']}") for t in doc.get("targets") or []
-            if isinstance(t, dict) and t.get("status") in ("pushed", "unchanged") and t.get("digest")]
-
-
-def schedulers() -> dict[str, Any]:
-    from imagesmith.stages.fleet.kubernetes import Kubernetes
-    from imagesmith.stages.fleet.slurm import Slurm
-
-    return {"slurm": Slurm(), "kubernetes": Kubernetes()}
-
-
 @fleet_group.command("render")
 @click.argument("refs", nargs=-1, metavar="REF@sha256:...")
 @FLEET_OPTION
@@ -98,10 +54,11 @@ def render_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, out: P
 
     import yaml
 
+    from imagesmith.pipeline.fleet import refs_of
     from imagesmith.stages.fleet import kubernetes, runner, slurm
 
     fleet = load_fleet(fleet_file)
-    for job in runner.cell_jobs(fleet, _refs(refs, None), out, "render", tier):
+    for job in runner.cell_jobs(fleet, refs_of(refs, None), out, "render", tier):
         click.echo(f"# --- {job.klass.name} x {job.ref}")
         if job.klass.slurm is not None:
             click.echo(shlex.join(slurm.sbatch_argv(job, os.environ)))
@@ -150,46 +107,34 @@ def verify_cmd(refs: tuple[str, ...], fleet_file: Path, tier: str | None, classe
     """Verify each REF@sha256:... on every GPU class of the fleet file: one
     job per (digest x class), progress as it goes, one fleet report at the end.
     Exit 0 only if every cell passed; Ctrl-C cancels every job (exit 130)."""
-    from imagesmith.stages import metrics
-    from imagesmith.stages.fleet import gate, runner
+    from imagesmith.pipeline.fleet import FleetJob, check_outputs, run_fleet
+    from imagesmith.stages.fleet import runner
+    from imagesmith.stages.fleet.gate import RUN_ID
 
-    if metrics_file is not None:
-        metrics.check_textfile(metrics_file)
-    if pushgateway is not None:
-        metrics.check_gateway(pushgateway)
+    check_outputs(metrics_file, pushgateway)
     fleet = load_fleet(fleet_file)
-    if run_name is not None and not gate.RUN_ID.fullmatch(run_name):
+    if run_name is not None and not RUN_ID.fullmatch(run_name):
         raise UsageError(f"--run-id {run_name[:80]!r}: letters, digits, '.', '_' and '-' only, at most 64, e.g. 20261130T101500Z-1a2b3c")
-    jobs = runner.cell_jobs(fleet, _refs(refs, release), out, run_name or runner.run_id(), tier, classes, credentials_file)
-    jobs = without_credentials(jobs, undeclared_refs(refs, release, registry))
-    say = (lambda line: None) if quiet else _say
-    signer = None
-    if verifier_key is not None:
-        from imagesmith.edges import signing
-
-        signer = signing.load_signing_key(verifier_key, {})
-    run = runner.FleetRun(jobs, schedulers(), out, fleet, say, poll_s, signer=signer)
-    say(f"fleet run {jobs[0].run_id}: {len(jobs)} jobs ({len({j.ref for j in jobs})} images x "
-        f"{len({j.klass.name for j in jobs})} classes); files in {out}")
+    job = FleetJob(fleet, refs, out, release, tier, classes, registry, credentials_file, poll_s, metrics_file, pushgateway,
+                   verifier_key, run_name)
     try:
-        rep = run.run()
+        run_fleet(job, (lambda line: None) if quiet else _say, lambda cells: _finished(cells, quiet, out))
     except runner.Interrupted as stop:
         _print_cells(stop.report.cells, quiet)
         click.echo(f"interrupted: cancelled {len(stop.cancelled)} jobs ({', '.join(stop.cancelled) or 'none'}); "
                    f"fleet report {out / runner.REPORT_NAME}", err=True)
         sys.exit(130)
-    _print_cells(rep.cells, quiet)
-    click.echo(f"fleet report: {out / runner.REPORT_NAME}")
-    if metrics_file is not None or pushgateway is not None:
-        metrics.export_fleet(rep, out, metrics_file, pushgateway, say)
-    failed = [c for c in rep.cells if not c.ok]
-    if failed:
-        raise UserError(f"fleet verification failed in {len(failed)} of {len(rep.cells)} cells: "
-                        + "; ".join(f"{c.klass} {c.digest[7:19]}: {c.reason}" for c in failed))
 
 
 def _say(line: str) -> None:
     click.echo(f"{dt.datetime.now():%H:%M:%S} {inert(line, one_line=True)}", err=True)
+
+
+def _finished(cells: Sequence[Any], quiet: bool, out: Path) -> None:
+    from imagesmith.stages.fleet.runner import REPORT_NAME
+
+    _print_cells(cells, quiet)
+    click.echo(f"fleet report: {out / REPORT_NAME}")
 
 
 def _print_cells(cells: Sequence[Any], quiet: bool) -> None:

@@ -11,7 +11,8 @@ and machines (`imagesmith build --stage`, `imagesmith verify --build-report`,
 folder are the whole build.
 
 The use cases: :mod:`.plan` (render, validate), :mod:`.build` (build; build --verify/--push), :mod:`.verify`
-(verify IMAGE, --local, --build-report: :mod:`.verify_built`), :mod:`.release` (publish from the artifacts); what
+(verify IMAGE, --local, --build-report: :mod:`.verify_built`), :mod:`.release` (publish from the artifacts),
+:mod:`.fleet` (fleet verify); what
 they share: :mod:`.inputs` (the builds read back) and :mod:`.runreport` (OUT/run-report.json). This face hands
 their entries on, each loaded when first asked: a command loads only the use case it runs (``verify --local``
 needs no signing stack).
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from imagesmith.pipeline.build import BuildJob, build_stage, records_of, verify_and_release
+    from imagesmith.pipeline.fleet import FleetJob, run_fleet
     from imagesmith.pipeline.inputs import (
         BuildInput,
         build_results,
@@ -66,6 +68,7 @@ WHERE = {name: module for module, names in {
     "verify_built": ("verify_results", "verify_one", "subject_of", "sign_outcome", "sign_report", "sign_outcome_or_say", "verify_builds", "staged_host", "staging_auth"),
     "verify": ("options_from", "AttachedEvidence", "attached_evidence", "gpu_model", "VerifyJob", "run_verify"),
     "release": ("ReleaseOptions", "NEEDS_TRUST", "Signed", "signed_verifications", "publish_artifacts", "check_declared_hosts", "check_agrees"),
+    "fleet": ("FleetJob", "run_fleet"),
     "build": ("BuildJob", "build_stage", "records_of", "verify_and_release"),
 }.items() for name in names}
 
@@ -82,6 +85,7 @@ __all__ = [
     "AttachedEvidence",
     "BuildInput",
     "BuildJob",
+    "FleetJob",
     "ReleaseOptions",
     "Rendered",
     "RunOutcome",
@@ -105,6 +109,7 @@ __all__ = [
     "read_builds",
     "records_of",
     "render",
+    "run_fleet",
     "run_verify",
     "sign_outcome",
     "sign_outcome_or_say",

@@ -287,7 +287,7 @@ D1 = "sha256:" + "a" * 64
 ])
 def test_fleet_jobs_of_release_report_images_get_credentials_only_when_declared(
         tmp_path: Path, refs: list[str], registry: str | None, anonymous: set[str]) -> None:
-    from imagesmith.cli.fleet import undeclared_refs
+    from imagesmith.pipeline.fleet import undeclared_refs
 
     report = tmp_path / "release.json"
     report.write_text(json.dumps({"schema": "imagesmith.release/1", "registry": "evil.test", "repository": "ml/x", "targets": [{"target": "t", "status": "pushed", "digest": D1}]}))
@@ -295,7 +295,7 @@ def test_fleet_jobs_of_release_report_images_get_credentials_only_when_declared(
 
 
 def test_fleet_refuses_a_release_report_on_another_host_than_declared(tmp_path: Path) -> None:
-    from imagesmith.cli.fleet import undeclared_refs
+    from imagesmith.pipeline.fleet import undeclared_refs
 
     report = tmp_path / "release.json"
     report.write_text(json.dumps({"schema": "imagesmith.release/1", "registry": "evil.test", "repository": "ml/x", "targets": [{"target": "t", "status": "pushed", "digest": D1}]}))

@@ -56,7 +56,7 @@ def test_verify_takes_every_released_digest(tmp_path: Path) -> None:
                        f'{{"target": "a", "status": "pushed", "digest": "sha256:{"ab" * 32}"}}, {{"target": "b", "status": "not-verified", "digest": null}}]}}')
     done = run("fleet", "render", "--fleet", "examples/fleet-local.yaml", REF, "--out", str(tmp_path / "o"))
     assert done.stdout.count("# --- ") == 2
-    from imagesmith.cli.fleet import _release_refs
+    from imagesmith.pipeline.fleet import release_refs as _release_refs
 
     assert [str(r) for r in _release_refs(release)] == [REF]
 
