@@ -12,16 +12,15 @@ from imagesmith.cli.common import credential_store, load_matrix, today
 from imagesmith.cli.options import ALLOW_ROOT_OPTION, MATRIX_OPTION, ReleaseArgs, release_options
 from imagesmith.cli.release import finish_release
 from imagesmith.cli.verification import print_outcomes
-from imagesmith.errors import UsageError, UserError
+from imagesmith.errors import UsageError
 from imagesmith.inert import inert
-from imagesmith.model import matrix as matrix_mod
 from imagesmith.model import plan as plan_mod
 from imagesmith.table import print_table
 from imagesmith.units import gb
 
 if TYPE_CHECKING:
-    from imagesmith.edges.protocols import EngineProtocol
-    from imagesmith.pipeline import ReleaseOptions, RunReport
+    from imagesmith.pipeline import RunOutcome
+    from imagesmith.progress import Display
     from imagesmith.stages.build import BuildReport
 
 
@@ -51,8 +50,6 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     with --push also verify, tag and push (the release pipeline)."""
     from imagesmith import pipeline
     from imagesmith.edges.runcontext import RunContext
-    from imagesmith.progress import make_display
-    from imagesmith.stages import artifacts
 
     if push and (release_args.verifier_key is None or release_args.trust_policy is None):
         raise UsageError(f"build --push: {pipeline.NEEDS_TRUST}")
@@ -60,47 +57,31 @@ def build_cmd(matrix_file: Path, out: Path, jobs: int, only: tuple[str, ...], la
     store = credential_store(m.image.registry, stage_repo, release_args.credentials_file)
     release = release_args.options(store, push and release_args.with_evidence, m if push else None)
     job = pipeline.BuildJob(m, plan_mod.expand(m, date), out, only, layers, jobs, prune, stage_repo, store, release_args.registry_ca)
-    picked = len(job.plan.select(only, layers).targets)
-    if not picked:
-        raise UserError(f"no target matches --only {' '.join(only)} --layer {' '.join(layers)}")
-    engine = RunContext(store).engine
-    display = make_display(f"building {picked} targets", quiet or as_json)
-    with artifacts.locked(out, "imagesmith build", display.note):  # one writer of OUT, from the build to the release
-        run = pipeline.RunReport(out) if push or do_verify else None  # replaces the last run's report at once: running
-        try:
-            p, report = pipeline.build_stage(engine, job, display, run)
-        finally:
-            display.close()
-        _print_build(report, out, quiet, as_json and run is None)
-        if run is not None:
-            _verify_and_release(engine, m, p, report, out, date, push, quiet, as_json, run, release)
-    if run is None and not report.ok:
-        raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
+    pipeline.run_build(RunContext(store), pipeline.BuildRun(job, date, do_verify, push, release), Printer(out, quiet, as_json))
 
 
-def _verify_and_release(engine: EngineProtocol, m: matrix_mod.Matrix, p: plan_mod.Plan, report: BuildReport, out: Path, date: str,
-                        push: bool, quiet: bool, as_json: bool, run: RunReport, release: ReleaseOptions) -> None:
-    """build --verify/--push: the pipeline verifies (and releases); this prints what it made of the build."""
-    from imagesmith import pipeline
-    from imagesmith.progress import make_display
-    from imagesmith.stages import artifacts
+class Printer:
+    """A build as the command shows it (:class:`imagesmith.pipeline.build.BuildPrinter`)."""
 
-    display = make_display(f"verifying {sum(r.ok for r in report.results)} images", quiet or as_json)
-    try:
-        options = pipeline.options_from(m, allow_cpu_verification=release.allow_cpu_verification)
-        done = pipeline.verify_and_release(engine, report, p, artifacts.Release.of(m, date), out, display, run, options,
-                                           release, push)
-    finally:
-        display.close()
-    if as_json:
-        click.echo(done.run_report.read_text())
-    elif not quiet:
-        print_outcomes(done.outcomes)
-    if done.release is not None:
-        finish_release(done.release, quiet or as_json)
-    click.echo(f"run report: {done.run_report}", err=True)
-    if done.failed or done.unbuilt:
-        raise UserError(f"{done.unbuilt} targets did not build, {len(done.failed)} did not verify: {', '.join(done.failed) or '-'}")
+    def __init__(self, out: Path, quiet: bool, as_json: bool) -> None:
+        self.out, self.quiet, self.as_json = out, quiet, as_json
+
+    def display(self, title: str) -> Display:
+        from imagesmith.progress import make_display
+
+        return make_display(title, self.quiet or self.as_json)
+
+    def built(self, report: BuildReport, more: bool) -> None:
+        _print_build(report, self.out, self.quiet, self.as_json and not more)
+
+    def verified(self, done: RunOutcome) -> None:
+        if self.as_json:
+            click.echo(done.run_report.read_text())
+        elif not self.quiet:
+            print_outcomes(done.outcomes)
+        if done.release is not None:
+            finish_release(done.release, self.quiet or self.as_json)
+        click.echo(f"run report: {done.run_report}", err=True)
 
 
 def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:

@@ -24,7 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from imagesmith.pipeline.build import BuildJob, build_stage, records_of, verify_and_release
+    from imagesmith.pipeline.build import BuildJob, BuildRun, build_stage, records_of, run_build, verify_and_release
     from imagesmith.pipeline.fleet import FleetJob, run_fleet
     from imagesmith.pipeline.inputs import (
         BuildInput,
@@ -69,7 +69,7 @@ WHERE = {name: module for module, names in {
     "verify": ("options_from", "AttachedEvidence", "attached_evidence", "gpu_model", "VerifyJob", "run_verify"),
     "release": ("ReleaseOptions", "NEEDS_TRUST", "Signed", "signed_verifications", "publish_artifacts", "check_declared_hosts", "check_agrees"),
     "fleet": ("FleetJob", "run_fleet"),
-    "build": ("BuildJob", "build_stage", "records_of", "verify_and_release"),
+    "build": ("BuildJob", "BuildRun", "run_build", "build_stage", "records_of", "verify_and_release"),
 }.items() for name in names}
 
 
@@ -85,6 +85,7 @@ __all__ = [
     "AttachedEvidence",
     "BuildInput",
     "BuildJob",
+    "BuildRun",
     "FleetJob",
     "ReleaseOptions",
     "Rendered",
@@ -109,6 +110,7 @@ __all__ = [
     "read_builds",
     "records_of",
     "render",
+    "run_build",
     "run_fleet",
     "run_verify",
     "sign_outcome",

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from imagesmith import runstate
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.protocols import EngineProtocol
+from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UserError
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan
 from imagesmith.pipeline.release import NEEDS_TRUST, ReleaseOptions, release_targets, signed_verifications
 from imagesmith.pipeline.runreport import RunOutcome, RunReport
+from imagesmith.pipeline.verify import options_from
 from imagesmith.pipeline.verify_built import staging_auth, verify_results
 from imagesmith.progress import Display
 from imagesmith.stages import artifacts, build, verify
@@ -89,3 +92,58 @@ def verify_and_release(engine: EngineProtocol, report: build.BuildReport, plan: 
         if rel is not None:
             run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json
         return RunOutcome(tuple(report.results), outcomes, rel, run.complete())
+
+
+@dataclass(frozen=True)
+class BuildRun:
+    """One ``imagesmith build``: the ``job``, and with ``verify`` or ``push`` the rest of the sequence under ``release``."""
+
+    job: BuildJob
+    date: str
+    verify: bool = False
+    push: bool = False
+    release: ReleaseOptions = field(default_factory=ReleaseOptions)
+
+
+class BuildPrinter(Protocol):
+    """What the command shows while :func:`run_build` goes on."""
+
+    def display(self, title: str) -> Display: ...  # the per-target progress of a stage
+    def built(self, report: build.BuildReport, more: bool) -> None: ...  # the build's table (``more``: verify follows)
+    def verified(self, done: RunOutcome) -> None: ...  # every image's verification, and the release when one ran
+
+
+def run_build(context: RunContext, run: BuildRun, show: BuildPrinter) -> None:
+    """``imagesmith build``: build what the job picks, then (``verify``/``push``) verify and release, one writer of OUT
+    from the build to the release; a UserError when a target did not build, verify or release."""
+    job = run.job
+    picked = len(job.plan.select(job.only, job.layers).targets)
+    if not picked:
+        raise UserError(f"no target matches --only {' '.join(job.only)} --layer {' '.join(job.layers)}")
+    engine, display = context.engine, show.display(f"building {picked} targets")
+    with artifacts.locked(job.out, "imagesmith build", display.note):
+        report_run = RunReport(job.out) if run.push or run.verify else None  # replaces the last run's report at once: running
+        try:
+            p, report = build_stage(engine, job, display, report_run)
+        finally:
+            display.close()
+        show.built(report, report_run is not None)
+        if report_run is not None:
+            _verify_and_release(engine, run, p, report, report_run, show)
+    if report_run is None and not report.ok:
+        raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
+
+
+def _verify_and_release(engine: EngineProtocol, run: BuildRun, p: Plan, report: build.BuildReport, report_run: RunReport,
+                        show: BuildPrinter) -> None:
+    m = run.job.matrix
+    display = show.display(f"verifying {sum(r.ok for r in report.results)} images")
+    try:
+        options = options_from(m, allow_cpu_verification=run.release.allow_cpu_verification)
+        done = verify_and_release(engine, report, p, artifacts.Release.of(m, run.date), run.job.out, display, report_run,
+                                  options, run.release, run.push)
+    finally:
+        display.close()
+    show.verified(done)
+    if done.failed or done.unbuilt:
+        raise UserError(f"{done.unbuilt} targets did not build, {len(done.failed)} did not verify: {', '.join(done.failed) or '-'}")
