@@ -31,10 +31,10 @@ import datetime as dt
 import json
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 import tenacity
 
@@ -42,325 +42,40 @@ from imagesmith import runstate
 from imagesmith.atomic import write_json, write_text
 from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
-from imagesmith.edges.registry import Credentials, Manifest, entries, manifest_document, redact
+from imagesmith.edges.registry import Credentials, Manifest, redact
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
-from imagesmith.model import policy, schemas, tags
+from imagesmith.model import tags
 from imagesmith.model.matrix.records import ImageSpec, Matrix
-from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
-from imagesmith.model.platform import Platform
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import TagPolicy
-from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
-from imagesmith.report.model import verified_how
 from imagesmith.stages import indexes, push
 from imagesmith.stages.artifacts import BuildRecord, Release
 from imagesmith.stages.indexes import IndexRelease
 from imagesmith.stages.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's
 from imagesmith.stages.push import message_of as message_of
 from imagesmith.stages.push import transient as transient
+from imagesmith.stages.releases import DONE, FloatingRelease, ReleaseStopped, RemoteImage
+from imagesmith.stages.releases import Item as Item
+from imagesmith.stages.releases import ReleaseReport as ReleaseReport
+from imagesmith.stages.releases import TargetRelease as TargetRelease
+from imagesmith.stages.releases import Traffic as Traffic
+from imagesmith.stages.releases import Verified as Verified
+from imagesmith.stages.releases import items_from as items_from
+from imagesmith.stages.releases import label_fields as label_fields
+from imagesmith.stages.releases import tag_fields as tag_fields
+from imagesmith.stages.releases import traffic as traffic
+from imagesmith.stages.tagplan import TagPlanner
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
 
-RELEASE_SCHEMA = schemas.RELEASE
-LABEL = "io.imagesmith."
-DONE = ("pushed", "unchanged")
 SWAP_ROUNDS = 5  # a floating tag rewritten this often under one release: stop, say so
 T = TypeVar("T")
 
 
-# -- seams ------------------------------------------------------------------------------------
-
-
-class Verified(Protocol):
-    """What :func:`imagesmith.stages.verify.verify_image` returns."""
-
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def report(self) -> Mapping[str, Any]: ...
-
-
-# -- input ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Item:
-    """One target as the release sees it: built? verified? what it measured."""
-
-    target: str
-    layer: str
-    cell: str
-    image_id: str | None
-    facts: Mapping[str, Any] | None
-    built: bool
-    verified: bool
-    verification: Mapping[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    evidence: policy.Evidence | None = None  # how it was verified (GPU or CPU mode)
-    source: str | None = None  # the staged image (host/repository@digest): promoted through the registry, no engine
-    platform: Platform = DEFAULT_PLATFORM
-    group: str = ""  # the plan's immutable tag: the targets of several platforms sharing it form one image index
-
-
-def items_from(records: Iterable[BuildRecord], outcomes: Mapping[str, Verified]) -> list[Item]:
-    """What the build saved (``artifacts.BuildRecord``, each with its plan target) + verify outcomes by target id -> items."""
-    return [_item(r, outcomes.get(r.target.id)) for r in records]
-
-
-def _item(record: BuildRecord, outcome: Verified | None) -> Item:
-    summary = verification_summary(outcome)
-    staged = record.staged
-    source = staged.reference if staged else None
-    same_image = summary.get("image_id") in (None, record.image_id)
-    same_digest = not staged or summary.get("digest") in (None, staged.digest)
-    verified = bool(record.ok and outcome is not None and outcome.ok and same_image and same_digest)
-    error = record.error if not record.ok else None
-    if record.ok and outcome is not None and not same_image:
-        error = f"verification ran on image {summary['image_id']}, not the built {record.image_id}"
-    elif record.ok and outcome is not None and not same_digest:
-        error = f"verification ran on {summary['digest']}, not the staged {source}"
-    return Item(record.target.id, record.target.layer, record.target.cell, record.image_id, record.facts, record.ok,
-                verified, summary, error, _evidence(outcome), source, record.target.platform, record.target.tag)
-
-
-def _evidence(outcome: Verified | None) -> policy.Evidence | None:
-    from imagesmith.stages.verify import declared_checks
-
-    return policy.evidence(outcome.report, declared_checks()) if outcome is not None else None
-
-
-def verification_summary(outcome: Verified | None) -> dict[str, Any]:
-    if outcome is None:
-        return {"ok": False, "reason": "not verified"}
-    rep = outcome.report
-    ev = _evidence(outcome)
-    assert ev is not None
-    return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
-            "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
-            "digest": (rep.get("image") or {}).get("digest"),
-            "failed_checks": policy.failed_required(rep), "notes": list(rep.get("notes") or []),
-            "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
-            "gpu_short": ev.short()}
-
-
-# -- pure: fields, tags, retries -----------------------------------------------------------------
-
-
-def measured_versions(facts: Mapping[str, Any]) -> dict[str, str]:
-    """The versions an image reported about itself (``facts.py``), as strings."""
-    out = {k: str(facts.get(k) or "") for k in ("torch", "cuda", "cudnn", "nccl", "python", "os")}
-    out["cuda"] = out["cuda"] or "cpu"
-    vision = (facts.get("packages") or {}).get("torchvision")
-    return out | ({"torchvision": str(vision)} if vision else {})
-
-
-def tag_fields(facts: Mapping[str, Any], layer: str, cell: str, date: str) -> dict[str, str]:
-    """Tag template fields from measured facts: torch without its local label
-    (``2.14.1+cu130`` -> ``2.14.1``), cuda or ``cpu``, python major.minor."""
-    m = measured_versions(facts)
-    if not m["torch"] or "torch_error" in facts:
-        raise ValueError(f"the image reports no torch version ({facts.get('torch_error', 'torch missing')})")
-    cuda, cudnn = m["cuda"], m["cudnn"]
-    accel = "cpu" if cuda == "cpu" else f"cuda{cuda}" + (f"-cudnn{major(cudnn)}" if cudnn else "")
-    versions = {**m, "python": minor(m["python"]), "variant": cuda_variant(cuda)}
-    return tags.facts(versions, layer, cell, accel) | {"date": date}
-
-
-def label_fields(labels: Mapping[str, str]) -> dict[str, str] | None:
-    """Tag fields of an image already in the registry, from its io.imagesmith.* labels."""
-    torch = labels.get(LABEL + "torch", "")
-    try:
-        tags.to_semver(torch.split("+", 1)[0])
-    except ValueError:
-        return None
-    facts = {k: labels.get(LABEL + k) or None for k in ("torch", "cudnn", "nccl", "python", "os")}
-    facts["cuda"] = None if labels.get(LABEL + "cuda") in (None, "", "cpu") else labels[LABEL + "cuda"]
-    created = labels.get("org.opencontainers.image.created", "")[:10].replace("-", "")
-    return tag_fields(facts, labels.get(LABEL + "layer", ""), labels.get(LABEL + "cell", ""), created)
-
-
-# -- what a push sent ---------------------------------------------------------------------------
-
-UPLOADED = "Pushed"
-ALREADY_THERE = ("Layer already exists", "Mounted from")
-
-
-@dataclass
-class Traffic:
-    """Layers (compressed bytes) one push uploaded, and those the registry already had."""
-
-    pushed_bytes: int = 0
-    pushed_layers: int = 0
-    existing_bytes: int = 0
-    existing_layers: int = 0
-
-    def add(self, other: "Traffic") -> "Traffic":
-        return Traffic(*(a + b for a, b in zip(self.__dict__.values(), other.__dict__.values())))
-
-
-def traffic(manifest_raw: bytes, diff_ids: Sequence[str], lines: Iterable[str]) -> Traffic:
-    """From the engine's push lines ("<12 hex of the diff ID> Pushed" / "Layer
-    already exists" / "Mounted from ...") and the pushed manifest's layer sizes,
-    which pair with the image's diff IDs in order."""
-    status: dict[str, str] = {}
-    for line in lines:
-        short, _, text = line.partition(" ")
-        if text == UPLOADED or text.startswith(ALREADY_THERE):
-            status[short] = text
-    try:
-        layers = entries(manifest_document(manifest_raw or b"{}", "the pushed manifest"), "layers")
-    except RegistryError:
-        layers = []
-    out = Traffic()
-    for layer, diff_id in zip(layers, diff_ids):
-        seen = status.get(diff_id.split(":", 1)[-1][:12], "")
-        size = layer["size"] if isinstance(layer.get("size"), int) else 0
-        if seen == UPLOADED:
-            out.pushed_bytes, out.pushed_layers = out.pushed_bytes + size, out.pushed_layers + 1
-        elif seen:
-            out.existing_bytes, out.existing_layers = out.existing_bytes + size, out.existing_layers + 1
-    return out
-
-
-# -- output -----------------------------------------------------------------------------------
-
-
-@dataclass
-class TargetRelease:
-    target: str
-    image_id: str | None
-    status: str  # pushed | unchanged | failed | not-built | not-verified | not-pushed | vulnerable
-    tag: str = ""
-    reference: str = ""
-    digest: str | None = None
-    versions: dict[str, str] = field(default_factory=dict)
-    verification: dict[str, Any] = field(default_factory=dict)
-    floating: list[str] = field(default_factory=list)
-    error: str | None = None
-    fields: dict[str, str] = field(default_factory=dict, repr=False)
-    traffic: Traffic = field(default_factory=Traffic)
-    evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.stages.evidence attached to the digest
-    source: str | None = None  # the staged image it was promoted from
-    promotion: dict[str, Any] = field(default_factory=dict)  # promote.Promotion: blobs mounted/copied, bytes, seconds
-    gpu_verified: bool | None = None  # None: a CPU-only image (vetted on a CPU)
-    note: str = ""  # the release policy's word on it, e.g. "not GPU-verified: ..."
-    may_float: bool = field(default=True, repr=False)
-    vulnerabilities: dict[str, Any] = field(default_factory=dict)  # imagesmith.stages.vulngate: snapshots, counts, findings
-    platform: str = DEFAULT_PLATFORM.value
-    index: str = ""  # the tag of the image index this image is one platform of ("": a plain tag of its own)
-    index_digest: str | None = None  # that index's digest, once written (or found unchanged)
-
-    @property
-    def floating_tag(self) -> str:
-        """What this target's floating tags copy: its index when it is one platform of one, else its own tag."""
-        return self.index or self.tag
-
-    @property
-    def floating_digest(self) -> str | None:
-        return self.index_digest if self.index else self.digest
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "status": self.status, "image_id": self.image_id, "tag": self.tag,
-                "platform": self.platform, "index": self.index or None, "index_digest": self.index_digest,
-                "vulnerabilities": self.vulnerabilities or None,
-                "reference": self.reference, "digest": self.digest, "versions": self.versions,
-                "verification": self.verification, "floating": self.floating, "error": self.error,
-                "evidence": self.evidence or None, "gpu_verified": self.gpu_verified, "note": self.note,
-                "traffic": dict(self.traffic.__dict__), "source": self.source, "promotion": self.promotion or None}
-
-    def verified_how(self) -> str:
-        return verified_how(self.verification, self.gpu_verified)
-
-
-@dataclass
-class FloatingRelease:
-    tag: str
-    action: str  # moved | created | unchanged | kept | failed
-    reference: str
-    target: str | None = None
-    torch: str = ""
-    digest: str | None = None
-    previous: str | None = None
-    reason: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class ReleaseReport:
-    registry: str
-    repository: str
-    date: str
-    started_at: str
-    targets: list[TargetRelease]
-    floating: list[FloatingRelease] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    paths: dict[str, str] = field(default_factory=dict)
-    trust: Mapping[str, Any] | None = None  # the trust policy that judged the verifications, and who signed each
-    indexes: list[IndexRelease] = field(default_factory=list)  # one per tag of several platforms
-
-    @property
-    def ok(self) -> bool:
-        return (not self.errors and all(t.status in DONE for t in self.targets)
-                and all(f.action != "failed" for f in self.floating) and all(i.action in DONE for i in self.indexes))
-
-    def pushed(self) -> list[dict[str, Any]]:
-        """Every reference this run wrote to the registry, with its digest."""
-        return self._refs(("pushed",), ("moved", "created"))
-
-    def unchanged(self) -> list[dict[str, Any]]:
-        return self._refs(("unchanged",), ("unchanged",))
-
-    def _refs(self, statuses: tuple[str, ...], actions: tuple[str, ...]) -> list[dict[str, Any]]:
-        by_target = {t.target: t for t in self.targets}
-        out = [self._ref(t.reference, t.digest, "immutable", t) for t in self.targets if t.status in statuses]
-        out += [self._ref(i.reference, i.digest, "index", by_target[next(iter(i.platforms.values()))["target"]])
-                for i in self.indexes if i.action in statuses]
-        return out + [self._ref(f.reference, f.digest, "floating", by_target[f.target or ""])
-                      for f in self.floating if f.action in actions]
-
-    @staticmethod
-    def _ref(reference: str, digest: str | None, kind: str, t: TargetRelease) -> dict[str, Any]:
-        return {"reference": reference, "digest": digest, "kind": kind, "target": t.target,
-                "versions": t.versions, "verification": t.verification, "gpu_verified": t.gpu_verified,
-                "note": t.note}
-
-    def traffic(self) -> Traffic:
-        total = Traffic()
-        for t in self.targets:
-            total = total.add(t.traffic)
-        return total
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schema": RELEASE_SCHEMA, "ok": self.ok, "registry": self.registry, "repository": self.repository,
-                "date": self.date, "started_at": self.started_at, "seconds": round(self.seconds, 2),
-                "traffic": dict(self.traffic().__dict__),
-                "pushed": self.pushed(), "unchanged": self.unchanged(),
-                "floating": [f.to_json() for f in self.floating],
-                "targets": [t.to_json() for t in self.targets], "errors": self.errors,
-                "trust": dict(self.trust) if self.trust is not None else None,
-                "indexes": [i.to_json() for i in self.indexes],
-                "evidence": [t.evidence for t in self.targets if t.evidence]}
-
-
 # -- the publisher --------------------------------------------------------------------------------
-
-
-class ReleaseStopped(RegistryError):
-    """A registry-wide failure (auth, a registry that stays down, a digest mismatch): nothing more is pushed."""
-
-
-@dataclass(frozen=True)
-class RemoteImage:
-    tag: str
-    digest: str
-    config_digest: str | None
-    fields: Mapping[str, str] | None
 
 
 class Publisher:
@@ -383,9 +98,7 @@ class Publisher:
         self.before_push = before_push or (lambda ref: None)
         self.evidence, self.promote = evidence, promote
         self.index_evidence = index_evidence  # an image index's digest -> what was attached to it (its signature)
-        self.floating_gate = floating_gate  # digest -> why its floating tags are held back (None: they may move)
-        self.allow_cpu = allow_cpu_verification
-        self.vulnerability_gate = vulnerability_gate  # a target -> why its known vulnerabilities keep it back (None: release)
+        self.plan = TagPlanner(self.name, policy, date, self._fail, allow_cpu_verification, vulnerability_gate, floating_gate)
         self.trust = trust
         self._uploads_checked = False
         self._indexes: dict[str, list[TargetRelease]] = {}  # index tag -> its platforms' targets
@@ -398,12 +111,12 @@ class Publisher:
         t0 = time.monotonic()
         report = ReleaseReport(self.registry.host, self.repo, self.date,
                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                               [self._prepare(i) for i in items], trust=self.trust)
+                               [self.plan.prepare(i) for i in items], trust=self.trust)
         tracked = runstate.Tracked(self.out / "release.json", report.to_json(), lambda doc: doc | {"ok": False})
         self._indexes = {}
         try:
-            self._name_indexes(report.targets, {i.target: i.group for i in items})
-            self._check_unique(report.targets)
+            self._indexes = self.plan.name_indexes(report.targets, {i.target: i.group for i in items})
+            self.plan.check_unique(report.targets)
             self._release(report)
         except BaseException as exc:
             report.seconds = time.monotonic() - t0
@@ -431,67 +144,6 @@ class Publisher:
                     self._fail(r, "not-pushed", "not pushed: the release stopped before it (see errors)")
 
     # -- preparation ------------------------------------------------------------------
-    def _prepare(self, item: Item) -> TargetRelease:
-        r = TargetRelease(item.target, item.image_id, "queued", verification=dict(item.verification),
-                          versions=measured_versions(item.facts or {}), source=item.source, platform=item.platform.value)
-        if not item.built or not item.image_id:
-            return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
-        if not item.verified:
-            return self._fail(r, "not-verified", "verification failed; not tagged, not pushed" + (f" ({item.error})" if item.error else ""))
-        grant = self._grant(item, r)
-        if not grant.release:
-            return self._fail(r, "not-gpu-verified", grant.note)
-        try:
-            blocked = self.vulnerability_gate(r) if self.vulnerability_gate else None
-        except UserError as exc:  # the image's inventory could not be measured: not released blind
-            return self._fail(r, "failed", f"not released: its known vulnerabilities could not be matched ({exc})")
-        if blocked:
-            return self._fail(r, "vulnerable", f"not released: {blocked}")
-        try:
-            r.fields = tag_fields(item.facts or {}, item.layer, item.cell, self.date)
-            r.tag = tags.render(self.policy.immutable, r.fields) + grant.suffix
-        except (ValueError, KeyError) as exc:
-            return self._fail(r, "failed", f"no immutable tag from the measured versions: {exc}")
-        problems = tags.tag_problems(r.tag)
-        if problems:
-            return self._fail(r, "failed", "; ".join(problems) + " (tags.immutable in the matrix)")
-        r.reference = f"{self.name}:{r.tag}"
-        return r
-
-    def _grant(self, item: Item, r: TargetRelease) -> policy.Grant:
-        """The release policy for this target: a CUDA image needs GPU verification for floating tags."""
-        cuda_image = r.versions.get("cuda", "cpu") != "cpu"
-        ev = item.evidence or policy.Evidence(item.verified, "cpu", 0, "no verify report says how it ran", None, {})
-        grant = policy.grant(cuda_image, ev, self.allow_cpu)
-        r.gpu_verified = ev.gpu_verified if cuda_image else None
-        r.note, r.may_float = grant.note, grant.floating
-        return grant
-
-    def _name_indexes(self, releases: list[TargetRelease], group_of: Mapping[str, str]) -> None:
-        """The targets of one plan tag on several platforms become one image index (:mod:`imagesmith.stages.indexes`):
-        each platform's image gets its own tag, and only the first platform's target carries the index's floating
-        tags (when every platform may float)."""
-        for members in indexes.groups(releases, group_of).values():
-            tag = indexes.name_members(members, lambda m, why: self._fail(m, "failed", why))
-            if tag is None:
-                continue
-            self._indexes[tag] = members
-            for m in (m for m in members if m.status == "queued" and tags.tag_problems(m.tag)):  # "-arm64" made it too long
-                self._fail(m, "failed", "; ".join(tags.tag_problems(m.tag)) + " (tags.immutable in the matrix, with the "
-                           "platform's suffix)")
-            first, rest = members[0], members[1:]
-            first.may_float = all(m.may_float for m in members)
-            for m in rest:
-                m.may_float = False
-
-    def _check_unique(self, releases: list[TargetRelease]) -> None:
-        """One target per immutable tag: a second is failed before anything is pushed (it would replace the first)."""
-        seen: dict[str, str] = {}
-        for r in releases:
-            if r.status == "queued" and r.tag in seen:
-                self._fail(r, "failed", f"immutable tag {r.tag!r} is also {seen[r.tag]}'s; add fields to tags.immutable")
-            seen.setdefault(r.tag, r.target)
-
     def _fail(self, r: TargetRelease, status: str, error: str) -> TargetRelease:
         r.status, r.error = status, self._clean(error)
         self.display.update(r.target, "skipped" if status.startswith("not-") else "failed", r.error[:120])
@@ -625,19 +277,11 @@ class Publisher:
     # -- floating tags -------------------------------------------------------------------
     def _floating(self, releases: list[TargetRelease], remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
         done = {r.target: r for r in releases if r.status in DONE and r.may_float and r.floating_digest}
-        held = self._held_back(done)
+        held = self.plan.held_back(done, self._indexes)
         mine = tags.assign(self.policy, [tags.Candidate(r.target, r.fields) for r in done.values() if r.target not in held])
-        theirs = tags.assign(self.policy, self._remote_candidates(remote))
+        theirs = tags.assign(self.policy, self.plan.remote_candidates(remote))
         moved = [self._float(ftag, done[c.ref], theirs.get(ftag), remote.get(ftag)) for ftag, c in sorted(mine.items())]
         return moved + self._kept_by_gate(done, held, set(mine), remote)
-
-    # -- the fleet gate (imagesmith.stages.fleet.gate): floating tags only for digests every required GPU class passed
-    def _held_back(self, done: Mapping[str, TargetRelease]) -> dict[str, str]:
-        gate = self.floating_gate
-        if gate is None:
-            return {}
-        reasons = {t: next(filter(None, (gate(m.digest) for m in self._indexes.get(r.index, [r]))), None) for t, r in done.items()}
-        return {t: why for t, why in reasons.items() if why}
 
     def _kept_by_gate(self, done: Mapping[str, TargetRelease], held: Mapping[str, str], taken: set[str],
                       remote: Mapping[str, RemoteImage]) -> list[FloatingRelease]:
@@ -653,14 +297,6 @@ class Publisher:
                                        f"{c.ref} ({(done[c.ref].floating_digest or '')[:19]}) {held[c.ref]}"))
             self.display.note(f"{self.name}:{ftag}: kept ({held[c.ref]})")
         return out
-
-    def _remote_candidates(self, remote: Mapping[str, RemoteImage]) -> list[tags.Candidate]:
-        """Images in the registry, immutable tags before floating ones (so a
-        reason names ``2.9.1-...-20261115`` rather than ``latest``)."""
-        cands = [tags.Candidate(t, img.fields, verified=not policy.marked_unverified(t))
-                 for t, img in sorted(remote.items()) if img.fields]
-        floating = set(tags.assign(self.policy, cands))
-        return sorted(cands, key=lambda c: c.ref in floating)
 
     def _float(self, ftag: str, r: TargetRelease, rival: tags.Candidate | None, current: RemoteImage | None) -> FloatingRelease:
         f = FloatingRelease(ftag, "kept", f"{self.name}:{ftag}", r.target, r.fields["torch"], r.floating_digest,

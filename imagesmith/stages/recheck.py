@@ -40,7 +40,7 @@ from imagesmith.model import advisories, policy, tags, vulns
 from imagesmith.model.tags import TagPolicy
 from imagesmith.report import recheck as recheck_report
 from imagesmith.stages import evidence, vex, vulngate
-from imagesmith.stages.publish import label_fields
+from imagesmith.stages.releases import label_fields
 
 SCHEMA = "imagesmith.recheck/1"
 EVIDENCE_TAG = "sha256-"  # the referrers tag schema's index, cosign's .sig and .att: not releases
