@@ -27,8 +27,9 @@ import jinja2.sandbox
 from imagesmith.atomic import write_bytes
 from imagesmith.errors import ValidationError
 from imagesmith.model import compat, grammar
+from imagesmith.model.matrix.context import TEMPLATE_LIMIT
+from imagesmith.model.matrix.layers import is_shipped_template
 from imagesmith.model.matrix.records import Layer, Matrix
-from imagesmith.model.matrix.sections import TEMPLATE_LIMIT, is_shipped_template
 from imagesmith.model.paths import PathProblem, Roots, confined, read_text
 from imagesmith.model.plan import Plan, Target, cuda_image
 from imagesmith.render import cudalayer, guard

@@ -101,15 +101,15 @@ def test_check_table_matches_the_payload_registry() -> None:
 
 
 def test_matrix_reference_documents_every_key() -> None:
-    """Every key the loader accepts (imagesmith/model/matrix/sections.py) has its entry in docs/matrix.md."""
+    """Every key the loader accepts (imagesmith/model/matrix/: sections, sources, layers) has its entry in docs/matrix.md."""
     from imagesmith.model import tags
-    from imagesmith.model.matrix import records, sections
+    from imagesmith.model.matrix import layers, records, sections, sources
 
     text = (DOCS / "matrix.md").read_text(encoding="utf-8")
     wanted = [f"## {key}\n" for key in sections.TOP_KEYS]
     wanted += [f"| `matrix.{key}` |" for key in (*records.AXES, records.PLATFORM, "cudnn", "include", "exclude")]
-    wanted += [f"| `sources.{key}` |" for key in sections.SOURCES.names]
-    wanted += [f"| `{key}` |" for key in sections.LAYER_KEYS if key != "services"] + ["| `services.jupyter` |", "| `services.sshd` |"]
+    wanted += [f"| `sources.{key}` |" for key in sources.SOURCES.names]
+    wanted += [f"| `{key}` |" for key in layers.LAYER_KEYS if key != "services"] + ["| `services.jupyter` |", "| `services.sshd` |"]
     wanted += [f"`{{{field}}}`" for field in tags.TAG_FIELDS]
     assert [w for w in wanted if w not in text] == []
 

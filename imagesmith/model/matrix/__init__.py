@@ -16,8 +16,9 @@ from typing import Sequence
 from imagesmith.errors import Problem, ValidationError
 from imagesmith.model import compat
 from imagesmith.model.located import MAX_BYTES, TextProblem, load_located, read_limited
+from imagesmith.model.matrix.context import MatrixCtx
 from imagesmith.model.matrix.records import Matrix
-from imagesmith.model.matrix.sections import SCHEMA_VERSION, TOP_KEYS, MatrixCtx, build
+from imagesmith.model.matrix.sections import SCHEMA_VERSION, TOP_KEYS, build
 from imagesmith.model.paths import Roots
 
 __all__ = ["Matrix", "load", "parse"]

@@ -3,7 +3,8 @@
 Each parser takes the :class:`MatrixCtx` (the shared toolkit of :mod:`imagesmith.model.validation`
 plus the knowledge base) and the raw value of its section; it returns records and reports every
 problem where it was written (``file:line key.path``), with the fix. Cells are checked against
-the knowledge base here too.
+the knowledge base here too. The ``layers:`` section lives in :mod:`.layers`, ``sources:`` and ``base_images:`` in
+:mod:`.sources`, and the context they share in :mod:`.context`.
 
 A section whose keys are plain reads is a key table (:class:`~imagesmith.model.validation.Table`)
 declared next to its parser: ``IMAGE``, ``TAGS``, ``VERIFY``, ``VULNERABILITIES`` and ``ALLOWANCE``,
@@ -19,71 +20,39 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import graphlib
 import itertools
 import re
-import urllib.parse
 from functools import partial
-from pathlib import Path
 from typing import Any, Mapping, Sequence
-
-from packaging.requirements import InvalidRequirement, Requirement
 
 from imagesmith.model import compat, grammar, vulns
 from imagesmith.model import platform as platforms
-from imagesmith.model.located import KeyPath, Lines, printable
+from imagesmith.model.located import KeyPath, printable
+from imagesmith.model.matrix.context import (
+    MatrixCtx,
+    pairs,
+)
+from imagesmith.model.matrix.layers import read_layers
 from imagesmith.model.matrix.records import (
     AXES,
-    BUILTIN_PARENTS,
     PLATFORM,
     TIERS,
     Cell,
-    Credential,
     ImageSpec,
-    Jupyter,
     Layer,
     Matrix,
-    Sources,
-    Sshd,
     VerifyPolicy,
 )
-from imagesmith.model.paths import PathProblem, Roots, confined
+from imagesmith.model.matrix.sources import base_images_of, check_pypi_platform_wheels, check_torch_index, read_sources
 from imagesmith.model.platform import Platform
-from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS, FloatingTag, TagPolicy
-from imagesmith.model.validation import Ctx, Derived, Key, Rule, Table, checks, did_you_mean, kind
+from imagesmith.model.validation import Ctx, Key, Rule, Table, did_you_mean, kind
 from imagesmith.model.versions import matches
 
 SCHEMA_VERSION = 1
-BASE_FROM = ("os", "cuda-runtime", "cuda-devel")
-CUDA_LIBS = ("shared", "venv")  # base layer: torch's CUDA wheels in a layer shared across cells, or in each venv
-NETWORK_MODES = ("default", "host", "none")
-KB_PINNED = ("torch", "torchvision", "torchaudio", "numpy")
-REQUIREMENTS_LIMIT = 1 << 20  # bytes of a requirements file
-CA_LIMIT = 4 << 20  # bytes of a CA bundle
-TEMPLATE_LIMIT = 256 << 10  # bytes of a user template
-
-
-class MatrixCtx(Ctx):
-    """The shared toolkit's context, plus the knowledge base every cell is checked against."""
-
-    def __init__(self, file: Path, lines: Lines, kb: compat.KnowledgeBase, roots: Roots | None = None) -> None:
-        super().__init__(file, lines, roots)
-        self.kb = kb
-        self.variants: set[str] = set()  # the torch wheel variants the cells need (sources.torch_index_url's check)
 
 
 TOP_KEYS = ("version", "image", "matrix", "base_images", "layers", "tags", "verify", "sources", "vulnerabilities")
-
-
-def _pairs(ctx: MatrixCtx, raw: Any, path: KeyPath, key_check: grammar.Check) -> tuple[tuple[str, str], ...]:
-    """A mapping of the user's own keys (env names, label keys) to free text, both checked."""
-    out = []
-    for key, value in ctx.open_mapping(raw, path).items():
-        ctx.checked(key, path + (key,), key_check)
-        text = ctx.string(value, path + (key,), "")
-        out.append((key, ctx.checked("" if text is None else text, path + (key,), grammar.text)))
-    return tuple(sorted(out))
 
 
 def _image_name_length(ctx: MatrixCtx, v: dict[str, Any], p: KeyPath) -> None:
@@ -98,7 +67,7 @@ IMAGE = Table("image", (  # -> ImageSpec
     Rule(_image_name_length),
     Key("user", Ctx.text, ImageSpec.user, check=grammar.user_name),
     Key("uid", partial(Ctx.integer, lo=1, hi=65535), ImageSpec.uid),
-    Key("labels", partial(_pairs, key_check=grammar.label_key)),
+    Key("labels", partial(pairs, key_check=grammar.label_key)),
 ))
 
 
@@ -316,211 +285,7 @@ def _nearest(kb: compat.KnowledgeBase, cell: Cell, release: compat.TorchRelease,
     return f"nearest cells with {cell.platform} wheels: " + ", ".join(f"torch {line} {v}" for line, v in found)
 
 
-# -- layers --------------------------------------------------------------------
-
-LAYER_KEYS = ("parent", "packages", "apt", "requirements", "env", "from", "toolchain", "cuda_libs", "template", "services", "when")
-
-
-def _layers(ctx: MatrixCtx, raw: Any) -> tuple[Layer, ...]:
-    d = ctx.open_mapping(raw if raw is not None else {"base": {}}, ("layers",))
-    layers = {name: _layer(ctx, name, spec) for name, spec in d.items()}
-    if "base" not in layers:
-        ctx.error(("layers",), "a matrix needs a layer named base (OS + Python + torch)")
-        return tuple(layers.values())
-    return _ordered(ctx, layers)
-
-
-def _layer(ctx: MatrixCtx, name: str, raw: Any) -> Layer:
-    p: KeyPath = ("layers", name)
-    s = ctx.section(raw, p, LAYER_KEYS)
-    if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", name):
-        ctx.error(p, f"layer name {name!r} must be lowercase letters, digits and '-' (it goes into tags)")
-    parent = s("parent", Ctx.string, BUILTIN_PARENTS.get(name, "base"))
-    packages = s("packages", Ctx.strings)
-    for i, spec in enumerate(packages):
-        _check_package(ctx, spec, p + ("packages", i))
-    req = s("requirements", Ctx.local_file, REQUIREMENTS_LIMIT)
-    pins = _check_requirements(ctx, req[0].name, req[2], p + ("requirements",)) if req else ()
-    template, template_path = s("template", _template)
-    return Layer(
-        name=name,
-        parent=None if name == "base" else parent,
-        packages=packages,
-        apt=s("apt", Ctx.checked_strings, grammar.debian_package),
-        requirements=req[0] if req else None,
-        requirements_data=req[1] if req else b"",
-        requirements_pins=pins,
-        env=s("env", _pairs, grammar.env_name),
-        base_from=s("from", Ctx.choice, BASE_FROM, "os"),
-        toolchain=s("toolchain", Ctx.boolean, name == "base"),
-        cuda_libs=s("cuda_libs", _cuda_libs, name),
-        template=template,
-        template_path=template_path,
-        jupyter=s("services", _jupyter),
-        sshd=s("services", _sshd),
-        when=s("when", _layer_when),
-    )
-
-
-def _cuda_libs(ctx: MatrixCtx, raw: Any, path: KeyPath, name: str) -> str:
-    if raw is not None and name != "base":
-        ctx.error(path, "cuda_libs belongs to the base layer (where torch and its CUDA wheels are installed)")
-    return str(ctx.choice(raw, path, CUDA_LIBS, "shared"))
-
-
-def _layer_when(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    d = ctx.mapping(raw, path, (*AXES, PLATFORM))
-    out = tuple((axis, ctx.strings(d[axis], path + (axis,))) for axis in AXES if axis in d)
-    if PLATFORM in d:
-        out += ((PLATFORM, ctx.checked_strings(d[PLATFORM], path + (PLATFORM,), platforms.problem)),)
-    return out
-
-
-def _template(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, Path | None]:
-    """A layer's own template: one of ours by name, or a file of the user's in
-    the matrix's folder (or an allowed root): trusted code, rendered sandboxed."""
-    from imagesmith.resources import templates_dir
-
-    name = ctx.string(raw, path, "") or ""
-    if not name or is_shipped_template(name, templates_dir()):
-        return name, None
-    found = ctx.local_file(name, path, TEMPLATE_LIMIT)
-    return name, found[0] if found else None
-
-
-def is_shipped_template(name: str, folder: Path) -> bool:
-    """``name`` is one of our templates (a plain relative name under templates/)."""
-    parts = Path(name).parts
-    try:
-        return bool(parts) and ".." not in parts and not Path(name).is_absolute() and (folder / name).is_file()
-    except (OSError, ValueError):  # a name too long to be one of ours
-        return False
-
-
-def _check_package(ctx: MatrixCtx, spec: str, path: KeyPath) -> None:
-    why = grammar.pip_requirement(spec)
-    if why:
-        ctx.error(path, why)
-        return
-    name = spec.strip().lower()
-    if name in KB_PINNED:
-        return  # resolved from the knowledge base for each cell
-    if not grammar.is_pinned(spec):
-        name = re.split(r"[<>=!~\[; @]", spec.strip(), maxsplit=1)[0]
-        ctx.warn(path, f"{spec!r} is not pinned; pin it ({name}==X.Y.Z) so that rebuilds install the same thing")
-
-
-# pip options a requirements file may hold; those that change where packages
-# come from, or name files the build context does not have, are refused.
-REQ_OPTIONS_OK = ("--hash", "--pre", "--prefer-binary", "--only-binary", "--no-binary", "--require-hashes", "--config-settings")
-REQ_OPTIONS_REFUSED = {
-    "-i": "package sources", "--index-url": "package sources", "--extra-index-url": "package sources",
-    "--no-index": "package sources", "-f": "package sources", "--find-links": "package sources",
-    "--trusted-host": "package sources", "-r": "other files", "--requirement": "other files",
-    "-c": "other files", "--constraint": "other files", "-e": "other files", "--editable": "other files",
-}
-
-
-def _requirement_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, logical line) with comments dropped and \\-continuations joined, as pip reads it."""
-    out: list[tuple[int, str]] = []
-    pending, start = "", 0
-    for n, line in enumerate(text.splitlines(), 1):
-        line = re.sub(r"(^|\s)#.*$", "", line)
-        start = start or n
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        if (pending + line).strip():
-            out.append((start, (pending + line).strip()))
-        pending, start = "", 0
-    return out
-
-
-def _check_requirements(ctx: MatrixCtx, name: str, text: str, path: KeyPath) -> tuple[str, ...]:
-    """Each line a requirement pip understands; warnings name the package, never quote the file."""
-    pins = []
-    for n, line in _requirement_lines(text):
-        words = line.split()
-        first = next((i for i, w in enumerate(words) if w.startswith("-")), len(words))
-        refused = [_option_problem(w.split("=", 1)[0]) for w in words[first:] if w.startswith("-")]
-        if any(refused):
-            ctx.error(path, f"{name}:{n}: {next(r for r in refused if r)}")
-        elif first:
-            pins += _check_requirement(ctx, name, n, " ".join(words[:first]), path)
-    return tuple(pins)
-
-
-def _option_problem(option: str) -> str | None:
-    if option in REQ_OPTIONS_REFUSED:
-        return (f"{option} is not allowed here: the file is copied alone into the build context, "
-                f"so {REQ_OPTIONS_REFUSED[option]} belong in the matrix (sources:, packages:, requirements:)")
-    return None if option in REQ_OPTIONS_OK else f"a pip option that is not supported here (only {', '.join(REQ_OPTIONS_OK)})"
-
-
-def _check_requirement(ctx: MatrixCtx, name: str, n: int, spec: str, path: KeyPath) -> list[str]:
-    try:
-        req = Requirement(spec)
-    except InvalidRequirement:
-        ctx.error(path, f"{name}:{n}: not a requirement pip understands (PEP 508); write name==version, one per line")
-        return []
-    if req.url:
-        ctx.warn(path, f"{name}:{n}: {req.name} is installed from a URL, outside sources:; pin it ({req.name}==X.Y.Z) and serve it from an index or wheel folder")
-        return []
-    if not grammar.is_pinned(spec):
-        ctx.warn(path, f"{name}:{n}: {req.name} is not pinned; pin it ({req.name}==X.Y.Z) so that rebuilds install the same thing")
-        return []
-    return [f"{req.name}{req.specifier}"]
-
-
-ANY_GIVEN = Derived(lambda given, _: bool(given))  # a service is enabled when any of its keys is written
-
-JUPYTER = Table("jupyter", (  # -> Jupyter; the grammar checks come where they always came, after enabled
-    Key("bind", Ctx.text, Jupyter.bind),
-    Key("version", Ctx.text, Jupyter.version),
-    Key("enabled", Ctx.boolean, ANY_GIVEN),
-    checks("bind", grammar.listen_address),
-    Key("port", partial(Ctx.integer, lo=1, hi=65535), Jupyter.port),
-    checks("version", grammar.python_version),
-))
-SSHD = Table("sshd", (  # -> Sshd
-    Key("enabled", Ctx.boolean, ANY_GIVEN),
-    Key("port", partial(Ctx.integer, lo=1024, hi=65535), Sshd.port),
-))
-
-
-def _jupyter(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Jupyter:
-    services = ctx.mapping(raw, path, ("jupyter", "sshd"))
-    return Jupyter(**JUPYTER.read(ctx, services.get("jupyter"), path + ("jupyter",)))
-
-
-def _sshd(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Sshd:
-    services = raw if isinstance(raw, dict) else {}
-    return Sshd(**SSHD.read(ctx, services.get("sshd"), path + ("sshd",)))
-
-
-def _ordered(ctx: MatrixCtx, layers: dict[str, Layer]) -> tuple[Layer, ...]:
-    """Parents before children, each generation in the matrix's order (stdlib graphlib);
-    unknown parents and cycles are errors (a cycle leaves no layer order: nothing to build)."""
-    for layer in layers.values():
-        if layer.parent is not None and layer.parent not in layers:
-            ctx.error(("layers", layer.name, "parent"),
-                      f"parent {layer.parent!r} is not a layer here; layers: {', '.join(layers)}{did_you_mean(layer.parent, layers)}")
-    graph = graphlib.TopologicalSorter({name: layers.keys() & {layer.parent} for name, layer in layers.items()})
-    try:
-        graph.prepare()
-    except graphlib.CycleError as exc:
-        ctx.error(("layers",), f"layers form a cycle: {', '.join(sorted(set(exc.args[1])))}")
-        return ()
-    rank, order = {name: i for i, name in enumerate(layers)}, []
-    while graph.is_active():
-        generation = sorted(graph.get_ready(), key=rank.__getitem__)
-        order += generation
-        graph.done(*generation)
-    return tuple(layers[name] for name in order)
-
-
-# -- tags, verify, sources ---------------------------------------------------------
+# -- tags, verify, vulnerabilities (layers: layers.py; sources and base images: sources.py) ----
 
 
 def _floating(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[FloatingTag, ...]:
@@ -609,23 +374,6 @@ def _verify(ctx: MatrixCtx, raw: Any) -> VerifyPolicy:
     )
 
 
-def _advisories(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, ...]:
-    """OSV snapshots: an http(s) URL, or a zip or folder inside the roots (read when matched, not here)."""
-    out = []
-    for i, text in enumerate(ctx.strings(raw, path)):
-        where = path + (i,)
-        if text.startswith(("http://", "https://")):
-            out.append(ctx.checked(text, where, grammar.url))
-            continue
-        try:
-            found = confined(ctx.roots, text, kind="any")
-        except PathProblem as exc:
-            ctx.error(where, str(exc))
-            continue
-        out.append(str(found))
-    return tuple(out)
-
-
 ADVISORY_ID = re.compile(r"[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9.:_]+)+")
 
 
@@ -701,187 +449,19 @@ def _vulnerabilities(ctx: MatrixCtx, raw: Any) -> vulns.Policy:
     return vulns.Policy(**VULNERABILITIES.read(ctx, raw, ("vulnerabilities",)))
 
 
-def _index(ctx: MatrixCtx, raw: Any, path: KeyPath) -> str | None:
-    """An index or find-links URL; a local folder (/path or file:///path) stays inside the roots."""
-    text = ctx.string(raw, path)
-    if text is None:
-        return None
-    sample = text.replace("{variant}", "cpu") if path[-1] == "torch_index_url" else text
-    if sample.startswith("/") and not grammar.URL_CHARS.fullmatch(sample):
-        ctx.error(path, f"{printable(text)}: a folder path here may hold only letters, digits and - . _ ~ / "
-                  "(it goes into a space-separated list); rename the folder")
-    elif sample.startswith("/"):
-        ctx.local_folder(sample, path)
-    elif not ctx.checked(sample, path, grammar.url) or grammar.url(sample):
-        pass
-    elif sample.startswith("file://"):
-        ctx.local_folder(urllib.parse.unquote(urllib.parse.urlsplit(sample).path), path)
-    return text
-
-
-def _indexes(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, ...]:
-    values = ctx.strings(raw, path)
-    return tuple(_index(ctx, v, path + (i,)) or v for i, v in enumerate(values))
-
-
-def _ca_bundle(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[Path, bytes] | None:
-    found = ctx.local_file(raw, path, CA_LIMIT)
-    if found and "-----BEGIN CERTIFICATE-----" not in found[2]:
-        ctx.error(path, f"{raw} holds no PEM certificate (-----BEGIN CERTIFICATE-----); give the CA bundle of your proxy")
-        return None
-    return (found[0], found[1]) if found else None
-
-
-def _check_torch_index(ctx: MatrixCtx, sources: Sources) -> None:
-    cuda_variants = sorted(v for v in ctx.variants if v != "cpu")
-    url = sources.torch_index_url
-    if url and "{variant}" not in url and len(cuda_variants) > 1:
-        ctx.warn(("sources", "torch_index_url"), f"has no {{variant}} but the matrix needs {', '.join(cuda_variants)} wheels, "
-                 "which live on different indexes; write e.g. https://mirror.example.com/whl/{variant}")
-
-
-PYPI_HOSTS = ("pypi.org", "pypi.python.org")
-
-
-def _check_pypi_platform_wheels(ctx: MatrixCtx, cells: Sequence[Cell], sources: Sources) -> None:
-    """A CUDA cell whose platform's torch wheel on PyPI is the CPU build (the knowledge base's ``pypi: cpu``) must not
-    take torch from PyPI: it would build, and run, without CUDA (pytorch/pytorch#160162)."""
-    url = sources.torch_index_url
-    if not url or urllib.parse.urlsplit(url).hostname not in PYPI_HOSTS:
-        return
-    for cell in cells:
-        release = ctx.kb.resolve_torch(cell.torch)
-        variant = release.variant_for(cell.cuda) if release else None
-        wheels = ctx.kb.wheels_for(release, variant.name, cell.platform) if release and variant and variant.cuda else None
-        if release is not None and variant is not None and wheels is not None and wheels.pypi == "cpu":
-            ctx.error(("sources", "torch_index_url"),
-                      f"PyPI's {cell.platform} wheel of torch {release.version} is the CPU build (torch.version.cuda is None; "
-                      f"pytorch/pytorch#160162), so cell {cell.label()} would get no CUDA; take its {variant.name} wheels from "
-                      f"{variant.index} (or a mirror of it: write {{variant}} in torch_index_url), or build torch 2.11 or newer, "
-                      "whose PyPI aarch64 wheels are CUDA builds")
-            return
-
-
-def _credentials(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[Credential, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of credentials, got {kind(raw)}")
-        return ()
-    out = []
-    for i, item in enumerate(raw):
-        s = ctx.section(item, path + (i,), ("host", "username_env", "password_env", "file"))
-        host = s("host", Ctx.string)
-        if not host:
-            ctx.error(path + (i,), "a credential needs host: the index host it is sent to")
-            continue
-        if "file" not in s and "password_env" not in s:
-            ctx.error(path + (i,), "a credential needs password_env (an environment variable) or file (holding user:password)")
-        out.append(Credential(ctx.checked(host, path + (i, "host"), grammar.host), s("username_env", Ctx.optional, grammar.env_name),
-                              s("password_env", Ctx.optional, grammar.env_name), s("file", _secret_file)))
-    return tuple(out)
-
-
-def _secret_file(ctx: MatrixCtx, raw: Any, path: KeyPath) -> Path | None:
-    """A credentials file (read at build time, so it may not exist yet), inside the roots:
-    otherwise a matrix could send any one-line host file to the host it names."""
-    text = ctx.string(raw, path)
-    if text is None:
-        return None
-    try:
-        resolved = ctx.roots.resolve(text)
-    except PathProblem as exc:
-        ctx.error(path, str(exc))
-        return None
-    if not ctx.roots.inside(resolved):
-        ctx.error(path, f"{text} resolves to {resolved}, outside {ctx.roots.base}; keep it in the matrix's folder, "
-                  f"or allow its folder on the command line: --allow-root {resolved.parent}")
-    return resolved
-
-
-PROXY = Table("proxy", (
-    Key("http", partial(Ctx.optional, check=grammar.proxy_url)),
-    Key("https", partial(Ctx.optional, check=grammar.proxy_url)),
-    Key("no_proxy", partial(Ctx.optional, check=grammar.no_proxy)),
-))
-
-
-def _proxy_values(ctx: MatrixCtx, v: dict[str, Any], p: KeyPath) -> None:
-    v["proxy"] = PROXY.values(ctx, v["proxy"], p + ("proxy",))
-
-
-SOURCES = Table("sources", (  # -> Sources
-    Key("proxy", PROXY.given),  # its unknown keys first, as they always came; its values below
-    Key("ca_bundle", _ca_bundle),
-    Key("torch_index_url", _index),
-    Key("index_url", _index),
-    Key("extra_index_urls", _indexes),
-    Key("find_links", _indexes),
-    Key("trusted_hosts", partial(Ctx.checked_strings, check=grammar.host)),
-    Rule(_proxy_values),
-    Key("network", partial(Ctx.choice, choices=NETWORK_MODES), Sources.network),
-    Key("credentials", _credentials),
-    Key("advisories", _advisories),
-))
-
-
-def _sources(ctx: MatrixCtx, raw: Any) -> Sources:
-    v = SOURCES.read(ctx, raw, ("sources",))
-    ca, proxy = v["ca_bundle"], v["proxy"]
-    return Sources(
-        torch_index_url=v["torch_index_url"], index_url=v["index_url"], extra_index_urls=v["extra_index_urls"],
-        find_links=v["find_links"], trusted_hosts=v["trusted_hosts"],
-        ca_bundle=ca[0] if ca else None, ca_bundle_data=ca[1] if ca else b"",
-        http_proxy=proxy["http"], https_proxy=proxy["https"], no_proxy=proxy["no_proxy"],
-        network=v["network"], credentials=v["credentials"], advisories=v["advisories"],
-    )
-
-
-def _base_images(ctx: MatrixCtx, raw: Any) -> dict[str, str]:
-    """``base_images.<os>``: one reference for every platform, or a mapping platform -> reference (a local base
-    is one architecture: ``{linux/amd64: imagesmith/debian:bookworm, linux/arm64: imagesmith/debian:bookworm-arm64}``).
-    Keys of the result: ``<os>`` and ``<os>@<platform>`` (:func:`base_image_for`)."""
-    p: KeyPath = ("base_images",)
-    d = ctx.mapping(raw, p, ctx.kb.os.keys())
-    out = {}
-    for os_key, value in d.items():
-        if isinstance(value, Mapping):
-            per = ctx.mapping(value, p + (os_key,), platforms.NAMES)
-            for name, ref in per.items():
-                out[f"{os_key}@{name}"] = _base_ref(ctx, ref, p + (os_key, name))
-        else:
-            out[os_key] = _base_ref(ctx, value, p + (os_key,))
-    return out
-
-
-def _base_ref(ctx: MatrixCtx, ref: Any, path: KeyPath) -> str:
-    image = ctx.checked(ctx.string(ref, path) or "", path, grammar.image_reference)
-    if not grammar.image_reference(image):
-        _check_base_ref(ctx, image, path)
-    return image
-
-
-def _check_base_ref(ctx: MatrixCtx, ref: str, path: KeyPath) -> None:
-    parsed = ImageRef.maybe(ref)
-    if parsed is None or parsed.pinned or ref.startswith("sha256:"):
-        return
-    if not parsed.tag or parsed.tag == "latest":
-        ctx.warn(path, f"{ref!r} is a mutable tag; pin it by digest ({parsed.name}@sha256:...) or a dated tag so every build starts from the same bytes")
-
-
 # -- the whole document ---------------------------------------------------------
 
 
 def build(ctx: MatrixCtx, d: Mapping[str, Any]) -> Matrix:
     """The records of a matrix from its top-level mapping; problems are left in ``ctx``."""
-    layers = _layers(ctx, d.get("layers"))
-    base_images = _base_images(ctx, d.get("base_images"))
+    layers = read_layers(ctx, d.get("layers"))
+    base_images = base_images_of(ctx, d.get("base_images"))
     cells = _unique(ctx, _expand(ctx, d.get("matrix")))
     for cell in cells:
         _check_cell(ctx, cell, layers, base_images)
-    sources = _sources(ctx, d.get("sources"))
-    _check_torch_index(ctx, sources)
-    _check_pypi_platform_wheels(ctx, cells, sources)
+    sources = read_sources(ctx, d.get("sources"))
+    check_torch_index(ctx, sources)
+    check_pypi_platform_wheels(ctx, cells, sources)
     return Matrix(
         file=ctx.file,
         image=_image(ctx, d.get("image")),
