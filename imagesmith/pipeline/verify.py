@@ -53,11 +53,12 @@ def attached_evidence(image: str, public_keys: Sequence[Path], store: Credential
                       gpus: Callable[[str], tuple[str | None, int]] | None = None) -> AttachedEvidence:
     """The evidence attached to IMAGE's digest (a registry reference; none read from Docker Hub), its signatures
     checked with the public keys in ``public_keys``; with ``reuse`` (--reuse-evidence), the verify report of a signed attestation that stands for a fresh
-    run with ``options`` (:func:`imagesmith.stages.evidence.reusable`), else the reasons none does. ``read`` and
+    run with ``options`` (:func:`imagesmith.stages.reuse.reusable`), else the reasons none does. ``read`` and
     ``gpus`` are the registry read and this host's GPU inventory (a test passes doubles)."""
     from imagesmith.edges import signing
     from imagesmith.edges.engine import registry_host
     from imagesmith.stages import evidence
+    from imagesmith.stages.reuse import Wanted, reusable, reused_report
 
     if registry_host(image) == DOCKER_HUB:
         return AttachedEvidence()
@@ -69,12 +70,12 @@ def attached_evidence(image: str, public_keys: Sequence[Path], store: Credential
     if not reuse:
         return AttachedEvidence(found)
     model, count = (gpus or gpu_model)(options.gpus)
-    wanted = evidence.Wanted(options.tier, model, count, dict(options.expect), bool(options.require_gpu),
-                             options.require_non_root, bool(options.only or options.skip), max_age_days)
-    match, why = evidence.reusable(found, wanted)
+    wanted = Wanted(options.tier, model, count, dict(options.expect), bool(options.require_gpu),
+                    options.require_non_root, bool(options.only or options.skip), max_age_days)
+    match, why = reusable(found, wanted)
     if match is None:
         return AttachedEvidence(found, why_not=tuple(why), gpu_model=model)
-    return AttachedEvidence(found, reused=evidence.reused_report(found, match, image), match=match, gpu_model=model)
+    return AttachedEvidence(found, reused=reused_report(found, match, image), match=match, gpu_model=model)
 
 
 def gpu_model(gpus: str) -> tuple[str | None, int]:

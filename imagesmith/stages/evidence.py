@@ -22,13 +22,15 @@ Pushing is idempotent: a re-run finds the same SBOM statement, an equivalent
 verification (same tier, mode, GPU model and count, verdict) and its
 signature already there, signed by the same key, and pushes nothing; the
 ``.att`` manifest gains a layer only for an envelope it does not list yet.
+
+The documents and manifests themselves are built in :mod:`imagesmith.stages.referrers` (pure); whether what was
+read back stands for a fresh run is :mod:`imagesmith.stages.reuse`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,158 +49,38 @@ from imagesmith.model import loader, policy
 from imagesmith.model.ref import ImageRef
 from imagesmith.stages import attestation, sbom, vex
 from imagesmith.stages.attestation import Statement, StatementError
-
-SBOM_ARTIFACT = "application/vnd.imagesmith.sbom.v1+json"
-VERIFICATION_ARTIFACT = "application/vnd.imagesmith.verification.v1+json"
-VEX_ARTIFACT = "application/vnd.imagesmith.vulnerabilities.v1+json"  # CycloneDX VEX: the known vulnerabilities matched
-KINDS = {attestation.SBOM_PREDICATE: "sbom", attestation.VERIFICATION_PREDICATE: "verification",
-         attestation.VEX_PREDICATE: "vulnerabilities"}
-PREDICATES = {kind: uri for uri, kind in KINDS.items()}
-ARTIFACT_TYPES = {"sbom": SBOM_ARTIFACT, "verification": VERIFICATION_ARTIFACT, "vulnerabilities": VEX_ARTIFACT}
-PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
-CREATED_ANNOTATION = "org.opencontainers.image.created"
-EMPTY_CONFIG = {"mediaType": "application/vnd.oci.empty.v1+json", "data": "e30="}
-EMPTY = b"{}"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-COSIGN_PREDICATE_ANNOTATION = "predicateType"  # cosign attest's layer annotation
-GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # how Go writes an unset time.Time
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-
-
-def referrers_tag(digest: str) -> str:
-    """The referrers tag schema's tag for ``digest``: ``sha256-<hex>``."""
-    return digest.replace(":", "-", 1)[:128]
-
-
-def signature_tag(digest: str) -> str:
-    """cosign's (and containers/image's) signature tag: ``sha256-<hex>.sig``."""
-    return digest.replace(":", "-", 1) + ".sig"
-
-
-def attestation_tag(digest: str) -> str:
-    """cosign's attestation tag: ``sha256-<hex>.att`` (pkg/oci/remote/remote.go ``AttestationTag``)."""
-    return digest.replace(":", "-", 1) + ".att"
-
+from imagesmith.stages.referrers import (  # the documents evidence is made of: re-exported for its callers
+    ARTIFACT_TYPES,
+    COSIGN_PREDICATE_ANNOTATION,
+    CREATED_ANNOTATION,
+    DIGEST,
+    EMPTY,
+    KINDS,
+    PREDICATE_ANNOTATION,
+    PREDICATES,
+    SBOM_ARTIFACT,
+    VERIFICATION_ARTIFACT,
+    VEX_ARTIFACT,
+    Document,
+    artifact_manifest,
+    attestation_tag,
+    cosign_attestation_layer,
+    cosign_attestation_manifest,
+    descriptor,
+    index_entry,
+    manifest_layers,
+    referrers_index,
+    referrers_tag,
+    sbom_document,
+    signature_manifest,
+    signature_tag,
+    verdict_problems,
+    verification_document,
+    verification_identity,
+    vex_document,
+)
 
 # =====================================================================  documents (pure)
-
-
-@dataclass(frozen=True)
-class Document:
-    """One attestation to attach: its kind, statement bytes and what makes two equivalent."""
-
-    kind: str  # sbom | verification
-    statement: bytes
-    created: str  # the artifact's org.opencontainers.image.created
-
-    @property
-    def predicate_type(self) -> str:
-        return PREDICATES[self.kind]
-
-    def same_as(self, st: Statement, payload: bytes) -> bool:
-        if self.kind == "sbom":
-            return payload == self.statement
-        if self.kind == "vulnerabilities":
-            return vex_identity(attestation.parse_statement(self.statement).predicate) == vex_identity(st.predicate)
-        mine = attestation.parse_statement(self.statement).predicate
-        return verification_identity(mine) == verification_identity(st.predicate)
-
-
-def _verdict_problems(predicate: Mapping[str, Any]) -> list[str]:
-    """A verification whose ``passed`` is not what its own checks say (judged again under the shipped registry)."""
-    from imagesmith.stages.verify import declared_checks
-
-    judged = policy.verdict(predicate, declared_checks())
-    if predicate.get("passed") is True and not judged.ok:
-        return [f"it says passed, but {judged.why}"]
-    return []
-
-
-def verification_identity(predicate: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What makes two verifications of one digest the same evidence: tier, mode, GPU model
-    and count, verdict (a re-run on the same kind of machine adds nothing)."""
-    gpu = predicate.get("gpu") or {}
-    return (predicate.get("tier"), predicate.get("mode"), gpu.get("model"), gpu.get("count"), predicate.get("passed"))
-
-
-def vex_identity(doc: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What makes two vulnerability documents of one digest the same evidence: the snapshots
-    matched and each vulnerability with its analysis (a re-run on the same snapshots adds nothing)."""
-    meta: Any = doc.get("metadata")
-    props = sorted(str(p.get("value")) for p in _list(meta.get("properties") if isinstance(meta, Mapping) else None) if isinstance(p, Mapping))
-    entries = _list(doc.get("vulnerabilities"))
-    found = sorted((str(v.get("bom-ref")), str((v.get("analysis") or {}).get("detail"))) for v in entries if isinstance(v, Mapping))
-    return tuple(props), tuple(found)
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def vex_document(name: str, digest: str, vex: bytes, created: str) -> Document:
-    st = Statement(name, digest, attestation.VEX_PREDICATE, json.loads(vex))
-    return Document("vulnerabilities", attestation.statement_bytes(st), created)
-
-
-def sbom_document(name: str, digest: str, bom: bytes, created: str) -> Document:
-    st = Statement(name, digest, attestation.SBOM_PREDICATE, json.loads(bom))
-    return Document("sbom", attestation.statement_bytes(st), created)
-
-
-def verification_document(name: str, digest: str, report: Mapping[str, Any]) -> Document:
-    from imagesmith.stages.verify import declared_checks
-
-    predicate = attestation.verification_predicate(report, declared_checks())
-    problems = attestation.predicate_problems(predicate)
-    if problems:  # a bug, not bad input: the builder makes what the schema describes
-        raise ValueError("verification predicate breaks its schema: " + "; ".join(problems[:3]))
-    st = Statement(name, digest, attestation.VERIFICATION_PREDICATE, predicate)
-    return Document("verification", attestation.statement_bytes(st), str(predicate.get("started_at") or ""))
-
-
-def _json(doc: Mapping[str, Any]) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-
-def descriptor(media_type: str, data: bytes, **extra: Any) -> dict[str, Any]:
-    return {"mediaType": media_type, "digest": sha256_digest(data), "size": len(data), **{k: v for k, v in extra.items() if v}}
-
-
-def artifact_manifest(artifact_type: str, layer: Mapping[str, Any], subject: Mapping[str, Any],
-                      annotations: Mapping[str, str]) -> bytes:
-    """An OCI image manifest used for an artifact (image-spec 1.1): empty config, one layer, a subject."""
-    config = {**EMPTY_CONFIG, "digest": sha256_digest(EMPTY), "size": len(EMPTY)}
-    return _json({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type, "config": config,
-                  "layers": [dict(layer)], "subject": dict(subject), "annotations": dict(annotations)})
-
-
-def index_entry(manifest: bytes) -> dict[str, Any]:
-    """The referrers-index descriptor of an artifact manifest (artifactType and annotations copied)."""
-    doc = json.loads(manifest)
-    return descriptor(OCI_MANIFEST, manifest, artifactType=doc.get("artifactType"), annotations=doc.get("annotations"))
-
-
-def referrers_index(entries: Sequence[Mapping[str, Any]]) -> bytes:
-    return _json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [dict(e) for e in entries]})
-
-
-def signature_manifest(layers: Sequence[Mapping[str, Any]]) -> tuple[bytes, bytes]:
-    """The ``.sig`` manifest and its config, as containers/image writes them (config lists the layers as diff_ids)."""
-    config = _json({"architecture": "", "os": "", "config": {},
-                    "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]}})
-    manifest = _json({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptor(OCI_CONFIG, config),
-                      "layers": [dict(layer) for layer in layers]})
-    return manifest, config
-
-
-def manifest_layers(raw: bytes) -> list[dict[str, Any]]:
-    """The layer descriptors of a manifest; none when it is not one."""
-    try:
-        return descriptors(manifest_document(raw, "the manifest"), "layers")
-    except RegistryError:
-        return []
 
 
 # cosign's `.att` layout, as cosign v3 (github.com/sigstore/cosign @ d6d86c22) writes it:
@@ -213,35 +95,6 @@ def manifest_layers(raw: bytes) -> list[dict[str, Any]]:
 # - pkg/cosign/verify.go verifyOCIAttestation + pkg/cosign/verifiers.go IntotoSubjectClaimVerifier: payloadType
 #   application/vnd.in-toto+json, DSSE signature over PAE by the key, a subject whose sha256 is the image's.
 # The bytes below are Go's encoding of those structs; tests/fixtures/cosign-att/ holds a `.att` cosign made.
-
-
-def _go_json(doc: Any) -> bytes:
-    """JSON as Go's encoding/json writes these documents: struct field order, no spaces, sorted map keys."""
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _go_descriptor(layer: Mapping[str, Any]) -> dict[str, Any]:
-    first = {k: layer[k] for k in ("mediaType", "size", "digest", "data", "urls") if k in layer}
-    annotations = layer.get("annotations")
-    rest = {k: v for k, v in layer.items() if k not in first and k != "annotations"}
-    return first | ({"annotations": dict(sorted(annotations.items()))} if isinstance(annotations, dict) else {}) | rest
-
-
-def cosign_attestation_layer(envelope_digest: str, size: int, predicate_type: str) -> dict[str, Any]:
-    """One ``.att`` layer: a DSSE envelope already in the repository (the referrer artifact's blob)."""
-    return {"mediaType": signing.DSSE_MEDIA_TYPE, "size": size, "digest": envelope_digest,
-            "annotations": {signing.SIGNATURE_ANNOTATION: "", COSIGN_PREDICATE_ANNOTATION: predicate_type}}
-
-
-def cosign_attestation_manifest(layers: Sequence[Mapping[str, Any]]) -> tuple[bytes, bytes]:
-    """The ``.att`` manifest and its config, byte for byte as cosign writes them for these layers."""
-    config = _go_json({"architecture": "", "created": GO_ZERO_TIME, "history": [{"created": GO_ZERO_TIME}] * len(layers),
-                       "os": "", "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
-                       "config": {}})
-    manifest = _go_json({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                         "config": {"mediaType": OCI_CONFIG, "size": len(config), "digest": sha256_digest(config)},
-                         "layers": [_go_descriptor(layer) for layer in layers]})
-    return manifest, config
 
 
 # =====================================================================  reading evidence
@@ -423,7 +276,7 @@ class Reader:
         if self.keys and not a.signed_by:
             out.append(f"{'not signed' if not a.signatures else 'its signature does not verify'} with the given key")
         if a.kind == "verification":
-            out += attestation.predicate_problems(st.predicate) + _verdict_problems(st.predicate)
+            out += attestation.predicate_problems(st.predicate) + verdict_problems(st.predicate)
         return out
 
     def _signatures(self, found: Evidence) -> None:
@@ -718,124 +571,23 @@ def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None
     return Reader(client, where.repo, keys).read(where.ref)
 
 
-@dataclass(frozen=True)
-class Wanted:
-    """What ``imagesmith verify REF`` is asked, as far as attached evidence can answer it."""
-
-    tier: str
-    gpu_model: str | None  # this host's GPUs as --gpus selects them; None: CPU mode
-    gpu_count: int = 0
-    expect: Mapping[str, str] = field(default_factory=dict)
-    require_gpu: bool = False
-    require_non_root: bool = False
-    narrowed: bool = False  # --only / --skip given: another set of checks than the attested run's
-    max_age_days: int | None = None  # the matrix's vulnerabilities.max_age_days: how old its vulnerability match may be
-    now: dt.datetime | None = None
-
-
-def why_not_reused(p: Mapping[str, Any], wanted: Wanted, declared: Mapping[str, bool]) -> str | None:
-    """Why the verification predicate ``p`` cannot stand for a fresh run with ``wanted`` (None: it can): it must
-    pass judged again from its checks, on this tier and GPU model, with every --expect met by what it measured,
-    a GPU run where --require-gpu asks for one, and a non-root user (security.user passed, uid not 0) where
-    --require-non-root does."""
-    if p.get("passed") is not True or not policy.verdict(p, declared).ok:
-        return "it did not pass (judged again from its checks)"
-    if p.get("tier") != wanted.tier:
-        return f"it ran the {p.get('tier')} tier, not {wanted.tier}"
-    raw = p.get("gpu")
-    gpu: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    if gpu.get("model") != wanted.gpu_model or (wanted.gpu_model is not None and gpu.get("count") != wanted.gpu_count):
-        here = f"{wanted.gpu_count} x {wanted.gpu_model}" if wanted.gpu_model else "CPU mode"
-        there = f"{gpu.get('count')} x {gpu.get('model')}" if gpu else "CPU mode"
-        return f"it ran on {there}, this run would use {here}"
-    if wanted.narrowed:
-        return "--only/--skip ask for another set of checks"
-    sharing = p.get("sharing")
-    if isinstance(sharing, Mapping) and sharing.get("exclusive") is False:
-        return "it ran on a GPU another process shared (no evidence of this image's own figures)"
-    if wanted.max_age_days is not None:
-        stale = stale_vulnerabilities(p, wanted.max_age_days, wanted.now or dt.datetime.now(dt.timezone.utc))
-        if stale is not None:
-            return stale
-    if wanted.require_gpu and (p.get("mode") != "gpu" or not gpu):
-        return "--require-gpu: it ran without a GPU"
-    return _unmet_expect(p, wanted.expect) or (_root(p) if wanted.require_non_root else None)
-
-
-def _unmet_expect(p: Mapping[str, Any], expect: Mapping[str, str]) -> str | None:
-    from imagesmith.resources import payload_module
-
-    judge = payload_module("judge")
-    raw = p.get("measured")
-    measured: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    for key, want in expect.items():
-        if key not in attestation.MEASURED:
-            return f"--expect {key}={want}: the attestation does not record {key}"
-        have = measured.get(key)
-        if key == "cuda" and want == "cpu":
-            met = not have or have == "cpu"
-        else:
-            met = bool(have) and judge.version_matches(want, have)
-        if not met:
-            return f"--expect {key}={want}: it measured {have or 'none'}"
-    return None
-
-
-def _root(p: Mapping[str, Any]) -> str | None:
-    user = next((c for c in p.get("checks") or () if isinstance(c, Mapping) and c.get("id") == "security.user"), None)
-    if user is None or user.get("status") != "pass" or user.get("value") in (0, None):
-        return "--require-non-root: it did not show a non-root user (security.user)"
-    return None
-
-
-def reusable(found: Evidence, wanted: Wanted) -> tuple[Attestation | None, list[str]]:
-    """A verification of this digest, signed by a given key, that stands for a fresh run asked ``wanted``
-    (:func:`why_not_reused`); else None and why each signed one does not."""
-    from imagesmith.stages.verify import declared_checks
-
-    declared, why = declared_checks(), []
-    for a in found.of_kind("verification"):
-        if not a.signed_by or a.problems or a.statement is None:
-            continue
-        reason = why_not_reused(a.statement.predicate, wanted, declared)
-        if reason is None:
-            return a, []
-        why.append(f"{a.digest[:19]}: {reason}")
-    return None, why
-
-
-def reused_report(found: Evidence, a: Attestation, ref: str) -> dict[str, Any]:
-    """The verify report (``--json``) of a run that reused ``a``: its checks with their details, what it measured,
-    how it ran, the image, and which attestation stood in for the run."""
-    from imagesmith.stages import verify
-
-    assert a.statement is not None
-    p = a.statement.predicate
-    checks = [dict(c) | {"title": c.get("id"), "baseline": None, "duration_s": 0.0} for c in p.get("checks") or []
-              if isinstance(c, Mapping)]
-    counts = {s: sum(c.get("status") == s for c in checks) for s in policy.STATUSES}
-    gpu = p.get("gpu") if isinstance(p.get("gpu"), Mapping) else None
-    return {"schema": verify.REPORT_SCHEMA, "state": "complete", "tier": p.get("tier"), "started_at": p.get("started_at"),
-            "environment": dict(p.get("measured") or {}) | {"driver": p.get("driver"), "gpus": []},
-            "mode": {"mode": p.get("mode"), "gpus": gpu.get("count") if gpu else 0, "reason": p.get("gpu_verification") or ""},
-            "checks": checks, "summary": counts | {"ok": policy.verdict(p, verify.declared_checks()).ok},
-            "image": {"ref": ref, "digest": found.digest, "repository": found.name},
-            "reused": {"attestation": a.digest, "signed_by": list(a.signed_by), "gpu": gpu},
-            "notes": [f"not run again: the signed verification {a.digest} of {found.name}@{found.digest} stands for it"]}
-
-
-def stale_vulnerabilities(predicate: Mapping[str, Any], max_age_days: int, now: dt.datetime) -> str | None:
-    """Why a verification's vulnerability match is too old to reuse (None: recent enough)."""
-    field_ = predicate.get("vulnerabilities")
-    stamp = field_.get("matched_at") if isinstance(field_, Mapping) else None
-    if not isinstance(stamp, str):
-        return "it carries no known-vulnerability match"
-    try:
-        when = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return f"its vulnerability match time {stamp[:40]!r} is not a time"
-    when = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
-    age = now - when
-    if age > dt.timedelta(days=max_age_days):
-        return f"its vulnerabilities were matched {age.days} days ago, more than the {max_age_days} the matrix allows (vulnerabilities.max_age_days)"
-    return None
+__all__ = [  # the names of imagesmith.stages.referrers a caller of the evidence may take from here
+    "DIGEST",
+    "SBOM_ARTIFACT",
+    "VERIFICATION_ARTIFACT",
+    "VEX_ARTIFACT",
+    "artifact_manifest",
+    "attestation_tag",
+    "cosign_attestation_layer",
+    "cosign_attestation_manifest",
+    "descriptor",
+    "index_entry",
+    "manifest_layers",
+    "referrers_index",
+    "referrers_tag",
+    "signature_manifest",
+    "signature_tag",
+    "verdict_problems",
+    "verification_identity",
+    "vex_document",
+]

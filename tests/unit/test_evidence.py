@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import UserError
-from imagesmith.stages import evidence
+from imagesmith.stages import evidence, reuse
 from imagesmith.stages.attestation import Statement
 
 IMAGE = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + "ab" * 32, "size": 1234}
@@ -84,7 +84,7 @@ def verification(signed: bool = True, problems: tuple[str, ...] = (), **changes:
                                 signed_by=("k1",) if signed else (), statement=st, problems=list(problems))
 
 
-H200 = evidence.Wanted("quick", "NVIDIA H200", 1)
+H200 = reuse.Wanted("quick", "NVIDIA H200", 1)
 ROOT = {"id": "security.user", "status": "warn", "optional": False, "value": 0}
 USER = {"id": "security.user", "status": "pass", "optional": False, "value": 1000}
 FAILED = {"id": "versions.torch", "status": "fail", "optional": False, "detail": "torch 2.9.1 is not 9.9.9"}
@@ -97,9 +97,9 @@ FAILED = {"id": "versions.torch", "status": "fail", "optional": False, "detail":
     (verification(), dataclasses.replace(H200, gpu_count=2), "it ran on 1 x NVIDIA H200, this run would use 2 x NVIDIA H200"),
     (verification(passed=False), H200, "it did not pass (judged again from its checks)"),
     (verification(checks=[FAILED]), H200, "it did not pass (judged again from its checks)"),  # passed: true, a required check failed
-    (verification(mode="cpu", gpu=None), evidence.Wanted("quick", None), None),
+    (verification(mode="cpu", gpu=None), reuse.Wanted("quick", None), None),
     (verification(mode="cpu", gpu=None), H200, "it ran on CPU mode, this run would use 1 x NVIDIA H200"),
-    (verification(mode="cpu", gpu=None), evidence.Wanted("quick", None, require_gpu=True), "--require-gpu: it ran without a GPU"),
+    (verification(mode="cpu", gpu=None), reuse.Wanted("quick", None, require_gpu=True), "--require-gpu: it ran without a GPU"),
     (verification(), dataclasses.replace(H200, narrowed=True), "--only/--skip ask for another set of checks"),
     (verification(measured={"torch": "2.9.1+cu130"}), dataclasses.replace(H200, expect={"torch": "2.9"}), None),
     (verification(measured={"torch": "2.9.1+cu130"}), dataclasses.replace(H200, expect={"torch": "9.9.9"}),
@@ -110,21 +110,21 @@ FAILED = {"id": "versions.torch", "status": "fail", "optional": False, "detail":
      "--require-non-root: it did not show a non-root user (security.user)"),
     (verification(checks=[USER]), dataclasses.replace(H200, require_non_root=True), None),
 ])
-def test_reuse_stands_for_a_fresh_run_with_the_same_options(attestation: evidence.Attestation, wanted: evidence.Wanted,
+def test_reuse_stands_for_a_fresh_run_with_the_same_options(attestation: evidence.Attestation, wanted: reuse.Wanted,
                                                            why: str | None) -> None:
-    match, reasons = evidence.reusable(found(attestation), wanted)
+    match, reasons = reuse.reusable(found(attestation), wanted)
     assert (match, reasons) == ((attestation, []) if why is None else (None, [f"{attestation.digest[:19]}: {why}"]))
 
 
 @pytest.mark.parametrize("attestation", [verification(signed=False), verification(problems=("its subject is another digest",))])
 def test_reuse_needs_a_signed_attestation_about_this_digest(attestation: evidence.Attestation) -> None:
-    assert evidence.reusable(found(attestation), H200) == (None, [])
+    assert reuse.reusable(found(attestation), H200) == (None, [])
 
 
 def test_a_reused_verification_writes_a_verify_report_with_each_check_and_its_detail() -> None:
     a = verification(checks=[USER | {"detail": "runs as uid 1000 (app)"}], measured={"torch": "2.9.1+cu130"},
                      gpu_verification="GPU-verified on 1 GPU")
-    report = evidence.reused_report(found(a), a, "h/r@sha256:" + "ab" * 32)
+    report = reuse.reused_report(found(a), a, "h/r@sha256:" + "ab" * 32)
     assert report["checks"][0]["detail"] == "runs as uid 1000 (app)" and report["summary"]["ok"] is True
     assert report["state"] == "complete" and report["environment"]["torch"] == "2.9.1+cu130"
     assert report["reused"]["attestation"] == a.digest and report["mode"]["reason"] == "GPU-verified on 1 GPU"
@@ -201,4 +201,4 @@ def test_manifest_layers_of_anything(raw: bytes, layers: list[dict[str, Any]]) -
     ({"passed": False, "checks": [FAILED]}, []),
 ])
 def test_an_attestation_whose_passed_contradicts_its_checks_is_a_mismatch(predicate: dict[str, Any], problems: list[str]) -> None:
-    assert evidence._verdict_problems(predicate) == problems
+    assert evidence.verdict_problems(predicate) == problems

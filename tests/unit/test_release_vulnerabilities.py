@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from imagesmith.model import advisories, vulns
-from imagesmith.stages import attestation, evidence, publish, vex, vulngate
+from imagesmith.stages import attestation, evidence, publish, reuse, vex, vulngate
 from imagesmith.stages.attestation import Statement
 from tests.unit.test_publish import FakeEngine, FakeRegistry, World, item
 
@@ -182,10 +182,10 @@ def signed_verification(vulnerabilities: Any) -> evidence.Attestation:
 ])
 def test_reuse_refuses_a_vulnerability_match_older_than_the_policy(vulnerabilities: Any, max_age: int, why: str | None) -> None:
     a = signed_verification(vulnerabilities)
-    assert evidence.stale_vulnerabilities(a.statement.predicate if a.statement else {}, max_age, NOW) == why
+    assert reuse.stale_vulnerabilities(a.statement.predicate if a.statement else {}, max_age, NOW) == why
     found = evidence.Evidence("h/r", "sha256:" + "ab" * 32, "m", 1, "referrers API", ("k1",), [a])
-    assert (evidence.reusable(found, evidence.Wanted("quick", None, 0, max_age_days=max_age, now=NOW))[0] is a) is (why is None)
-    assert evidence.reusable(found, evidence.Wanted("quick", None, 0))[0] is a  # without a policy, age is not asked
+    assert (reuse.reusable(found, reuse.Wanted("quick", None, 0, max_age_days=max_age, now=NOW))[0] is a) is (why is None)
+    assert reuse.reusable(found, reuse.Wanted("quick", None, 0))[0] is a  # without a policy, age is not asked
 
 
 # -- the reports list the findings -------------------------------------------------------------------------------
