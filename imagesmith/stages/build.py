@@ -16,19 +16,15 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import graphlib
-import hashlib
-import heapq
-import itertools
 import os
 import queue
-import re
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
+from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
 from imagesmith import runstate
 from imagesmith.atomic import write_json
@@ -50,23 +46,20 @@ from imagesmith.render import cudalayer
 from imagesmith.report import log_tail
 from imagesmith.stages import artifacts, cudabuild
 from imagesmith.stages.artifacts import TargetResult as TargetResult  # the record of one target (defined with the artifacts it becomes)
+from imagesmith.stages.cache import (  # the cache's keys: re-exported for the build's callers
+    CACHE_REPOSITORY,
+    LABEL_HASH,
+    OWNER_REPOSITORY,
+    PREBUILD_REPOSITORY,
+    context_hash,
+    owner_id,
+    owner_tag,
+)
+from imagesmith.stages.slots import Slots, priorities
 from imagesmith.units import gb
 
 REPORT_SCHEMA = schemas.BUILD_REPORT
-HASH_SCHEMA = "imagesmith.context/1"
-LABEL_HASH = "io.imagesmith.context-hash"
-# The cache index: one tag per context hash. (A label cannot serve: the classic
-# builder copies build labels onto intermediate images, and children inherit them.)
-CACHE_REPOSITORY = "imagesmith-cache"
-# A builder stage made ahead (shared-CUDA bases), until the full build: imagesmith-prebuild/<owner>:<context hash>.
-PREBUILD_REPOSITORY = "imagesmith-prebuild"
 LABEL_RUN = RUN_LABEL
-# Who uses a cache entry: one tag per (checkout, target), imagesmith-cache/<owner>:<target>,
-# where the owner is the matrix file and output folder of a checkout. An entry
-# a run stops using is pruned only when no other owner's tag points at it.
-OWNER_REPOSITORY = CACHE_REPOSITORY + "/"
-
-
 
 
 @dataclass
@@ -100,38 +93,9 @@ def not_ok(doc: dict[str, Any]) -> dict[str, Any]:
 # -- pure helpers ---------------------------------------------------------------------------
 
 
-def context_hash(files: Mapping[str, bytes], buildargs: Mapping[str, str], parent_id: str, platform: str = "") -> str:
-    """What decides an image's content: the context, the logical build
-    arguments (not loopback ports), the exact parent image and, for any
-    platform but linux/amd64 (whose hashes stay as they were), the platform."""
-    h = hashlib.sha256(HASH_SCHEMA.encode())
-    if platform:
-        h.update(f"\0platform\0{platform}".encode())
-    for name, data in sorted(files.items()):
-        h.update(f"\0file\0{name}\0{len(data)}\0".encode())
-        h.update(data)
-    for key, value in sorted(buildargs.items()):
-        h.update(f"\0arg\0{key}={value}".encode())
-    h.update(f"\0parent\0{parent_id}".encode())
-    return "sha256:" + h.hexdigest()
-
-
-def owner_id(matrix_file: Path, out: Path) -> str:
-    """A checkout's identity for cache ownership: its matrix file and output folder."""
-    where = f"{Path(matrix_file).resolve()}\0{Path(out).resolve()}"
-    return hashlib.sha256(where.encode()).hexdigest()[:16]
-
-
 def _made_last(outcome: BuildOutcome) -> bool:
     """The build's result is an image it made (its last step did not come from cache)."""
     return bool(outcome.image_id and outcome.made and outcome.image_id.split(":", 1)[-1].startswith(outcome.made[-1]))
-
-
-def owner_tag(target_id: str) -> str:
-    """The tag of a target under its owner's repository (target ids are tags; others are hashed)."""
-    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", target_id):
-        return target_id
-    return "t-" + hashlib.sha256(target_id.encode()).hexdigest()[:40]
 
 
 QEMU_MIDR = "MIDR_EL1"  # oneDNN's xbyak_aarch64 reads it from sysfs at torch's import; QEMU on an amd64 host has none
@@ -182,71 +146,6 @@ class StageLike(Protocol):
     def adopt(self, t: Target, result: TargetResult) -> None: ...
     def find(self, t: Target, result: TargetResult) -> bool: ...
     def push(self, t: Target, result: TargetResult) -> None: ...
-
-
-class Slots:
-    """At most ``n`` docker builds at once; waiting targets are served by priority
-    (lowest first), then by arrival. A target waiting for something else (its
-    CUDA image) lends its slot meanwhile."""
-
-    def __init__(self, n: int, cancel: threading.Event) -> None:
-        self.free, self.cancel = max(1, n), cancel
-        self.cond = threading.Condition()
-        self.waiting: list[tuple[tuple[int, ...], int]] = []  # a heap of (priority, arrival)
-        self.arrival = itertools.count()
-
-    @contextlib.contextmanager
-    def held(self, priority: tuple[int, ...]) -> Iterator[None]:
-        self.acquire(priority)
-        try:
-            yield
-        finally:
-            self.release()
-
-    @contextlib.contextmanager
-    def lent(self, priority: tuple[int, ...]) -> Iterator[None]:
-        self.release()
-        try:
-            yield
-        finally:
-            self.acquire(priority)
-
-    def acquire(self, priority: tuple[int, ...]) -> None:
-        with self.cond:
-            entry = (priority, next(self.arrival))
-            heapq.heappush(self.waiting, entry)
-            try:
-                while self.free == 0 or self.waiting[0] != entry:
-                    if self.cancel.is_set():
-                        raise BuildError("cancelled")
-                    self.cond.wait(timeout=0.5)
-            except BaseException:
-                self.waiting.remove(entry)
-                heapq.heapify(self.waiting)
-                self.cond.notify_all()
-                raise
-            heapq.heappop(self.waiting)
-            self.free -= 1
-            self.cond.notify_all()  # a next waiter may go too, if slots are left
-
-    def release(self) -> None:
-        with self.cond:
-            self.free += 1
-            self.cond.notify_all()
-
-
-def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
-    """Build order among ready targets: more descendants first (the longer chains), then shared-CUDA
-    bases (their builder stages run while the CUDA layer is made), then plan order."""
-    def descendants(tid: str) -> int:
-        seen, todo = set(), [tid]
-        while todo:  # (a cyclic plan is refused later, in one line: no recursion here)
-            for child in plan.children(todo.pop()):
-                if child.id not in seen:
-                    seen.add(child.id)
-                    todo.append(child.id)
-        return len(seen)
-    return {t.id: (-descendants(t.id), 0 if t.cuda_set is not None else 1, i) for i, t in enumerate(plan.targets)}
 
 
 class Builder:
@@ -682,3 +581,6 @@ def failure_summary(report: BuildReport) -> list[str]:
         lines += [f"FAILED {r.target}: {r.error}", f"  Dockerfile: {r.dockerfile}", f"  log: {r.log}"]
         lines += [f"  | {line}" for line in log_tail(r.log)]
     return lines
+
+
+__all__ = ["CACHE_REPOSITORY", "context_hash", "owner_id", "owner_tag"]  # the names of imagesmith.stages.cache its callers take from here

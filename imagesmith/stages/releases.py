@@ -17,9 +17,6 @@ from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.report.model import verified_how
 from imagesmith.stages.artifacts import BuildRecord
 from imagesmith.stages.indexes import IndexRelease
-from imagesmith.stages.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's
-from imagesmith.stages.push import message_of as message_of
-from imagesmith.stages.push import transient as transient
 
 if TYPE_CHECKING:
     pass

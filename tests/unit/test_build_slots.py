@@ -1,4 +1,4 @@
-"""build.Slots (at most ``jobs`` docker builds, served by priority) and build.priorities
+"""slots.Slots (at most ``jobs`` docker builds, served by priority) and slots.priorities
 (the order in which ready targets get them). Order is judged by what was recorded, never by time."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from imagesmith.errors import BuildError
 from imagesmith.model import matrix, plan
-from imagesmith.stages import build
+from imagesmith.stages import slots as build
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 
