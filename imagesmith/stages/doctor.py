@@ -34,6 +34,7 @@ from imagesmith.model.engines import EngineKind
 from imagesmith.model.gpupath import EngineGpu, Lookup
 from imagesmith.model.ref import DOCKER_HUB
 from imagesmith.model.versions import version_key
+from imagesmith.stages.doctor_release import ReleaseFacts, probe_release
 
 SCHEMA = schemas.DOCTOR
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -130,18 +131,6 @@ class Needs:
     credentials_file: Path | None = None  # --credentials: the registry login a release would use
     vulnerability_threshold: str | None = None  # vulnerabilities.threshold when the matrix names advisories (else None)
     vulnerability_allow: tuple[str, ...] = ()  # the ids the matrix allows
-
-
-@dataclass(frozen=True)
-class ReleaseFacts:
-    """What ``doctor --release`` learnt from the registry itself."""
-
-    push_error: str | None = None  # None: a blob upload was accepted (and cancelled)
-    harbor: str | None = None  # Harbor's version; None: not Harbor
-    rules: tuple[harbor_api.ImmutableRule, ...] = ()
-    rules_error: str | None = None
-    scan: harbor_api.ScanPolicy | None = None  # the project's scan-on-push and prevent-vulnerable settings
-    scan_error: str | None = None
 
 
 # =====================================================================  the seam
@@ -281,33 +270,6 @@ def load_needs(path: Path | None, cwd: Path | None = None, publish: bool = False
     return replace(needs, repository=m.image.repository, floating=tuple(sorted({f for t in p.targets for f in t.floating})),
                    vulnerability_threshold=m.vulnerabilities.threshold if m.sources.advisories else None,
                    vulnerability_allow=tuple(a.id for a in m.vulnerabilities.allow))
-
-
-def probe_release(host: str, repository: str, environ: Mapping[str, str], credentials_file: Path | None = None) -> ReleaseFacts:
-    """Ask the registry: may these credentials push to ``repository``? Is it Harbor, and
-    with which tag-immutability rules in the project?"""
-    from imagesmith.edges.runcontext import RunContext
-
-    try:
-        context = RunContext(credentials.release_store(host, environ, credentials_file))
-        client = context.registry(host, context.store.for_host(host))
-        client.check_push(repository)
-        push_error = None
-    except UserError as exc:
-        return ReleaseFacts(push_error=str(exc))
-    api = harbor_api.Harbor(client.url(""), client.credentials, client.session, client.verify)
-    version = api.version()
-    if version is None:
-        return ReleaseFacts(push_error)
-    project = repository.split("/", 1)[0]
-    try:
-        facts = ReleaseFacts(push_error, version, api.immutable_rules(project))
-    except (UserError, ValueError, OSError) as exc:
-        facts = ReleaseFacts(push_error, version, rules_error=str(exc))
-    try:
-        return replace(facts, scan=api.scan_policy(project))
-    except (UserError, ValueError, OSError) as exc:  # requests' errors are OSErrors
-        return replace(facts, scan_error=str(exc))
 
 
 # =====================================================================  checks
@@ -612,3 +574,6 @@ def verdict(results: Sequence[Result]) -> str:
     if fails:
         return f"NOT READY: {fails} problem{'s' if fails > 1 else ''} to fix" + (f", {warns} warning{'s' if warns > 1 else ''}" if warns else "")
     return "ready" + (f" ({warns} warning{'s' if warns > 1 else ''})" if warns else "")
+
+
+__all__ = ["ReleaseFacts", "probe_release"]  # the names of imagesmith.stages.doctor_release its callers take from here
