@@ -276,7 +276,7 @@ FAMILIAR = [
 @pytest.mark.parametrize("listed, podman, name", FAMILIAR)
 def test_names_the_engine_lists_come_back_as_imagesmith_named_them(listed: str, podman: bool, name: str) -> None:
     assert edge.familiar(listed, podman) == name
-    info = edge._info({"Id": "sha256:x", "RepoTags": [listed], "RepoDigests": [listed]}, podman)
+    info = edge.image_info({"Id": "sha256:x", "RepoTags": [listed], "RepoDigests": [listed]}, podman)
     assert info.tags == (name,) and info.repo_digests == (name,)
 
 
@@ -296,7 +296,7 @@ class Stream(list):  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("events, digest", PUSHES)
 def test_the_pushed_digest_from_either_engines_push_stream(events: list[dict[str, Any]], digest: str) -> None:
-    assert edge._push_stream(Stream(events), "127.0.0.1:5917/probe/x:t1", lambda line: None, PODMAN) == digest
+    assert edge.push_stream(Stream(events), "127.0.0.1:5917/probe/x:t1", lambda line: None, PODMAN) == digest
 
 
 def test_a_401_on_podman_says_podman_login() -> None:
