@@ -734,6 +734,7 @@ def failure_summary(report: BuildReport) -> list[str]:
     for r in report.results:
         if r.status != "failed":
             continue
-        lines += [f"FAILED {r.target}: {r.error}", f"  Dockerfile: {r.dockerfile}", f"  log: {r.log}"]
-        lines += [f"  | {line}" for line in log_tail(r.log)]
+        lines += [f"FAILED {r.target}: {r.error}", f"  Dockerfile: {r.dockerfile}"]
+        if r.log and Path(r.log).is_file():  # none when it failed before its build began (a base of another platform)
+            lines += [f"  log: {r.log}"] + [f"  | {line}" for line in log_tail(r.log)]
     return lines
