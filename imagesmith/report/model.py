@@ -255,6 +255,7 @@ class ImageIndex:
     digest: str
     platforms: str  # "linux/amd64 sha256:…, linux/arm64 sha256:…"
     reason: str
+    floating: tuple[str, ...] = ()  # the floating tags that serve this index
 
 
 @dataclass(frozen=True)

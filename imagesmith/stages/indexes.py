@@ -55,7 +55,7 @@ class IndexRelease:
     tag: str
     reference: str
     action: str
-    platforms: dict[str, dict[str, Any]]  # platform -> {"target", "status", "digest"}
+    platforms: dict[str, dict[str, Any]]  # platform -> {"target", "status", "tag" (its own, <tag>-<arch>), "digest"}
     digest: str | None = None
     previous: str | None = None  # what the tag held before this release (None: nothing)
     reason: str = ""
@@ -107,7 +107,7 @@ def name_members(members: Sequence[M], fail: Callable[[M, str], object]) -> str 
 def write(registry: RegistryProtocol, repo: str, name: str, tag: str, members: Sequence[Member],
           retry: Retry) -> IndexRelease:
     """The index of ``tag`` over ``members``' digests: written only when every member was released."""
-    platforms = {m.platform: {"target": m.target, "status": m.status, "digest": m.digest} for m in members}
+    platforms = {m.platform: {"target": m.target, "status": m.status, "tag": m.tag, "digest": m.digest} for m in members}
     out = IndexRelease(tag, f"{name}:{tag}", "held", platforms)
     have = retry(f"reading {out.reference}", lambda: registry.manifest(repo, tag))
     out.previous = have.digest if have else None

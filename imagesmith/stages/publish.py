@@ -348,6 +348,15 @@ class ReleaseReport:
                 "evidence": [t.evidence for t in self.targets if t.evidence]}
 
 
+def index_floating(report: ReleaseReport) -> None:
+    """Each image index's floating tags: those this release left pointing at the index's digest (a floating tag of a
+    multi-platform tag copies the index, never one platform's image)."""
+    for i in report.indexes:
+        members = {m["target"] for m in i.platforms.values()}
+        i.floating = sorted(f.tag for f in report.floating if f.target in members and f.action in ("moved", "created", "unchanged")
+                            and i.digest is not None and f.digest == i.digest)
+
+
 # -- the publisher --------------------------------------------------------------------------------
 
 
@@ -424,6 +433,7 @@ class Publisher:
             report.floating = self._floating(report.targets, remote)
             self._attach_evidence(report)
             self._settle(report)
+            index_floating(report)
         except ReleaseStopped as exc:
             report.errors.append(self._clean(str(exc)))
             for r in report.targets:

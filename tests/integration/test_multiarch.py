@@ -109,7 +109,7 @@ def test_a_two_platform_release_is_one_index_of_the_verified_digests_and_a_faile
     assert first["ok"] is True, first["errors"] + [t["error"] for t in first["targets"]]
     amd, arm = first["targets"]
     [index] = first["indexes"]
-    assert index["action"] == "pushed" and index["tag"] == TAG
+    assert index["action"] == "pushed" and index["tag"] == TAG and index["floating"] == ["latest"]
 
     raw = world.raw(TAG, "--raw")  # skopeo, not our client, reads what the tag names
     assert raw["mediaType"] == OCI_INDEX

@@ -64,6 +64,8 @@ def test_both_platforms_released_make_one_index_and_its_floating_tags(world: Wor
     assert index["digest"] == world.reg.digest_of(TAG) == amd["index_digest"] == arm["index_digest"]
     assert {f["tag"]: f["digest"] for f in data["floating"]} == {"v2.9-base": index["digest"], "latest": index["digest"]}
     assert world.reg.digest_of("latest") == index["digest"]  # the floating tag serves the index, not one platform
+    assert index["floating"] == ["latest", "v2.9-base"]  # said on the index entry they serve
+    assert {p: e["tag"] for p, e in index["platforms"].items()} == {"linux/amd64": f"{TAG}-amd64", "linux/arm64": f"{TAG}-arm64"}
     assert signed == [index["digest"]] and index["evidence"] == {"subject": index["digest"]}
     assert {(r["reference"].rpartition(":")[2], r["kind"]) for r in data["pushed"]} >= {(TAG, "index")}
     assert data["ok"] is True
@@ -81,7 +83,7 @@ def test_a_platform_that_failed_keeps_the_previous_index_and_no_floating_tag_mov
     assert index["reason"] == (f"not written: linux/arm64 ({ARM}) not-verified: verification failed; not tagged, not pushed; "
                                f"{TAG} keeps its previous index {before[TAG][:19]}")
     assert {t: world.reg.digest_of(t) for t in before} == before  # nothing the users pull moved
-    assert [f["action"] for f in data["floating"]] == []
+    assert [f["action"] for f in data["floating"]] == [] and index["floating"] == []
     assert data["ok"] is False
 
 
@@ -98,6 +100,7 @@ def test_a_rerun_finds_the_index_unchanged_and_writes_nothing(world: World) -> N
     again = world.release(twins())
     assert [t["status"] for t in again["targets"]] == ["unchanged", "unchanged"]
     assert again["indexes"][0]["action"] == "unchanged" and again["indexes"][0]["digest"] == first["indexes"][0]["digest"]
+    assert again["indexes"][0]["floating"] == ["latest", "v2.9-base"]  # already there: still the index's
     assert world.reg.writes == [] and again["ok"] is True
 
 
@@ -139,6 +142,8 @@ def test_a_single_platform_tag_stays_a_plain_image(world: World) -> None:
 
 
 def test_release_markdown_names_each_index_and_why_one_was_held(world: World) -> None:
+    world.release(twins())
+    assert "| latest v2.9-base |" in (world.out / "release.md").read_text()  # the index's floating tags
     world.release(twins(arm_verified=False))
     text = (world.out / "release.md").read_text()
     assert "## Image indexes" in text
