@@ -81,6 +81,11 @@ NAMES = tuple(p.value for p in Platform)
 ALIASES = {"amd64": "amd64", "x86_64": "amd64", "x86-64": "amd64", "arm64": "arm64", "aarch64": "arm64", "arm64/v8": "arm64"}
 
 
+def platform_tag(tag: str, platform: str) -> str:
+    """The tag one platform's image of an image index is pushed under: ``<tag>-arm64`` (jupyter/docker-stacks' way)."""
+    return f"{tag}-{platform.rpartition('/')[2]}"
+
+
 def emulated(image: str, host: str) -> bool:
     """Whether an image of platform ``image`` (``linux/arm64``) runs under emulation on an engine of platform ``host``;
     not when either side is unknown (no ``os/arch``)."""

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from imagesmith.edges.protocols import RegistryProtocol
 from imagesmith.edges.registry import INDEXES, Manifest, entries, manifest_document
+from imagesmith.model.platform import platform_tag
 
 T = TypeVar("T")
 DONE = ("pushed", "unchanged")
@@ -75,11 +76,6 @@ def groups(members: Iterable[M], group_of: Mapping[str, str]) -> dict[str, list[
     for m in members:
         by_group.setdefault(group_of.get(m.target, m.target), []).append(m)
     return {g: ms for g, ms in by_group.items() if len({m.platform for m in ms}) > 1}
-
-
-def platform_tag(tag: str, platform: str) -> str:
-    """The tag one platform's image of an index is pushed under: ``<tag>-arm64``."""
-    return f"{tag}-{platform.rpartition('/')[2]}"
 
 
 def name_members(members: Sequence[M], fail: Callable[[M, str], object]) -> str | None:
