@@ -44,6 +44,7 @@ from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.registry import Credentials, Manifest, entries, manifest_document, redact
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
+from imagesmith.model import platform as platforms
 from imagesmith.model import policy, schemas, tags
 from imagesmith.model.matrix.records import ImageSpec, Matrix
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
@@ -143,7 +144,22 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
             "digest": (rep.get("image") or {}).get("digest"),
             "failed_checks": policy.failed_required(rep), "notes": list(rep.get("notes") or []),
             "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
-            "gpu_short": ev.short()}
+            "gpu_short": ev.short(), "platform": ev.platform or None, "host": ev.host or None,
+            "emulated": ev.emulated or None}
+
+
+def platform_refusal(item: Item) -> str | None:
+    """Why ``item`` is not released on its verification: the verify report (the signed one, where publish reads a
+    statement) ran an image of another platform than the target's. None when they agree, or when the report does
+    not say (written before imagesmith recorded it: its mode still decides, and emulation is always CPU mode)."""
+    said = item.evidence.platform if item.evidence is not None else ""
+    os_name, _, rest = said.partition("/")
+    arch, _, variant = rest.partition("/")
+    found = platforms.foreign(item.platform, os_name, arch, variant) if said else None
+    if found is None:
+        return None
+    return (f"its verification ran a {found} image, but {item.target} is built for {item.platform}; not released: "
+            f"verify the {item.platform} image")
 
 
 # -- pure: fields, tags, retries -----------------------------------------------------------------
@@ -448,6 +464,9 @@ class Publisher:
             return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
         if not item.verified:
             return self._fail(r, "not-verified", "verification failed; not tagged, not pushed" + (f" ({item.error})" if item.error else ""))
+        refused = platform_refusal(item)
+        if refused:
+            return self._fail(r, "not-verified", refused)
         grant = self._grant(item, r)
         if not grant.release:
             return self._fail(r, "not-gpu-verified", grant.note)

@@ -39,6 +39,7 @@ def test_an_arm64_image_verified_here_runs_emulated_in_cpu_mode_and_says_it_has_
         engine: Engine, python_images: dict[str, str]) -> None:
     report = verify.verify_image(engine, python_images["arm64"], QUICK).report
     assert report["emulation"] == {"image": "linux/arm64", "host": "linux/amd64", "by": verify.EMULATOR}
+    assert report["platform"] == {"image": "linux/arm64", "host": "linux/amd64"}
     assert report["mode"]["reason"].startswith("CPU mode: emulated, linux/arm64 on a linux/amd64 host")
     torch = next(c for c in report["checks"] if c["id"] == "versions.torch")
     assert torch["status"] == "fail" and "torch is not importable (no torch package)" in torch["detail"]
@@ -120,6 +121,9 @@ def test_a_two_platform_release_is_one_index_of_the_verified_digests_and_a_faile
         assert world.raw(f"{TAG}-{arch}", "--raw") and target["tag"] == f"{TAG}-{arch}"
         found = world.evidence(target["digest"])  # SBOM and verification on each platform's image, signed
         assert found.ok and {a.kind for a in found.attestations} >= {"sbom", "verification"} and found.signatures
+        [said] = found.to_json()["verification"]  # the signed predicate says where it ran, and whether emulated
+        assert said["platform"] == {"image": f"linux/{arch}", "host": "linux/amd64", "emulated": arch == "arm64",
+                                    "emulator": verify.EMULATOR if arch == "arm64" else None}
     signed = world.evidence(index["digest"])  # the index itself carries the release's signature
     assert signed.ok and [s.signed_by for s in signed.signatures] and signed.media_type == OCI_INDEX
     assert world.raw("latest", "--raw")["mediaType"] == OCI_INDEX  # the floating tag serves the index
