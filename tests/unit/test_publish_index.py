@@ -178,11 +178,12 @@ def test_a_platform_tag_docker_cannot_take_fails_that_platform_and_so_the_index(
 def test_a_verification_of_another_platform_s_image_releases_neither_platform(world: World) -> None:
     """What decides is the platform the verify report (the signed one, in publish) says it ran, not the build record."""
     amd, arm = twins()
-    wrong = replace(arm, evidence=replace(arm.evidence, platform="linux/amd64", host="linux/amd64"))  # type: ignore[arg-type]
+    assert arm.evidence is not None
+    wrong = replace(arm, evidence=replace(arm.evidence, platform="linux/amd64", host="linux/amd64"))
     data = world.release([amd, wrong])
     assert data["targets"][1]["status"] == "not-verified" and data["targets"][1]["error"] == (
         f"its verification ran a linux/amd64 image, but {ARM} is built for linux/arm64; not released: verify the "
         "linux/arm64 image")
     assert data["indexes"][0]["action"] == "held" and TAG not in world.reg.repo_tags
-    native = replace(arm, evidence=replace(arm.evidence, platform="linux/arm64/v8", host="linux/arm64"))  # type: ignore[arg-type]
+    native = replace(arm, evidence=replace(arm.evidence, platform="linux/arm64/v8", host="linux/arm64"))
     assert world.release([amd, native])["ok"] is True  # arm64's v8 variant is linux/arm64
