@@ -60,8 +60,17 @@ EMULATED = {"image": "linux/arm64", "host": "linux/amd64", "by": "qemu-user thro
      {"image": "linux/arm64", "host": "linux/amd64", "emulated": True, "emulator": "qemu-user through binfmt_misc"},
      "linux/arm64, emulated on a linux/amd64 host (qemu-user through binfmt_misc)"),
 ])
-def test_the_predicate_says_where_it_ran_and_whether_emulated(blocks: dict[str, Any], platform: dict[str, Any], words: str) -> None:
+def test_the_predicate_says_where_it_ran_and_whether_emulated(blocks: dict[str, Any], platform: dict[str, Any], words: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from imagesmith.cli.evidence import print_evidence
+
     p = attestation.verification_predicate(load(CPU_REPORT) | blocks)
+    st = Statement("h/r", DIGEST, attestation.VERIFICATION_PREDICATE, p)
+    found = evidence.Evidence("h/r", DIGEST, "m", 1, "referrers API", (), [evidence.Attestation(
+        "sha256:" + "11" * 32, evidence.VERIFICATION_ARTIFACT, 10, "verification", attestation.VERIFICATION_PREDICATE, statement=st)])
+    assert found.to_json()["verification"][0]["platform"] == platform
+    print_evidence(found)  # imagesmith evidence
+    assert f"quick tier on CPU mode (no GPU), {words}, at " in capsys.readouterr().out
     assert attestation.predicate_problems(p) == [] and p["platform"] == platform and p["mode"] == "cpu"
     assert evidence.ran_where(p) == words
     emulated = " emulated" in words
