@@ -50,6 +50,28 @@ def test_an_arm64_image_verified_here_runs_emulated_in_cpu_mode_and_says_it_has_
         verify.verify_image(engine, python_images["arm64"], verify.VerifyOptions(require_gpu=True))
 
 
+def test_a_base_of_the_other_platform_fails_each_cell_before_any_build_step(
+        engine: Engine, python_images: dict[str, str], write_matrix: Any, tmp_path: Path) -> None:
+    """Each platform's base named for the other: the engine's own inspect of each base refuses both cells; no step
+    runs (no build log), nothing is tagged for them."""
+    from imagesmith.model import matrix, plan
+    from imagesmith.stages import build
+
+    text = (f"image: {{repository: imagesmith-test/wrong-base}}\nmatrix: {{torch: ['2.9'], cuda: [cpu], python: ['3.11'], "
+            f"os: [debian12], platform: [linux/amd64, linux/arm64]}}\nbase_images:\n  debian12:\n"
+            f"    linux/amd64: {python_images['arm64']}\n    linux/arm64: {python_images['amd64']}\n")
+    m = matrix.load(write_matrix(text))
+    p = plan.expand(m, "20261201")
+    report = build.Builder(p, m, engine, tmp_path / "out").run()
+    got = {r.target: r for r in report.results}
+    assert {t: r.status for t, r in got.items()} == {t.id: "failed" for t in p.targets}
+    for t in p.targets:
+        other = "linux/arm64" if t.platform is Platform.AMD64 else "linux/amd64"
+        assert str(got[t.id].error).startswith(f"base {t.base_image} named for {t.platform} is {other}: ")
+        assert got[t.id].steps == 0 and not (tmp_path / "out" / t.id / "build.log").exists()
+        assert engine.image(t.image) is None
+
+
 class World:
     """One registry; both platforms' images verified here once; releases of them with evidence."""
 
