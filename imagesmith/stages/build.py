@@ -150,18 +150,21 @@ def emulation_hint(error: str, image_platform: str, engine_platform: str) -> str
             f"(docs/matrix.md, Native and emulated builds)]")
 
 
-def base_mismatch(t: Target, info: ImageInfo) -> str | None:
+def base_mismatch(t: Target, info: ImageInfo, from_os: bool = True) -> str | None:
     """Why the base image ``info`` (``t.base_image`` as the engine holds it) cannot carry ``t``, a root target: its
     config names another OS, architecture or variant than ``t``'s platform. None when it is one of ``t``'s platform,
-    or says no architecture (the build's own check then judges the image it made)."""
+    or says no architecture (the build's own check then judges the image it made). ``from_os``: the base is the
+    plain OS image ``base_images`` names (else an nvidia/cuda image, which the engine pulled for its own platform)."""
     found = foreign(t.platform, info.os, info.architecture, info.variant)
     if found is None:
         return None
     p, os_key = t.platform, t.versions.os
+    fix = (f"name a {p} image for it (base_images.{os_key}.{p}; imagesmith base bootstrap --os {os_key} --arch {p.arch} "
+           f"makes one), or build this cell on a native {p.arch} runner" if from_os else
+           f"build this cell on a native {p.arch} runner (an engine holds one platform's image under a tag)")
     return (f"base {t.base_image} named for {p} is {found}: the engine's copy ({info.id[:19]}) says os {info.os or 'linux'}, "
             f"architecture {info.architecture}{f', variant {info.variant}' if info.variant else ''}, so cell {t.cell} was "
-            f"not built; fix: name a {p} image for it (base_images.{os_key}.{p}; imagesmith base bootstrap --os {os_key} "
-            f"--arch {p.arch} makes one), or build this cell on a native {p.arch} runner")
+            f"not built; fix: {fix}")
 
 
 def compare_facts(t: Target, facts: Mapping[str, Any], declared: list[str]) -> list[str]:
@@ -421,7 +424,8 @@ class Builder:
         classic builder would run on it anyway (moby/moby#47823)."""
         for t in self.plan.targets:
             info = self.base_infos.get(t.base_image)
-            why = base_mismatch(t, info) if info is not None and not t.parent and not self._adopted(t) else None
+            from_os = self.matrix.layer("base").base_from == "os"
+            why = base_mismatch(t, info, from_os) if info is not None and not t.parent and not self._adopted(t) else None
             if why:
                 self.results[t.id].status, self.results[t.id].error = "failed", why
                 self.display.update(t.id, "failed", why[:120])
