@@ -118,9 +118,33 @@ def _verdict_problems(predicate: Mapping[str, Any]) -> list[str]:
 
 def verification_identity(predicate: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes two verifications of one digest the same evidence: tier, mode, GPU model
-    and count, verdict (a re-run on the same kind of machine adds nothing)."""
+    and count, verdict, where it ran (natively or emulated): a re-run on the same kind of machine adds nothing."""
     gpu = predicate.get("gpu") or {}
-    return (predicate.get("tier"), predicate.get("mode"), gpu.get("model"), gpu.get("count"), predicate.get("passed"))
+    return (predicate.get("tier"), predicate.get("mode"), gpu.get("model"), gpu.get("count"), predicate.get("passed"),
+            ran_on(predicate))
+
+
+def ran_on(predicate: Mapping[str, Any]) -> tuple[str | None, bool | None]:
+    """(the image's platform, whether it ran emulated) as a verification predicate states them; (None, None) for a
+    statement written before imagesmith recorded them (its mode still says whether a GPU ran: emulation is CPU mode)."""
+    raw = predicate.get("platform")
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("emulated"), bool):
+        return None, None
+    image = raw.get("image")
+    return (image if isinstance(image, str) else None), bool(raw["emulated"])
+
+
+def ran_where(predicate: Mapping[str, Any]) -> str:
+    """In words: 'linux/arm64, emulated on a linux/amd64 host (qemu-user through binfmt_misc)', 'linux/amd64, native',
+    or 'platform not recorded' (a statement written before imagesmith recorded it)."""
+    image, emulated = ran_on(predicate)
+    if emulated is None:
+        return "platform not recorded"
+    raw = predicate["platform"]
+    host, by = raw.get("host"), raw.get("emulator")
+    if emulated:
+        return f"{image or 'an unknown platform'}, emulated on a {host or 'host of another platform'} host" + (f" ({by})" if by else "")
+    return f"{image or 'an unknown platform'}, native"
 
 
 def vex_identity(doc: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -341,7 +365,7 @@ def verification_summary(a: Attestation) -> dict[str, Any]:
     return {"digest": a.digest, "signed": bool(a.signed_by), "tier": p.get("tier"), "mode": p.get("mode"),
             "passed": p.get("passed"), "gpu_verification": p.get("gpu_verification"), "gpu": p.get("gpu"), "driver": p.get("driver"), "measured": p.get("measured"),
             "summary": p.get("summary"), "failed_checks": policy.failed_required(p), "started_at": p.get("started_at"),
-            "verifier": p.get("verifier")}
+            "verifier": p.get("verifier"), "platform": p.get("platform"), "ran": ran_where(p)}
 
 
 class Reader:
@@ -821,7 +845,21 @@ def reused_report(found: Evidence, a: Attestation, ref: str) -> dict[str, Any]:
             "checks": checks, "summary": counts | {"ok": policy.verdict(p, verify.declared_checks()).ok},
             "image": {"ref": ref, "digest": found.digest, "repository": found.name},
             "reused": {"attestation": a.digest, "signed_by": list(a.signed_by), "gpu": gpu},
+            **where_from(p),
             "notes": [f"not run again: the signed verification {a.digest} of {found.name}@{found.digest} stands for it"]}
+
+
+def where_from(p: Mapping[str, Any]) -> dict[str, Any]:
+    """A verify report's ``platform`` (and ``emulation``) blocks from what the predicate ``p`` states; none from a
+    statement written before imagesmith recorded them."""
+    image, emulated = ran_on(p)
+    if emulated is None:
+        return {}
+    host, by = p["platform"].get("host"), p["platform"].get("emulator")
+    out: dict[str, Any] = {"platform": {"image": image or "", "host": host if isinstance(host, str) else ""}}
+    if emulated:
+        out["emulation"] = {"image": image or "", "host": host if isinstance(host, str) else "", "by": by if isinstance(by, str) else ""}
+    return out
 
 
 def stale_vulnerabilities(predicate: Mapping[str, Any], max_age_days: int, now: dt.datetime) -> str | None:

@@ -44,6 +44,7 @@ from imagesmith.edges.credentials import RELEASE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.registry import Credentials, Manifest, entries, manifest_document, redact
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
+from imagesmith.model import platform as platforms
 from imagesmith.model import policy, schemas, tags
 from imagesmith.model.matrix.records import ImageSpec, Matrix
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
@@ -143,7 +144,22 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
             "digest": (rep.get("image") or {}).get("digest"),
             "failed_checks": policy.failed_required(rep), "notes": list(rep.get("notes") or []),
             "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
-            "gpu_short": ev.short()}
+            "gpu_short": ev.short(), "platform": ev.platform or None, "host": ev.host or None,
+            "emulated": ev.emulated or None}
+
+
+def platform_refusal(item: Item) -> str | None:
+    """Why ``item`` is not released on its verification: the verify report (the signed one, where publish reads a
+    statement) ran an image of another platform than the target's. None when they agree, or when the report does
+    not say (written before imagesmith recorded it: its mode still decides, and emulation is always CPU mode)."""
+    said = item.evidence.platform if item.evidence is not None else ""
+    os_name, _, rest = said.partition("/")
+    arch, _, variant = rest.partition("/")
+    found = platforms.foreign(item.platform, os_name, arch, variant) if said else None
+    if found is None:
+        return None
+    return (f"its verification ran a {found} image, but {item.target} is built for {item.platform}; not released: "
+            f"verify the {item.platform} image")
 
 
 # -- pure: fields, tags, retries -----------------------------------------------------------------
@@ -348,6 +364,15 @@ class ReleaseReport:
                 "evidence": [t.evidence for t in self.targets if t.evidence]}
 
 
+def index_floating(report: ReleaseReport) -> None:
+    """Each image index's floating tags: those this release left pointing at the index's digest (a floating tag of a
+    multi-platform tag copies the index, never one platform's image)."""
+    for i in report.indexes:
+        members = {m["target"] for m in i.platforms.values()}
+        i.floating = sorted(f.tag for f in report.floating if f.target in members and f.action in ("moved", "created", "unchanged")
+                            and i.digest is not None and f.digest == i.digest)
+
+
 # -- the publisher --------------------------------------------------------------------------------
 
 
@@ -424,6 +449,7 @@ class Publisher:
             report.floating = self._floating(report.targets, remote)
             self._attach_evidence(report)
             self._settle(report)
+            index_floating(report)
         except ReleaseStopped as exc:
             report.errors.append(self._clean(str(exc)))
             for r in report.targets:
@@ -438,6 +464,9 @@ class Publisher:
             return self._fail(r, "not-built", f"not built: {item.error or 'no image'}")
         if not item.verified:
             return self._fail(r, "not-verified", "verification failed; not tagged, not pushed" + (f" ({item.error})" if item.error else ""))
+        refused = platform_refusal(item)
+        if refused:
+            return self._fail(r, "not-verified", refused)
         grant = self._grant(item, r)
         if not grant.release:
             return self._fail(r, "not-gpu-verified", grant.note)
