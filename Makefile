@@ -23,7 +23,7 @@ REGISTRY_CREDENTIALS := .cache/registry/credentials
 # take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
 ALLOW_CPU ?= --allow-cpu-verification
 
-.PHONY: release test unit lint bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog
+.PHONY: release test unit lint bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog unit-tier integration-tier
 
 host:                      ## Debian packages + a running Docker engine + podman's Docker API (idempotent)
 	bash scripts/ensure-host.sh
@@ -166,9 +166,18 @@ define pytest
 	  if [ $$code -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; exit $$code
 endef
 
-test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, the unit tier with its coverage floor, the rest
+# The two tiers side by side (scripts/test-tiers.sh): the integration tier starts first, in the background (its
+# first minutes wait on Debian's mirror, PyPI and cold builds), the unit tier runs meanwhile, then the integration
+# tier's output follows live; its whole log stays in $(INTEGRATION_LOG).
+INTEGRATION_LOG := $(OUT)/integration.log
+test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, then the unit tier (coverage floor) and the integration tier side by side
+	@bash scripts/test-tiers.sh $(INTEGRATION_LOG) -- $(MAKE) --no-print-directory unit-tier -- $(MAKE) --no-print-directory integration-tier
+
+unit-tier:
 	$(call pytest,-q -ra $(COVERAGE) $(UNIT))
 	$(package_coverage)
+
+integration-tier:
 	$(call pytest,-q -ra $(INTEGRATION))
 
 unit: install              ## pure tests only (no engine, no registry), with the coverage floor

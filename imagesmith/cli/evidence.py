@@ -61,7 +61,7 @@ def print_evidence(found: Any) -> None:
         m, s = v.get("measured") or {}, v.get("summary") or {}
         versions = " ".join(f"{k} {m.get(k) or '-'}" for k in ("torch", "cuda", "cudnn", "nccl", "python", "os"))
         click.echo(inert(f"verification: {'PASSED' if v.get('passed') else 'FAILED'} ({v.get('gpu_verification') or 'GPU verification not stated'}) "
-                         f"{v.get('tier')} tier on {where} at "
+                         f"{v.get('tier')} tier on {where}, {v.get('ran')}, at "
                          f"{v.get('started_at')}: {versions}; {s.get('pass')} pass, {s.get('warn')} warn, {s.get('fail')} fail, "
                          f"{s.get('skip')} skip"
                          + (f"; failed: {', '.join(v['failed_checks'])}" if v.get("failed_checks") else ""), one_line=True))

@@ -19,7 +19,7 @@ from imagesmith.model import compat, schemas, tags
 from imagesmith.model.layout import CUDA_PREFIX
 from imagesmith.model.matrix.records import BUILTIN_PARENTS, Cell, Layer, Matrix, base_image_for, sort_cells
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
-from imagesmith.model.platform import Platform
+from imagesmith.model.platform import Platform, platform_tag
 from imagesmith.model.versions import major
 
 PLAN_SCHEMA = schemas.PLAN
@@ -393,19 +393,36 @@ def _check_floating(matrix: Matrix, items: list[tuple[str, dict[str, str]]]) -> 
 
 def to_json(plan: Plan) -> dict[str, Any]:
     return {"schema": PLAN_SCHEMA, "matrix": plan.matrix, "date": plan.date,
-            "warnings": list(plan.warnings), "targets": [_target_json(t) for t in plan.targets]}
+            "warnings": list(plan.warnings), "targets": [_target_json(t) for t in plan.targets], "tags": pushes(plan)}
 
 
 def _target_json(t: Target) -> dict[str, Any]:
-    """A target as plan.json holds it. ``platform`` (of the target and its CUDA set) is written only where it is not
-    linux/amd64: a plan of a linux/amd64 matrix reads as it did before platforms, and readers take absent as linux/amd64."""
+    """A target as plan.json holds it, its platform (and its CUDA set's) always said; readers take an absent one
+    (a plan written before platforms were said) as linux/amd64."""
     d = asdict(t)
     for holder in (d, d.get("cuda_set") or {}):
-        if holder.get("platform") is DEFAULT_PLATFORM:
-            del holder["platform"]
-        elif "platform" in holder:
+        if "platform" in holder:
             holder["platform"] = str(holder["platform"])
     return d
+
+
+def pushes(plan: Plan) -> list[dict[str, Any]]:
+    """Every tag a release of ``plan`` pushes, as planned (publish renders them again from what it measured, and
+    marks a CUDA image verified without a GPU ``-not-gpu-verified``, with no floating tag): ``image``, one
+    target's own tag (``<tag>-<arch>`` when it is one platform of an image index); ``index``, the image index of a
+    tag built for several platforms; ``floating``, a floating tag and the tag it copies (an index's, when it has one)."""
+    out: list[dict[str, Any]] = []
+    for group in plan.index_groups():
+        several = len(group.targets) > 1
+        for t in group.targets:
+            out.append({"tag": platform_tag(group.tag, t.platform.value) if several else group.tag, "kind": "image",
+                        "target": t.id, "platform": t.platform.value})
+        if several:
+            out.append({"tag": group.tag, "kind": "index", "targets": [t.id for t in group.targets],
+                        "platforms": [t.platform.value for t in group.targets]})
+        floating = sorted({f for t in group.targets for f in t.floating})
+        out += [{"tag": f, "kind": "floating", "of": group.tag} for f in floating]
+    return out
 
 
 def write(plan: Plan, path: Path) -> None:

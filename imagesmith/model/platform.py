@@ -61,10 +61,29 @@ class Platform(str, Enum):
         return f"manylinux_{glibc.replace('.', '_')}_{self.uname}"
 
 
+# the variants an image of each architecture may declare and still run on that platform ("": none declared)
+VARIANTS = {"amd64": ("", "v1", "v2", "v3", "v4"), "arm64": ("", "v8")}
+
+
+def foreign(platform: Platform, os: str, arch: str, variant: str = "") -> str | None:
+    """``None`` if an image whose config says ``os``/``arch``/``variant`` is one of ``platform`` (or does not say
+    its architecture); else the image's own platform as OCI writes it (``linux/amd64``)."""
+    if not arch:
+        return None
+    if (os or "linux") == platform.os and arch == platform.arch and variant in VARIANTS.get(arch, ("",)):
+        return None
+    return "/".join(filter(None, (os or "linux", arch, variant)))
+
+
 DEFAULT = Platform.AMD64  # a matrix without matrix.platform, and every artifact written before platforms
 NAMES = tuple(p.value for p in Platform)
 # other spellings of the two architectures (uname -m, the arm64 variant): named in the error, never accepted
 ALIASES = {"amd64": "amd64", "x86_64": "amd64", "x86-64": "amd64", "arm64": "arm64", "aarch64": "arm64", "arm64/v8": "arm64"}
+
+
+def platform_tag(tag: str, platform: str) -> str:
+    """The tag one platform's image of an image index is pushed under: ``<tag>-arm64`` (jupyter/docker-stacks' way)."""
+    return f"{tag}-{platform.rpartition('/')[2]}"
 
 
 def emulated(image: str, host: str) -> bool:

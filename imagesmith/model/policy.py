@@ -46,6 +46,8 @@ class Evidence:
     sharing_reason: str = ""  # why exclusive is what it is (the report's sharing.reason)
     emulated: str = ""  # 'linux/arm64 on a linux/amd64 host (qemu)' when the image ran under emulation
     emulated_platform: str = ""  # the image's platform then ('linux/arm64')
+    platform: str = ""  # the image's platform as the verifier's engine read it ("": the report does not say)
+    host: str = ""  # the engine's platform ("": the report does not say)
 
     @property
     def gpu_verified(self) -> bool:
@@ -152,6 +154,7 @@ def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = No
     sharing = _mapping(report.get("sharing"))
     exclusive = sharing.get("exclusive")
     emulated = emulation_text(report.get("emulation"))
+    image, host = where_it_ran(report)
     return Evidence(
         ok=verdict(report, declared if declared is not None else _own_flags(report)).ok,
         mode=str(mode.get("mode") or ("gpu" if seen else "cpu")),
@@ -163,7 +166,16 @@ def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = No
         shared_with=describe_foreign(sharing.get("foreign")),
         sharing_reason=str(sharing.get("reason"))[:300] if isinstance(sharing.get("reason"), str) else "",
         emulated=emulated, emulated_platform=str(_mapping(report.get("emulation")).get("image")) if emulated else "",
+        platform=image, host=host,
     )
+
+
+def where_it_ran(report: Mapping[str, Any]) -> tuple[str, str]:
+    """(the image's platform, the engine's) as a verify report says them: its ``platform`` block, else its
+    ``emulation`` block (reports written before the first); ``""`` where it says nothing."""
+    said, emu = _mapping(report.get("platform")), _mapping(report.get("emulation"))
+    image, host = said.get("image") or emu.get("image"), said.get("host") or emu.get("host")
+    return (image[:256] if isinstance(image, str) else "", host[:256] if isinstance(host, str) else "")
 
 
 MAX_COUNT = 1 << 20  # no count a report holds (GPUs, checks) comes near

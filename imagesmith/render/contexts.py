@@ -156,7 +156,7 @@ class Renderer:
         parent = self.plan.by_id()[t.parent] if t.parent else None
         return {
             "t": t, "v": t.versions, "layer": layer, "image": self.matrix.image,
-            "matrix_name": self.matrix.file.name, "has_ca": self.matrix.sources.ca_bundle is not None,
+            "has_ca": self.matrix.sources.ca_bundle is not None,
             "parent_image": parent.image if parent else "", "pip_specs": list(t.packages),
             "has_requirements": layer.requirements is not None,
             "os_python": self.kb.os[t.versions.os].python, "uv_version": UV_VERSION,

@@ -195,8 +195,8 @@ def release_lines(rel: Release, level: int) -> list[str]:
           _gb(t.traffic.pushed_bytes if t.traffic else None), _gb(t.traffic.existing_bytes if t.traffic else None)]
          for t in rel.targets])]
     if rel.indexes:
-        lines += ["", f"{h}# Image indexes", "", *table(["tag", "action", "digest", "platforms", "note"], [
-            [Code(i.tag), i.action, Code(i.digest[:19]), i.platforms, i.reason] for i in rel.indexes])]
+        lines += ["", f"{h}# Image indexes", "", *table(["tag", "action", "digest", "platforms", "floating", "note"], [
+            [Code(i.tag), i.action, Code(i.digest[:19]), i.platforms, " ".join(i.floating) or "-", i.reason] for i in rel.indexes])]
     if rel.floating:
         lines += ["", f"{h}# Floating tags", "", *table(["tag", "action", "target", "torch", "digest", "note"], [
             [Code(f.tag), f.action, f.target or "-", f.torch or "-", Code((f.digest or "-")[:19]), f.reason] for f in rel.floating])]

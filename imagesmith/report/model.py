@@ -217,11 +217,13 @@ class Released:
 
 
 def verified_how(verification: Mapping[str, Any], gpu_verified: bool | None) -> str:
-    """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'passed (CPU image)', 'failed'."""
+    """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'passed (CPU image)', 'passed (CPU image, emulated
+    linux/arm64)', 'failed'."""
     if not verification.get("ok"):
         return "failed" if verification else "-"
     if gpu_verified is None:
-        return "passed (CPU image)"
+        emulated = verification.get("emulated") and verification.get("platform")
+        return f"passed (CPU image, emulated {emulated})" if isinstance(emulated, str) else "passed (CPU image)"
     return str(verification.get("gpu_short") or ("GPU-verified" if gpu_verified else policy.NOT_GPU_VERIFIED))
 
 
@@ -255,6 +257,7 @@ class ImageIndex:
     digest: str
     platforms: str  # "linux/amd64 sha256:…, linux/arm64 sha256:…"
     reason: str
+    floating: tuple[str, ...] = ()  # the floating tags that serve this index
 
 
 @dataclass(frozen=True)

@@ -274,7 +274,8 @@ def _index(r: _Reader, raw: Any, at: str) -> ImageIndex:
     i = r.mapping(raw, at)
     platforms = r.mapping(i.get("platforms") or {}, f"{at}.platforms")
     held = ", ".join(f"{p} {r.text(r.mapping(v, f'{at}.platforms'), 'digest', at, '-')[:19]}" for p, v in sorted(platforms.items()))
-    return ImageIndex(r.text(i, "tag", at), r.text(i, "action", at), r.text(i, "digest", at, "-"), held, r.text(i, "reason", at))
+    floating = tuple(str(f) for f in r.items(i.get("floating"), f"{at}.floating"))
+    return ImageIndex(r.text(i, "tag", at), r.text(i, "action", at), r.text(i, "digest", at, "-"), held, r.text(i, "reason", at), floating)
 
 
 def _maybe_verify(r: _Reader, raw: Any, target_id: str) -> Verify | None:

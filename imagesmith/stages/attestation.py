@@ -65,6 +65,7 @@ def verification_predicate(report: Mapping[str, Any], declared: Mapping[str, boo
                      "report_schema": str(report.get("payload_schema") or report.get("schema") or "")},
         "tier": str(report.get("tier") or ""),
         "mode": "gpu" if env.get("gpus") else "cpu",
+        "platform": platform_record(report, ev),
         "passed": ev.ok,
         "gpu_verification": gpu_verification(ev, env.get("cuda")),
         "started_at": report.get("started_at"),
@@ -77,6 +78,14 @@ def verification_predicate(report: Mapping[str, Any], declared: Mapping[str, boo
         "checks": [_check(c) for c in report.get("checks") or [] if isinstance(c, Mapping)],
         "notes": [str(n) for n in report.get("notes") or []],
     } | ({"vulnerabilities": dict(report["vulnerabilities"])} if isinstance(report.get("vulnerabilities"), Mapping) else {})
+
+
+def platform_record(report: Mapping[str, Any], ev: policy.Evidence) -> dict[str, Any]:
+    """Where the verification ran: the image's platform, the engine's, whether it ran emulated and under what."""
+    emu = report.get("emulation")
+    by = emu.get("by") if isinstance(emu, Mapping) else None
+    return {"image": ev.platform or None, "host": ev.host or None, "emulated": bool(ev.emulated),
+            "emulator": str(by)[:256] if ev.emulated and isinstance(by, str) and by else None}
 
 
 def sharing_summary(raw: Any) -> dict[str, Any] | None:
@@ -93,7 +102,8 @@ def gpu_verification(ev: policy.Evidence, cuda: Any) -> str:
     if ev.gpu_verified:
         return ev.describe()
     if not cuda:
-        return "CPU-only image (no CUDA), verified " + ("on a GPU host" if ev.mode == "gpu" else "on a CPU")
+        return "CPU-only image (no CUDA), verified " + ("on a GPU host" if ev.mode == "gpu" else "on a CPU") + (
+            f", emulated: {ev.emulated}" if ev.emulated else "")
     return "NOT " + ev.describe().removeprefix("not ")
 
 

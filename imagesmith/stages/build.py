@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
@@ -30,14 +30,14 @@ from imagesmith import runstate
 from imagesmith.atomic import write_json
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, build_progress, registry_host
-from imagesmith.edges.protocols import EngineProtocol
+from imagesmith.edges.protocols import EngineProtocol, ImageInfo
 from imagesmith.edges.sources import SourceServer
-from imagesmith.errors import BuildError, Redactor, UserError
+from imagesmith.errors import BuildError, ImagesmithError, Redactor, UserError
 from imagesmith.model import compat, loader, schemas
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
-from imagesmith.model.platform import emulated
+from imagesmith.model.platform import emulated, foreign
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.versions import matches
 from imagesmith.progress import Display, QuietDisplay
@@ -113,6 +113,23 @@ def emulation_hint(error: str, image_platform: str, engine_platform: str) -> str
             f"(docs/matrix.md, Native and emulated builds)]")
 
 
+def base_mismatch(t: Target, info: ImageInfo, from_os: bool = True) -> str | None:
+    """Why the base image ``info`` (``t.base_image`` as the engine holds it) cannot carry ``t``, a root target: its
+    config names another OS, architecture or variant than ``t``'s platform. None when it is one of ``t``'s platform,
+    or says no architecture (the build's own check then judges the image it made). ``from_os``: the base is the
+    plain OS image ``base_images`` names (else an nvidia/cuda image, which the engine pulled for its own platform)."""
+    found = foreign(t.platform, info.os, info.architecture, info.variant)
+    if found is None:
+        return None
+    p, os_key = t.platform, t.versions.os
+    fix = (f"name a {p} image for it (base_images.{os_key}.{p}; imagesmith base bootstrap --os {os_key} --arch {p.arch} "
+           f"makes one), or build this cell on a native {p.arch} runner" if from_os else
+           f"build this cell on a native {p.arch} runner (an engine holds one platform's image under a tag)")
+    return (f"base {t.base_image} named for {p} is {found}: the engine's copy ({info.id[:19]}) says os {info.os or 'linux'}, "
+            f"architecture {info.architecture}{f', variant {info.variant}' if info.variant else ''}, so cell {t.cell} was "
+            f"not built; fix: {fix}")
+
+
 def compare_facts(t: Target, facts: Mapping[str, Any], declared: list[str]) -> list[str]:
     """Where the measured image differs from the plan (empty: it matches)."""
     v = t.versions
@@ -165,6 +182,7 @@ class Builder:
         self.results = {t.id: TargetResult(t.id, image=t.image) for t in plan.targets}
         self.contexts: dict[str, render.Context] = {}
         self.base_ids: dict[str, str] = {}
+        self.base_infos: dict[str, ImageInfo] = {}
         self.base_bytes: dict[str, int] = {}
         self.server: SourceServer | None = None
         self.cuda: cudabuild.CudaImages | None = None
@@ -174,6 +192,7 @@ class Builder:
         self.owner = owner_id(matrix.file, out)
         self.released: list[str] = []  # image IDs this checkout's owner tags pointed at before this run
         self.stages: list[str] = []  # builder-stage images this run made
+        self.made: dict[str, list[str]] = {}  # target -> the images its builds made that nothing tags (dropped if it fails)
 
     # -- public ---------------------------------------------------------------------
     def run(self) -> BuildReport:
@@ -242,6 +261,20 @@ class Builder:
         if freed:
             self.display.note(f"pruned {freed} builder stages this run made")
 
+    def _drop_made(self, target_id: str) -> None:
+        """A failed target leaves no image behind: the builder stages and the last step image its builds made, which
+        nothing tags (removed with their untagged parents; one that is tagged, has children or is in use stays).
+        ``--no-prune`` keeps them, for a look inside."""
+        if not self.prune:
+            return
+        with self._lock:
+            made = self.made.pop(target_id, [])
+        for image in reversed(made):
+            try:
+                self.engine.remove_unused(image)
+            except ImagesmithError as exc:  # the target has failed already: say it, do not replace its error
+                self.display.note(f"could not remove {image[:19]} that the failed {target_id} made: {exc}")
+
     def _own(self, name: str, image_id: str) -> None:
         """Point this checkout's owner tag for ``name`` (a target, or a CUDA image) at
         ``image_id``; remember what it pointed at."""
@@ -274,6 +307,7 @@ class Builder:
             self.results[t.id].log = str(self.out / t.id / "build.log")
         bases = {t.base_image: t.versions.os for t in self.plan.targets if not t.parent and not self._adopted(t)}
         self.base_ids = {ref: self._base_id(ref, os_key) for ref, os_key in sorted(bases.items())}
+        self._refuse_foreign_bases()
         server = SourceServer(self.matrix.sources, self.environ)
         if server.needed:
             if self.matrix.sources.network != "host":
@@ -282,11 +316,24 @@ class Builder:
             self.redact = Redactor(server.redactions())
         self._start_cuda()
 
+    def _refuse_foreign_bases(self) -> None:
+        """Every root target's base, as the engine holds it, against the target's platform, before any build step:
+        a base of another platform fails its cell now (its descendants are skipped), never after a build that the
+        classic builder would run on it anyway (moby/moby#47823)."""
+        for t in self.plan.targets:
+            info = self.base_infos.get(t.base_image)
+            from_os = self.matrix.layer("base").base_from == "os"
+            why = base_mismatch(t, info, from_os) if info is not None and not t.parent and not self._adopted(t) else None
+            if why:
+                self.results[t.id].status, self.results[t.id].error = "failed", why
+                self.display.update(t.id, "failed", why[:120])
+
     def _start_cuda(self) -> None:
-        """Make the CUDA images (OS base + shared CUDA layer) beside the DAG."""
+        """Make the CUDA images (OS base + shared CUDA layer) beside the DAG (not for a cell already failed)."""
         if any(t.cuda_set for t in self.plan.targets):
             epoch = cudalayer.source_date_epoch(dict(self.environ) if self.environ is not None else None)
-            self.cuda = cudabuild.CudaImages(self.plan, self.matrix.image.repository, self.engine, self.out, self.base_ids,
+            wanted = replace(self.plan, targets=tuple(t for t in self.plan.targets if self.results[t.id].status != "failed"))
+            self.cuda = cudabuild.CudaImages(wanted, self.matrix.image.repository, self.engine, self.out, self.base_ids,
                                              self._download_wheels, self.display, epoch, CACHE_REPOSITORY)
             self.cuda.start()
 
@@ -336,6 +383,7 @@ class Builder:
                 raise UserError(f"base image {ref} is not in the engine and cannot be pulled ({exc}); "
                                 f"on a host with no registry make it: imagesmith base bootstrap --os {os_key} --tag {ref}") from None
         self.base_bytes[ref] = info.size
+        self.base_infos[ref] = info
         return info.id
 
     # -- the DAG ---------------------------------------------------------------------
@@ -358,7 +406,7 @@ class Builder:
         running: set[str] = set()
         try:
             while order.is_active():
-                ready = [tid for tid in order.get_ready() if not self._skipped(tid, order)]
+                ready = [tid for tid in order.get_ready() if not self._failed_already(tid, order) and not self._skipped(tid, order)]
                 for tid in sorted(ready, key=self.priority.__getitem__):  # the slots (jobs) admit them by priority
                     running.add(self._start(tid, done))
                 if not running:
@@ -373,6 +421,13 @@ class Builder:
                 self.results[tid].status, self.results[tid].error = "cancelled", "interrupted"
                 self.display.update(tid, "cancelled")
             raise
+
+    def _failed_already(self, tid: str, order: graphlib.TopologicalSorter[str]) -> bool:
+        """A target failed before the walk (its base is of another platform): never started, its descendants skipped."""
+        if self.results[tid].status != "failed":
+            return False
+        order.done(tid)
+        return True
 
     def _skipped(self, tid: str, order: graphlib.TopologicalSorter[str]) -> bool:
         """Skip ``tid`` (and so, in turn, its descendants) when its parent did not succeed."""
@@ -401,6 +456,8 @@ class Builder:
                 result.status, result.error = "cancelled", "interrupted"
             else:
                 result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        if result.status == "failed":
+            self._drop_made(t.id)
         result.seconds = round(time.monotonic() - t0, 2)
         self.display.update(t.id, result.status, self._summary(result))
         done.put(t.id)
@@ -514,6 +571,7 @@ class Builder:
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
         with self._lock:  # a stage built ahead is this run's too (untagged after the full build)
             self.stages += outcome.stages + (outcome.made[-1:] if stage and _made_last(outcome) else [])
+            self.made.setdefault(t.id, []).extend(outcome.stages + outcome.made[-1:])
         if outcome.error or outcome.image_id is None:  # an error wins over any image ID seen before it
             result.status = "cancelled" if outcome.error == "cancelled" else "failed"
             result.error = self.redact(outcome.error or "the engine reported no image")
@@ -578,8 +636,9 @@ def failure_summary(report: BuildReport) -> list[str]:
     for r in report.results:
         if r.status != "failed":
             continue
-        lines += [f"FAILED {r.target}: {r.error}", f"  Dockerfile: {r.dockerfile}", f"  log: {r.log}"]
-        lines += [f"  | {line}" for line in log_tail(r.log)]
+        lines += [f"FAILED {r.target}: {r.error}", f"  Dockerfile: {r.dockerfile}"]
+        if r.log and Path(r.log).is_file():  # none when it failed before its build began (a base of another platform)
+            lines += [f"  log: {r.log}"] + [f"  | {line}" for line in log_tail(r.log)]
     return lines
 
 

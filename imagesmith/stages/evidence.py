@@ -69,6 +69,8 @@ from imagesmith.stages.referrers import (  # the documents evidence is made of: 
     descriptor,
     index_entry,
     manifest_layers,
+    ran_on,
+    ran_where,
     referrers_index,
     referrers_tag,
     sbom_document,
@@ -194,7 +196,7 @@ def verification_summary(a: Attestation) -> dict[str, Any]:
     return {"digest": a.digest, "signed": bool(a.signed_by), "tier": p.get("tier"), "mode": p.get("mode"),
             "passed": p.get("passed"), "gpu_verification": p.get("gpu_verification"), "gpu": p.get("gpu"), "driver": p.get("driver"), "measured": p.get("measured"),
             "summary": p.get("summary"), "failed_checks": policy.failed_required(p), "started_at": p.get("started_at"),
-            "verifier": p.get("verifier")}
+            "verifier": p.get("verifier"), "platform": p.get("platform"), "ran": ran_where(p)}
 
 
 class Reader:
@@ -583,6 +585,8 @@ __all__ = [  # the names of imagesmith.stages.referrers a caller of the evidence
     "descriptor",
     "index_entry",
     "manifest_layers",
+    "ran_on",
+    "ran_where",
     "referrers_index",
     "referrers_tag",
     "signature_manifest",

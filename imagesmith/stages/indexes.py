@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from imagesmith.edges.protocols import RegistryProtocol
 from imagesmith.edges.registry import INDEXES, Manifest, entries, manifest_document
+from imagesmith.model.platform import platform_tag
 
 T = TypeVar("T")
 DONE = ("pushed", "unchanged")
@@ -55,7 +56,7 @@ class IndexRelease:
     tag: str
     reference: str
     action: str
-    platforms: dict[str, dict[str, Any]]  # platform -> {"target", "status", "digest"}
+    platforms: dict[str, dict[str, Any]]  # platform -> {"target", "status", "tag" (its own, <tag>-<arch>), "digest"}
     digest: str | None = None
     previous: str | None = None  # what the tag held before this release (None: nothing)
     reason: str = ""
@@ -75,11 +76,6 @@ def groups(members: Iterable[M], group_of: Mapping[str, str]) -> dict[str, list[
     for m in members:
         by_group.setdefault(group_of.get(m.target, m.target), []).append(m)
     return {g: ms for g, ms in by_group.items() if len({m.platform for m in ms}) > 1}
-
-
-def platform_tag(tag: str, platform: str) -> str:
-    """The tag one platform's image of an index is pushed under: ``<tag>-arm64``."""
-    return f"{tag}-{platform.rpartition('/')[2]}"
 
 
 def name_members(members: Sequence[M], fail: Callable[[M, str], object]) -> str | None:
@@ -107,7 +103,7 @@ def name_members(members: Sequence[M], fail: Callable[[M, str], object]) -> str 
 def write(registry: RegistryProtocol, repo: str, name: str, tag: str, members: Sequence[Member],
           retry: Retry) -> IndexRelease:
     """The index of ``tag`` over ``members``' digests: written only when every member was released."""
-    platforms = {m.platform: {"target": m.target, "status": m.status, "digest": m.digest} for m in members}
+    platforms = {m.platform: {"target": m.target, "status": m.status, "tag": m.tag, "digest": m.digest} for m in members}
     out = IndexRelease(tag, f"{name}:{tag}", "held", platforms)
     have = retry(f"reading {out.reference}", lambda: registry.manifest(repo, tag))
     out.previous = have.digest if have else None

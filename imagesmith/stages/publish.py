@@ -56,7 +56,7 @@ from imagesmith.stages.indexes import IndexRelease
 from imagesmith.stages.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's
 from imagesmith.stages.push import message_of as message_of
 from imagesmith.stages.push import transient as transient
-from imagesmith.stages.releases import DONE, FloatingRelease, ReleaseStopped, RemoteImage
+from imagesmith.stages.releases import DONE, FloatingRelease, ReleaseStopped, RemoteImage, index_floating
 from imagesmith.stages.releases import Item as Item
 from imagesmith.stages.releases import ReleaseReport as ReleaseReport
 from imagesmith.stages.releases import TargetRelease as TargetRelease
@@ -137,6 +137,7 @@ class Publisher:
             report.floating = self._floating(report.targets, remote)
             self._attach_evidence(report)
             self._settle(report)
+            index_floating(report)
         except ReleaseStopped as exc:
             report.errors.append(self._clean(str(exc)))
             for r in report.targets:

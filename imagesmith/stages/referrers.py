@@ -108,9 +108,33 @@ def verdict_problems(predicate: Mapping[str, Any]) -> list[str]:
 
 def verification_identity(predicate: Mapping[str, Any]) -> tuple[Any, ...]:
     """What makes two verifications of one digest the same evidence: tier, mode, GPU model
-    and count, verdict (a re-run on the same kind of machine adds nothing)."""
+    and count, verdict, where it ran (natively or emulated): a re-run on the same kind of machine adds nothing."""
     gpu = predicate.get("gpu") or {}
-    return (predicate.get("tier"), predicate.get("mode"), gpu.get("model"), gpu.get("count"), predicate.get("passed"))
+    return (predicate.get("tier"), predicate.get("mode"), gpu.get("model"), gpu.get("count"), predicate.get("passed"),
+            ran_on(predicate))
+
+
+def ran_on(predicate: Mapping[str, Any]) -> tuple[str | None, bool | None]:
+    """(the image's platform, whether it ran emulated) as a verification predicate states them; (None, None) for a
+    statement written before imagesmith recorded them (its mode still says whether a GPU ran: emulation is CPU mode)."""
+    raw = predicate.get("platform")
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("emulated"), bool):
+        return None, None
+    image = raw.get("image")
+    return (image if isinstance(image, str) else None), bool(raw["emulated"])
+
+
+def ran_where(predicate: Mapping[str, Any]) -> str:
+    """In words: 'linux/arm64, emulated on a linux/amd64 host (qemu-user through binfmt_misc)', 'linux/amd64, native',
+    or 'platform not recorded' (a statement written before imagesmith recorded it)."""
+    image, emulated = ran_on(predicate)
+    if emulated is None:
+        return "platform not recorded"
+    raw = predicate["platform"]
+    host, by = raw.get("host"), raw.get("emulator")
+    if emulated:
+        return f"{image or 'an unknown platform'}, emulated on a {host or 'host of another platform'} host" + (f" ({by})" if by else "")
+    return f"{image or 'an unknown platform'}, native"
 
 
 def vex_identity(doc: Mapping[str, Any]) -> tuple[Any, ...]:

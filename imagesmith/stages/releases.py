@@ -97,7 +97,8 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
             "digest": (rep.get("image") or {}).get("digest"),
             "failed_checks": policy.failed_required(rep), "notes": list(rep.get("notes") or []),
             "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
-            "gpu_short": ev.short()}
+            "gpu_short": ev.short(), "platform": ev.platform or None, "host": ev.host or None,
+            "emulated": ev.emulated or None}
 
 
 def measured_versions(facts: Mapping[str, Any]) -> dict[str, str]:
@@ -306,3 +307,12 @@ class RemoteImage:
     digest: str
     config_digest: str | None
     fields: Mapping[str, str] | None
+
+
+def index_floating(report: ReleaseReport) -> None:
+    """Each image index's floating tags: those this release left pointing at the index's digest (a floating tag of a
+    multi-platform tag copies the index, never one platform's image)."""
+    for i in report.indexes:
+        members = {m["target"] for m in i.platforms.values()}
+        i.floating = sorted(f.tag for f in report.floating if f.target in members and f.action in ("moved", "created", "unchanged")
+                            and i.digest is not None and f.digest == i.digest)

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from imagesmith.model import policy
 from imagesmith.stages import attestation
 from imagesmith.stages.evidence import Attestation, Evidence
+from imagesmith.stages.referrers import ran_on
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,21 @@ def reused_report(found: Evidence, a: Attestation, ref: str) -> dict[str, Any]:
             "checks": checks, "summary": counts | {"ok": policy.verdict(p, verify.declared_checks()).ok},
             "image": {"ref": ref, "digest": found.digest, "repository": found.name},
             "reused": {"attestation": a.digest, "signed_by": list(a.signed_by), "gpu": gpu},
+            **where_from(p),
             "notes": [f"not run again: the signed verification {a.digest} of {found.name}@{found.digest} stands for it"]}
+
+
+def where_from(p: Mapping[str, Any]) -> dict[str, Any]:
+    """A verify report's ``platform`` (and ``emulation``) blocks from what the predicate ``p`` states; none from a
+    statement written before imagesmith recorded them."""
+    image, emulated = ran_on(p)
+    if emulated is None:
+        return {}
+    host, by = p["platform"].get("host"), p["platform"].get("emulator")
+    out: dict[str, Any] = {"platform": {"image": image or "", "host": host if isinstance(host, str) else ""}}
+    if emulated:
+        out["emulation"] = {"image": image or "", "host": host if isinstance(host, str) else "", "by": by if isinstance(by, str) else ""}
+    return out
 
 
 def stale_vulnerabilities(predicate: Mapping[str, Any], max_age_days: int, now: dt.datetime) -> str | None:

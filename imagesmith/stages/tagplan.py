@@ -8,12 +8,27 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from imagesmith.errors import UserError
+from imagesmith.model import platform as platforms
 from imagesmith.model import policy, tags
 from imagesmith.model.tags import TagPolicy
 from imagesmith.stages import indexes
 from imagesmith.stages.releases import Item, RemoteImage, TargetRelease, measured_versions, tag_fields
 
 Fail = Callable[[TargetRelease, str, str], TargetRelease]  # marks a target (status, why) and shows it
+
+
+def platform_refusal(item: Item) -> str | None:
+    """Why ``item`` is not released on its verification: the verify report (the signed one, where publish reads a
+    statement) ran an image of another platform than the target's. None when they agree, or when the report does
+    not say (written before imagesmith recorded it: its mode still decides, and emulation is always CPU mode)."""
+    said = item.evidence.platform if item.evidence is not None else ""
+    os_name, _, rest = said.partition("/")
+    arch, _, variant = rest.partition("/")
+    found = platforms.foreign(item.platform, os_name, arch, variant) if said else None
+    if found is None:
+        return None
+    return (f"its verification ran a {found} image, but {item.target} is built for {item.platform}; not released: "
+            f"verify the {item.platform} image")
 
 
 class TagPlanner:
@@ -32,6 +47,9 @@ class TagPlanner:
             return self.fail(r, "not-built", f"not built: {item.error or 'no image'}")
         if not item.verified:
             return self.fail(r, "not-verified", "verification failed; not tagged, not pushed" + (f" ({item.error})" if item.error else ""))
+        refused = platform_refusal(item)
+        if refused:
+            return self.fail(r, "not-verified", refused)
         grant = self.grant(item, r)
         if not grant.release:
             return self.fail(r, "not-gpu-verified", grant.note)

@@ -502,6 +502,7 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
         report = report | {"notes": [*(report.get("notes") or []), f"{ref} is an image index ({picked['index']}): verified its "
                                      f"{picked['platform']} image {picked['digest']}"]}
     done = finish(report, image, nvml, started, time.monotonic() - t0) | {"engine": kind.record()}
+    done["platform"] = {"image": getattr(info, "platform", ""), "host": platform_of(facts)}  # what the attestation states
     if emulated is not None:  # the payload saw --gpus none; why it was none is the host's to say
         done["emulation"] = emulated
         mode = done.get("mode")

@@ -39,6 +39,7 @@ def test_an_arm64_image_verified_here_runs_emulated_in_cpu_mode_and_says_it_has_
         engine: Engine, python_images: dict[str, str]) -> None:
     report = verify.verify_image(engine, python_images["arm64"], QUICK).report
     assert report["emulation"] == {"image": "linux/arm64", "host": "linux/amd64", "by": verify.EMULATOR}
+    assert report["platform"] == {"image": "linux/arm64", "host": "linux/amd64"}
     assert report["mode"]["reason"].startswith("CPU mode: emulated, linux/arm64 on a linux/amd64 host")
     torch = next(c for c in report["checks"] if c["id"] == "versions.torch")
     assert torch["status"] == "fail" and "torch is not importable (no torch package)" in torch["detail"]
@@ -47,6 +48,28 @@ def test_an_arm64_image_verified_here_runs_emulated_in_cpu_mode_and_says_it_has_
     assert ev.emulated and not ev.gpu_verified and "emulated: linux/arm64 on a linux/amd64 host" in ev.describe()
     with pytest.raises(UserError, match="runs only under emulation, never on a GPU"):
         verify.verify_image(engine, python_images["arm64"], verify.VerifyOptions(require_gpu=True))
+
+
+def test_a_base_of_the_other_platform_fails_each_cell_before_any_build_step(
+        engine: Engine, python_images: dict[str, str], write_matrix: Any, tmp_path: Path) -> None:
+    """Each platform's base named for the other: the engine's own inspect of each base refuses both cells; no step
+    runs (no build log), nothing is tagged for them."""
+    from imagesmith.model import matrix, plan
+    from imagesmith.stages import build
+
+    text = (f"image: {{repository: imagesmith-test/wrong-base}}\nmatrix: {{torch: ['2.9'], cuda: [cpu], python: ['3.11'], "
+            f"os: [debian12], platform: [linux/amd64, linux/arm64]}}\nbase_images:\n  debian12:\n"
+            f"    linux/amd64: {python_images['arm64']}\n    linux/arm64: {python_images['amd64']}\n")
+    m = matrix.load(write_matrix(text))
+    p = plan.expand(m, "20261201")
+    report = build.Builder(p, m, engine, tmp_path / "out").run()
+    got = {r.target: r for r in report.results}
+    assert {t: r.status for t, r in got.items()} == {t.id: "failed" for t in p.targets}
+    for t in p.targets:
+        other = "linux/arm64" if t.platform is Platform.AMD64 else "linux/amd64"
+        assert str(got[t.id].error).startswith(f"base {t.base_image} named for {t.platform} is {other}: ")
+        assert got[t.id].steps == 0 and not (tmp_path / "out" / t.id / "build.log").exists()
+        assert engine.image(t.image) is None
 
 
 class World:
@@ -109,7 +132,7 @@ def test_a_two_platform_release_is_one_index_of_the_verified_digests_and_a_faile
     assert first["ok"] is True, first["errors"] + [t["error"] for t in first["targets"]]
     amd, arm = first["targets"]
     [index] = first["indexes"]
-    assert index["action"] == "pushed" and index["tag"] == TAG
+    assert index["action"] == "pushed" and index["tag"] == TAG and index["floating"] == ["latest"]
 
     raw = world.raw(TAG, "--raw")  # skopeo, not our client, reads what the tag names
     assert raw["mediaType"] == OCI_INDEX
@@ -120,6 +143,9 @@ def test_a_two_platform_release_is_one_index_of_the_verified_digests_and_a_faile
         assert world.raw(f"{TAG}-{arch}", "--raw") and target["tag"] == f"{TAG}-{arch}"
         found = world.evidence(target["digest"])  # SBOM and verification on each platform's image, signed
         assert found.ok and {a.kind for a in found.attestations} >= {"sbom", "verification"} and found.signatures
+        [said] = found.to_json()["verification"]  # the signed predicate says where it ran, and whether emulated
+        assert said["platform"] == {"image": f"linux/{arch}", "host": "linux/amd64", "emulated": arch == "arm64",
+                                    "emulator": verify.EMULATOR if arch == "arm64" else None}
     signed = world.evidence(index["digest"])  # the index itself carries the release's signature
     assert signed.ok and [s.signed_by for s in signed.signatures] and signed.media_type == OCI_INDEX
     assert world.raw("latest", "--raw")["mediaType"] == OCI_INDEX  # the floating tag serves the index

@@ -13,7 +13,8 @@ from google.protobuf import json_format
 from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement as ReferenceStatement
 
-from imagesmith.stages import attestation
+from imagesmith.model import policy
+from imagesmith.stages import attestation, evidence, reuse
 from imagesmith.stages.attestation import Statement, StatementError
 
 ROOT = Path(__file__).parent.parent.parent
@@ -44,6 +45,48 @@ def test_the_predicate_is_the_report_in_brief(path: Path, mode: str, gpu: Any, d
     assert p["checks"][0] == {k: first[k] for k in ("id", "status", "value", "threshold", "unit", "percent_of_baseline", "optional",
                                                     "detail")}
     assert p["verifier"]["name"] == "imagesmith" and p["verifier"]["report_schema"] == "imagesmith.verify-report/1"
+
+
+EMULATED = {"image": "linux/arm64", "host": "linux/amd64", "by": "qemu-user through binfmt_misc"}
+
+
+@pytest.mark.parametrize("blocks, platform, words", [
+    ({"platform": {"image": "linux/arm64", "host": "linux/amd64"}, "emulation": EMULATED},
+     {"image": "linux/arm64", "host": "linux/amd64", "emulated": True, "emulator": "qemu-user through binfmt_misc"},
+     "linux/arm64, emulated on a linux/amd64 host (qemu-user through binfmt_misc)"),
+    ({"platform": {"image": "linux/amd64", "host": "linux/amd64"}},
+     {"image": "linux/amd64", "host": "linux/amd64", "emulated": False, "emulator": None}, "linux/amd64, native"),
+    ({"emulation": EMULATED},  # a report of the first multi-platform release: only its emulation block
+     {"image": "linux/arm64", "host": "linux/amd64", "emulated": True, "emulator": "qemu-user through binfmt_misc"},
+     "linux/arm64, emulated on a linux/amd64 host (qemu-user through binfmt_misc)"),
+])
+def test_the_predicate_says_where_it_ran_and_whether_emulated(blocks: dict[str, Any], platform: dict[str, Any], words: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from imagesmith.cli.evidence import print_evidence
+
+    p = attestation.verification_predicate(load(CPU_REPORT) | blocks)
+    st = Statement("h/r", DIGEST, attestation.VERIFICATION_PREDICATE, p)
+    found = evidence.Evidence("h/r", DIGEST, "m", 1, "referrers API", (), [evidence.Attestation(
+        "sha256:" + "11" * 32, evidence.VERIFICATION_ARTIFACT, 10, "verification", attestation.VERIFICATION_PREDICATE, statement=st)])
+    assert found.to_json()["verification"][0]["platform"] == platform
+    print_evidence(found)  # imagesmith evidence
+    assert f"quick tier on CPU mode (no GPU), {words}, at " in capsys.readouterr().out
+    assert attestation.predicate_problems(p) == [] and p["platform"] == platform and p["mode"] == "cpu"
+    assert evidence.ran_where(p) == words
+    emulated = " emulated" in words
+    assert p["gpu_verification"] == "CPU-only image (no CUDA), verified on a CPU" + (
+        ", emulated: linux/arm64 on a linux/amd64 host (qemu-user through binfmt_misc)" if emulated else "")
+    reused = reuse.where_from(p)  # a reused verification keeps it: the release policy reads it back
+    assert policy.evidence(reused | {"checks": []}).emulated == ("linux/arm64 on a linux/amd64 host (qemu-user through binfmt_misc)" if emulated else "")
+
+
+def test_a_statement_signed_before_platforms_were_recorded_reads_as_not_recorded() -> None:
+    old = {k: v for k, v in attestation.verification_predicate(load(CPU_REPORT)).items() if k != "platform"}
+    assert attestation.predicate_problems(old) == []  # still a valid statement
+    assert evidence.ran_on(old) == (None, None) and evidence.ran_where(old) == "platform not recorded"
+    assert reuse.where_from(old) == {}  # reused, it claims no platform: its mode (cpu) decides, as it always did
+    bad = attestation.verification_predicate(load(CPU_REPORT)) | {"platform": {"image": "linux/arm64"}}
+    assert "predicate['platform']: 'emulated' is a required property" in attestation.predicate_problems(bad)
 
 
 def test_percent_of_baseline_travels_with_each_throughput_check() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from imagesmith.edges.protocols import ImageInfo
 from imagesmith.errors import Redactor
 from imagesmith.model import matrix, plan
 from imagesmith.stages import build
@@ -123,5 +124,31 @@ def test_failure_summary_names_the_dockerfile_and_the_last_log_lines(tmp_path: P
     nolog = dataclasses.replace(failed, target="b", log=str(tmp_path / "missing.log"))
     lines = build.failure_summary(report(build.TargetResult("ok", "built"), failed, nolog))
     assert lines[:3] == ["FAILED a: exit 1", "  Dockerfile: out/a/Dockerfile", f"  log: {log}"]
-    assert lines[3].startswith("  | line ") and lines[-4] == "  | line 99"
-    assert lines[-3:] == ["FAILED b: exit 1", "  Dockerfile: out/a/Dockerfile", f"  log: {tmp_path / 'missing.log'}"]
+    assert lines[3].startswith("  | line ") and lines[-3] == "  | line 99"
+    assert lines[-2:] == ["FAILED b: exit 1", "  Dockerfile: out/a/Dockerfile"]  # failed before a build began: no log to name
+
+
+ARM_BASE = "2.9.1-cu128-py3.12-debian12-arm64-base"
+
+
+@pytest.mark.parametrize("os_name, arch, variant, from_os, found", [
+    ("linux", "arm64", "", True, None),
+    ("linux", "arm64", "v8", True, None),  # how some registries' arm64 images say it
+    ("", "", "", True, None),  # the engine says no architecture: the build's own check judges the image
+    ("linux", "amd64", "", True, "linux/amd64"),
+    ("linux", "arm", "v7", True, "linux/arm/v7"),
+    ("windows", "arm64", "", True, "windows/arm64"),
+    ("linux", "amd64", "", False, "linux/amd64"),
+])
+def test_a_base_is_judged_by_the_platform_its_config_names(os_name: str, arch: str, variant: str, from_os: bool,
+                                                            found: str | None) -> None:
+    p = plan.expand(matrix.load(ROOT / "examples" / "multiarch.yaml"), "20261130")
+    t = p.by_id()[ARM_BASE]
+    why = build.base_mismatch(t, ImageInfo("sha256:" + "e" * 64, (), {}, 0, "", os=os_name, architecture=arch, variant=variant), from_os)
+    if found is None:
+        assert why is None
+        return
+    assert why is not None and why.startswith(f"base {t.base_image} named for linux/arm64 is {found}: the engine's copy "
+                                              f"(sha256:eeeeeeeeeeee) says os {os_name}, architecture {arch}")
+    assert why.endswith("or build this cell on a native arm64 runner" if from_os else
+                        "fix: build this cell on a native arm64 runner (an engine holds one platform's image under a tag)")

@@ -197,6 +197,55 @@ def test_an_image_of_another_architecture_than_its_cell_fails_and_is_removed(tmp
     assert got[CUDA_BASE].status == "built"  # the linux/amd64 targets: as before
 
 
+def test_a_base_of_another_platform_fails_its_cell_before_any_build_step(tmp_path: Path) -> None:
+    from imagesmith.model.platform import Platform
+
+    m, p = load()
+    arm = [dataclasses.replace(t, platform=Platform.ARM64) if t.id == BASE else t for t in p.targets]
+    p = dataclasses.replace(p, targets=tuple(arm))
+    engine = engine_for(p)
+    for ref in {t.base_image for t in p.targets}:  # every base the engine holds is linux/amd64
+        engine.images[image_id(ref)] = dataclasses.replace(engine.images[image_id(ref)], architecture="amd64")
+    report = build.Builder(p, m, engine, tmp_path, prune=False).run()
+    got = {r.target: r for r in report.results}
+    assert got[BASE].status == "failed" and got[BASE].error == (
+        f"base imagesmith/debian:bookworm named for linux/arm64 is linux/amd64: the engine's copy "
+        f"({image_id('imagesmith/debian:bookworm')[:19]}) says os linux, architecture amd64, so cell 2.13.0-cpu-py3.11-debian12 "
+        "was not built; fix: name a linux/arm64 image for it (base_images.debian12.linux/arm64; imagesmith base bootstrap "
+        "--os debian12 --arch arm64 makes one), or build this cell on a native arm64 runner")
+    assert target(p, BASE).image not in engine.built and got[NLP].status == "skipped"  # not one step ran for the cell
+    assert {r.status for t, r in got.items() if t not in (BASE, NLP)} == {"built"}  # the linux/amd64 cells: as before
+
+
+@dataclass
+class LitteringEngine(EngineDouble):
+    """A failed build that made a builder stage and a step image before its error, as the classic builder does
+    (a COPY --from that fails after the builder stage was built): it reports them, and nothing tags them."""
+
+    dropped: list[str] = field(default_factory=list)
+
+    def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
+              network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
+              target: str | None = None, platform: str | None = None) -> BuildOutcome:
+        if tag in self.fail:
+            return BuildOutcome(image_id=None, error="COPY failed", steps=9, stages=["5bd1e8a0c1f2"], made=["5bd1e8a0c1f2", "0e0a7c2d9b11"])
+        return super().build(context, tag, buildargs, labels, network_mode, on_line, cancel, target, platform)
+
+    def remove_unused(self, iid: str) -> bool:
+        self.dropped.append(iid)
+        return True
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_a_failed_build_leaves_no_untagged_image_behind_unless_asked(tmp_path: Path, prune: bool) -> None:
+    m, p = load()
+    base = engine_for(p, {BASE})
+    engine = LitteringEngine(base.facts, base.fail, base.images)
+    report = build.Builder(p, m, engine, tmp_path, prune=prune).run()
+    assert statuses(report)[BASE] == "failed"
+    assert engine.dropped == (["0e0a7c2d9b11", "5bd1e8a0c1f2"] if prune else [])  # --no-prune keeps them to look inside
+
+
 def test_a_second_run_takes_every_target_from_the_cache(tmp_path: Path) -> None:
     m, p = load()
     engine = engine_for(p)

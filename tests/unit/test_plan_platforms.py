@@ -106,16 +106,28 @@ def test_floating_tags_go_to_the_newest_image_of_each_platform(write_matrix: Any
         "2.10.0-cu128-py3.12-debian12-cv": ("v2-cv",), "2.10.0-cu128-py3.12-debian12-arm64-cv": ("v2-cv",)}
 
 
-def test_plan_json_names_a_platform_only_where_it_is_not_linux_amd64(write_matrix: Any, tmp_path: Path) -> None:
-    p = expand(write_matrix, BOTH)
+def test_plan_json_names_every_platform_and_every_tag_a_release_pushes(write_matrix: Any, tmp_path: Path) -> None:
+    p = expand(write_matrix, BOTH + "tags:\n  floating: [{tag: latest, when: {layer: base}}]\n")
     data = plan.to_json(p)
     by_id = {t["id"]: t for t in data["targets"]}
     amd, arm = by_id["2.9.1-cu128-py3.12-debian12-base"], by_id["2.9.1-cu128-py3.12-debian12-arm64-base"]
-    assert "platform" not in amd and "platform" not in amd["cuda_set"]
-    assert arm["platform"] == "linux/arm64" and arm["cuda_set"]["platform"] == "linux/arm64"
+    assert amd["platform"] == amd["cuda_set"]["platform"] == "linux/amd64"  # the default platform said too
+    assert arm["platform"] == arm["cuda_set"]["platform"] == "linux/arm64"
+    tag = amd["tag"]
+    assert [(x["kind"], x["tag"]) for x in data["tags"] if tag in x["tag"] or x.get("of") == tag] == [
+        ("image", f"{tag}-amd64"), ("image", f"{tag}-arm64"), ("index", tag), ("floating", "latest")]
+    assert {x["tag"]: x.get("platform") for x in data["tags"] if x["kind"] == "image"}[f"{tag}-arm64"] == "linux/arm64"
     plan.write(p, tmp_path / "plan.json")
     assert plan.read(tmp_path / "plan.json") == p
     assert json.loads((tmp_path / "plan.json").read_text()) == json.loads(json.dumps(data))
+    old = {k: v for k, v in amd.items() if k != "platform"} | {"cuda_set": {k: v for k, v in amd["cuda_set"].items() if k != "platform"}}
+    assert plan.target_from_json(old) == p.by_id()[amd["id"]]  # a plan written before platforms were said: linux/amd64
+
+
+def test_a_single_platform_plan_pushes_each_tag_as_it_is(write_matrix: Any) -> None:
+    data = plan.to_json(expand(write_matrix, ONE))
+    assert [(x["kind"], x["tag"], x.get("platform")) for x in data["tags"]] == [
+        ("image", t["tag"], "linux/amd64") for t in data["targets"]]
 
 
 def test_a_platform_in_plan_json_is_read_by_its_grammar() -> None:

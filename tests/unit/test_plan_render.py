@@ -87,6 +87,20 @@ def test_local_dockerfiles_match_golden() -> None:
         golden(GOLDEN / "local" / ctx.folder / "files.txt", names)
 
 
+def test_renaming_or_moving_the_matrix_changes_no_build_context(tmp_path: Path) -> None:
+    """A context's bytes (and so its cache key and image) depend on what the matrix says, not on its file's name
+    or folder: a renamed or moved matrix rebuilds nothing and releases its images unchanged."""
+    m, p = load("examples/local.yaml")
+    moved = tmp_path / "elsewhere" / "ci"
+    shutil.copytree(ROOT / "examples" / "requirements", moved / "requirements")
+    shutil.copy(ROOT / "examples" / "local.yaml", moved / "release-2026.yaml")
+    m2 = matrix.load(moved / "release-2026.yaml", allowed_roots=LOCAL_ROOTS)
+    before = {c.folder: c.files for c in render.render_all(p, m)}
+    after = {c.folder: c.files for c in render.render_all(plan.expand(m2, DATE), m2)}
+    assert m2.file.name != m.file.name and after == before
+    assert all(b"local.yaml" not in data for files in after.values() for data in files.values())
+
+
 def test_rendering_twice_is_byte_identical(tmp_path: Path) -> None:
     m, p = load("matrix.yaml")
     render.write(render.render_all(p, m), tmp_path / "a")

@@ -64,6 +64,8 @@ def test_both_platforms_released_make_one_index_and_its_floating_tags(world: Wor
     assert index["digest"] == world.reg.digest_of(TAG) == amd["index_digest"] == arm["index_digest"]
     assert {f["tag"]: f["digest"] for f in data["floating"]} == {"v2.9-base": index["digest"], "latest": index["digest"]}
     assert world.reg.digest_of("latest") == index["digest"]  # the floating tag serves the index, not one platform
+    assert index["floating"] == ["latest", "v2.9-base"]  # said on the index entry they serve
+    assert {p: e["tag"] for p, e in index["platforms"].items()} == {"linux/amd64": f"{TAG}-amd64", "linux/arm64": f"{TAG}-arm64"}
     assert signed == [index["digest"]] and index["evidence"] == {"subject": index["digest"]}
     assert {(r["reference"].rpartition(":")[2], r["kind"]) for r in data["pushed"]} >= {(TAG, "index")}
     assert data["ok"] is True
@@ -81,7 +83,7 @@ def test_a_platform_that_failed_keeps_the_previous_index_and_no_floating_tag_mov
     assert index["reason"] == (f"not written: linux/arm64 ({ARM}) not-verified: verification failed; not tagged, not pushed; "
                                f"{TAG} keeps its previous index {before[TAG][:19]}")
     assert {t: world.reg.digest_of(t) for t in before} == before  # nothing the users pull moved
-    assert [f["action"] for f in data["floating"]] == []
+    assert [f["action"] for f in data["floating"]] == [] and index["floating"] == []
     assert data["ok"] is False
 
 
@@ -98,6 +100,7 @@ def test_a_rerun_finds_the_index_unchanged_and_writes_nothing(world: World) -> N
     again = world.release(twins())
     assert [t["status"] for t in again["targets"]] == ["unchanged", "unchanged"]
     assert again["indexes"][0]["action"] == "unchanged" and again["indexes"][0]["digest"] == first["indexes"][0]["digest"]
+    assert again["indexes"][0]["floating"] == ["latest", "v2.9-base"]  # already there: still the index's
     assert world.reg.writes == [] and again["ok"] is True
 
 
@@ -139,6 +142,8 @@ def test_a_single_platform_tag_stays_a_plain_image(world: World) -> None:
 
 
 def test_release_markdown_names_each_index_and_why_one_was_held(world: World) -> None:
+    world.release(twins())
+    assert "| latest v2.9-base |" in (world.out / "release.md").read_text()  # the index's floating tags
     world.release(twins(arm_verified=False))
     text = (world.out / "release.md").read_text()
     assert "## Image indexes" in text
@@ -168,3 +173,17 @@ def test_a_platform_tag_docker_cannot_take_fails_that_platform_and_so_the_index(
     assert "is 130 characters; Docker allows 128" in data["targets"][1]["error"] and data["targets"][1]["error"].endswith(
         "(tags.immutable in the matrix, with the platform's suffix)")
     assert world.engine.pushes == [] and data["indexes"][0]["action"] == "held"
+
+
+def test_a_verification_of_another_platform_s_image_releases_neither_platform(world: World) -> None:
+    """What decides is the platform the verify report (the signed one, in publish) says it ran, not the build record."""
+    amd, arm = twins()
+    assert arm.evidence is not None
+    wrong = replace(arm, evidence=replace(arm.evidence, platform="linux/amd64", host="linux/amd64"))
+    data = world.release([amd, wrong])
+    assert data["targets"][1]["status"] == "not-verified" and data["targets"][1]["error"] == (
+        f"its verification ran a linux/amd64 image, but {ARM} is built for linux/arm64; not released: verify the "
+        "linux/arm64 image")
+    assert data["indexes"][0]["action"] == "held" and TAG not in world.reg.repo_tags
+    native = replace(arm, evidence=replace(arm.evidence, platform="linux/arm64/v8", host="linux/arm64"))
+    assert world.release([amd, native])["ok"] is True  # arm64's v8 variant is linux/arm64
