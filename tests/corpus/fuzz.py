@@ -62,25 +62,31 @@ ATOMS: list[Any] = [
 KEYS = ["x", "pythn", "layer", "<<", "env", "labels", "template", "requirements", "cudnn", "when", "services"]
 
 
+def atom(rng: random.Random) -> Any:
+    """One of ATOMS, copied: a mutation edits lists and dicts in place, and an atom it edited must not change what
+    later draws see (hypothesis replays a draw sequence and requires it to generate the same data again)."""
+    return copy.deepcopy(rng.choice(ATOMS))
+
+
 def mutate(rng: random.Random, node: Any) -> Any:
     if isinstance(node, dict):
         keys = list(node)
         if keys and rng.random() < 0.6:
             key = rng.choice(keys)
-            node[key] = mutate(rng, node[key]) if rng.random() < 0.5 else rng.choice(ATOMS)
+            node[key] = mutate(rng, node[key]) if rng.random() < 0.5 else atom(rng)
         if rng.random() < 0.1:
-            node[rng.choice(KEYS)] = rng.choice(ATOMS)
+            node[rng.choice(KEYS)] = atom(rng)
         if keys and rng.random() < 0.1:
             del node[rng.choice(keys)]
         return node
     if isinstance(node, list):
         if node and rng.random() < 0.6:
             i = rng.randrange(len(node))
-            node[i] = mutate(rng, node[i]) if rng.random() < 0.5 else rng.choice(ATOMS)
+            node[i] = mutate(rng, node[i]) if rng.random() < 0.5 else atom(rng)
         elif rng.random() < 0.3:
-            node.append(rng.choice(ATOMS))
+            node.append(atom(rng))
         return node
-    return rng.choice(ATOMS)
+    return atom(rng)
 
 
 def mutant(rng: random.Random) -> bytes:
