@@ -413,7 +413,7 @@ class Engine:
     def remove_containers(self, label: str, value: str) -> int:
         """Remove every container (running or not) with ``label=value``."""
         with docker_errors(f"listing the containers labelled {label}={value}"):
-            found = self.client.containers.list(all=True, filters={"label": f"{label}={value}"})
+            found = self.client.containers.list(all=True, sparse=True, filters={"label": f"{label}={value}"})
         for container in found:
             remove_container(container)
         return len(found)
@@ -421,7 +421,7 @@ class Engine:
     def containers_with_label(self, label: str, value: str | None = None) -> list[str]:
         flt = f"{label}={value}" if value is not None else label
         with docker_errors(f"listing the containers labelled {flt}"):
-            return [c.id for c in self.client.containers.list(all=True, filters={"label": flt})]
+            return [c.id for c in self.client.containers.list(all=True, sparse=True, filters={"label": flt})]
 
 
 class _ChunkReader(io.RawIOBase):
