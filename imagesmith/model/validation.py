@@ -96,6 +96,16 @@ class Ctx:
         """:meth:`string`, whose default also stands for an empty one."""
         return self.string(raw, path, default) or default
 
+    def entries(self, raw: Any, path: KeyPath, what: str) -> list[Any]:
+        """A list of entries, each for the caller to read; absent: none; anything else is reported as not a list
+        of ``what`` (none)."""
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            self.error(path, f"expected a list of {what}, got {kind(raw)}")
+            return []
+        return raw
+
     def strings(self, raw: Any, path: KeyPath) -> tuple[str, ...]:
         """A list of strings; a single string is taken as a list of one."""
         if raw is None:

@@ -46,7 +46,7 @@ from imagesmith.model.matrix.records import (
 from imagesmith.model.matrix.sources import base_images_of, check_pypi_platform_wheels, check_torch_index, read_sources
 from imagesmith.model.platform import Platform
 from imagesmith.model.tags import DOCKER_TAG, TAG_FIELDS, FloatingTag, TagPolicy
-from imagesmith.model.validation import Ctx, Key, Rule, Table, did_you_mean, kind
+from imagesmith.model.validation import Ctx, Key, Rule, Table, did_you_mean
 from imagesmith.model.versions import matches
 
 SCHEMA_VERSION = 1
@@ -84,13 +84,8 @@ def _axis(ctx: MatrixCtx, d: Mapping[str, Any], axis: str) -> list[tuple[str, Ke
 def _cell_entries(ctx: MatrixCtx, raw: Any, key: str) -> list[tuple[dict[str, str], KeyPath]]:
     """The entries of include/exclude; one whose platform is not one imagesmith builds is reported and dropped."""
     path: KeyPath = ("matrix", key)
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of cells, got {kind(raw)}")
-        return []
     out = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(ctx.entries(raw, path, "cells")):
         entry = {k: str(v) for k, v in ctx.mapping(item, path + (i,), (*AXES, "cudnn", PLATFORM)).items()}
         why = platforms.problem(entry[PLATFORM]) if PLATFORM in entry else None
         if why:
@@ -289,13 +284,8 @@ def _nearest(kb: compat.KnowledgeBase, cell: Cell, release: compat.TorchRelease,
 
 
 def _floating(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[FloatingTag, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of tags, got {kind(raw)}")
-        return ()
     out = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(ctx.entries(raw, path, "tags")):
         entry = {"tag": item} if isinstance(item, str) else ctx.mapping(item, path + (i,), ("tag", "when"))
         template = ctx.string(entry.get("tag"), path + (i, "tag"), "") or ""
         _check_template(ctx, template, path + (i,))
@@ -401,13 +391,8 @@ PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._+-]{0,126}[A-Za-z0-9+])?")
 
 
 def _allowances(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[vulns.Allowance, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of allowances ({{id, reason, expires}}), got {kind(raw)}")
-        return ()
     out = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(ctx.entries(raw, path, "allowances ({id, reason, expires})")):
         v = ALLOWANCE.read(ctx, item, path + (i,))
         ident, reason, expires = v["id"] or "", (v["reason"] or "").strip(), v["expires"]
         if not ADVISORY_ID.fullmatch(ident) or len(ident) > 64:

@@ -23,7 +23,7 @@ from imagesmith.model.matrix.records import (
 )
 from imagesmith.model.paths import PathProblem, confined
 from imagesmith.model.ref import ImageRef
-from imagesmith.model.validation import Ctx, Key, Rule, Table, kind
+from imagesmith.model.validation import Ctx, Key, Rule, Table
 
 
 def _advisories(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[str, ...]:
@@ -105,13 +105,8 @@ def check_pypi_platform_wheels(ctx: MatrixCtx, cells: Sequence[Cell], sources: S
 
 
 def _credentials(ctx: MatrixCtx, raw: Any, path: KeyPath) -> tuple[Credential, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        ctx.error(path, f"expected a list of credentials, got {kind(raw)}")
-        return ()
     out = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(ctx.entries(raw, path, "credentials")):
         s = ctx.section(item, path + (i,), ("host", "username_env", "password_env", "file"))
         host = s("host", Ctx.string)
         if not host:
