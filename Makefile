@@ -56,7 +56,10 @@ CPU_TORCH_LINKS ?= $(if $(wildcard /opt/wheels/torch-*+cpu-*.whl),/opt/wheels,ht
 UV_COMPILE = $(UV_ENV) $(UV) pip compile --quiet --no-config --universal --python-version $(or $(LOCK_PYTHON),$(error pyproject.toml: no requires-python = ">=X.Y" line to lock for)) \
   --generate-hashes --index-url $(INDEX_URL) --find-links $(CPU_TORCH_LINKS)
 LOCK_INPUTS := pyproject.toml .cache/lock/build-system.in
-LOCK_COMPILE = $(UV_COMPILE) --all-extras --custom-compile-command 'make lock' $(LOCK_INPUTS)
+# requirements/overrides.txt: what the lock leaves out although a dependency names it (the file says why); the
+# lock is then complete without it, so `make install` installs exactly the lock's lines (--no-deps).
+LOCK_OVERRIDES := requirements/overrides.txt
+LOCK_COMPILE = $(UV_COMPILE) --all-extras --override $(LOCK_OVERRIDES) --custom-compile-command 'make lock' $(LOCK_INPUTS)
 # the requirement lines of a lock file (name==version ; markers), without hashes and comments
 pins = sed -n 's/^\([A-Za-z0-9][^ ]*==[^\\]*\) *\\\?$$/\1/p' $(1) | sed 's/ *$$//'
 
@@ -64,7 +67,7 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(BIN)/imagesmith: $(LOCK) pyproject.toml | $(VENV)/bin/python
-	$(call PIP,$(BIN)) --require-hashes -r $(LOCK)
+	$(call PIP,$(BIN)) --require-hashes --no-deps -r $(LOCK)
 	$(call PIP,$(BIN)) --no-deps --no-build-isolation -e .
 	touch $@
 
