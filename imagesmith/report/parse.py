@@ -158,6 +158,9 @@ def _run(r: fields.Fields, doc: Mapping[str, Any], tail: Callable[[str], list[st
     return Run("run", r.source, started, base.matrix, targets, release)
 
 
+C = TypeVar("C", Traffic, Promotion)
+
+
 def release_of(raw: Any, source: str = "release.json", where: str = "release") -> tuple[Release | None, dict[str, Released]]:
     """release.json (``imagesmith.release/1``): the release and each target's part in it."""
     if raw is None:
@@ -170,16 +173,14 @@ def release_of(raw: Any, source: str = "release.json", where: str = "release") -
     ok = bool(doc.get("ok", not errors and all(x.ok for x in targets)))
     release = Release(r.text(doc, "registry", where), r.text(doc, "repository", where), r.text(doc, "date", where),
                       ok, errors, doc, tuple(targets), tuple(floating), len(r.items(doc.get("pushed"), f"{where}.pushed")),
-                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc, "traffic", where, Traffic),
+                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc.get("traffic"), f"{where}.traffic", Traffic),
                       tuple(_index(r, item, f"{where}.indexes[{i}]") for i, item in enumerate(r.items(doc.get("indexes"), f"{where}.indexes"))))
     return release, {t.target: t for t in targets}
 
 
 def _released(r: fields.Fields, raw: Any, at: str) -> Released:
     t = r.mapping(raw, at)
-    evidence = r.mapping(t.get("evidence") or {}, f"{at}.evidence")
-    attached = tuple(_attached(r, a, f"{at}.evidence.artifacts[{i}]")
-                     for i, a in enumerate(r.items(evidence.get("artifacts"), f"{at}.evidence.artifacts")))
+    attached = evidence_of(t.get("evidence"), r.source, f"{at}.evidence")
     gpu_verified = t.get("gpu_verified")
     return Released(
         status=r.text(t, "status", at, "unknown"), reference=r.text(t, "reference", at), digest=t.get("digest"),
@@ -188,9 +189,26 @@ def _released(r: fields.Fields, raw: Any, at: str) -> Released:
         versions=r.mapping(t.get("versions") or {}, f"{at}.versions"),
         verification=r.mapping(t.get("verification") or {}, f"{at}.verification"),
         gpu_verified=gpu_verified if isinstance(gpu_verified, bool) else None, evidence=attached,
-        traffic=_counts(r, t, "traffic", at, Traffic), source=r.text(t, "source", at),
-        promotion=_counts(r, t, "promotion", at, Promotion), vulnerabilities=_findings(r, t.get("vulnerabilities"), f"{at}.vulnerabilities"),
+        traffic=_counts(r, t.get("traffic"), f"{at}.traffic", Traffic), source=r.text(t, "source", at),
+        promotion=_counts(r, t.get("promotion"), f"{at}.promotion", Promotion), vulnerabilities=_findings(r, t.get("vulnerabilities"), f"{at}.vulnerabilities"),
         tag=r.text(t, "tag", at))
+
+
+def evidence_of(raw: Any, source: str = "release.json", at: str = "evidence") -> tuple[Attached, ...]:
+    """What a release attached to one digest (a release target's ``evidence``: its ``artifacts``)."""
+    r = fields.Fields(source)
+    evidence = r.mapping(raw or {}, at)
+    return tuple(_attached(r, a, f"{at}.artifacts[{i}]") for i, a in enumerate(r.items(evidence.get("artifacts"), f"{at}.artifacts")))
+
+
+def findings_of(raw: Any, source: str = "release.json", at: str = "vulnerabilities") -> tuple[VulnFinding, ...]:
+    """The release gate's findings for one target (a release target's ``vulnerabilities``)."""
+    return _findings(fields.Fields(source), raw, at)
+
+
+def counts_of(raw: Mapping[str, Any] | None, kind: type[C], source: str = "release.json", at: str = "release") -> C | None:
+    """An object of numbers (``traffic``, ``promotion``) as its record; None when absent or empty."""
+    return _counts(fields.Fields(source), raw, at, kind)
 
 
 def _findings(r: fields.Fields, raw: Any, at: str) -> tuple[VulnFinding, ...]:
@@ -206,15 +224,12 @@ def _findings(r: fields.Fields, raw: Any, at: str) -> tuple[VulnFinding, ...]:
     return tuple(out)
 
 
-C = TypeVar("C", Traffic, Promotion)
-
-
-def _counts(r: fields.Fields, d: Mapping[str, Any], key: str, at: str, kind: type[C]) -> C | None:
-    """An object of numbers (traffic, promotion); None when absent."""
-    if not d.get(key):
+def _counts(r: fields.Fields, raw: Any, at: str, kind: type[C]) -> C | None:
+    """An object of numbers (traffic, promotion) at ``at``; None when absent."""
+    if not raw:
         return None
-    raw = r.mapping(d[key], f"{at}.{key}")
-    return kind(**{f.name: r.number(raw, f.name, f"{at}.{key}") or 0 for f in dataclasses.fields(kind)})
+    d = r.mapping(raw, at)
+    return kind(**{f.name: r.number(d, f.name, at) or 0 for f in dataclasses.fields(kind)})
 
 
 def _attached(r: fields.Fields, raw: Any, at: str) -> Attached:
