@@ -143,9 +143,14 @@ def _release(run: Run) -> list[str]:
 
 
 def release_document(release_json: Mapping[str, Any]) -> str:
-    """release.md: what was released, where, at which digest, verified how (from release.json)."""
+    """release.md from a release.json read from disk (see :func:`release_markdown`)."""
     release, _ = release_of(release_json)
     assert release is not None
+    return release_markdown(release)
+
+
+def release_markdown(release: Release) -> str:
+    """release.md: what was released, where, at which digest, verified how."""
     return "\n".join(release_lines(release, 1)) + "\n"
 
 

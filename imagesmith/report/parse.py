@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from imagesmith import runstate
 from imagesmith.errors import UserError
-from imagesmith.model import loader, schemas
+from imagesmith.model import fields, loader, schemas
 from imagesmith.report.model import (
     STATUSES,
     Attached,
@@ -48,48 +48,6 @@ LOG_TAIL_LINES = 20
 TARGET_LABEL = "io.imagesmith.target"
 # the metrics the report charts, as hostinfo.read_sensors names them
 NVML_METRICS = ("memory_used_mib", "utilization_gpu_pct", "temperature_c", "power_w")
-
-
-class _Reader:
-    """Typed access to raw JSON; a wrong type names the file and the key path."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, where: str, message: str) -> UserError:
-        return UserError(f"{self.source}: {where}: {message}")
-
-    def mapping(self, raw: Any, where: str) -> Mapping[str, Any]:
-        if not isinstance(raw, Mapping):
-            raise self.fail(where, f"expected an object, got {_kind(raw)}")
-        return raw
-
-    def items(self, raw: Any, where: str) -> list[Any]:
-        if raw is None:
-            return []
-        if not isinstance(raw, list):
-            raise self.fail(where, f"expected a list, got {_kind(raw)}")
-        return raw
-
-    def text(self, d: Mapping[str, Any], key: str, where: str, default: str = "") -> str:
-        value = d.get(key)
-        if value is None:
-            return default
-        if isinstance(value, (Mapping, list)):
-            raise self.fail(f"{where}.{key}", f"expected text, got {_kind(value)}")
-        return str(value)
-
-    def number(self, d: Mapping[str, Any], key: str, where: str) -> float | None:
-        value = d.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(f"{where}.{key}", f"expected a number, got {value!r}")
-        return float(value)
-
-
-def _kind(raw: Any) -> str:
-    return {dict: "an object", list: "a list", str: "text", type(None): "null"}.get(type(raw), type(raw).__name__)
 
 
 def load(path: Path, read_log: Callable[[str], list[str]] | None = None) -> Run:
@@ -125,7 +83,7 @@ def log_tail(log: str) -> list[str]:
 
 def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[str]] | None = None) -> Run:
     """Raw report JSON (any of SCHEMAS) -> a Run."""
-    r = _Reader(source)
+    r = fields.Fields(source)
     doc = r.mapping(raw, "report")
     schema = doc.get("schema")
     tail = read_log or (lambda _log: [])
@@ -167,7 +125,7 @@ def unfinished(doc: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _run_from_build(r: _Reader, doc: Mapping[str, Any], tail: Callable[[str], list[str]], kind: str) -> Run:
+def _run_from_build(r: fields.Fields, doc: Mapping[str, Any], tail: Callable[[str], list[str]], kind: str) -> Run:
     targets = []
     for i, raw in enumerate(r.items(doc.get("targets"), "targets")):
         where = f"targets[{i}]"
@@ -176,7 +134,7 @@ def _run_from_build(r: _Reader, doc: Mapping[str, Any], tail: Callable[[str], li
     return Run(kind, r.source, r.text(doc, "started_at", "report"), r.text(doc, "matrix", "report"), tuple(targets))
 
 
-def _built(r: _Reader, t: Mapping[str, Any], where: str, tail: Callable[[str], list[str]]) -> Built:
+def _built(r: fields.Fields, t: Mapping[str, Any], where: str, tail: Callable[[str], list[str]]) -> Built:
     status = r.text(t, "status", where, "unknown")
     log = r.text(t, "log", where)
     return Built(
@@ -188,7 +146,7 @@ def _built(r: _Reader, t: Mapping[str, Any], where: str, tail: Callable[[str], l
     )
 
 
-def _run(r: _Reader, doc: Mapping[str, Any], tail: Callable[[str], list[str]]) -> Run:
+def _run(r: fields.Fields, doc: Mapping[str, Any], tail: Callable[[str], list[str]]) -> Run:
     build_doc = doc.get("build")
     base = _run_from_build(r, r.mapping(build_doc, "build"), tail, "run") if build_doc is not None else Run("run", r.source, "", "", ())
     verifies = r.mapping(doc.get("verify") or {}, "verify")
@@ -200,11 +158,14 @@ def _run(r: _Reader, doc: Mapping[str, Any], tail: Callable[[str], list[str]]) -
     return Run("run", r.source, started, base.matrix, targets, release)
 
 
+C = TypeVar("C", Traffic, Promotion)
+
+
 def release_of(raw: Any, source: str = "release.json", where: str = "release") -> tuple[Release | None, dict[str, Released]]:
     """release.json (``imagesmith.release/1``): the release and each target's part in it."""
     if raw is None:
         return None, {}
-    r = _Reader(source)
+    r = fields.Fields(source)
     doc = r.mapping(raw, where)
     targets = [_released(r, item, f"{where}.targets[{i}]") for i, item in enumerate(r.items(doc.get("targets"), f"{where}.targets"))]
     floating = [_floating(r, item, f"{where}.floating[{i}]") for i, item in enumerate(r.items(doc.get("floating"), f"{where}.floating"))]
@@ -212,16 +173,14 @@ def release_of(raw: Any, source: str = "release.json", where: str = "release") -
     ok = bool(doc.get("ok", not errors and all(x.ok for x in targets)))
     release = Release(r.text(doc, "registry", where), r.text(doc, "repository", where), r.text(doc, "date", where),
                       ok, errors, doc, tuple(targets), tuple(floating), len(r.items(doc.get("pushed"), f"{where}.pushed")),
-                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc, "traffic", where, Traffic),
+                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc.get("traffic"), f"{where}.traffic", Traffic),
                       tuple(_index(r, item, f"{where}.indexes[{i}]") for i, item in enumerate(r.items(doc.get("indexes"), f"{where}.indexes"))))
     return release, {t.target: t for t in targets}
 
 
-def _released(r: _Reader, raw: Any, at: str) -> Released:
+def _released(r: fields.Fields, raw: Any, at: str) -> Released:
     t = r.mapping(raw, at)
-    evidence = r.mapping(t.get("evidence") or {}, f"{at}.evidence")
-    attached = tuple(_attached(r, a, f"{at}.evidence.artifacts[{i}]")
-                     for i, a in enumerate(r.items(evidence.get("artifacts"), f"{at}.evidence.artifacts")))
+    attached = evidence_of(t.get("evidence"), r.source, f"{at}.evidence")
     gpu_verified = t.get("gpu_verified")
     return Released(
         status=r.text(t, "status", at, "unknown"), reference=r.text(t, "reference", at), digest=t.get("digest"),
@@ -230,12 +189,29 @@ def _released(r: _Reader, raw: Any, at: str) -> Released:
         versions=r.mapping(t.get("versions") or {}, f"{at}.versions"),
         verification=r.mapping(t.get("verification") or {}, f"{at}.verification"),
         gpu_verified=gpu_verified if isinstance(gpu_verified, bool) else None, evidence=attached,
-        traffic=_counts(r, t, "traffic", at, Traffic), source=r.text(t, "source", at),
-        promotion=_counts(r, t, "promotion", at, Promotion), vulnerabilities=_findings(r, t.get("vulnerabilities"), f"{at}.vulnerabilities"),
+        traffic=_counts(r, t.get("traffic"), f"{at}.traffic", Traffic), source=r.text(t, "source", at),
+        promotion=_counts(r, t.get("promotion"), f"{at}.promotion", Promotion), vulnerabilities=_findings(r, t.get("vulnerabilities"), f"{at}.vulnerabilities"),
         tag=r.text(t, "tag", at))
 
 
-def _findings(r: _Reader, raw: Any, at: str) -> tuple[VulnFinding, ...]:
+def evidence_of(raw: Any, source: str = "release.json", at: str = "evidence") -> tuple[Attached, ...]:
+    """What a release attached to one digest (a release target's ``evidence``: its ``artifacts``)."""
+    r = fields.Fields(source)
+    evidence = r.mapping(raw or {}, at)
+    return tuple(_attached(r, a, f"{at}.artifacts[{i}]") for i, a in enumerate(r.items(evidence.get("artifacts"), f"{at}.artifacts")))
+
+
+def findings_of(raw: Any, source: str = "release.json", at: str = "vulnerabilities") -> tuple[VulnFinding, ...]:
+    """The release gate's findings for one target (a release target's ``vulnerabilities``)."""
+    return _findings(fields.Fields(source), raw, at)
+
+
+def counts_of(raw: Mapping[str, Any] | None, kind: type[C], source: str = "release.json", at: str = "release") -> C | None:
+    """An object of numbers (``traffic``, ``promotion``) as its record; None when absent or empty."""
+    return _counts(fields.Fields(source), raw, at, kind)
+
+
+def _findings(r: fields.Fields, raw: Any, at: str) -> tuple[VulnFinding, ...]:
     """The findings of the release gate (publish.vulnerability_step), each text checked."""
     d = r.mapping(raw or {}, at)
     out = []
@@ -248,29 +224,26 @@ def _findings(r: _Reader, raw: Any, at: str) -> tuple[VulnFinding, ...]:
     return tuple(out)
 
 
-C = TypeVar("C", Traffic, Promotion)
-
-
-def _counts(r: _Reader, d: Mapping[str, Any], key: str, at: str, kind: type[C]) -> C | None:
-    """An object of numbers (traffic, promotion); None when absent."""
-    if not d.get(key):
+def _counts(r: fields.Fields, raw: Any, at: str, kind: type[C]) -> C | None:
+    """An object of numbers (traffic, promotion) at ``at``; None when absent."""
+    if not raw:
         return None
-    raw = r.mapping(d[key], f"{at}.{key}")
-    return kind(**{f.name: r.number(raw, f.name, f"{at}.{key}") or 0 for f in dataclasses.fields(kind)})
+    d = r.mapping(raw, at)
+    return kind(**{f.name: r.number(d, f.name, at) or 0 for f in dataclasses.fields(kind)})
 
 
-def _attached(r: _Reader, raw: Any, at: str) -> Attached:
+def _attached(r: fields.Fields, raw: Any, at: str) -> Attached:
     a = r.mapping(raw, at)
     return Attached(r.text(a, "kind", at), r.text(a, "digest", at), r.text(a, "size", at, "-"), r.text(a, "status", at),
                     bool(a.get("signed")))
 
 
-def _floating(r: _Reader, raw: Any, at: str) -> FloatingTag:
+def _floating(r: fields.Fields, raw: Any, at: str) -> FloatingTag:
     f = r.mapping(raw, at)
     return FloatingTag(*(r.text(f, key, at) for key in ("tag", "action", "target", "torch", "digest", "reason")))
 
 
-def _index(r: _Reader, raw: Any, at: str) -> ImageIndex:
+def _index(r: fields.Fields, raw: Any, at: str) -> ImageIndex:
     i = r.mapping(raw, at)
     platforms = r.mapping(i.get("platforms") or {}, f"{at}.platforms")
     held = ", ".join(f"{p} {r.text(r.mapping(v, f'{at}.platforms'), 'digest', at, '-')[:19]}" for p, v in sorted(platforms.items()))
@@ -278,7 +251,7 @@ def _index(r: _Reader, raw: Any, at: str) -> ImageIndex:
     return ImageIndex(r.text(i, "tag", at), r.text(i, "action", at), r.text(i, "digest", at, "-"), held, r.text(i, "reason", at), floating)
 
 
-def _maybe_verify(r: _Reader, raw: Any, target_id: str) -> Verify | None:
+def _maybe_verify(r: fields.Fields, raw: Any, target_id: str) -> Verify | None:
     return None if raw is None else _verify(r, raw, f"verify.{target_id}")
 
 
@@ -291,7 +264,7 @@ def _verify_target_id(doc: Mapping[str, Any], source: str) -> str:
     return str(labels.get(TARGET_LABEL) or image.get("ref") or Path(source).stem)
 
 
-def _verify(r: _Reader, raw: Any, where: str) -> Verify:
+def _verify(r: fields.Fields, raw: Any, where: str) -> Verify:
     doc = r.mapping(raw, where)
     if doc.get("schema") != VERIFY_SCHEMA:
         raise r.fail(f"{where}.schema", f"expected {VERIFY_SCHEMA!r}, got {doc.get('schema')!r}")
@@ -308,7 +281,7 @@ def _verify(r: _Reader, raw: Any, where: str) -> Verify:
 SEEN = ("start", "end", "both")
 
 
-def _sharing(r: _Reader, raw: Any, where: str) -> Sharing | None:
+def _sharing(r: fields.Fields, raw: Any, where: str) -> Sharing | None:
     """The payload's sharing key: {exclusive: bool|null, allowed: bool, foreign: [...]}."""
     if raw is None:
         return None
@@ -322,7 +295,7 @@ def _sharing(r: _Reader, raw: Any, where: str) -> Sharing | None:
     return Sharing(exclusive, allowed, foreign)
 
 
-def _tenant(r: _Reader, raw: Any, where: str) -> Tenant:
+def _tenant(r: fields.Fields, raw: Any, where: str) -> Tenant:
     t = r.mapping(raw, where)
     ints = {k: t.get(k) for k in ("gpu", "pid", "used_bytes")}
     for key, value in ints.items():
@@ -336,7 +309,7 @@ def _tenant(r: _Reader, raw: Any, where: str) -> Tenant:
     return Tenant(int(t["gpu"]), r.text(t, "uuid", where), int(t["pid"]), name, t.get("used_bytes"), str(t["seen"]))
 
 
-def _check(r: _Reader, raw: Any, where: str) -> Check:
+def _check(r: fields.Fields, raw: Any, where: str) -> Check:
     c = r.mapping(raw, where)
     status = r.text(c, "status", where)
     if status not in STATUSES:
@@ -351,7 +324,7 @@ def _check(r: _Reader, raw: Any, where: str) -> Check:
     )
 
 
-def _nvml(r: _Reader, raw: Any, where: str) -> Nvml:
+def _nvml(r: fields.Fields, raw: Any, where: str) -> Nvml:
     """``hostinfo.NvmlSampler.result()``: {"interval_s", "error", "gpus": [{"index", "name", "series"}]}."""
     if raw is None:
         return Nvml()
@@ -361,7 +334,7 @@ def _nvml(r: _Reader, raw: Any, where: str) -> Nvml:
     return Nvml(r.number(doc, "interval_s", where), tuple(g for g in gpus if g.t), error, present=True)
 
 
-def _series_gpu(r: _Reader, raw: Any, where: str) -> GpuSeries:
+def _series_gpu(r: fields.Fields, raw: Any, where: str) -> GpuSeries:
     g = r.mapping(raw, where)
     series = r.mapping(g.get("series") or {}, f"{where}.series")
     t = tuple(number(v) or 0.0 for v in r.items(series.get("t"), f"{where}.series.t"))

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Mapping
 from imagesmith import __version__, runstate
 from imagesmith.atomic import write_json, write_text
 from imagesmith.errors import UserError
-from imagesmith.model import loader, plan, schemas
+from imagesmith.model import fields, loader, plan, schemas
 from imagesmith.model.matrix.records import ImageSpec, Matrix
 from imagesmith.model.ref import ImageRef, names_host
 from imagesmith.model.tags import DOCKER_TAG, FloatingTag, TagPolicy
@@ -212,44 +212,22 @@ def write_builds(out: Path, records: list[BuildRecord]) -> list[Path]:
     return paths
 
 
-class _Reader:
-    """Checks one artifact's values; every problem names the file and the key."""
+_READ = fields.Wording(kind=fields.type_name, not_number="{value!r} is not a number")
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
 
-    def fail(self, key: str, why: str) -> UserError:
-        return UserError(f"{self.path}: {key}: {why}; {NOT_OURS}")
-
-    def mapping(self, value: Any, key: str) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping):
-            raise self.fail(key, f"expected an object, got {type(value).__name__}")
-        return value
-
-    def text(self, d: Mapping[str, Any], key: str, where: str, pattern: re.Pattern[str] | None = None,
-             optional: bool = False) -> Any:
-        value = d.get(key)
-        if value is None and optional:
-            return None
-        if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
-            raise self.fail(f"{where}.{key}", f"{value!r} is not a valid value")
-        return value
-
-    def number(self, d: Mapping[str, Any], key: str, where: str) -> float:
-        value = d.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(f"{where}.{key}", f"{value!r} is not a number")
-        return value
+def _reader(path: Path) -> fields.Fields:
+    """Checks one artifact's values; every problem names the file and the key (and that it is not ours)."""
+    return fields.Fields(str(path), NOT_OURS, _READ)
 
 
 def read_build(path: Path, root: Path | None = None) -> BuildRecord:
     """A build artifact inside ``root`` (default: its folder), through :mod:`imagesmith.model.loader`
     (confined, bounded, strict JSON, schema ``build-1``), then every value checked
     (UserError naming the file and key otherwise)."""
-    r = _Reader(path)
+    r = _reader(path)
     doc = loader.load_json_artifact(path, root=root, schema=BUILD_SCHEMA, fix=NOT_OURS)
     result = r.mapping(doc.get("result"), "result")
-    status = r.text(result, "status", "result")
+    status = r.valid(result, "status", "result")
     if status not in STATUSES:
         raise r.fail("result.status", f"{status!r} is not one of {', '.join(STATUSES)}")
     facts = result.get("facts")
@@ -257,15 +235,15 @@ def read_build(path: Path, root: Path | None = None) -> BuildRecord:
         r.mapping(facts, "result.facts")
     return BuildRecord(
         target=_target(r, doc.get("target")), release=_release(r, r.mapping(doc.get("release"), "release")),
-        status=status, image_id=r.text(result, "image_id", "result", DIGEST, optional=True),
-        context_hash=r.text(result, "context_hash", "result", re.compile(r"|sha256:[0-9a-f]{64}")),
-        facts=facts, size_bytes=int(r.number(result, "size_bytes", "result")),
-        seconds=float(r.number(result, "seconds", "result")), error=r.text(result, "error", "result", optional=True),
+        status=status, image_id=r.valid(result, "image_id", "result", DIGEST, optional=True),
+        context_hash=r.valid(result, "context_hash", "result", re.compile(r"|sha256:[0-9a-f]{64}")),
+        facts=facts, size_bytes=int(r.amount(result, "size_bytes", "result")),
+        seconds=float(r.amount(result, "seconds", "result")), error=r.valid(result, "error", "result", optional=True),
         staged=_staged(r, doc.get("staged")), host=str(doc.get("host") or ""), written_at=str(doc.get("written_at") or ""),
-        state=runstate.state_of(doc), interrupted_by=r.text(doc, "interrupted_by", "build", ONE_LINE, optional=True))
+        state=runstate.state_of(doc), interrupted_by=r.valid(doc, "interrupted_by", "build", ONE_LINE, optional=True))
 
 
-def _target(r: _Reader, raw: Any) -> plan.Target:
+def _target(r: fields.Fields, raw: Any) -> plan.Target:
     d = r.mapping(raw, "target")
     try:
         t = plan.target_from_json(d)
@@ -276,27 +254,27 @@ def _target(r: _Reader, raw: Any) -> plan.Target:
     return t
 
 
-def _release(r: _Reader, d: Mapping[str, Any]) -> Release:
+def _release(r: fields.Fields, d: Mapping[str, Any]) -> Release:
     tags = r.mapping(d.get("tags"), "release.tags")
     floating = []
     for i, f in enumerate(tags.get("floating") or []):
         f = r.mapping(f, f"release.tags.floating[{i}]")
         when = r.mapping(f.get("when") or {}, f"release.tags.floating[{i}].when")
-        floating.append(FloatingTag(r.text(f, "tag", f"release.tags.floating[{i}]"),
+        floating.append(FloatingTag(r.valid(f, "tag", f"release.tags.floating[{i}]"),
                                     tuple((str(k), str(v)) for k, v in when.items())))
-    policy = TagPolicy(r.text(tags, "immutable", "release.tags"), tuple(floating), tags.get("prerelease") is True)
-    return Release(r.text(d, "matrix", "release"), r.text(d, "date", "release", re.compile(r"[0-9]{8}")),
-                   r.text(d, "registry", "release", HOST, optional=True), r.text(d, "repository", "release", REPOSITORY),
+    policy = TagPolicy(r.valid(tags, "immutable", "release.tags"), tuple(floating), tags.get("prerelease") is True)
+    return Release(r.valid(d, "matrix", "release"), r.valid(d, "date", "release", re.compile(r"[0-9]{8}")),
+                   r.valid(d, "registry", "release", HOST, optional=True), r.valid(d, "repository", "release", REPOSITORY),
                    policy)
 
 
-def _staged(r: _Reader, raw: Any) -> Staged | None:
+def _staged(r: fields.Fields, raw: Any) -> Staged | None:
     if raw is None:
         return None
     d = r.mapping(raw, "staged")
-    repository = r.text(d, "repository", "staged")
+    repository = r.valid(d, "repository", "staged")
     check_repository(repository, lambda why: r.fail("staged.repository", why))
-    return Staged(repository, r.text(d, "tag", "staged", DOCKER_TAG), r.text(d, "digest", "staged", DIGEST),
+    return Staged(repository, r.valid(d, "tag", "staged", DOCKER_TAG), r.valid(d, "digest", "staged", DIGEST),
                   d.get("pushed") is True, d.get("adopted") is True)
 
 

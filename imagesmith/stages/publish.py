@@ -447,8 +447,9 @@ class Publisher:
 
     def _write(self, report: ReleaseReport) -> None:
         paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
-        write_json(paths["json"], report.to_json() | {"state": runstate.COMPLETE})
-        write_text(paths["markdown"], release_markdown.release_document(report.to_json()))
+        doc = report.to_json() | {"state": runstate.COMPLETE}
+        write_json(paths["json"], doc)
+        write_text(paths["markdown"], release_markdown.release_markdown(report.model(doc)))  # the typed release, not its JSON read back
         write_text(paths["log"], "\n".join(self.log) + ("\n" if self.log else ""))
         report.paths = {k: str(v) for k, v in paths.items()}
 

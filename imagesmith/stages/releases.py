@@ -14,7 +14,9 @@ from imagesmith.model import policy, schemas, tags
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
 from imagesmith.model.versions import cuda_variant, major, minor
+from imagesmith.report import model as typed
 from imagesmith.report.model import verified_how
+from imagesmith.report.parse import counts_of, evidence_of, findings_of
 from imagesmith.stages.artifacts import BuildRecord
 from imagesmith.stages.indexes import IndexRelease
 
@@ -223,6 +225,18 @@ class TargetRelease:
     def verified_how(self) -> str:
         return verified_how(self.verification, self.gpu_verified)
 
+    def model(self) -> typed.Released:
+        """This target's part in the release as the record every renderer reads (what reading its release.json entry
+        back gives), from its own values; the parts other stages hand over as objects (evidence, promotion,
+        vulnerabilities) are read once here."""
+        return typed.Released(
+            status=self.status, reference=self.reference, digest=self.digest, floating=tuple(self.floating), error=self.error,
+            note=self.note, target=self.target, versions=self.versions, verification=self.verification,
+            gpu_verified=self.gpu_verified, evidence=evidence_of(self.evidence, at=f"{self.target}.evidence"),
+            traffic=counts_of(vars(self.traffic), typed.Traffic), source=self.source or "",
+            promotion=counts_of(self.promotion, typed.Promotion, at=f"{self.target}.promotion"),
+            vulnerabilities=findings_of(self.vulnerabilities, at=f"{self.target}.vulnerabilities"), tag=self.tag)
+
 
 @dataclass
 class FloatingRelease:
@@ -237,6 +251,9 @@ class FloatingRelease:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def model(self) -> typed.FloatingTag:
+        return typed.FloatingTag(self.tag, self.action, self.target or "", self.torch, self.digest or "", self.reason)
 
 
 @dataclass
@@ -295,6 +312,20 @@ class ReleaseReport:
                 "trust": dict(self.trust) if self.trust is not None else None,
                 "indexes": [i.to_json() for i in self.indexes],
                 "evidence": [t.evidence for t in self.targets if t.evidence]}
+
+
+    def model(self, raw: Mapping[str, Any]) -> typed.Release:
+        """This release as the record release.md, the release tables and the HTML read, from its own values (never
+        its JSON parsed back); ``raw``: the document its release.json holds (the HTML shows it whole)."""
+        return typed.Release(self.registry, self.repository, self.date, self.ok, tuple(self.errors), raw,
+                             tuple(t.model() for t in self.targets), tuple(f.model() for f in self.floating),
+                             len(self.pushed()), len(self.unchanged()), counts_of(vars(self.traffic()), typed.Traffic),
+                             tuple(_index_model(i) for i in self.indexes))
+
+
+def _index_model(i: IndexRelease) -> typed.ImageIndex:
+    held = ", ".join(f"{p} {'-' if v.get('digest') is None else str(v['digest'])[:19]}" for p, v in sorted(i.platforms.items()))
+    return typed.ImageIndex(i.tag, i.action, "-" if i.digest is None else i.digest, held, i.reason, tuple(i.floating))
 
 
 class ReleaseStopped(RegistryError):

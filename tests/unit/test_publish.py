@@ -23,6 +23,8 @@ from imagesmith.model import matrix, plan, policy, tags
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.progress import QuietDisplay
+from imagesmith.report.markdown import release_document
+from imagesmith.report.parse import release_of
 from imagesmith.stages import publish
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged
 from tests.conftest import LOCAL_ROOTS, ROOT
@@ -183,6 +185,9 @@ class World:
         report = pub.run(items)
         data: dict[str, Any] = json.loads((self.out / "release.json").read_text())
         assert data["ok"] == report.ok
+        # release.md comes from the typed release, never from its JSON read back: both give the same record and text
+        assert report.model(data) == release_of(data)[0]
+        assert (self.out / "release.md").read_text() == release_document(data)
         return data
 
     def seed(self, torch: str, *floating: str, layer: str = "base") -> str:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from imagesmith.atomic import write_json
 from imagesmith.errors import UserError
-from imagesmith.model import loader, schemas
+from imagesmith.model import fields, loader, schemas
 from imagesmith.model.ref import ImageRef
 
 SCHEMA = schemas.FLEET_REPORT
@@ -110,81 +110,55 @@ def load(path: Path, root: Path | None = None) -> FleetReport:
     return parse(loader.load_json_artifact(path, root=root, schema=SCHEMA, fix=FIX), str(path))
 
 
-class _Field:
-    """Typed reads of one JSON object; a wrong type names the file and field."""
+_READ = fields.Wording(kind=fields.type_name, not_number="expected a number, got {kind}")
 
-    def __init__(self, source: str) -> None:
-        self.source = source
 
-    def fail(self, where: str, why: str) -> UserError:
-        return UserError(f"{self.source}: {where}: {why}; write it again with imagesmith fleet verify")
-
-    def get(self, d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
-        value = d.get(key, default)
-        if value is None and default is None:  # an optional field, absent or null
-            return None
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
-            raise self.fail(f"{where}.{key}", f"expected {getattr(kind, '__name__', 'a number')}, got {type(value).__name__}")
-        return value
+def _fields(source: str) -> fields.Fields:
+    return fields.Fields(source, "write it again with imagesmith fleet verify", _READ)
 
 
 def parse(doc: Any, source: str = "fleet-report.json") -> FleetReport:
-    f = _Field(source)
+    f = _fields(source)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise UserError(f"{source}: schema {found!r} is not {SCHEMA}; give the fleet-report.json that fleet verify wrote")
-    cells = f.get(doc, "cells", list, "report", [])
+    cells = f.typed(doc, "cells", list, "report", [])
     return FleetReport(
-        fleet_file=str(f.get(doc, "fleet_file", str, "report", "")), run_id=str(f.get(doc, "run_id", str, "report", "")),
-        tier=str(f.get(doc, "tier", str, "report", "quick")), started_at=str(f.get(doc, "started_at", str, "report", "")),
-        requires=tuple(_strings(f, doc, "requires", "report")), wall_s=float(f.get(doc, "wall_s", (int, float), "report", 0)),
-        interrupted=bool(f.get(doc, "interrupted", bool, "report", False)),
+        fleet_file=str(f.typed(doc, "fleet_file", str, "report", "")), run_id=str(f.typed(doc, "run_id", str, "report", "")),
+        tier=str(f.typed(doc, "tier", str, "report", "quick")), started_at=str(f.typed(doc, "started_at", str, "report", "")),
+        requires=tuple(f.strings(doc, "requires", "report")), wall_s=float(f.typed(doc, "wall_s", (int, float), "report", 0)),
+        interrupted=bool(f.typed(doc, "interrupted", bool, "report", False)),
         cells=tuple(_cell(f, c, f"cells[{i}]") for i, c in enumerate(cells)),
     )
 
 
-def _strings(f: _Field, d: Mapping[str, Any], key: str, where: str) -> list[str]:
-    items = f.get(d, key, list, where, [])
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise f.fail(f"{where}.{key}[{i}]", f"expected a string, got {type(item).__name__}")
-    return list(items)
-
-
-def _cell(f: _Field, c: Any, where: str) -> CellResult:
-    if not isinstance(c, dict):
-        raise f.fail(where, f"expected an object, got {type(c).__name__}")
-    status = f.get(c, "status", str, where, "")
+def _cell(f: fields.Fields, raw: Any, where: str) -> CellResult:
+    c = f.mapping(raw, where)
+    status = f.typed(c, "status", str, where, "")
     if status not in STATUSES:
         raise f.fail(f"{where}.status", f"{status!r} is not one of {', '.join(STATUSES)}")
-    ref = f.get(c, "ref", str, where, "")
+    ref = f.typed(c, "ref", str, where, "")
     parsed = ImageRef.maybe(ref)
     if parsed is None or not parsed.pinned:
         raise f.fail(f"{where}.ref", f"{ref!r} is not pinned by digest")
     return CellResult(
-        ref=ref, klass=f.get(c, "class", str, where, ""), scheduler=f.get(c, "scheduler", str, where, ""), status=status,
-        reason=f.get(c, "reason", str, where, ""), tier=f.get(c, "tier", str, where, "quick"),
-        job_id=f.get(c, "job_id", str, where), state=f.get(c, "state", str, where, ""), node=f.get(c, "node", str, where, ""),
-        restarts=int(f.get(c, "restarts", int, where, 0)), queued_s=_num(f, c, "queued_s", where),
-        ran_s=_num(f, c, "ran_s", where), report=f.get(c, "report", str, where),
-        statement=f.get(c, "statement", str, where),
-        summary={k: v for k, v in f.get(c, "summary", dict, where, {}).items() if isinstance(v, int)},
-        failed_checks=tuple(_strings(f, c, "failed_checks", where)), gpus=tuple(_strings(f, c, "gpus", where)),
-        figures=tuple(_figure(f, x, f"{where}.figures[{i}]") for i, x in enumerate(f.get(c, "figures", list, where, []))),
+        ref=ref, klass=f.typed(c, "class", str, where, ""), scheduler=f.typed(c, "scheduler", str, where, ""), status=status,
+        reason=f.typed(c, "reason", str, where, ""), tier=f.typed(c, "tier", str, where, "quick"),
+        job_id=f.typed(c, "job_id", str, where), state=f.typed(c, "state", str, where, ""), node=f.typed(c, "node", str, where, ""),
+        restarts=int(f.typed(c, "restarts", int, where, 0)), queued_s=f.number(c, "queued_s", where),
+        ran_s=f.number(c, "ran_s", where), report=f.typed(c, "report", str, where),
+        statement=f.typed(c, "statement", str, where),
+        summary={k: v for k, v in f.typed(c, "summary", dict, where, {}).items() if isinstance(v, int)},
+        failed_checks=tuple(f.strings(c, "failed_checks", where)), gpus=tuple(f.strings(c, "gpus", where)),
+        figures=tuple(_figure(f, x, f"{where}.figures[{i}]") for i, x in enumerate(f.typed(c, "figures", list, where, []))),
     )
 
 
-def _num(f: _Field, d: Mapping[str, Any], key: str, where: str) -> float | None:
-    value = f.get(d, key, (int, float), where) if d.get(key) is not None else None
-    return float(value) if value is not None else None
-
-
-def _figure(f: _Field, x: Any, where: str) -> Figure:
-    if not isinstance(x, dict):
-        raise f.fail(where, f"expected an object, got {type(x).__name__}")
-    return Figure(check=f.get(x, "check", str, where, ""), value=float(f.get(x, "value", (int, float), where, 0)),
-                  unit=f.get(x, "unit", str, where, ""), baseline=_num(f, x, "baseline", where),
-                  percent=_num(f, x, "percent", where), status=f.get(x, "status", str, where, ""))
+def _figure(f: fields.Fields, raw: Any, where: str) -> Figure:
+    x = f.mapping(raw, where)
+    return Figure(check=f.typed(x, "check", str, where, ""), value=float(f.typed(x, "value", (int, float), where, 0)),
+                  unit=f.typed(x, "unit", str, where, ""), baseline=f.number(x, "baseline", where),
+                  percent=f.number(x, "percent", where), status=f.typed(x, "status", str, where, ""))
 
 
 # -- from one verify report ----------------------------------------------------------------------------
