@@ -17,7 +17,8 @@ from imagesmith.pipeline.inputs import builds_input, complete
 from imagesmith.pipeline.runreport import RunReport
 from imagesmith.pipeline.verify_built import subject_of
 from imagesmith.progress import Display
-from imagesmith.stages import artifacts, publish, trust, verify
+from imagesmith.stages import artifacts, publish, trust
+from imagesmith.stages.verify import incontainer, verify
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
@@ -83,7 +84,7 @@ class Signed:
             if found is not None and found.inventory is not None:
                 return found.inventory
             if image_id in local:
-                return verify.run_facts(engine, image_id, args=["--inventory"])
+                return incontainer.run_facts(engine, image_id, args=["--inventory"])
             raise UserError(f"image {image_id}: its signed verification carries no inventory, so no SBOM is made from "
                             f"an unsigned file; verify it again with --verifier-key (or publish --no-evidence)")
         return inventory

@@ -18,7 +18,7 @@ from imagesmith.model.ref import DOCKER_HUB
 from imagesmith.pipeline.inputs import out_of, read_builds
 from imagesmith.pipeline.runreport import RunOutcome
 from imagesmith.progress import Display
-from imagesmith.stages import verify
+from imagesmith.stages.verify import incontainer, judge, onhost, verify
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
@@ -135,11 +135,11 @@ def run_verify(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None
         attached = attached_evidence(job.image, job.public_keys, context.store, job.options, job.reuse_evidence, job.max_age_days)
         show.evidence(attached, job.options.tier)
         if attached.reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
-            with Tracked(job.json_out, verify.running_report(job.image, job.options.tier)) as tracked:
+            with Tracked(job.json_out, judge.running_report(job.image, job.options.tier)) as tracked:
                 tracked.complete(attached.reused)
             return show.report(attached.reused, job.json_out)
-    with Tracked(job.json_out, verify.running_report(job.image, job.options.tier)) as tracked:  # --json FILE: running at once
-        outcome = (verify.run_local(job.options, job.python, progress=show.progress(True)) if job.local
+    with Tracked(job.json_out, judge.running_report(job.image, job.options.tier)) as tracked:  # --json FILE: running at once
+        outcome = (onhost.run_local(job.options, job.python, progress=show.progress(True)) if job.local
                    else _verify_image(context, job, show))
         tracked.complete(outcome.report)
     show.report(outcome.report, job.json_out)
@@ -162,7 +162,7 @@ def _verify_image(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> v
     host = registry_host(image)
     creds = context.store.for_host(host)
     index_reader = context.registry(host, creds) if host != DOCKER_HUB else None
-    return verify.verify_image(context.engine, image, job.options, pull=job.pull, progress=show.progress(False),
+    return incontainer.verify_image(context.engine, image, job.options, pull=job.pull, progress=show.progress(False),
                                auth=creds.auth_config() if creds else None, registry=index_reader)
 
 

@@ -518,9 +518,9 @@ def _once(measure: Callable[[str], Mapping[str, Any]]) -> Callable[[str], Mappin
 
 
 def _run_inventory(engine: EngineProtocol, image_id: str) -> Mapping[str, Any]:
-    from imagesmith.stages import verify
+    from imagesmith.stages.verify import incontainer
 
-    return verify.run_facts(engine, image_id, args=["--inventory"])
+    return incontainer.run_facts(engine, image_id, args=["--inventory"])
 
 
 def vulnerability_step(check: Any, name: str, base_images: Mapping[str, str], inventory: Any,
@@ -551,9 +551,10 @@ def evidence_step(engine: EngineProtocol, client: Any, repo: str, base_images: M
                   key: Any, out_dir: Path, inventory: Any = None, vulnerabilities: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
     """The evidence stage for one released target: its digest, image, base image and verify report
     (and, with ``vulnerabilities``, the CycloneDX vulnerability document of its SBOM)."""
-    from imagesmith.stages import evidence, verify
+    from imagesmith.stages import evidence
+    from imagesmith.stages.verify import incontainer
 
-    step = evidence.ReleaseEvidence(client, repo, key, inventory or partial(verify.run_facts, engine, args=["--inventory"]), out_dir,
+    step = evidence.ReleaseEvidence(client, repo, key, inventory or partial(incontainer.run_facts, engine, args=["--inventory"]), out_dir,
                                     vulnerabilities)
 
     def attach(r: TargetRelease) -> dict[str, Any]:

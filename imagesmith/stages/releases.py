@@ -32,7 +32,7 @@ DONE = ("pushed", "unchanged")
 
 
 class Verified(Protocol):
-    """What :func:`imagesmith.stages.verify.verify_image` returns."""
+    """What :func:`imagesmith.stages.verify.incontainer.verify_image` returns."""
 
     @property
     def ok(self) -> bool: ...
@@ -81,7 +81,7 @@ def _item(record: BuildRecord, outcome: Verified | None) -> Item:
 
 
 def _evidence(outcome: Verified | None) -> policy.Evidence | None:
-    from imagesmith.stages.verify import declared_checks
+    from imagesmith.stages.verify.verify import declared_checks
 
     return policy.evidence(outcome.report, declared_checks()) if outcome is not None else None
 

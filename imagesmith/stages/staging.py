@@ -96,7 +96,7 @@ def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None
 
 
 class Stage:
-    """The staging repository for one build run (what :class:`imagesmith.stages.build.Builder` calls)."""
+    """The staging repository for one build run (what :class:`imagesmith.stages.build.build.Builder` calls)."""
 
     def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, path: str, out: Path, credentials: Credentials | None = None,
                  display: Display | None = None, measure_inventory: bool = True, backoff: Backoff = Backoff(),
@@ -209,7 +209,7 @@ class Stage:
 
     def _inventory(self, t: Target, image_id: str) -> None:
         from imagesmith.stages.evidence import INVENTORY_FILE, cached_inventory
-        from imagesmith.stages.verify import run_facts
+        from imagesmith.stages.verify.incontainer import run_facts
 
         self.display.update(t.id, "pushing", "measuring the inventory for the SBOM")
         cached_inventory(self.out / t.id / INVENTORY_FILE, image_id, partial(run_facts, self.engine, args=["--inventory"]))
