@@ -55,8 +55,9 @@ import build as buildbench  # noqa: E402  (bench/build.py: the naive image)
 from imagesmith.edges.engine import Engine  # noqa: E402
 from imagesmith.edges.registry import Credentials, Registry  # noqa: E402
 from imagesmith.model import compat, footprint, matrix, plan  # noqa: E402
-from imagesmith.stages import bootstrap, publish  # noqa: E402
 from imagesmith.stages.build import build, buildreport  # noqa: E402
+from imagesmith.stages.release import publish  # noqa: E402
+from imagesmith.stages.tools import bootstrap  # noqa: E402
 from imagesmith.units import gb  # noqa: E402
 
 LAYOUTS = ("shared", "today")  # shared first: any cache in the proxy helps today's layout, not ours

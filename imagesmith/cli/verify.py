@@ -184,7 +184,7 @@ def _check_usage(options: VerifyOptions, local: bool) -> None:
 
 def _check_signable(image: str | None, local: bool, json_out: Path | None, reuse: bool) -> None:
     """``verify IMAGE --verifier-key``: a statement is about a digest, lies beside --json, and covers a fresh run."""
-    from imagesmith.stages.fleet.config import parse_ref
+    from imagesmith.model.fleet import parse_ref
 
     if local or not image:
         raise UsageError("--verifier-key signs a verification of an image's digest: give IMAGE as REPOSITORY@sha256:... "

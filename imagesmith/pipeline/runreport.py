@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from imagesmith import runstate
-from imagesmith.stages import artifacts, publish
+from imagesmith.stages import artifacts
+from imagesmith.stages.release import publish
 from imagesmith.stages.verify import verify
 
 RUN_REPORT = "run-report.json"

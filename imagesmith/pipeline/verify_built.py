@@ -18,8 +18,9 @@ from imagesmith.model.ref import host_of
 from imagesmith.pipeline.inputs import BuildInput
 from imagesmith.pipeline.runreport import RunOutcome, RunReport
 from imagesmith.progress import Display
-from imagesmith.stages import artifacts, trust
+from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import VERIFY_FILE
+from imagesmith.stages.evidence import trust
 from imagesmith.stages.verify import incontainer, judge, verify
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def verify_results(engine: EngineProtocol, results: list[artifacts.TargetResult]
     """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
     folder of its build artifact) says ``running`` while its image is verified, then ``complete``
     (or ``interrupted``); with the verifier key ``signer``, the signed statement beside it
-    (:data:`imagesmith.stages.trust.STATEMENT_FILE`, what publish believes)."""
+    (:data:`imagesmith.stages.evidence.trust.STATEMENT_FILE`, what publish believes)."""
     outcomes: dict[str, verify.VerifyOutcome] = {}
     for r in results:
         if not r.ok or not r.image_id:

@@ -34,7 +34,7 @@ import pytest
 from imagesmith.edges import signing
 from imagesmith.edges.engine import Engine
 from imagesmith.errors import EngineError
-from imagesmith.stages import bootstrap
+from imagesmith.stages.tools import bootstrap
 from tests.conftest import LOCAL_ROOTS
 from tests.integration import shared
 from tests.loopback import serve, unused_port

@@ -13,7 +13,7 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.render import cudalayer
-from imagesmith.stages import publish
+from imagesmith.stages.release import publish
 from imagesmith.stages.verify import incontainer, verify
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import CudaCells

@@ -20,8 +20,8 @@ from imagesmith.model import policy
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.platform import Platform
 from imagesmith.model.tags import FloatingTag, TagPolicy
-from imagesmith.stages import evidence
-from imagesmith.stages.publish import Backoff, Item, Publisher, evidence_step, index_evidence_step
+from imagesmith.stages.evidence import evidence
+from imagesmith.stages.release.publish import Backoff, Item, Publisher, evidence_step, index_evidence_step
 from imagesmith.stages.verify import incontainer, verify
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.test_evidence_registry import keypair

@@ -14,7 +14,8 @@ import pytest
 from kubernetes import client
 
 from imagesmith.errors import UserError
-from imagesmith.stages.fleet import config, kubernetes, runner
+from imagesmith.model import fleet as config
+from imagesmith.stages.fleet import kubernetes, runner
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 from imagesmith.stages.fleet.report import FleetReport
 from imagesmith.stages.verify import verify

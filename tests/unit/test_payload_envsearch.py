@@ -15,7 +15,7 @@ import pytest
 VERIFY = os.path.join(os.path.dirname(__file__), "..", "..", "verify")
 sys.path.insert(0, VERIFY)
 
-from imagesmith.stages import entrypoint as entrypoints  # noqa: E402
+from imagesmith.stages.verify import entrypoint as entrypoints  # noqa: E402
 from imagesmith.stages.verify import judge  # noqa: E402
 from imagesmith_payload import envsearch  # noqa: E402
 

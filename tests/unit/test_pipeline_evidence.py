@@ -10,7 +10,7 @@ from imagesmith import pipeline
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.errors import UserError
 from imagesmith.model.matrix import load
-from imagesmith.stages import evidence
+from imagesmith.stages.evidence import evidence
 from imagesmith.stages.verify import verify
 from tests.unit.test_release_vulnerabilities import signed_verification
 

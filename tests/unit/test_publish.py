@@ -23,8 +23,8 @@ from imagesmith.model import matrix, plan, policy, tags
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.progress import QuietDisplay
-from imagesmith.stages import publish
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged
+from imagesmith.stages.release import publish
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase, RegistryBase
 

@@ -1,4 +1,4 @@
-"""verify_image takes the GPU path the plan chooses (imagesmith/stages/gpus.py): the RunSpec the engine gets, the
+"""verify_image takes the GPU path the plan chooses (imagesmith/stages/verify/gpus.py): the RunSpec the engine gets, the
 fallback when the engine refuses GPUs, and the report's gpu_path block and note. An engine double answers docker
 info and runs; the CDI specs lie in tmp_path (GpuHost), never this machine's /etc/cdi."""
 
@@ -18,8 +18,8 @@ from imagesmith.model import compat, engines, gpupath, schemas
 from imagesmith.model.cdi import BindMount, DeviceMapping, Symlink
 from imagesmith.model.engines import EngineKind
 from imagesmith.model.loader import LoadError, check_schema
-from imagesmith.stages.gpus import GpuHost
 from imagesmith.stages.verify import incontainer, verify
+from imagesmith.stages.verify.gpus import GpuHost
 from tests.unit.test_verify_container import OPTIONS, EngineDouble, answer
 from tests.unit.test_verify_entrypoint import TINI_BYPASSED as BYPASSED
 

@@ -15,7 +15,7 @@ from imagesmith.edges.engine import ImageConfig, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import CommandNotFound, ContainerRefused, EngineConnectionLost, GpuRuntimeMissing, UserError
 from imagesmith.model import compat
 from imagesmith.resources import payload_module
-from imagesmith.stages import entrypoint as entrypoints
+from imagesmith.stages.verify import entrypoint as entrypoints
 from imagesmith.stages.verify import incontainer, judge, verify
 from tests.doubles import EngineBase
 

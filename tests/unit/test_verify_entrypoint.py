@@ -17,7 +17,7 @@ from imagesmith.edges.engine import ImageConfig, RunResult, RunSpec
 from imagesmith.errors import CommandNotFound, UserError
 from imagesmith.model import compat, policy
 from imagesmith.resources import payload_module
-from imagesmith.stages import entrypoint as entrypoints
+from imagesmith.stages.verify import entrypoint as entrypoints
 from imagesmith.stages.verify import incontainer, judge, verify
 from tests.unit.test_verify_container import INFO, OPTIONS, STARTED, EngineDouble, answer
 

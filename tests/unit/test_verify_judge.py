@@ -12,8 +12,7 @@ import pytest
 
 from imagesmith.errors import UsageError
 from imagesmith.resources import payload_module
-from imagesmith.stages import probe
-from imagesmith.stages.verify import judge, verify
+from imagesmith.stages.verify import judge, probe, verify
 
 REQUEST = verify.Request("n0nce", "quick", {"versions.torch": False, "security.user": False, "libs.optional": True})
 

@@ -34,9 +34,10 @@ from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.render import cudalayer
 from imagesmith.report import log_tail
-from imagesmith.stages import artifacts, cudabuild
+from imagesmith.stages import artifacts
+from imagesmith.stages.build import cudabuild
 from imagesmith.stages.artifacts import TargetResult
-from imagesmith.stages.cache import (
+from imagesmith.stages.build.cache import (
     CACHE_REPOSITORY,
     LABEL_HASH,
     OWNER_REPOSITORY,
@@ -45,7 +46,7 @@ from imagesmith.stages.cache import (
     owner_id,
     owner_tag,
 )
-from imagesmith.stages.slots import Slots, priorities
+from imagesmith.stages.build.slots import Slots, priorities
 from imagesmith.units import gb
 
 

@@ -24,8 +24,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from imagesmith.errors import UserError
 from imagesmith.model import compat
+from imagesmith.model.fleet import KubernetesPlacement
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
-from imagesmith.stages.fleet.config import KubernetesPlacement
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 from imagesmith.stages.verify import judge, verify
 

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith.errors import UserError
 from imagesmith.model import loader, schemas
-from imagesmith.stages.fleet.config import GpuClass, SlurmPlacement
+from imagesmith.model.fleet import GpuClass, SlurmPlacement
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 from imagesmith.stages.verify import judge, verify
 

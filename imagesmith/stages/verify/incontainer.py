@@ -22,10 +22,9 @@ from imagesmith.errors import (
 )
 from imagesmith.model import compat, gpupath, loader, policy
 from imagesmith.model import platform as platforms
-from imagesmith.stages import entrypoint as entrypoints
-from imagesmith.stages import gpus as gpu_paths
-from imagesmith.stages import gpuwatch
-from imagesmith.stages.payload import HOST_CHECKS, IN_CONTAINER, STARTED, check_entry, payload_files
+from imagesmith.stages.verify import entrypoint as entrypoints
+from imagesmith.stages.verify import gpus as gpu_paths
+from imagesmith.stages.verify import gpuwatch
 from imagesmith.stages.verify.judge import (
     failed_report,
     finish,
@@ -36,6 +35,7 @@ from imagesmith.stages.verify.judge import (
     with_checks,
     with_notes,
 )
+from imagesmith.stages.verify.payload import HOST_CHECKS, IN_CONTAINER, STARTED, check_entry, payload_files
 from imagesmith.stages.verify.sampling import (
     claim,
     in_container_owner,
@@ -68,9 +68,9 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     ``auth``) unless ``pull`` is off. The report counts only if it echoes this
     run's nonce and answers every check asked for. With ``registry`` (a client for ``ref``'s host), a tag that
     names an image index records which platform's image of it the engine ran (:func:`index_pick`). GPUs reach
-    the container by the path :func:`imagesmith.stages.gpus.plan` chooses (``gpu_host``: where it looks for CDI
+    the container by the path :func:`imagesmith.stages.verify.gpus.plan` chooses (``gpu_host``: where it looks for CDI
     specs; the report's ``gpu_path`` says which ran)."""
-    from imagesmith.stages import probe
+    from imagesmith.stages.verify import probe
 
     kb, started, t0 = kb or compat.load(), now(), time.monotonic()
     request = request_for(options)

@@ -12,8 +12,8 @@ from imagesmith import runstate
 from imagesmith.errors import ImagesmithError
 from imagesmith.model import loader
 from imagesmith.resources import payload_module
-from imagesmith.stages import entrypoint as entrypoints
-from imagesmith.stages.payload import STARTED, check_entry
+from imagesmith.stages.verify import entrypoint as entrypoints
+from imagesmith.stages.verify.payload import STARTED, check_entry
 from imagesmith.stages.verify.verify import CORE, LABEL, MARKER, REPORT_SCHEMA, Request, VerifyOptions
 
 

@@ -19,9 +19,9 @@ from imagesmith.errors import UserError
 from imagesmith.model import compat
 from imagesmith.model.located import printable
 from imagesmith.resources import payload_dir
-from imagesmith.stages import gpuwatch
-from imagesmith.stages.payload import HOST_CHECKS, check_entry
+from imagesmith.stages.verify import gpuwatch
 from imagesmith.stages.verify.judge import failed_report, finish, judge_output, now, why_no_report, with_checks
+from imagesmith.stages.verify.payload import HOST_CHECKS, check_entry
 from imagesmith.stages.verify.sampling import claim, judged, run_with_sampler, sampler_for, watch_of
 from imagesmith.stages.verify.verify import (
     PAYLOAD_ENV,

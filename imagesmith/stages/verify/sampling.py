@@ -1,12 +1,12 @@
 """The host's watch over the GPUs while the payload runs: the NVML sampler (none for a remote engine), which
-processes count as the run's own, and the payload's report joined with what the host saw (stages.gpuwatch)."""
+processes count as the run's own, and the payload's report joined with what the host saw (stages.verify.gpuwatch)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Callable, Mapping
 
-from imagesmith.stages import gpuwatch
+from imagesmith.stages.verify import gpuwatch
 from imagesmith.stages.verify.verify import Sampler, VerifyOptions
 
 
@@ -37,7 +37,7 @@ def watch_of(sampler: Sampler | None) -> Any:
 
 
 def judged(report: dict[str, Any], nvml: Mapping[str, Any] | None, options: VerifyOptions, remote: bool) -> dict[str, Any]:
-    """The payload's report with the host's view of the GPUs joined in (imagesmith.stages.gpuwatch)."""
+    """The payload's report with the host's view of the GPUs joined in (imagesmith.stages.verify.gpuwatch)."""
     watch = nvml.get("watch") if isinstance(nvml, Mapping) else None
     if watch is None and isinstance(nvml, Mapping) and nvml.get("error"):
         watch = {"error": nvml["error"], "samples": 0}

@@ -16,11 +16,11 @@ from imagesmith import runstate
 from imagesmith.errors import UsageError
 from imagesmith.model import compat, policy, schemas
 from imagesmith.resources import payload_module
-from imagesmith.stages import entrypoint as entrypoints
-from imagesmith.stages.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
-from imagesmith.stages.payload import IN_CONTAINER as IN_CONTAINER
-from imagesmith.stages.payload import check_entry as check_entry
-from imagesmith.stages.payload import payload_files as payload_files
+from imagesmith.stages.verify import entrypoint as entrypoints
+from imagesmith.stages.verify.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
+from imagesmith.stages.verify.payload import IN_CONTAINER as IN_CONTAINER
+from imagesmith.stages.verify.payload import check_entry as check_entry
+from imagesmith.stages.verify.payload import payload_files as payload_files
 
 REPORT_SCHEMA, CONFIG_SCHEMA = schemas.VERIFY_REPORT, schemas.VERIFY_CONFIG
 MARKER = "@@IMAGESMITH-REPORT@@ "

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from imagesmith.model import policy
-from imagesmith.stages import attestation
-from imagesmith.stages.evidence import Attestation, Evidence
-from imagesmith.stages.referrers import ran_on
+from imagesmith.stages.evidence import attestation
+from imagesmith.stages.evidence.evidence import Attestation, Evidence
+from imagesmith.stages.evidence.referrers import ran_on
 
 
 @dataclass(frozen=True)

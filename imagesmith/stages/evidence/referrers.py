@@ -14,8 +14,8 @@ from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, manifest_document
 from imagesmith.edges.registry import entries as descriptors
 from imagesmith.errors import RegistryError
 from imagesmith.model import policy
-from imagesmith.stages import attestation
-from imagesmith.stages.attestation import Statement
+from imagesmith.stages.evidence import attestation
+from imagesmith.stages.evidence.attestation import Statement
 
 SBOM_ARTIFACT = "application/vnd.imagesmith.sbom.v1+json"
 
