@@ -55,7 +55,9 @@ import build as buildbench  # noqa: E402  (bench/build.py: the naive image)
 from imagesmith.edges.engine import Engine  # noqa: E402
 from imagesmith.edges.registry import Credentials, Registry  # noqa: E402
 from imagesmith.model import compat, footprint, matrix, plan  # noqa: E402
-from imagesmith.stages import bootstrap, build, publish  # noqa: E402
+from imagesmith.stages.build import build, buildreport  # noqa: E402
+from imagesmith.stages.release import publish  # noqa: E402
+from imagesmith.stages.tools import bootstrap  # noqa: E402
 from imagesmith.units import gb  # noqa: E402
 
 LAYOUTS = ("shared", "today")  # shared first: any cache in the proxy helps today's layout, not ours
@@ -107,7 +109,7 @@ def layout_matrix(src: Path, folder: Path, layout: str, bases: dict[str, str], r
     return path
 
 
-def cold_build(path: Path, engine: Engine, out: Path) -> tuple[float, build.BuildReport]:
+def cold_build(path: Path, engine: Engine, out: Path) -> tuple[float, buildreport.BuildReport]:
     m = matrix.load(path, allowed_roots=buildbench.LOCAL_ROOTS)
     t0 = time.monotonic()
     report = build.Builder(plan.expand(m, DATE), m, engine, out, jobs=2).run()

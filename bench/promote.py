@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from imagesmith.edges.engine import Engine  # noqa: E402
 from imagesmith.edges.registry import Credentials, Registry  # noqa: E402
-from imagesmith.stages.promote import Promoter  # noqa: E402
+from imagesmith.stages.release.promote import Promoter  # noqa: E402
 
 
 def free_port() -> int:

@@ -20,7 +20,7 @@ def base_group() -> None:
 def bootstrap_cmd(os_key: str, tag: str | None, mirror: str, arch: str | None) -> None:
     """Make a Debian base image with debootstrap + docker import (no registry needed)."""
     from imagesmith.edges.runcontext import RunContext
-    from imagesmith.stages import bootstrap
+    from imagesmith.stages.tools import bootstrap
 
     click.echo(f"debootstrap {os_key}{' ' + arch if arch else ''} from {mirror} ...", err=True)
     ref, image_id = bootstrap.bootstrap(RunContext().engine, os_key, tag, mirror, arch=arch)

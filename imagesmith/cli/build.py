@@ -21,7 +21,7 @@ from imagesmith.units import gb
 if TYPE_CHECKING:
     from imagesmith.pipeline import RunOutcome
     from imagesmith.progress import Display
-    from imagesmith.stages.build import BuildReport
+    from imagesmith.stages.build.buildreport import BuildReport
 
 
 @click.command("build")
@@ -85,12 +85,12 @@ class Printer:
 
 
 def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
-    from imagesmith.stages import build
+    from imagesmith.stages.build import buildreport
 
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return
-    for line in build.failure_summary(report):
+    for line in buildreport.failure_summary(report):
         click.echo(inert(line), err=True)
     if not quiet:
         staged = any(r.staged for r in report.results)

@@ -17,7 +17,7 @@ from imagesmith.model.ref import host_of
 if TYPE_CHECKING:  # the stages import docker (through the engine) only when a command needs them
     from imagesmith.edges.credentials import CredentialStore
     from imagesmith.edges.signing import Key
-    from imagesmith.stages.trust import TrustPolicy
+    from imagesmith.stages.evidence.trust import TrustPolicy
 
 
 def today() -> str:
@@ -59,7 +59,7 @@ def load_verifier_key(path: Path | None) -> Key | None:
 
 
 def load_trust_policy(path: Path | None) -> TrustPolicy | None:
-    from imagesmith.stages import trust
+    from imagesmith.stages.evidence import trust
 
     return trust.load_policy(path) if path is not None else None
 
@@ -75,7 +75,7 @@ def load_signing_key(path: Path | None) -> Key | None:
 
 def vulnerability_gate(m: matrix_mod.Matrix) -> Any:
     """The release gate of sources.advisories (snapshots read once, before anything is pushed); None without one."""
-    from imagesmith.stages import vulngate
+    from imagesmith.stages.evidence import vulngate
 
     gate = vulngate.Gate.of(m)
     for s in gate.snapshots if gate else ():

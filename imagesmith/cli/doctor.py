@@ -26,7 +26,7 @@ def doctor_cmd(ctx: click.Context, matrix_file: Path | None, release: bool, as_j
     driver against the matrix's CUDA versions, free disk, registry login.
 
     Every problem comes with the command that fixes it. Exit 0: ready; 1: not ready."""
-    from imagesmith.stages import doctor
+    from imagesmith.stages.tools import doctor
 
     if matrix_file is not None and not matrix_file.is_file():
         raise UserError(f"{matrix_file}: no such file")

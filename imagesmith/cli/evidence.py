@@ -27,7 +27,7 @@ def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credent
 
     Exit 0: everything matches; 1: a signature, a subject digest or a blob does not match."""
     from imagesmith.edges import signing
-    from imagesmith.stages import evidence
+    from imagesmith.stages.evidence import evidence
 
     keys = [signing.load_public_key(k) for k in public_keys]
     found = evidence.read(ref, keys, credential_store(image_host(ref), None, credentials_file), registry_ca)
@@ -43,7 +43,7 @@ def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credent
 
 def print_evidence(found: Any) -> None:
     """The artifacts attached to a digest, their signatures, the verification summary, SBOM counts."""
-    from imagesmith.stages.sbom import counts
+    from imagesmith.stages.evidence.sbom import counts
 
     data = found.to_json()
     checked = "checked against " + ", ".join(k[:12] for k in found.keys) if found.keys else "not checked (no --key)"

@@ -11,8 +11,8 @@ import click
 
 from imagesmith.errors import UsageError
 from imagesmith.inert import inert
+from imagesmith.model import fleet as config
 from imagesmith.model.matrix.records import TIERS
-from imagesmith.stages.fleet import config
 from imagesmith.table import print_table
 
 FLEET_OPTION = click.option("--fleet", "fleet_file", default="fleet.yaml", show_default=True,

@@ -46,7 +46,7 @@ def _early_vulnerabilities(m: matrix_mod.Matrix, p: plan_mod.Plan, on: dt.date, 
     at or above vulnerabilities.threshold and not allowed; a snapshot older than vulnerabilities.max_age
     (at ``now``, else the end of --date's day): an error, or a warning with vulnerabilities.stale: warn."""
     from imagesmith.errors import ValidationError
-    from imagesmith.stages import vulngate
+    from imagesmith.stages.evidence import vulngate
 
     if not m.sources.advisories and not m.vulnerabilities.allow:
         return

@@ -104,7 +104,7 @@ class ReleaseArgs:
         trusted = load_trust_policy(self.trust_policy)
         verifier = load_verifier_key(self.verifier_key)
         if trusted is not None:
-            from imagesmith.stages import trust
+            from imagesmith.stages.evidence import trust
 
             trust.check_roles(trusted, key.public if key else None, verifier.public if verifier else None)
         return pipeline.ReleaseOptions(store, self.registry_ca, key, self.with_evidence,

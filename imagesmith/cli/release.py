@@ -11,7 +11,7 @@ from imagesmith.inert import inert
 from imagesmith.table import print_table
 
 if TYPE_CHECKING:
-    from imagesmith.stages.publish import ReleaseReport
+    from imagesmith.stages.release.publish import ReleaseReport
 
 
 def finish_release(rel: ReleaseReport, quiet: bool) -> None:

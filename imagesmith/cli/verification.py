@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from imagesmith.pipeline.runreport import RunOutcome
     from imagesmith.pipeline.verify import AttachedEvidence
     from imagesmith.progress import Display
-    from imagesmith.stages.verify import VerifyOutcome
+    from imagesmith.stages.verify.verify import VerifyOutcome
 
 
 class Printer:
@@ -118,7 +118,7 @@ def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
 def print_verdict(report: dict[str, Any]) -> None:
     """The last lines: which digest passed or failed, and whether the GPUs were this run's alone."""
     from imagesmith.model import policy
-    from imagesmith.stages import verify
+    from imagesmith.stages.verify import verify
 
     passed = verify.VerifyOutcome(report).ok
     shared = policy.evidence(report).exclusive is False and (report.get("sharing") or {}).get("allowed") is not True

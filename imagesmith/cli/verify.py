@@ -18,12 +18,12 @@ from imagesmith.model.gpupath import RUNTIMES
 from imagesmith.model.grammar import GPU_LIST
 
 if TYPE_CHECKING:
-    from imagesmith.stages.verify import VerifyOptions
+    from imagesmith.stages.verify.verify import VerifyOptions
 
 
 def _expect_option(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, str]:
     """--expect parsed at once: a bad item is bad usage (exit 2) before any container starts."""
-    from imagesmith.stages import verify
+    from imagesmith.stages.verify import verify
 
     try:
         return verify.parse_expect(value)
@@ -45,7 +45,7 @@ RUN_OPTIONS = ("tier", "gpus", "gpu_runtime", "expect", "require_non_root", "all
 
 def run_options(only: str, skip: str, **given: Any) -> VerifyOptions:
     """The options of the run itself (RUN_OPTIONS) as the payload's VerifyOptions; --only/--skip: ids, comma-separated."""
-    from imagesmith.stages import verify
+    from imagesmith.stages.verify import verify
 
     return verify.VerifyOptions(**given, only=tuple(filter(None, (s.strip() for s in only.split(",")))),
                                 skip=tuple(filter(None, (s.strip() for s in skip.split(",")))))
@@ -143,14 +143,14 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
     required check passed."""
     from imagesmith.edges.runcontext import RunContext
     from imagesmith.pipeline.verify import VerifyJob, local_series, metrics_export, run_verify
-    from imagesmith.stages import verify
+    from imagesmith.stages.verify import onhost, verify
 
     if [bool(image), local, bool(build_reports)].count(True) != 1:
         raise UserError("give one of: an IMAGE to verify, --local (this host), or --build-report (every image a build made)")
     _check_usage(options, local)
     verify.request_for(options)  # bad --only/--skip: exit 2 before any container starts
     if local:
-        python_exe = verify.local_python(python_exe)  # a --python that is not one: exit 1 before anything runs
+        python_exe = onhost.local_python(python_exe)  # a --python that is not one: exit 1 before anything runs
     say = (lambda line: None) if quiet else (lambda line: click.echo(inert(line), err=True))
     export = metrics_export(metrics.metrics_file, metrics.pushgateway, say,  # a bad --metrics/--pushgateway: before anything runs
                             local_series(metrics.metrics_file, python_exe) if local else None)
@@ -184,7 +184,7 @@ def _check_usage(options: VerifyOptions, local: bool) -> None:
 
 def _check_signable(image: str | None, local: bool, json_out: Path | None, reuse: bool) -> None:
     """``verify IMAGE --verifier-key``: a statement is about a digest, lies beside --json, and covers a fresh run."""
-    from imagesmith.stages.fleet.config import parse_ref
+    from imagesmith.model.fleet import parse_ref
 
     if local or not image:
         raise UsageError("--verifier-key signs a verification of an image's digest: give IMAGE as REPOSITORY@sha256:... "

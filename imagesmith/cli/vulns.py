@@ -47,7 +47,8 @@ def recheck_cmd(matrix_file: Path, locations: tuple[str, ...], public_keys: tupl
     Exit 0: no floating tag names a vulnerable (or unjudged) digest; 1: one does, or a snapshot is stale."""
     from imagesmith.edges import signing
     from imagesmith.edges.runcontext import RunContext
-    from imagesmith.stages import recheck, vulngate
+    from imagesmith.stages.evidence import vulngate
+    from imagesmith.stages.release import recheck
 
     m = load_matrix(matrix_file, allow_roots)
     if not m.image.registry:

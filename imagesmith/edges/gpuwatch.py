@@ -192,7 +192,7 @@ class ProcessWatch:
         return next((i for i, (_h, u) in self.devices.items() if u == uuid), -1)
 
     def result(self) -> dict[str, Any]:
-        """What the verify report's ``nvml.watch`` holds (imagesmith.stages.gpuwatch judges it)."""
+        """What the verify report's ``nvml.watch`` holds (imagesmith.stages.verify.gpuwatch judges it)."""
         with self._lock:
             unseen = [{"index": self._index(uuid), "uuid": uuid, "first": round(a, 3), "last": round(b, 3), "used_bytes": most}
                       for uuid, ledger in sorted(self._ledgers.items()) for a, b, most in ledger.episodes()]

@@ -106,7 +106,7 @@ class RunSpec:
     pids_limit: int | None = None
     entrypoint: list[str] | None = None  # None: command[0] replaces the image's ENTRYPOINT; else this runs command
     on_created: Callable[[str], None] | None = None  # told the container's full ID once it exists, before it starts
-    # GPUs by CDI (imagesmith.stages.gpus.apply): names an engine with CDI resolves itself, or what imagesmith
+    # GPUs by CDI (imagesmith.stages.verify.gpus.apply): names an engine with CDI resolves itself, or what imagesmith
     # translated a spec's edits into for an engine without it
     cdi_devices: tuple[str, ...] = ()  # fully-qualified CDI names: nvidia.com/gpu=all (a device request of driver cdi)
     devices: tuple[DeviceMapping, ...] = ()  # host device nodes (docker --device HOST:CONTAINER:PERMISSIONS)

@@ -4,7 +4,7 @@ What a release needs: list tags, read a manifest (its digest and config
 digest), read an image's labels from its config blob, put a manifest under
 another tag, push small blobs and artifact manifests (evidence), and move
 blobs between repositories without an engine (cross-repository mounts, else a
-chunked copy: promotion, :mod:`imagesmith.stages.promote`). Authentication answers
+chunked copy: promotion, :mod:`imagesmith.stages.release.promote`). Authentication answers
 the registry's challenge: Bearer tokens (Harbor, distribution with token
 auth) or Basic (htpasswd).
 

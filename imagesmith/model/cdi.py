@@ -5,7 +5,7 @@ container: device nodes, bind mounts, environment entries and hooks (``container
 spec and once per device. Here:
 
 * :func:`parse` turns one document, already bounded, strict and schema-valid (``cdi-spec-1.schema.json``, read by
-  :mod:`imagesmith.stages.gpus` through the strict loader), into a frozen :class:`Spec`, checking what a schema
+  :mod:`imagesmith.stages.verify.gpus` through the strict loader), into a frozen :class:`Spec`, checking what a schema
   cannot say: ``kind`` is ``vendor/class``, device names follow CDI's grammar and are unique, device nodes lie
   under /dev, every path is absolute, no mount targets ``/``, ``/proc``, ``/sys`` or ``/dev`` itself, environment
   entries are ``NAME=VALUE``, hook names are OCI's. A refusal is a :class:`LoadError`: file (and line, for YAML),

@@ -109,7 +109,7 @@ class Verdict:
 
 def verdict(report: Mapping[str, Any], declared: Mapping[str, bool]) -> Verdict:
     """Judge ``report`` from its checks under the shipped policy: ``declared`` is the shipped check
-    registry (check id -> optional, :func:`imagesmith.stages.verify.declared_checks`); a check it does not
+    registry (check id -> optional, :func:`imagesmith.stages.verify.verify.declared_checks`); a check it does not
     declare optional is required, whatever the report's own ``optional`` flag or ``summary`` says.
     A report without checks, or with a check that is not one, is not a pass."""
     checks = report.get("checks")

@@ -5,7 +5,7 @@ its typed getters take the raw value and its key path, return a typed value (or
 the default), and record every problem with ``file:line key.path`` so that all
 errors of a file are reported together. What a value must look like beyond its
 type is :mod:`imagesmith.model.grammar`'s (one check per thing a value becomes);
-what each section holds is the caller's (``matrix.sections``, ``stages.fleet.config``).
+what each section holds is the caller's (``matrix.sections``, ``model.fleet``).
 
 A section whose keys are plain reads is declared as a :class:`Table`, in the spirit of pre-commit's
 cfgv schemas (``Map('Name', 'id', Required(...), Optional(...))``): one :class:`Key` per key, with its

@@ -19,7 +19,9 @@ from imagesmith.pipeline.runreport import RunOutcome, RunReport
 from imagesmith.pipeline.verify import options_from
 from imagesmith.pipeline.verify_built import staging_auth, verify_results
 from imagesmith.progress import Display
-from imagesmith.stages import artifacts, build, verify
+from imagesmith.stages import artifacts
+from imagesmith.stages.build import build, buildreport
+from imagesmith.stages.verify import verify
 
 
 @dataclass(frozen=True)
@@ -43,14 +45,14 @@ class BuildJob:
         return not self.only and not self.layers
 
 
-def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, build.BuildReport]:
+def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, buildreport.BuildReport]:
     """Build what ``job`` picks (OUT/report.json, OUT/<target>/build.json); after a build of the whole plan the
     artifacts of targets it no longer has are removed. The plan built (less what staging adopted) and its
     report; a stop (an error, Ctrl-C) marks ``run`` interrupted."""
     try:
         p, stage = job.plan.select(job.only, job.layers), None
         if job.stage_repo:
-            from imagesmith.stages import staging
+            from imagesmith.stages.build import staging
 
             stage = staging.open_stage(job.stage_repo, job.matrix.image.name, engine, job.out, job.store, job.ca_file, display)
             p = stage.prepare(p, job.plan.picked(job.only, job.layers), job.matrix)
@@ -65,13 +67,13 @@ def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: Ru
     return p, report
 
 
-def records_of(report: build.BuildReport, plan: Plan, spec: artifacts.Release) -> list[artifacts.BuildRecord]:
+def records_of(report: buildreport.BuildReport, plan: Plan, spec: artifacts.Release) -> list[artifacts.BuildRecord]:
     """A build job's results as the records it saved (OUT/<target>/build.json), in plan order."""
     results = {r.target: r for r in report.results}
     return [artifacts.record_of(results[t.id], t, spec) for t in plan.targets if t.id in results]
 
 
-def verify_and_release(engine: EngineProtocol, report: build.BuildReport, plan: Plan, spec: artifacts.Release, out: Path,
+def verify_and_release(engine: EngineProtocol, report: buildreport.BuildReport, plan: Plan, spec: artifacts.Release, out: Path,
                        display: Display, run: RunReport, options: verify.VerifyOptions, release: ReleaseOptions,
                        push: bool) -> RunOutcome:
     """After a build of ``plan`` (``imagesmith build --verify/--push``): verify every image it made
@@ -109,7 +111,7 @@ class BuildPrinter(Protocol):
     """What the command shows while :func:`run_build` goes on."""
 
     def display(self, title: str) -> Display: ...  # the per-target progress of a stage
-    def built(self, report: build.BuildReport, more: bool) -> None: ...  # the build's table (``more``: verify follows)
+    def built(self, report: buildreport.BuildReport, more: bool) -> None: ...  # the build's table (``more``: verify follows)
     def verified(self, done: RunOutcome) -> None: ...  # every image's verification, and the release when one ran
 
 
@@ -134,7 +136,7 @@ def run_build(context: RunContext, run: BuildRun, show: BuildPrinter) -> None:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
-def _verify_and_release(engine: EngineProtocol, run: BuildRun, p: Plan, report: build.BuildReport, report_run: RunReport,
+def _verify_and_release(engine: EngineProtocol, run: BuildRun, p: Plan, report: buildreport.BuildReport, report_run: RunReport,
                         show: BuildPrinter) -> None:
     m = run.job.matrix
     display = show.display(f"verifying {sum(r.ok for r in report.results)} images")

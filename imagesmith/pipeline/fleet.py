@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from imagesmith.errors import UserError
+from imagesmith.model import fleet as config
 from imagesmith.model import loader, schemas
 from imagesmith.model.ref import ImageRef
-from imagesmith.stages.fleet import config
 
 
 @dataclass(frozen=True)

@@ -10,20 +10,21 @@ from typing import Any, Mapping, Sequence
 from imagesmith import runstate
 from imagesmith.errors import UserError
 from imagesmith.model import loader
-from imagesmith.stages import artifacts, build
+from imagesmith.stages import artifacts
+from imagesmith.stages.build import buildreport
 
 
 def read_build(path: Path) -> dict[str, Any]:
     """A build report (OUT/report.json), its schema checked."""
-    data = loader.load_json_artifact(path, schema=build.REPORT_SCHEMA, fix=f"run imagesmith build --out {path.parent} first")
+    data = loader.load_json_artifact(path, schema=buildreport.REPORT_SCHEMA, fix=f"run imagesmith build --out {path.parent} first")
     if not runstate.is_complete(data):
         raise UserError(f"{path}: {runstate.not_complete(data, 'this build report')}; "
                         f"run imagesmith build --out {path.parent} again")
     return data
 
 
-def build_results(data: Mapping[str, Any]) -> list[build.TargetResult]:
-    return [build.TargetResult(**t) for t in data["targets"]]
+def build_results(data: Mapping[str, Any]) -> list[artifacts.TargetResult]:
+    return [artifacts.TargetResult(**t) for t in data["targets"]]
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class BuildInput:
     folders: Mapping[str, Path]
 
     @property
-    def results(self) -> list[build.TargetResult]:
+    def results(self) -> list[artifacts.TargetResult]:
         return build_results(self.data)
 
 
@@ -63,7 +64,7 @@ def builds_input(found: list[artifacts.Found]) -> BuildInput:
     targets = [artifacts.result_fields(f.record) | {"log": str(f.folder / "build.log"), "dockerfile": str(f.folder / "Dockerfile")}
                for f in found]
     first = found[0].record if found else None
-    data = {"schema": build.REPORT_SCHEMA, "matrix": first.release.matrix if first else "", "seconds": 0.0,
+    data = {"schema": buildreport.REPORT_SCHEMA, "matrix": first.release.matrix if first else "", "seconds": 0.0,
             "started_at": min((f.record.written_at for f in found), default=""), "base_images": {},
             "ok": all(f.record.ok for f in found), "targets": targets,
             "state": runstate.COMPLETE if all(f.record.complete for f in found) else runstate.INTERRUPTED}

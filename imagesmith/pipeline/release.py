@@ -17,11 +17,14 @@ from imagesmith.pipeline.inputs import builds_input, complete
 from imagesmith.pipeline.runreport import RunReport
 from imagesmith.pipeline.verify_built import subject_of
 from imagesmith.progress import Display
-from imagesmith.stages import artifacts, publish, trust, verify
+from imagesmith.stages import artifacts
+from imagesmith.stages.evidence import trust
+from imagesmith.stages.release import publish
+from imagesmith.stages.verify import incontainer, verify
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
-    from imagesmith.stages.trust import TrustPolicy
+    from imagesmith.stages.evidence.trust import TrustPolicy
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class ReleaseOptions:
     floating_gate: Callable[[str | None], str | None] | None = None
     allow_cpu_verification: bool = False
     registry: RegistryProtocol | None = None  # instead of a client for the release's registry (a test's double)
-    vulnerabilities: Any = None  # an imagesmith.stages.vulngate.Gate: known vulnerabilities gate the release (sources.advisories)
+    vulnerabilities: Any = None  # an imagesmith.stages.evidence.vulngate.Gate: known vulnerabilities gate the release (sources.advisories)
     release_repository: str | None = None  # publish --registry HOST/REPO: the artifacts must release exactly there
     trust: TrustPolicy | None = None  # which verifier keys the release believes (--trust-policy)
     verifier_key: Key | None = None  # build --verify/--push: signs each verification (--verifier-key)
@@ -83,7 +86,7 @@ class Signed:
             if found is not None and found.inventory is not None:
                 return found.inventory
             if image_id in local:
-                return verify.run_facts(engine, image_id, args=["--inventory"])
+                return incontainer.run_facts(engine, image_id, args=["--inventory"])
             raise UserError(f"image {image_id}: its signed verification carries no inventory, so no SBOM is made from "
                             f"an unsigned file; verify it again with --verifier-key (or publish --no-evidence)")
         return inventory
@@ -91,7 +94,7 @@ class Signed:
 
 def signed_verifications(found: Sequence[artifacts.Found], policy: TrustPolicy | None) -> Signed:
     """Each built target's verification as ``policy`` judges it: the signed statement beside its build.json, about
-    that very image (:func:`imagesmith.stages.trust.accept`), its facts checked against the build record. A target with
+    that very image (:func:`imagesmith.stages.evidence.trust.accept`), its facts checked against the build record. A target with
     neither verify.json nor a statement is not verified; an unsigned verify.json, a statement signed by a key the
     policy does not name or about another image stops the release before anything is tagged (UserError)."""
     if policy is None:

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from imagesmith import runstate
-from imagesmith.stages import build, publish, verify
+from imagesmith.stages import artifacts
+from imagesmith.stages.release import publish
+from imagesmith.stages.verify import verify
 
 RUN_REPORT = "run-report.json"
 
@@ -68,7 +70,7 @@ class RunOutcome:
     """What the stages after a build made of it: each verified image's outcome, the release (when
     one ran) and the run report that holds all of it."""
 
-    results: tuple[build.TargetResult, ...]
+    results: tuple[artifacts.TargetResult, ...]
     outcomes: Mapping[str, verify.VerifyOutcome]
     release: publish.ReleaseReport | None
     run_report: Path

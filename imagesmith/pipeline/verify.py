@@ -18,7 +18,7 @@ from imagesmith.model.ref import DOCKER_HUB
 from imagesmith.pipeline.inputs import out_of, read_builds
 from imagesmith.pipeline.runreport import RunOutcome
 from imagesmith.progress import Display
-from imagesmith.stages import verify
+from imagesmith.stages.verify import incontainer, judge, onhost, verify
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
@@ -40,11 +40,11 @@ class AttachedEvidence:
     """What ``imagesmith verify IMAGE`` found attached to IMAGE's digest, and whether a signed verification there
     stands for a fresh run (:func:`attached_evidence`); the command prints it, in this order."""
 
-    found: Any = None  # an imagesmith.stages.evidence.Evidence; None: nothing read (``note`` says why, when there is a why)
+    found: Any = None  # an imagesmith.stages.evidence.evidence.Evidence; None: nothing read (``note`` says why, when there is a why)
     note: str | None = None  # why the registry gave no evidence
     reused: dict[str, Any] | None = None  # the verify report of the attestation that stands for a fresh run
     why_not: tuple[str, ...] = ()  # --reuse-evidence asked, nothing reusable: the reasons, one per attestation
-    match: Any = None  # the reused attestation (imagesmith.stages.evidence.Attestation)
+    match: Any = None  # the reused attestation (imagesmith.stages.evidence.evidence.Attestation)
     gpu_model: str | None = None  # this host's GPU model as --gpus selects them (None: CPU mode)
 
 
@@ -53,12 +53,12 @@ def attached_evidence(image: str, public_keys: Sequence[Path], store: Credential
                       gpus: Callable[[str], tuple[str | None, int]] | None = None) -> AttachedEvidence:
     """The evidence attached to IMAGE's digest (a registry reference; none read from Docker Hub), its signatures
     checked with the public keys in ``public_keys``; with ``reuse`` (--reuse-evidence), the verify report of a signed attestation that stands for a fresh
-    run with ``options`` (:func:`imagesmith.stages.reuse.reusable`), else the reasons none does. ``read`` and
+    run with ``options`` (:func:`imagesmith.stages.evidence.reuse.reusable`), else the reasons none does. ``read`` and
     ``gpus`` are the registry read and this host's GPU inventory (a test passes doubles)."""
     from imagesmith.edges import signing
     from imagesmith.edges.engine import registry_host
-    from imagesmith.stages import evidence
-    from imagesmith.stages.reuse import Wanted, reusable, reused_report
+    from imagesmith.stages.evidence import evidence
+    from imagesmith.stages.evidence.reuse import Wanted, reusable, reused_report
 
     if registry_host(image) == DOCKER_HUB:
         return AttachedEvidence()
@@ -81,7 +81,7 @@ def attached_evidence(image: str, public_keys: Sequence[Path], store: Credential
 def gpu_model(gpus: str) -> tuple[str | None, int]:
     """This host's GPU model and count as --gpus selects them (None: CPU mode)."""
     from imagesmith.edges.hostinfo import inventory
-    from imagesmith.stages.attestation import model_name
+    from imagesmith.stages.evidence.attestation import model_name
 
     found = inventory().gpus if gpus != "none" else ()
     wanted = {g.strip() for g in gpus.split(",")} if gpus not in ("all", "none") else None
@@ -135,11 +135,11 @@ def run_verify(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None
         attached = attached_evidence(job.image, job.public_keys, context.store, job.options, job.reuse_evidence, job.max_age_days)
         show.evidence(attached, job.options.tier)
         if attached.reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
-            with Tracked(job.json_out, verify.running_report(job.image, job.options.tier)) as tracked:
+            with Tracked(job.json_out, judge.running_report(job.image, job.options.tier)) as tracked:
                 tracked.complete(attached.reused)
             return show.report(attached.reused, job.json_out)
-    with Tracked(job.json_out, verify.running_report(job.image, job.options.tier)) as tracked:  # --json FILE: running at once
-        outcome = (verify.run_local(job.options, job.python, progress=show.progress(True)) if job.local
+    with Tracked(job.json_out, judge.running_report(job.image, job.options.tier)) as tracked:  # --json FILE: running at once
+        outcome = (onhost.run_local(job.options, job.python, progress=show.progress(True)) if job.local
                    else _verify_image(context, job, show))
         tracked.complete(outcome.report)
     show.report(outcome.report, job.json_out)
@@ -162,7 +162,7 @@ def _verify_image(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> v
     host = registry_host(image)
     creds = context.store.for_host(host)
     index_reader = context.registry(host, creds) if host != DOCKER_HUB else None
-    return verify.verify_image(context.engine, image, job.options, pull=job.pull, progress=show.progress(False),
+    return incontainer.verify_image(context.engine, image, job.options, pull=job.pull, progress=show.progress(False),
                                auth=creds.auth_config() if creds else None, registry=index_reader)
 
 
@@ -176,9 +176,9 @@ def _sign_image(context: RunContext, image: str, report: Mapping[str, Any], sign
                 note: Callable[[str], None]) -> Path:
     """The report of ``verify IMAGE`` and the inventory measured inside that image, signed as a statement about
     IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on)."""
+    from imagesmith.model.fleet import parse_ref
     from imagesmith.pipeline.verify_built import sign_report
-    from imagesmith.stages import trust
-    from imagesmith.stages.fleet.config import parse_ref
+    from imagesmith.stages.evidence import trust
 
     ref = parse_ref(image)
     return sign_report(context.engine, report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out), note)

@@ -18,20 +18,22 @@ from imagesmith.model.ref import host_of
 from imagesmith.pipeline.inputs import BuildInput
 from imagesmith.pipeline.runreport import RunOutcome, RunReport
 from imagesmith.progress import Display
-from imagesmith.stages import artifacts, build, trust, verify
+from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import VERIFY_FILE
+from imagesmith.stages.evidence import trust
+from imagesmith.stages.verify import incontainer, judge, verify
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
 
 
-def verify_results(engine: EngineProtocol, results: list[build.TargetResult], options: verify.VerifyOptions, out: Path,
+def verify_results(engine: EngineProtocol, results: list[artifacts.TargetResult], options: verify.VerifyOptions, out: Path,
                    display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
                    folders: Mapping[str, Path] | None = None, signer: Key | None = None) -> dict[str, verify.VerifyOutcome]:
     """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
     folder of its build artifact) says ``running`` while its image is verified, then ``complete``
     (or ``interrupted``); with the verifier key ``signer``, the signed statement beside it
-    (:data:`imagesmith.stages.trust.STATEMENT_FILE`, what publish believes)."""
+    (:data:`imagesmith.stages.evidence.trust.STATEMENT_FILE`, what publish believes)."""
     outcomes: dict[str, verify.VerifyOutcome] = {}
     for r in results:
         if not r.ok or not r.image_id:
@@ -42,7 +44,7 @@ def verify_results(engine: EngineProtocol, results: list[build.TargetResult], op
     return outcomes
 
 
-def verify_one(engine: EngineProtocol, r: build.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
+def verify_one(engine: EngineProtocol, r: artifacts.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
                auth: Mapping[str, str] | None = None, signer: Key | None = None) -> verify.VerifyOutcome:
     """One built image: a staged one by its digest (pulled when this engine lacks it), else by image ID;
     the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done).
@@ -52,7 +54,7 @@ def verify_one(engine: EngineProtocol, r: build.TargetResult, options: verify.Ve
     staged = f"{r.staged['repository']}@{r.staged['digest']}" if r.staged else None
     ref = staged or r.image_id or ""
     (folder / trust.STATEMENT_FILE).unlink(missing_ok=True)  # an earlier run's statement never outlives its report
-    with runstate.Tracked(folder / VERIFY_FILE, verify.running_report(ref, options.tier)) as tracked:
+    with runstate.Tracked(folder / VERIFY_FILE, judge.running_report(ref, options.tier)) as tracked:
         outcome = _verify_ref(engine, ref, staged is not None, options, display, r.target, auth)
         tracked.complete(outcome.report)
     if signer is not None:
@@ -74,7 +76,7 @@ def subject_of(staged: Mapping[str, Any] | artifacts.Staged | None, image_id: st
     return trust.Subject(trust.IMAGE_ID_SUBJECT, image_id or "")
 
 
-def sign_outcome(engine: EngineProtocol, r: build.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
+def sign_outcome(engine: EngineProtocol, r: artifacts.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
                  display: Display) -> Path:
     """FOLDER/verify.dsse.json: the report and the inventory measured inside the image, signed by the verifier."""
     return sign_report(engine, outcome.report, subject_of(r.staged, r.image_id), signer, folder / trust.STATEMENT_FILE,
@@ -89,7 +91,7 @@ def sign_report(engine: EngineProtocol, report: Mapping[str, Any], subject: trus
     image_id = str((report.get("image") or {}).get("id") or "")
     if image_id:
         try:
-            inventory = verify.run_facts(engine, image_id, args=["--inventory"])
+            inventory = incontainer.run_facts(engine, image_id, args=["--inventory"])
         except UserError as exc:  # a BuildError too
             note(f"the inventory (the SBOM's input) was not measured: {exc}; the statement carries none")
     write_text(path, trust.sign(report, inventory, subject, signer).decode() + "\n")
@@ -109,11 +111,11 @@ def sign_outcome_or_say(sign: Callable[[], Path], note: Callable[[str], None]) -
 def _verify_ref(engine: EngineProtocol, ref: str, pull: bool, options: verify.VerifyOptions, display: Display, target: str,
                 auth: Mapping[str, str] | None) -> verify.VerifyOutcome:
     try:
-        return verify.verify_image(engine, ref, options, pull=pull, progress=_progress(display, target), auth=auth)
+        return incontainer.verify_image(engine, ref, options, pull=pull, progress=_progress(display, target), auth=auth)
     except UsageError:
         raise
     except UserError as exc:
-        report = verify.failed_report("payload.start", str(exc), options.tier) | {"state": runstate.COMPLETE}
+        report = judge.failed_report("payload.start", str(exc), options.tier) | {"state": runstate.COMPLETE}
         return verify.VerifyOutcome(report)
 
 
@@ -141,11 +143,11 @@ def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, d
     return RunOutcome(tuple(results), outcomes, None, path)
 
 
-def staged_host(r: build.TargetResult) -> str:
+def staged_host(r: artifacts.TargetResult) -> str:
     return host_of(str((r.staged or {}).get("repository", "")))
 
 
-def staging_auth(results: Sequence[build.TargetResult], store: CredentialStore,
+def staging_auth(results: Sequence[artifacts.TargetResult], store: CredentialStore,
                  folders: Mapping[str, Path]) -> dict[str, str] | None:
     """Pull credentials for the staging registry the results name: the store's login for the declared staging
     host (--stage) when every staged repository is on it; none when no staging host was declared (the hosts

@@ -1,5 +1,5 @@
 """``vulns recheck``'s report as Markdown (a CI job summary) and as Prometheus series, from its JSON
-(``imagesmith.recheck/1``, :mod:`imagesmith.stages.recheck`). Pure.
+(``imagesmith.recheck/1``, :mod:`imagesmith.stages.release.recheck`). Pure.
 
 Every text in it came from a registry or a snapshot another party wrote: Markdown cells go through
 :func:`imagesmith.report.markdown.cell`; label values are bounded here and escaped by prometheus-client.

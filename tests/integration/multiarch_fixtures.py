@@ -4,7 +4,7 @@ the platform axis (issue 24) without an emulated debootstrap (minutes under QEMU
 ``debootstrap --download-only`` fetches Debian 12's minbase with ``python3-minimal`` and its standard library for
 the architecture; every package is unpacked with ``dpkg-deb -x`` (no maintainer script runs, so nothing needs
 QEMU), the tree is merged into ``/usr`` as Debian 12 does, and loaded as a one-layer image whose config names the
-architecture (``imagesmith.stages.bootstrap.docker_archive``, the loader ``base bootstrap --arch`` uses).
+architecture (``imagesmith.stages.tools.bootstrap.docker_archive``, the loader ``base bootstrap --arch`` uses).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 
 from imagesmith.edges.engine import Engine
-from imagesmith.stages import bootstrap
+from imagesmith.stages.tools import bootstrap
 
 PACKAGES = "python3-minimal,libpython3.11-stdlib"
 

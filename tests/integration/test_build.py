@@ -21,7 +21,7 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.model import matrix, plan
-from imagesmith.stages import build
+from imagesmith.stages.build import build, buildreport
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import (
     CountingEngine,
@@ -43,13 +43,13 @@ layers:
 """
 
 
-def run_build(path: Path, engine: Engine, out: Path, **select: tuple[str, ...]) -> build.BuildReport:
+def run_build(path: Path, engine: Engine, out: Path, **select: tuple[str, ...]) -> buildreport.BuildReport:
     m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     p = plan.expand(m, DATE).select(**select)
     return build.Builder(p, m, engine, out, jobs=2).run()
 
 
-def statuses(report: build.BuildReport) -> dict[str, str]:
+def statuses(report: buildreport.BuildReport) -> dict[str, str]:
     return {r.target.rsplit("-", 1)[1]: r.status for r in report.results}
 
 
@@ -64,7 +64,7 @@ def test_dag_cache_failure_isolation_and_partial_rebuild(build_matrix: MatrixFac
     assert tools.facts and tools.facts["packages"]["tabulate"] == "0.9.0"
     # the child was built FROM its parent's image ID, not from a tag
     assert base.image_id in [h["Id"] for h in engine.history(tools.image_id or "")]
-    summary = "\n".join(build.failure_summary(first))
+    summary = "\n".join(buildreport.failure_summary(first))
     assert f"Dockerfile: {out}/2.13.0-cpu-py3.11-debian12-broken/Dockerfile" in summary
     assert "imagesmith-no-such-package" in summary and "|" in summary
     report = json.loads((out / "report.json").read_text())

@@ -21,7 +21,7 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.model import matrix, plan
-from imagesmith.stages import build
+from imagesmith.stages.build import build, buildreport
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory
 from tests.unit.trustkeys import verifier
@@ -37,12 +37,12 @@ RUN sleep 20
 """
 
 
-def run_build(path: Path, engine: Engine, out: Path) -> build.BuildReport:
+def run_build(path: Path, engine: Engine, out: Path) -> buildreport.BuildReport:
     m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     return build.Builder(plan.expand(m, DATE), m, engine, out, jobs=2).run()
 
 
-def statuses(report: build.BuildReport) -> dict[str, str]:
+def statuses(report: buildreport.BuildReport) -> dict[str, str]:
     return {r.target.rsplit("-", 1)[1]: r.status for r in report.results}
 
 

@@ -1,5 +1,5 @@
 """A CDI spec applied to a real container by imagesmith's translation, through the code path verify takes
-(stages.gpus.plan -> stages.gpus.apply -> Engine.run), on this host's Docker, which has no CDI of its own.
+(stages.verify.gpus.plan -> stages.verify.gpus.apply -> Engine.run), on this host's Docker, which has no CDI of its own.
 
 The spec (in tmp_path, never /etc/cdi) names a device node that is really /dev/null, a read-only file mount, an
 environment entry, a create-symlinks hook and an update-ldcache hook over a folder holding a real ELF library
@@ -19,7 +19,7 @@ import pytest
 
 from imagesmith.edges import elf
 from imagesmith.edges.engine import Engine, RunSpec
-from imagesmith.stages import gpus
+from imagesmith.stages.verify import gpus
 
 pytestmark = pytest.mark.integration
 DRIVER = "/opt/imagesmith-driver/lib"

@@ -17,7 +17,8 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.render import cudalayer
-from imagesmith.stages import publish, verify
+from imagesmith.stages.release import publish
+from imagesmith.stages.verify import incontainer, verify
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import CudaCells
 
@@ -92,7 +93,7 @@ def test_the_registry_stores_the_cuda_layer_once(engine: Engine, cuda_cells: Cud
 
 def test_torch_loads_cudnn_and_nccl_from_the_shared_layer(engine: Engine, cuda_cells: CudaCells) -> None:
     for os_key, image_id in cuda_cells.images.items():
-        outcome = verify.verify_image(engine, image_id, verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300))
+        outcome = incontainer.verify_image(engine, image_id, verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300))
         checks = {c["id"]: c for c in outcome.report["checks"]}
         origin = checks["libs.origin"]
         assert origin["status"] == "pass", (os_key, origin)

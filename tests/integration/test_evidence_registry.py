@@ -31,8 +31,9 @@ from imagesmith.edges import signing
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.tags import FloatingTag, TagPolicy
-from imagesmith.stages import evidence, verify
-from imagesmith.stages.publish import Backoff, Item, Publisher, evidence_step
+from imagesmith.stages.evidence import evidence
+from imagesmith.stages.release.publish import Backoff, Item, Publisher, evidence_step
+from imagesmith.stages.verify import incontainer, verify
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import docker_build, planted_wheel
 
@@ -62,8 +63,8 @@ class Release:
         self.server.root.mkdir()
         self.server.configure()
         self.key, self.pub = keypair(folder, "release")
-        self.report = verify.verify_image(engine, image_id, OPTIONS).report
-        self.facts = verify.run_facts(engine, image_id)
+        self.report = incontainer.verify_image(engine, image_id, OPTIONS).report
+        self.facts = incontainer.run_facts(engine, image_id)
         self.runs = 0
 
     def run(self, report: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -419,7 +420,7 @@ def test_verify_prints_the_evidence_and_reuses_a_signed_attestation(release: Rel
 
 
 def test_doctor_release_probes_push_rights_on_the_real_registry(release: Release, tmp_path: Path) -> None:
-    from imagesmith.stages import doctor
+    from imagesmith.stages.tools import doctor
 
     assert doctor.probe_release(release.server.host, REPO, {"IMAGESMITH_REGISTRY_USER": USER, "IMAGESMITH_REGISTRY_PASSWORD": PASSWORD}) \
         == doctor.ReleaseFacts()

@@ -20,8 +20,9 @@ from imagesmith.model import policy
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.platform import Platform
 from imagesmith.model.tags import FloatingTag, TagPolicy
-from imagesmith.stages import evidence, verify
-from imagesmith.stages.publish import Backoff, Item, Publisher, evidence_step, index_evidence_step
+from imagesmith.stages.evidence import evidence
+from imagesmith.stages.release.publish import Backoff, Item, Publisher, evidence_step, index_evidence_step
+from imagesmith.stages.verify import incontainer, verify
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.test_evidence_registry import keypair
 
@@ -37,8 +38,8 @@ TARGETS = {Platform.AMD64: "2.9-cpu-py3.11-debian12-base", Platform.ARM64: "2.9-
 
 def test_an_arm64_image_verified_here_runs_emulated_in_cpu_mode_and_says_it_has_no_torch(
         engine: Engine, python_images: dict[str, str]) -> None:
-    report = verify.verify_image(engine, python_images["arm64"], QUICK).report
-    assert report["emulation"] == {"image": "linux/arm64", "host": "linux/amd64", "by": verify.EMULATOR}
+    report = incontainer.verify_image(engine, python_images["arm64"], QUICK).report
+    assert report["emulation"] == {"image": "linux/arm64", "host": "linux/amd64", "by": incontainer.EMULATOR}
     assert report["platform"] == {"image": "linux/arm64", "host": "linux/amd64"}
     assert report["mode"]["reason"].startswith("CPU mode: emulated, linux/arm64 on a linux/amd64 host")
     torch = next(c for c in report["checks"] if c["id"] == "versions.torch")
@@ -47,7 +48,7 @@ def test_an_arm64_image_verified_here_runs_emulated_in_cpu_mode_and_says_it_has_
     ev = policy.evidence(report)
     assert ev.emulated and not ev.gpu_verified and "emulated: linux/arm64 on a linux/amd64 host" in ev.describe()
     with pytest.raises(UserError, match="runs only under emulation, never on a GPU"):
-        verify.verify_image(engine, python_images["arm64"], verify.VerifyOptions(require_gpu=True))
+        incontainer.verify_image(engine, python_images["arm64"], verify.VerifyOptions(require_gpu=True))
 
 
 def test_a_base_of_the_other_platform_fails_each_cell_before_any_build_step(
@@ -55,7 +56,7 @@ def test_a_base_of_the_other_platform_fails_each_cell_before_any_build_step(
     """Each platform's base named for the other: the engine's own inspect of each base refuses both cells; no step
     runs (no build log), nothing is tagged for them."""
     from imagesmith.model import matrix, plan
-    from imagesmith.stages import build
+    from imagesmith.stages.build import build
 
     text = (f"image: {{repository: imagesmith-test/wrong-base}}\nmatrix: {{torch: ['2.9'], cuda: [cpu], python: ['3.11'], "
             f"os: [debian12], platform: [linux/amd64, linux/arm64]}}\nbase_images:\n  debian12:\n"
@@ -113,7 +114,7 @@ class World:
 @pytest.fixture(scope="module")
 def reports(engine: Engine, python_images: dict[str, str]) -> dict[Platform, dict[str, Any]]:
     """Each platform's image verified here once (the arm64 one under QEMU): what the releases attest."""
-    return {p: verify.verify_image(engine, python_images[p.arch], QUICK).report for p in Platform}
+    return {p: incontainer.verify_image(engine, python_images[p.arch], QUICK).report for p in Platform}
 
 
 @pytest.fixture()
@@ -145,7 +146,7 @@ def test_a_two_platform_release_is_one_index_of_the_verified_digests_and_a_faile
         assert found.ok and {a.kind for a in found.attestations} >= {"sbom", "verification"} and found.signatures
         [said] = found.to_json()["verification"]  # the signed predicate says where it ran, and whether emulated
         assert said["platform"] == {"image": f"linux/{arch}", "host": "linux/amd64", "emulated": arch == "arm64",
-                                    "emulator": verify.EMULATOR if arch == "arm64" else None}
+                                    "emulator": incontainer.EMULATOR if arch == "arm64" else None}
     signed = world.evidence(index["digest"])  # the index itself carries the release's signature
     assert signed.ok and [s.signed_by for s in signed.signatures] and signed.media_type == OCI_INDEX
     assert world.raw("latest", "--raw")["mediaType"] == OCI_INDEX  # the floating tag serves the index
@@ -161,7 +162,7 @@ def test_verify_of_the_tag_names_the_platform_image_it_ran(world: World, engine:
     released = world.release([world.item(Platform.AMD64), world.item(Platform.ARM64)])
     amd = released["targets"][0]
     ref = f"{world.server.host}/{REPO}:{TAG}"
-    report = verify.verify_image(engine, ref, verify.VerifyOptions(gpus="none", timeout_s=600, only=("versions.python",)),
+    report = incontainer.verify_image(engine, ref, verify.VerifyOptions(gpus="none", timeout_s=600, only=("versions.python",)),
                                  auth=CREDS.auth_config(), registry=Registry(world.server.host, CREDS)).report
     try:
         picked = {k: report["image"][k] for k in ("index", "digest", "platform")}

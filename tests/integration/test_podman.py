@@ -23,7 +23,8 @@ from imagesmith.edges.engine import Engine, RunSpec, build_step
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import GpuRequestDropped, GpuRuntimeMissing
 from imagesmith.model import engines, matrix, plan
-from imagesmith.stages import build, verify
+from imagesmith.stages.build import build, buildreport
+from imagesmith.stages.verify import incontainer, served, verify
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory
 
@@ -78,7 +79,7 @@ def _dangling(podman: Engine) -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def podman_built(podman: Engine, podman_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[build.BuildReport, build.Builder, Recorder]]:
+def podman_built(podman: Engine, podman_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[buildreport.BuildReport, build.Builder, Recorder]]:
     """One build of a torch CPU base through Podman (two stages: a builder, then the venv copied out)."""
     folder = tmp_path_factory.mktemp("podman-build")
     factory = MatrixFactory(podman, podman_base, folder, repository=f"imagesmith-test/podman-{RUN}")
@@ -120,7 +121,7 @@ def test_a_build_through_podman_shows_its_steps_prunes_its_stages_and_tags_as_na
 
 def test_verify_through_podman_names_the_engine_and_no_digest_podman_made_up(podman: Engine, podman_built: Any) -> None:
     _, builder, _ = podman_built
-    outcome = verify.verify_image(podman, builder.plan.targets[0].image, CPU, pull=False)
+    outcome = incontainer.verify_image(podman, builder.plan.targets[0].image, CPU, pull=False)
     failed = [c for c in outcome.report["checks"] if c["status"] == "fail"]
     assert outcome.ok, failed
     assert outcome.report["engine"]["name"] == "Podman" and outcome.report["mode"]["mode"] == "cpu"
@@ -141,7 +142,7 @@ def test_a_gpu_request_podman_drops_is_found_after_create_and_said(podman: Engin
     # verify --gpu-runtime nvidia --require-gpu: the reason travels to the verdict, never "none visible" alone
     _, builder, _ = podman_built
     options = verify.VerifyOptions(tier="quick", gpus="all", gpu_runtime="nvidia", require_gpu=True, timeout_s=300)
-    outcome = verify.verify_image(podman, builder.plan.targets[0].image, options, pull=False)
+    outcome = incontainer.verify_image(podman, builder.plan.targets[0].image, options, pull=False)
     assert not outcome.ok
     assert outcome.report["gpu_path"]["path"] == "none"
     assert outcome.report["gpu_path"]["why"].startswith("the engine did not honour --gpus (creating a container of ")
@@ -193,7 +194,7 @@ def test_a_push_through_podman_records_the_digest_the_registry_serves(podman: En
         client = Registry(plain_registry.host, Credentials(USER, PASSWORD))
         back = client.manifest(f"imagesmith-test/podman-{RUN}", "t1")
         assert back is not None and back.digest == digest and back.config_digest == info.id
-        outcome_digests, said = verify.served_digests(client, f"{repository}:t1", podman.image(f"{repository}:t1"), podman.kind())
+        outcome_digests, said = served.served_digests(client, f"{repository}:t1", podman.image(f"{repository}:t1"), podman.kind())
         assert (outcome_digests, said) == ([f"{repository}@{digest}"], "")
     finally:
         podman.untag(f"{repository}:t1")

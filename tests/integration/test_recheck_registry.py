@@ -21,7 +21,7 @@ import pytest
 from imagesmith import cli
 from imagesmith.edges import signing
 from imagesmith.edges.registry import OCI_MANIFEST, Credentials, Registry
-from imagesmith.stages import evidence
+from imagesmith.stages.evidence import evidence
 from tests.integration.conftest import PASSWORD, USER, RegistryServer, _missing_tools
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]

@@ -19,7 +19,7 @@ from imagesmith.edges.registry import Credentials, Registry, RegistryHTTPError
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.policy import Evidence
 from imagesmith.model.tags import FloatingTag, TagPolicy
-from imagesmith.stages.publish import Backoff, Item, Publisher
+from imagesmith.stages.release.publish import Backoff, Item, Publisher
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]

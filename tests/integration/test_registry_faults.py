@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from imagesmith.edges.registry import Registry
-from imagesmith.stages.publish import Backoff, Publisher
+from imagesmith.stages.release.publish import Backoff, Publisher
 from tests.integration.conftest import CERTS_D, RegistryServer
 from tests.integration.engine_fixtures import CountingEngine
 from tests.integration.test_registry import GOOD, POLICY, REPO, item, tag

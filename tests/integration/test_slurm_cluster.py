@@ -22,8 +22,9 @@ from typing import Any, Callable
 import pytest
 
 from imagesmith.edges.engine import Engine
-from imagesmith.stages import trust
-from imagesmith.stages.fleet import config, runner
+from imagesmith.model import fleet as config
+from imagesmith.stages.evidence import trust
+from imagesmith.stages.fleet import runner
 from imagesmith.stages.fleet.report import FleetReport
 from imagesmith.stages.fleet.slurm import Slurm
 from tests.integration.slurm_fixtures import FleetImages, SlurmCluster
@@ -99,7 +100,7 @@ def _publish_gated_by(report: Path, fleet: Path, images: FleetImages, engine: En
     from imagesmith.model.matrix.records import ImageSpec
     from imagesmith.model.tags import FloatingTag, TagPolicy
     from imagesmith.stages.fleet.gate import load_gate
-    from imagesmith.stages.publish import Item, Publisher
+    from imagesmith.stages.release.publish import Item, Publisher
     from tests.integration.conftest import PASSWORD, USER
 
     host, repo = images.good.split("@")[0].split("/", 1)

@@ -29,9 +29,9 @@ import pytest
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.tags import FloatingTag, TagPolicy
-from imagesmith.stages import trust
-from imagesmith.stages.promote import Promoter, registry_promoter
-from imagesmith.stages.publish import Item, Publisher
+from imagesmith.stages.evidence import trust
+from imagesmith.stages.release.promote import Promoter, registry_promoter
+from imagesmith.stages.release.publish import Item, Publisher
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory, cli_job, ok
 from tests.unit.trustkeys import key_files

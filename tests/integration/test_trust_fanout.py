@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from imagesmith.edges import signing
-from imagesmith.stages import trust
+from imagesmith.stages.evidence import trust
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory, cli_job, ok
 from tests.unit.trustkeys import key_files

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from imagesmith.edges.engine import Engine
-from imagesmith.stages import verify
+from imagesmith.stages.verify import incontainer, judge, verify
 from tests.integration.engine_fixtures import BuiltImages, docker_build, left_containers
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def checks(outcome: verify.VerifyOutcome) -> dict[str, dict[str, Any]]:
 
 
 def test_a_good_image_passes_in_cpu_mode(engine: Engine, built_images: BuiltImages) -> None:
-    outcome = verify.verify_image(engine, built_images.cpu_base, OPTIONS)
+    outcome = incontainer.verify_image(engine, built_images.cpu_base, OPTIONS)
     by_id = checks(outcome)
     assert outcome.ok, [c for c in by_id.values() if c["status"] == "fail"]
     # numpy is pinned in every base layer (the knowledge base's numpy table): import torch is silent, a pass
@@ -59,26 +59,26 @@ def test_a_good_image_passes_in_cpu_mode(engine: Engine, built_images: BuiltImag
 
 def test_labels_declaring_another_torch_fail(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f"FROM {built_images.cpu_base}\nLABEL io.imagesmith.torch=2.9.1\n")
-    by_id = checks(verify.verify_image(engine, image, OPTIONS))
+    by_id = checks(incontainer.verify_image(engine, image, OPTIONS))
     assert by_id["versions.torch"]["status"] == "fail"
     assert "2.9.1" in by_id["versions.torch"]["detail"] and "2.13.0" in by_id["versions.torch"]["detail"]
 
 
 def test_expect_overrides_the_labels(engine: Engine, built_images: BuiltImages) -> None:
     options = verify.VerifyOptions(tier="quick", gpus="none", expect={"torch": "2.12.0"}, timeout_s=300)
-    assert checks(verify.verify_image(engine, built_images.cpu_base, options))["versions.torch"]["status"] == "fail"
+    assert checks(incontainer.verify_image(engine, built_images.cpu_base, options))["versions.torch"]["status"] == "fail"
 
 
 def test_no_torch_at_all_fails_with_a_clear_message(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f"FROM {built_images.cpu_base}\nUSER 0\nRUN /opt/venv/bin/pip uninstall -y -q torch\nUSER 1000\n")
-    outcome = verify.verify_image(engine, image, OPTIONS)
+    outcome = incontainer.verify_image(engine, image, OPTIONS)
     assert not outcome.ok
     detail = checks(outcome)["versions.torch"]["detail"]
     assert "torch" in detail and ("not installed" in detail or "import" in detail), detail
 
 
 def test_an_image_without_python_fails_with_a_clear_message(engine: Engine, debian_base: str) -> None:
-    outcome = verify.verify_image(engine, debian_base, OPTIONS)
+    outcome = incontainer.verify_image(engine, debian_base, OPTIONS)
     start, check = outcome.report["checks"]
     assert (start["id"], start["status"]) == ("entrypoint.start", "skip")  # no ENTRYPOINT: nothing to start
     assert check["status"] == "fail" and "no python3" in check["detail"], check
@@ -86,7 +86,7 @@ def test_an_image_without_python_fails_with_a_clear_message(engine: Engine, debi
 
 def test_root_user_is_flagged(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f"FROM {built_images.cpu_base}\nUSER 0\n")
-    by_id = checks(verify.verify_image(engine, image, OPTIONS))
+    by_id = checks(incontainer.verify_image(engine, image, OPTIONS))
     assert by_id["security.user"]["status"] == "fail" and "root" in by_id["security.user"]["detail"]
 
 
@@ -94,7 +94,7 @@ def test_a_timeout_kills_the_container_and_fails(engine: Engine, built_images: B
     # a one-minute soak of the leak check certainly outlives a 3 s limit (a single
     # standard-tier leak run can finish inside it on a fast machine)
     options = verify.VerifyOptions(tier="soak", soak_minutes=1, gpus="none", timeout_s=3, only=("leak",))
-    outcome = verify.verify_image(engine, built_images.cpu_base, options)
+    outcome = incontainer.verify_image(engine, built_images.cpu_base, options)
     assert [c["id"] for c in outcome.report["checks"]] == ["payload.timeout"]
     assert left_containers(engine) == []
 
@@ -107,7 +107,7 @@ def run_payload(engine: Engine, image: str, config: dict[str, Any], only: str = 
     spec = RunSpec(image=image, command=["python3", "/opt/imagesmith/verify/run.py", "--config",
                                          "/opt/imagesmith/verify/config.json", "--only", only, "--emit-marker"],
                    files=files, files_dir="/opt/imagesmith/verify", timeout_s=600)
-    report = verify.parse_marker(engine.run(spec).stdout)
+    report = judge.parse_marker(engine.run(spec).stdout)
     assert report is not None
     return {c["id"]: c for c in report["checks"]}
 
@@ -159,24 +159,24 @@ def test_cli_verify_writes_a_report_and_sets_the_exit_code(built_images: BuiltIm
 
 def test_a_cuda_image_verified_on_this_gpu_less_engine(engine: Engine, cuda_base: str) -> None:
     """No NVIDIA runtime here: --gpus all is not met (said, not silent); CPU mode only when asked or allowed."""
-    good = verify.verify_image(engine, cuda_base, CPU_MODE)
+    good = incontainer.verify_image(engine, cuda_base, CPU_MODE)
     by_id = checks(good)
     assert good.ok, [c for c in by_id.values() if c["status"] == "fail"]
     assert by_id["libs.cudnn"]["status"] == "pass" and by_id["versions.cudnn"]["status"] == "pass"
     assert by_id["libs.integrity"]["status"] == "pass", by_id["libs.integrity"]
     assert by_id["gpu.devices"]["detail"] == "CPU mode, as asked (--gpus none): GPU checks skipped"
 
-    asked = verify.verify_image(engine, cuda_base, OPTIONS)
+    asked = incontainer.verify_image(engine, cuda_base, OPTIONS)
     devices = checks(asked)["gpu.devices"]
     assert not asked.ok and devices["status"] == "fail", devices
     assert devices["detail"].startswith("asked for all GPUs (--gpus all), none visible: the Docker engine has no NVIDIA")
     assert asked.report["notes"] and asked.report["mode"]["mode"] == "cpu"
 
-    one = checks(verify.verify_image(engine, cuda_base, verify.VerifyOptions(gpus="0", timeout_s=300, only=("gpu.devices",))))
+    one = checks(incontainer.verify_image(engine, cuda_base, verify.VerifyOptions(gpus="0", timeout_s=300, only=("gpu.devices",))))
     assert one["gpu.devices"]["status"] == "fail" and one["gpu.devices"]["detail"].startswith(
         "asked for 1 GPU (--gpus 0), none visible: the Docker engine has no NVIDIA container runtime")
 
-    allowed = verify.verify_image(engine, cuda_base, verify.VerifyOptions(gpus="all", allow_cpu=True, timeout_s=300))
+    allowed = incontainer.verify_image(engine, cuda_base, verify.VerifyOptions(gpus="all", allow_cpu=True, timeout_s=300))
     assert allowed.ok and checks(allowed)["gpu.devices"]["status"] == "skip"
     assert allowed.report["mode"]["reason"].endswith("CPU verification allowed (--allow-cpu-verification / "
                                                      "verify.require_gpu: false): not GPU-verified")
@@ -186,7 +186,7 @@ def test_part_of_cudnn_removed_fails_in_cpu_mode(engine: Engine, cuda_base: str,
     """torch still imports and reports cuDNN; the wheel's RECORD says what is gone."""
     image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm /opt/imagesmith/cuda/nvidia/cudnn/lib/libcudnn_cnn*\n"
                     "USER 1000\n")
-    outcome = verify.verify_image(engine, image, CPU_MODE)
+    outcome = incontainer.verify_image(engine, image, CPU_MODE)
     by_id = checks(outcome)
     torch = by_id["versions.torch"]  # torch still imports and measures its version (a warn: what `import torch` warned about)
     assert not outcome.ok and torch["status"] in ("pass", "warn") and str(torch["value"]).startswith("2.14.1"), torch
@@ -198,7 +198,7 @@ def test_part_of_cudnn_removed_fails_in_cpu_mode(engine: Engine, cuda_base: str,
 
 def test_cudnn_removed_from_a_cuda_image_fails(engine: Engine, cuda_base: str, planted: Any) -> None:
     image = planted(f"FROM {cuda_base}\nUSER 0\nRUN rm -rf /opt/imagesmith/cuda/nvidia/cudnn\nUSER 1000\n")  # the shared CUDA layer
-    outcome = verify.verify_image(engine, image, CPU_MODE)
+    outcome = incontainer.verify_image(engine, image, CPU_MODE)
     bad = checks(outcome)
     assert not outcome.ok
     assert bad["libs.cudnn"]["status"] == "fail" and "cuDNN" in bad["libs.cudnn"]["detail"], bad["libs.cudnn"]

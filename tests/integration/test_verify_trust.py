@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from imagesmith.edges.engine import Engine
-from imagesmith.stages import verify
+from imagesmith.stages.verify import incontainer, verify
 from tests.integration.engine_fixtures import BuiltImages, containers_created, left_containers
 
 pytestmark = pytest.mark.integration
@@ -81,7 +81,7 @@ def with_site(base: str) -> str:
 
 def test_an_entrypoint_that_forges_a_report_never_runs(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f"FROM {built_images.cpu_base}\nENTRYPOINT [\"/bin/sh\", \"-c\", \"echo '{FORGED}'\"]\n")
-    outcome = verify.verify_image(engine, image, QUICK)
+    outcome = incontainer.verify_image(engine, image, QUICK)
     assert outcome.ok and checks(outcome)["versions.torch"]["detail"].startswith("torch 2.13.0+cpu matches")
     assert len(outcome.report["checks"]) > 1 and outcome.report["nonce"]  # the real payload's answer
     # its start printed the forgery, not the no-op's word: it does not run the command it is given, so it was bypassed
@@ -90,32 +90,32 @@ def test_an_entrypoint_that_forges_a_report_never_runs(engine: Engine, built_ima
 
 def test_an_entrypoint_that_drops_its_arguments_does_not_decide(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f'FROM {built_images.cpu_base}\nENTRYPOINT ["/bin/sh", "-c", "exec python3"]\n')
-    outcome = verify.verify_image(engine, image, QUICK)
+    outcome = incontainer.verify_image(engine, image, QUICK)
     assert outcome.ok, [c for c in outcome.report["checks"] if c["status"] == "fail"]
 
 
 def test_a_python3_that_prints_a_forged_report_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_python3(built_images.cpu_base), python3=f"#!/bin/sh\necho '{FORGED}'\n")
-    outcome = verify.verify_image(engine, image, QUICK)
+    outcome = incontainer.verify_image(engine, image, QUICK)
     (check,) = outcome.report["checks"]
     assert not outcome.ok and check["id"] == "payload.report" and check["status"] == "fail"
     assert check["detail"].startswith("the report was rejected: report.nonce: missing: this report was not written by this run's payload")
 
 
 def test_a_replayed_genuine_report_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
-    genuine = verify.verify_image(engine, built_images.cpu_base, QUICK).report
+    genuine = incontainer.verify_image(engine, built_images.cpu_base, QUICK).report
     line = "@@IMAGESMITH-REPORT@@ " + json.dumps({k: genuine[k] for k in (
         "schema", "nonce", "tier", "started_at", "duration_s", "environment", "checks", "summary")} | {"schema": "imagesmith.verify-report/1"})
     image = planted(with_site(built_images.cpu_base),
                     **{"sitecustomize.py": f"import os, sys\nsys.stdout.write({line!r} + '\\n')\nsys.stdout.flush()\nos._exit(0)\n"})
-    (check,) = verify.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
     assert check["id"] == "payload.report" and "not this run's" in check["detail"], check
 
 
 def test_a_second_report_line_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_site(built_images.cpu_base),
                     **{"sitecustomize.py": f"import sys\nsys.stdout.write({FORGED!r} + '\\n')\n"})
-    (check,) = verify.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
     assert check["detail"].startswith("2 report lines in the output (the payload prints one)"), check
 
 
@@ -131,14 +131,14 @@ def test_a_second_report_line_is_rejected(engine: Engine, built_images: BuiltIma
 def test_garbage_on_the_report_line_fails_cleanly(engine: Engine, built_images: BuiltImages, planted: Any, printed: str, why: str) -> None:
     image = planted(with_python3(built_images.cpu_base),
                     python3=f"#!/usr/bin/python3.11\nimport sys\nsys.stdout.write({printed!r} + '\\n')\n")
-    (check,) = verify.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
     assert check["id"] == "payload.report" and check["status"] == "fail" and check["detail"].startswith(why), check
 
 
 def test_a_python3_that_drops_its_arguments_names_the_entrypoint(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_python3(built_images.cpu_base, 'ENTRYPOINT ["/usr/local/bin/start"]\n'),
                     python3="#!/bin/sh\nexec /usr/bin/python3.11 -c 'print(\"hello\")'\n")
-    (check,) = verify.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
     assert check["detail"] == ("the image's python3 exited 0 without starting the payload (python3 run.py in place of the "
                                "image's ENTRYPOINT /usr/local/bin/start; it did not run its arguments): hello"), check
 
@@ -147,7 +147,7 @@ def test_floods_and_bytes_that_are_not_utf8_do_not_hide_the_report(engine: Engin
     flood = ("import sys\nout = sys.stdout.buffer\nout.write(b'\\xff\\xfe\\x00 not utf-8\\n')\n"
              "for _ in range(80):\n    out.write(b'x' * (1 << 20))\nout.write(b'\\n')\nout.flush()\n")
     image = planted(with_site(built_images.cpu_base), **{"sitecustomize.py": flood})
-    outcome = verify.verify_image(engine, image, verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300, only=("versions.torch",)))
+    outcome = incontainer.verify_image(engine, image, verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300, only=("versions.torch",)))
     assert outcome.ok and [c["id"] for c in outcome.report["checks"]] == ["versions.torch"]
 
 
@@ -155,7 +155,7 @@ def test_a_flood_after_the_report_is_named(engine: Engine, built_images: BuiltIm
     flood = ("import atexit, sys\n@atexit.register\ndef flood():\n    for _ in range(80):\n"
              "        sys.stdout.buffer.write(b'y' * (1 << 20))\n    sys.stdout.flush()\n")
     image = planted(with_site(built_images.cpu_base), **{"sitecustomize.py": flood})
-    (check,) = verify.verify_image(engine, image, verify.VerifyOptions(
+    (check,) = incontainer.verify_image(engine, image, verify.VerifyOptions(
         tier="quick", gpus="none", timeout_s=300, only=("versions.torch",))).report["checks"]
     assert check["id"] == "payload.report" and "(the container printed 80 MiB on stdout; the last 64 MiB were read)" in check["detail"]
 
@@ -167,7 +167,7 @@ def test_a_report_missing_a_check_it_was_asked_for_is_rejected(engine: Engine, b
             "    config['checks'] = config['checks'][1:]\n    json.dump(config, open('/tmp/c.json', 'w'))\n"
             "    args[args.index('--config') + 1] = '/tmp/c.json'\n")
     image = planted(with_site(built_images.cpu_base), **{"sitecustomize.py": drop})
-    (check,) = verify.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
     assert check["detail"].startswith("the report was rejected: report.checks: missing: versions.torch"), check
 
 
@@ -214,15 +214,15 @@ def jupyter_dockerfile(base: str, cmd: str, foreign: bool = True, extra: str = "
 
 def test_a_root_image_serving_jupyter_without_a_token_fails(engine: Engine, built_images: BuiltImages, with_wheels: Any) -> None:
     image = with_wheels(jupyter_dockerfile(built_images.cpu_base, JUPYTER))
-    quick = checks(verify.verify_image(engine, image, QUICK))
+    quick = checks(incontainer.verify_image(engine, image, QUICK))
     assert quick["security.config"]["status"] == "fail"
     assert quick["security.config"]["detail"].startswith(
         "Jupyter runs without authentication (empty token, no password): --ServerApp.token='' (ENTRYPOINT/CMD (sh -c))")
     assert quick["security.user"]["status"] == "warn"  # a foreign image: root warns ...
-    strict = checks(verify.verify_image(engine, image, verify.VerifyOptions(
+    strict = checks(incontainer.verify_image(engine, image, verify.VerifyOptions(
         tier="quick", gpus="none", only=("security.user",), require_non_root=True)))
     assert strict["security.user"]["status"] == "fail"  # ... and fails with --require-non-root
-    standard = verify.verify_image(engine, image, verify.VerifyOptions(tier="standard", gpus="none", only=("security.service",),
+    standard = incontainer.verify_image(engine, image, verify.VerifyOptions(tier="standard", gpus="none", only=("security.service",),
                                                                          probe_s=180))  # Jupyter starts slowly on a loaded CI host
     service = checks(standard)["security.service"]
     assert service["status"] == "fail" and "http://127.0.0.1:8888/api/kernels answered" in service["detail"], service
@@ -234,14 +234,14 @@ def test_a_start_script_that_disables_the_token_is_read(engine: Engine, built_im
     image = with_wheels(jupyter_dockerfile(built_images.cpu_base, '["--port=8888"]',
                                            extra=f"RUN printf '{script}' > /usr/local/bin/start.sh && chmod 755 /usr/local/bin/start.sh\n"
                                                  'ENTRYPOINT ["start.sh"]\n'))
-    config = checks(verify.verify_image(engine, image, QUICK))["security.config"]
+    config = checks(incontainer.verify_image(engine, image, QUICK))["security.config"]
     assert config["status"] == "fail" and "/usr/local/bin/start.sh" in config["detail"], config
 
 
 def test_jupyter_with_a_token_passes_the_probe(engine: Engine, built_images: BuiltImages, with_wheels: Any) -> None:
     image = with_wheels(jupyter_dockerfile(built_images.cpu_base, '["jupyter", "server", "--ip=0.0.0.0", "--port=8888"]',
                                            foreign=False, extra="USER 1000\nENV JUPYTER_TOKEN=s3cret-token\n"))
-    outcome = verify.verify_image(engine, image, verify.VerifyOptions(tier="standard", gpus="none", only=("security",), probe_s=180))
+    outcome = incontainer.verify_image(engine, image, verify.VerifyOptions(tier="standard", gpus="none", only=("security",), probe_s=180))
     by_id = checks(outcome)
     assert outcome.ok, [c for c in by_id.values() if c["status"] != "pass"]
     assert by_id["security.service"]["detail"].endswith("listening on 0.0.0.0:8888; no Jupyter API answered without a token")
@@ -250,13 +250,13 @@ def test_jupyter_with_a_token_passes_the_probe(engine: Engine, built_images: Bui
 
 def test_an_empty_jupyter_token_in_env_fails(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f'FROM {built_images.cpu_base}\nENV JUPYTER_TOKEN=""\nCMD ["jupyter", "lab", "--ip=0.0.0.0"]\n')
-    config = checks(verify.verify_image(engine, image, QUICK))["security.config"]
+    config = checks(incontainer.verify_image(engine, image, QUICK))["security.config"]
     assert config["status"] == "fail" and config["detail"].startswith("ENV JUPYTER_TOKEN is empty and the image starts Jupyter")
 
 
 def test_sshd_allowing_root_logins_from_its_command_fails(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f'FROM {built_images.cpu_base}\nEXPOSE 22\nCMD ["/usr/sbin/sshd", "-D", "-o", "PermitRootLogin=yes"]\n')
-    config = checks(verify.verify_image(engine, image, QUICK))["security.config"]
+    config = checks(incontainer.verify_image(engine, image, QUICK))["security.config"]
     assert config["status"] == "fail" and config["detail"].startswith("sshd -o PermitRootLogin=yes allows root logins"), config
 
 
@@ -266,7 +266,7 @@ def test_sshd_allowing_root_logins_from_its_command_fails(engine: Engine, built_
 def test_expect_cuda_cpu_passes_on_a_cpu_image(engine: Engine, built_images: BuiltImages) -> None:
     done = cli("verify", built_images.cpu_base, "--gpus", "none", "--only", "versions", "--expect", "cuda=cpu,torch=2.13.0", "-q")
     assert done.returncode == 0, done.stderr
-    wrong = checks(verify.verify_image(engine, built_images.cpu_base, verify.VerifyOptions(
+    wrong = checks(incontainer.verify_image(engine, built_images.cpu_base, verify.VerifyOptions(
         gpus="none", only=("versions.cuda",), expect={"cuda": "12.8"})))["versions.cuda"]
     assert wrong["status"] == "fail" and wrong["detail"] == "CUDA (torch.version.cuda) expected 12.8, but torch 2.13.0+cpu is a CPU-only build"
 
@@ -289,7 +289,7 @@ def test_a_bad_expect_is_bad_usage_before_any_container(engine: Engine, built_im
 def test_torch_import_warnings_are_reported(engine: Engine, built_images: BuiltImages, planted: Callable[..., str]) -> None:
     """The shipped bases pin numpy (import torch is silent); without it, torch warns at import and verify says what."""
     image = planted(f"FROM {built_images.cpu_base}\nUSER 0\nRUN /opt/venv/bin/pip uninstall -y -q numpy\nUSER 1000\n")
-    torch = checks(verify.verify_image(engine, image, QUICK))["versions.torch"]
+    torch = checks(incontainer.verify_image(engine, image, QUICK))["versions.torch"]
     assert torch["status"] == "warn" and "import torch warned: UserWarning: Failed to initialize NumPy" in torch["detail"]
 
 

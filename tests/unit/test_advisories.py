@@ -300,7 +300,7 @@ def mirror() -> Any:
 
 def test_a_snapshot_from_a_mirror_is_downloaded_bounded_and_read(write_matrix: Any, mirror: str) -> None:
     from imagesmith.model import matrix
-    from imagesmith.stages import vulngate
+    from imagesmith.stages.evidence import vulngate
 
     m = matrix.load(write_matrix('version: 1\nmatrix: {torch: ["2.9"], cuda: [cpu], python: ["3.11"], os: [debian12]}\n'
                                  f"sources: {{advisories: ['{mirror}/osv/PyPI/all.zip']}}\n"))

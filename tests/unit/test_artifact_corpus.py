@@ -24,7 +24,8 @@ import yaml
 
 from imagesmith import cli
 from imagesmith.edges import signing
-from imagesmith.stages import artifacts, attestation, trust
+from imagesmith.stages import artifacts
+from imagesmith.stages.evidence import attestation, trust
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.corpus import artifacts as corpus
 from tests.unit.test_artifacts import record

@@ -18,8 +18,9 @@ from imagesmith import pipeline
 from imagesmith.errors import UserError
 from imagesmith.model import matrix, plan
 from imagesmith.render import contexts as render
-from imagesmith.stages import artifacts, build, staging
+from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged
+from imagesmith.stages.build import staging
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase
 
@@ -55,12 +56,12 @@ def test_release_settings_come_from_the_matrix_with_floating_rules() -> None:
 
 
 def test_a_build_result_becomes_a_record_and_back() -> None:
-    result = build.TargetResult(PLAN.targets[0].id, "built", PLAN.targets[0].image, IMAGE, "sha256:" + "c" * 64, 2.0,
+    result = artifacts.TargetResult(PLAN.targets[0].id, "built", PLAN.targets[0].image, IMAGE, "sha256:" + "c" * 64, 2.0,
                                 facts={"torch": "2.13.0+cpu"}, staged={"repository": STAGED.repository, "tag": STAGED.tag,
                                                                        "digest": DIGEST, "pushed": True, "adopted": False})
     rec = artifacts.record_of(result, PLAN.targets[0], RELEASE)
     assert rec.staged == STAGED and rec.ok
-    back = build.TargetResult(**artifacts.result_fields(rec))
+    back = artifacts.TargetResult(**artifacts.result_fields(rec))
     assert (back.target, back.status, back.image_id, back.staged, back.facts) == \
            (result.target, result.status, result.image_id, result.staged, result.facts)
 

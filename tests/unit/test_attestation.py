@@ -14,8 +14,8 @@ from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement as ReferenceStatement
 
 from imagesmith.model import policy
-from imagesmith.stages import attestation, evidence, reuse
-from imagesmith.stages.attestation import Statement, StatementError
+from imagesmith.stages.evidence import attestation, evidence, reuse
+from imagesmith.stages.evidence.attestation import Statement, StatementError
 
 ROOT = Path(__file__).parent.parent.parent
 GPU_REPORT = ROOT / "bench" / "results" / "h200-quick.json"

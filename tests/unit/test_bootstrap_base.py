@@ -20,7 +20,7 @@ import pytest
 
 from imagesmith.errors import UserError
 from imagesmith.model import compat
-from imagesmith.stages import bootstrap
+from imagesmith.stages.tools import bootstrap
 from tests.doubles import EngineBase
 
 KB = compat.load()

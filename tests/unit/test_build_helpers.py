@@ -12,13 +12,14 @@ import pytest
 from imagesmith.edges.protocols import ImageInfo
 from imagesmith.errors import Redactor
 from imagesmith.model import matrix, plan
-from imagesmith.stages import build
+from imagesmith.stages import artifacts
+from imagesmith.stages.build import buildreport, cache, measured
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 FILES = {"Dockerfile": b"FROM x\n", "files/a.sh": b"echo a\n"}
 ARGS = {"PIP_INDEX_URL": "https://pypi.org/simple", "PIP_FIND_LINKS": ""}
 PARENT = "sha256:" + "1" * 64
-HASH = build.context_hash(FILES, ARGS, PARENT)
+HASH = cache.context_hash(FILES, ARGS, PARENT)
 
 
 def targets() -> dict[str, plan.Target]:
@@ -31,7 +32,7 @@ CUDA = "2.14.1-cu130-py3.11-debian12-base"
 
 
 def test_context_hash_is_stable_and_names_its_algorithm() -> None:
-    assert build.context_hash(dict(reversed(list(FILES.items()))), dict(reversed(list(ARGS.items()))), PARENT) == HASH
+    assert cache.context_hash(dict(reversed(list(FILES.items()))), dict(reversed(list(ARGS.items()))), PARENT) == HASH
     assert HASH.startswith("sha256:") and len(HASH) == len("sha256:") + 64
 
 
@@ -45,25 +46,25 @@ def test_context_hash_is_stable_and_names_its_algorithm() -> None:
 ])
 def test_context_hash_changes_with_whatever_decides_the_image(files: dict[str, bytes], args: dict[str, str],
                                                               parent: str) -> None:
-    assert build.context_hash(files, args, parent) != HASH
+    assert cache.context_hash(files, args, parent) != HASH
 
 
 @pytest.mark.parametrize("target_id", ["2.14.1-cu130-py3.11-debian12-base", "_x", "a" * 128])
 def test_owner_tag_keeps_a_target_id_that_is_a_valid_tag(target_id: str) -> None:
-    assert build.owner_tag(target_id) == target_id
+    assert cache.owner_tag(target_id) == target_id
 
 
 @pytest.mark.parametrize("target_id", ["a" * 129, "-leading-dash", ".dot", "has/slash", "with space", ""])
 def test_owner_tag_hashes_any_other_id_into_a_valid_distinct_tag(target_id: str) -> None:
-    tag = build.owner_tag(target_id)
-    assert tag.startswith("t-") and len(tag) == 42 and tag != build.owner_tag(target_id + "x")
-    assert build.owner_tag(tag) == tag  # the result is itself a valid tag
+    tag = cache.owner_tag(target_id)
+    assert tag.startswith("t-") and len(tag) == 42 and tag != cache.owner_tag(target_id + "x")
+    assert cache.owner_tag(tag) == tag  # the result is itself a valid tag
 
 
 def test_owner_id_differs_per_matrix_and_output_folder(tmp_path: Path) -> None:
-    a = build.owner_id(tmp_path / "m.yaml", tmp_path / "out")
-    assert a == build.owner_id(tmp_path / "." / "m.yaml", tmp_path / "out")
-    assert len({a, build.owner_id(tmp_path / "n.yaml", tmp_path / "out"), build.owner_id(tmp_path / "m.yaml", tmp_path / "o")}) == 3
+    a = cache.owner_id(tmp_path / "m.yaml", tmp_path / "out")
+    assert a == cache.owner_id(tmp_path / "." / "m.yaml", tmp_path / "out")
+    assert len({a, cache.owner_id(tmp_path / "n.yaml", tmp_path / "out"), cache.owner_id(tmp_path / "m.yaml", tmp_path / "o")}) == 3
 
 
 def facts_of(t: plan.Target, **changes: Any) -> dict[str, Any]:
@@ -92,7 +93,7 @@ def facts_of(t: plan.Target, **changes: Any) -> dict[str, Any]:
 ])
 def test_compare_facts(target: str, changes: dict[str, Any], declared: list[str], mismatches: list[str]) -> None:
     t = targets()[target]
-    assert build.compare_facts(t, facts_of(t, **changes), declared) == mismatches
+    assert measured.compare_facts(t, facts_of(t, **changes), declared) == mismatches
 
 
 @pytest.mark.parametrize("secrets, line, clean", [
@@ -105,24 +106,24 @@ def test_redactor(secrets: list[str], line: str, clean: str) -> None:
     assert Redactor(secrets)(line) == clean
 
 
-def report(*results: build.TargetResult) -> build.BuildReport:
-    return build.BuildReport("local.yaml", "2026-11-30T00:00:00+00:00", 12.345, {"b:1": "sha256:b"}, list(results))
+def report(*results: artifacts.TargetResult) -> buildreport.BuildReport:
+    return buildreport.BuildReport("local.yaml", "2026-11-30T00:00:00+00:00", 12.345, {"b:1": "sha256:b"}, list(results))
 
 
 def test_a_report_is_ok_only_when_every_target_is() -> None:
-    built, cached = build.TargetResult("a", "built"), build.TargetResult("b", "cached")
-    assert report(built, cached).ok and not report(built, build.TargetResult("c", "skipped")).ok
+    built, cached = artifacts.TargetResult("a", "built"), artifacts.TargetResult("b", "cached")
+    assert report(built, cached).ok and not report(built, artifacts.TargetResult("c", "skipped")).ok
     doc = report(built).to_json()
-    assert (doc["schema"], doc["seconds"], doc["ok"], doc["targets"][0]["status"]) == (build.REPORT_SCHEMA, 12.35, True, "built")
-    assert build.not_ok(doc)["ok"] is False and doc["ok"] is True
+    assert (doc["schema"], doc["seconds"], doc["ok"], doc["targets"][0]["status"]) == (buildreport.REPORT_SCHEMA, 12.35, True, "built")
+    assert buildreport.not_ok(doc)["ok"] is False and doc["ok"] is True
 
 
 def test_failure_summary_names_the_dockerfile_and_the_last_log_lines(tmp_path: Path) -> None:
     log = tmp_path / "build.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)))
-    failed = build.TargetResult("a", "failed", error="exit 1", dockerfile="out/a/Dockerfile", log=str(log))
+    failed = artifacts.TargetResult("a", "failed", error="exit 1", dockerfile="out/a/Dockerfile", log=str(log))
     nolog = dataclasses.replace(failed, target="b", log=str(tmp_path / "missing.log"))
-    lines = build.failure_summary(report(build.TargetResult("ok", "built"), failed, nolog))
+    lines = buildreport.failure_summary(report(artifacts.TargetResult("ok", "built"), failed, nolog))
     assert lines[:3] == ["FAILED a: exit 1", "  Dockerfile: out/a/Dockerfile", f"  log: {log}"]
     assert lines[3].startswith("  | line ") and lines[-3] == "  | line 99"
     assert lines[-2:] == ["FAILED b: exit 1", "  Dockerfile: out/a/Dockerfile"]  # failed before a build began: no log to name
@@ -144,7 +145,7 @@ def test_a_base_is_judged_by_the_platform_its_config_names(os_name: str, arch: s
                                                             found: str | None) -> None:
     p = plan.expand(matrix.load(ROOT / "examples" / "multiarch.yaml"), "20261130")
     t = p.by_id()[ARM_BASE]
-    why = build.base_mismatch(t, ImageInfo("sha256:" + "e" * 64, (), {}, 0, "", os=os_name, architecture=arch, variant=variant), from_os)
+    why = measured.base_mismatch(t, ImageInfo("sha256:" + "e" * 64, (), {}, 0, "", os=os_name, architecture=arch, variant=variant), from_os)
     if found is None:
         assert why is None
         return

@@ -19,7 +19,7 @@ import pytest
 from imagesmith.edges.engine import BuildOutcome, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import BuildError, UserError
 from imagesmith.model import matrix, plan
-from imagesmith.stages import build
+from imagesmith.stages.build import build, buildreport, cache
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase
 
@@ -133,7 +133,7 @@ def engine_for(p: plan.Plan, fail: set[str] = frozenset(), lie: Mapping[str, Map
     return engine
 
 
-def statuses(report: build.BuildReport) -> dict[str, str]:
+def statuses(report: buildreport.BuildReport) -> dict[str, str]:
     return {r.target: r.status for r in report.results}
 
 
@@ -165,7 +165,7 @@ def test_a_failed_target_skips_its_descendants_and_nothing_else(tmp_path: Path) 
     assert errors[CV] == f"parent {CUDA_BASE} failed" and errors[PROJECT] == f"parent {CV} skipped"
     assert errors[CUDA_BASE] == "The command '/bin/sh -c pip install' returned a non-zero code: 1"
     assert not report.ok and json.loads((tmp_path / "report.json").read_text())["ok"] is False
-    lines = build.failure_summary(report)
+    lines = buildreport.failure_summary(report)
     assert lines[:2] == [f"FAILED {CUDA_BASE}: {errors[CUDA_BASE]}", f"  Dockerfile: {tmp_path / CUDA_BASE / 'Dockerfile'}"]
 
 
@@ -255,8 +255,8 @@ def test_a_second_run_takes_every_target_from_the_cache(tmp_path: Path) -> None:
     assert set(statuses(second).values()) == {"cached"} and engine.built == built
     assert [r.image_id for r in second.results] == [r.image_id for r in first.results]
     assert [r.context_hash for r in second.results] == [r.context_hash for r in first.results]
-    cache_tags = {t for i in engine.images.values() for t in i.tags if t.startswith(build.CACHE_REPOSITORY + ":")}
-    assert cache_tags == {f"{build.CACHE_REPOSITORY}:{r.context_hash.split(':', 1)[1]}" for r in first.results}
+    cache_tags = {t for i in engine.images.values() for t in i.tags if t.startswith(cache.CACHE_REPOSITORY + ":")}
+    assert cache_tags == {f"{cache.CACHE_REPOSITORY}:{r.context_hash.split(':', 1)[1]}" for r in first.results}
 
 
 def test_a_missing_base_image_that_cannot_be_pulled_says_how_to_make_it(tmp_path: Path) -> None:

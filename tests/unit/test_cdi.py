@@ -1,4 +1,4 @@
-"""CDI specs (imagesmith/model/cdi.py, read by imagesmith/stages/gpus.py): the shape nvidia-ctk writes, read from
+"""CDI specs (imagesmith/model/cdi.py, read by imagesmith/stages/verify/gpus.py): the shape nvidia-ctk writes, read from
 YAML and JSON through the strict loader; hostile specs refused with the file, the key path and why; device names
 resolved to merged edits; edits translated for an engine without CDI (the SONAME link from a real ELF file)."""
 
@@ -21,7 +21,7 @@ from imagesmith.errors import UserError
 from imagesmith.model import cdi, schemas
 from imagesmith.model.cdi import BindMount, ContainerEdits, DeviceMapping, DeviceNode, Hook, Mount, Symlink
 from imagesmith.model.loader import LoadError, check_schema
-from imagesmith.stages import gpus
+from imagesmith.stages.verify import gpus
 from tests.conftest import ROOT
 
 NVIDIA = ROOT / "tests" / "fixtures" / "cdi" / "nvidia.yaml"

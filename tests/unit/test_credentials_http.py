@@ -24,7 +24,7 @@ from imagesmith.edges.credentials import CredentialStore, Declared, load_store
 from imagesmith.edges.engine import ImageInfo
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import UserError
-from imagesmith.stages import artifacts, build
+from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import Release
 from tests.loopback import serve
 from tests.unit.test_build_scheduler import BASE, load, true_facts
@@ -122,7 +122,7 @@ class PullDouble(EngineDouble):
 def staged_artifact(out: Path, release_host: str, stage_host: str) -> Path:
     """OUT/<target>/build.json as another CI job wrote it: released to ``release_host``, staged on ``stage_host``."""
     spec = Release(M.file.name, PLAN.date, release_host, "ml/x", M.tags)
-    result = build.TargetResult(TARGET.id, "built", TARGET.image, IMAGE, facts=true_facts(TARGET) | {"torch": "2.13.0+cpu"},
+    result = artifacts.TargetResult(TARGET.id, "built", TARGET.image, IMAGE, facts=true_facts(TARGET) | {"torch": "2.13.0+cpu"},
                                 staged={"repository": f"{stage_host}/ml/staging", "tag": "ctx-" + "c" * 64, "digest": DIGEST,
                                         "pushed": True})
     path = out / TARGET.id / artifacts.BUILD_FILE

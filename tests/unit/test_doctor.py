@@ -17,8 +17,8 @@ from imagesmith.errors import EngineError
 from imagesmith.model import gpupath
 from imagesmith.model.gpupath import Lookup
 from imagesmith.model.loader import LoadError
-from imagesmith.stages import doctor
-from imagesmith.stages.doctor import FAIL, GB, OK, WARN, Disk, Facts, Needs, Result
+from imagesmith.stages.tools import doctor
+from imagesmith.stages.tools.doctor import FAIL, GB, OK, WARN, Disk, Facts, Needs, Result
 from tests.doubles import EngineBase
 
 T = TypeVar("T")

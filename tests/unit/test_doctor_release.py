@@ -18,8 +18,8 @@ from typing import Any, Iterator
 import pytest
 
 from imagesmith.edges import harbor
-from imagesmith.stages import doctor
-from imagesmith.stages.doctor import FAIL, OK, WARN, Result
+from imagesmith.stages.tools import doctor
+from imagesmith.stages.tools.doctor import FAIL, OK, WARN, Result
 from tests.loopback import serve
 from tests.unit.test_doctor import FakeHost
 

@@ -9,11 +9,11 @@ import pytest
 
 from imagesmith.errors import UserError
 from imagesmith.model import policy
-from imagesmith.stages import verify
+from imagesmith.stages.verify import incontainer, verify
 from tests.doubles import EngineBase
 
 OPTIONS = verify.VerifyOptions()
-ARM_ON_AMD = {"image": "linux/arm64", "host": "linux/amd64", "by": verify.EMULATOR}
+ARM_ON_AMD = {"image": "linux/arm64", "host": "linux/amd64", "by": incontainer.EMULATOR}
 
 
 class Info(EngineBase):
@@ -30,7 +30,7 @@ class Info(EngineBase):
     ({}, "linux/"),
 ])
 def test_the_engines_platform_in_oci_words(doc: dict[str, Any], platform: str) -> None:
-    assert verify.engine_platform(Info(doc)) == platform
+    assert incontainer.engine_platform(Info(doc)) == platform
 
 
 @pytest.mark.parametrize("image, host, expected", [
@@ -41,12 +41,12 @@ def test_the_engines_platform_in_oci_words(doc: dict[str, Any], platform: str) -
     ("linux/arm64", "linux/", None),  # the engine did not say
 ])
 def test_emulation_is_named_only_when_the_platforms_differ(image: str, host: str, expected: dict[str, str] | None) -> None:
-    assert verify.emulation("reg/x@sha256:1", image, host, OPTIONS) == expected
+    assert incontainer.emulation("reg/x@sha256:1", image, host, OPTIONS) == expected
 
 
 def test_a_gpu_required_of_an_emulated_run_is_refused_with_what_to_do() -> None:
     with pytest.raises(UserError) as err:
-        verify.emulation("reg/x@sha256:1", "linux/arm64", "linux/amd64", verify.VerifyOptions(require_gpu=True))
+        incontainer.emulation("reg/x@sha256:1", "linux/arm64", "linux/amd64", verify.VerifyOptions(require_gpu=True))
     assert str(err.value) == ("reg/x@sha256:1 is a linux/arm64 image: on this linux/amd64 engine it runs only under "
                               "emulation, never on a GPU; verify it on a native arm64 GPU runner (a fleet class on "
                               "linux/arm64), or leave out --require-gpu to check it in CPU mode under emulation")

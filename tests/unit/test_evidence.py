@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import UserError
-from imagesmith.stages import evidence, reuse
-from imagesmith.stages.attestation import Statement
+from imagesmith.stages.evidence import evidence, reuse
+from imagesmith.stages.evidence.attestation import Statement
 
 IMAGE = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + "ab" * 32, "size": 1234}
 

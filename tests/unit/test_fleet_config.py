@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from imagesmith.errors import UserError, ValidationError
-from imagesmith.stages.fleet import config
+from imagesmith.model import fleet as config
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM = "classes:\n  a:\n    gpus: 0\n    slurm:\n      partition: p\n"

@@ -14,10 +14,11 @@ import pytest
 from kubernetes import client
 
 from imagesmith.errors import UserError
-from imagesmith.stages import verify
-from imagesmith.stages.fleet import config, kubernetes, runner
+from imagesmith.model import fleet as config
+from imagesmith.stages.fleet import kubernetes, runner
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 from imagesmith.stages.fleet.report import FleetReport
+from imagesmith.stages.verify import verify
 
 DIGEST = "sha256:" + "ab" * 32
 REF = config.parse_ref(f"harbor.example.com/ml/pytorch@{DIGEST}")

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import ValidationError
+from imagesmith.model import fleet as config
 from imagesmith.model.platform import Platform
-from imagesmith.stages.fleet import config, kubernetes, runner
+from imagesmith.stages.fleet import kubernetes, runner
 from tests.unit.test_fleet_kubernetes import as_dict, dig
 
 GH200 = """\

@@ -10,9 +10,10 @@ from typing import Any, Sequence
 import pytest
 
 from imagesmith.errors import UserError
+from imagesmith.model import fleet as config
 from imagesmith.model.ref import ImageRef
-from imagesmith.stages.fleet import config, runner
 from imagesmith.stages.fleet import report as fleet_report
+from imagesmith.stages.fleet import runner
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 from imagesmith.stages.fleet.report import CellResult, FleetReport
 

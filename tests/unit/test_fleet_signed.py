@@ -14,8 +14,9 @@ import pytest
 
 from imagesmith.edges import signing
 from imagesmith.errors import UsageError, UserError
-from imagesmith.stages import trust
-from imagesmith.stages.fleet import config, gate, runner
+from imagesmith.model import fleet as config
+from imagesmith.stages.evidence import trust
+from imagesmith.stages.fleet import gate, runner
 from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet.jobs import FINISHED, RUNNING
 from tests.unit.test_fleet_runner import DIGEST, REF, Clock, Scripted, good_report

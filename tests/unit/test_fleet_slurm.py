@@ -11,7 +11,8 @@ from typing import Sequence
 import pytest
 
 from imagesmith.errors import UserError
-from imagesmith.stages.fleet import config, runner, slurm
+from imagesmith.model import fleet as config
+from imagesmith.stages.fleet import runner, slurm
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 
 DIGEST = "sha256:" + "ab" * 32

@@ -1,5 +1,5 @@
 """The host's watch over a verify run's GPUs (imagesmith.edges.gpuwatch) with a pynvml double, and the verdict
-that joins it with the payload's windows (imagesmith.stages.gpuwatch): a tenant before the container, during one
+that joins it with the payload's windows (imagesmith.stages.verify.gpuwatch): a tenant before the container, during one
 check only, after it; the run's own processes by cgroup or process tree; memory nobody listed; whole or not."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from imagesmith.edges import gpuwatch as edge
 from imagesmith.edges import hostinfo
-from imagesmith.stages import gpuwatch
+from imagesmith.stages.verify import gpuwatch
 
 U0 = "GPU-7a65ac6b-3763-a794-2800-fe5e215e2be5"
 CID = "c0ffee" * 10 + "abcd"

@@ -11,7 +11,7 @@ import pytest
 
 from imagesmith.errors import ValidationError
 from imagesmith.model import matrix, plan, vulns
-from imagesmith.stages import vulngate
+from imagesmith.stages.evidence import vulngate
 from tests.conftest import WriteMatrix
 
 OSV = Path(__file__).resolve().parents[1] / "fixtures" / "osv"

@@ -1,6 +1,6 @@
 """Where torch is when the payload's python3 has none (envsearch.py): environments found on a fake filesystem in
 tmp_path, what puts each on PATH, the sentence versions.torch says, bounded reads and a bounded login shell; and the
-host's advice (verify.remedy) for each way an image puts an environment on PATH."""
+host's advice (judge.remedy) for each way an image puts an environment on PATH."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 VERIFY = os.path.join(os.path.dirname(__file__), "..", "..", "verify")
 sys.path.insert(0, VERIFY)
 
-from imagesmith.stages import entrypoint as entrypoints  # noqa: E402
-from imagesmith.stages import verify  # noqa: E402
+from imagesmith.stages.verify import entrypoint as entrypoints  # noqa: E402
+from imagesmith.stages.verify import judge  # noqa: E402
 from imagesmith_payload import envsearch  # noqa: E402
 
 
@@ -147,7 +147,7 @@ BYPASSED = entrypoints.Launch(("/entry.sh",), through=False, reason="exited 3 wh
 ])
 def test_the_host_says_what_to_do(scopes: list[str], launch: entrypoints.Launch, advice: str) -> None:
     found = VENV | {"on_path": [{"by": "/x", "scope": s} for s in scopes]}
-    assert verify.remedy(found, launch) == advice
+    assert judge.remedy(found, launch) == advice
 
 
 @pytest.mark.parametrize("history, dropped", [
@@ -159,7 +159,7 @@ def test_the_host_says_what_to_do(scopes: list[str], launch: entrypoints.Launch,
     ([], None),
 ])
 def test_an_earlier_env_path_that_held_the_environment_is_found(history: list[Any], dropped: str | None) -> None:
-    assert verify.parent_path(lambda: history, "/opt/venv") == dropped
+    assert judge.parent_path(lambda: history, "/opt/venv") == dropped
 
 
 def test_a_history_that_cannot_be_read_says_nothing() -> None:
@@ -167,7 +167,7 @@ def test_a_history_that_cannot_be_read_says_nothing() -> None:
 
     def fails() -> list[Any]:
         raise EngineError("reading the history of x: gone")
-    assert verify.parent_path(fails, "/opt/venv") is None
-    assert verify.remedy(VENV | {"on_path": []}, LAUNCH, "/opt/venv/bin:/usr/bin") == (
+    assert judge.parent_path(fails, "/opt/venv") is None
+    assert judge.remedy(VENV | {"on_path": []}, LAUNCH, "/opt/venv/bin:/usr/bin") == (
         "an earlier build step's ENV PATH=/opt/venv/bin:/usr/bin held it, and a later ENV PATH dropped it: "
         "set ENV PATH=/opt/venv/bin:$PATH")

@@ -10,7 +10,8 @@ from imagesmith import pipeline
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.errors import UserError
 from imagesmith.model.matrix import load
-from imagesmith.stages import evidence, verify
+from imagesmith.stages.evidence import evidence
+from imagesmith.stages.verify import verify
 from tests.unit.test_release_vulnerabilities import signed_verification
 
 REF = "reg.test/ml/pytorch@sha256:" + "ab" * 32

@@ -18,8 +18,9 @@ import pytest
 from imagesmith import pipeline
 from imagesmith.edges.engine import RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, UserError
-from imagesmith.stages import artifacts, build
+from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import BuildRecord, Release
+from imagesmith.stages.build import buildreport
 from tests.doubles import EngineBase
 from tests.unit.test_build_scheduler import BASE, engine_for, load, true_facts
 from tests.unit.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
@@ -64,10 +65,10 @@ def stage_engine(out: Path) -> tuple[StageEngine, FakeRegistry]:
     return StageEngine(EngineDouble(out), pusher), reg
 
 
-def built(status: str = "built") -> build.BuildReport:
-    result = build.TargetResult(TARGET.id, status, TARGET.image, IMAGE if status == "built" else None,
+def built(status: str = "built") -> buildreport.BuildReport:
+    result = artifacts.TargetResult(TARGET.id, status, TARGET.image, IMAGE if status == "built" else None,
                                 facts=true_facts(TARGET) | {"torch": "2.13.0+cpu"})
-    return build.BuildReport(M.file.name, "t", 1.0, {}, [result])
+    return buildreport.BuildReport(M.file.name, "t", 1.0, {}, [result])
 
 
 def release_options(reg: FakeRegistry, keys: Path) -> pipeline.ReleaseOptions:

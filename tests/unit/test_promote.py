@@ -14,7 +14,7 @@ import pytest
 
 from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Credentials, Manifest, PushedManifest, Registry
 from imagesmith.errors import RegistryError
-from imagesmith.stages.promote import Promoter, staged_ref
+from imagesmith.stages.release.promote import Promoter, staged_ref
 from tests.doubles import RegistryBase
 from tests.unit.test_publish import Reply
 

@@ -25,8 +25,8 @@ from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.progress import QuietDisplay
 from imagesmith.report.markdown import release_document
 from imagesmith.report.parse import release_of
-from imagesmith.stages import publish
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged
+from imagesmith.stages.release import publish
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase, RegistryBase
 

@@ -17,8 +17,8 @@ from imagesmith.model import plan
 from imagesmith.model.matrix import load
 from imagesmith.model.platform import Platform
 from imagesmith.model.tags import TagPolicy
-from imagesmith.stages import publish
 from imagesmith.stages.artifacts import BuildRecord, Release
+from imagesmith.stages.release import publish
 from tests.unit.test_publish import DATE, FakeEngine, FakeRegistry, World, item, manifest_for
 
 TAG = f"2.9.1-cuda12.8-cudnn9-py3.11-ubuntu22.04-base-{DATE}"

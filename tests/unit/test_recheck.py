@@ -14,7 +14,8 @@ from imagesmith import cli
 from imagesmith.model import advisories, vulns
 from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.report import recheck as recheck_report
-from imagesmith.stages import recheck, vulngate
+from imagesmith.stages.evidence import vulngate
+from imagesmith.stages.release import recheck
 from tests.unit.test_publish import FakeRegistry, manifest_for
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -48,7 +49,7 @@ def test_released_images_their_tags_and_their_lines() -> None:
 
 
 def image(torch: str, status: str, tags: tuple[str, ...] = (), created: str = "2026-11-20", blocking: int = 1) -> recheck.Image:
-    from imagesmith.stages.publish import label_fields
+    from imagesmith.stages.release.publish import label_fields
 
     digest = "sha256:" + hashlib.sha256(f"{torch}{created}{tags}".encode()).hexdigest()
     out = recheck.Image(digest, "application/vnd.oci.image.manifest.v1+json", label_fields(labels(torch, created)), list(tags or (f"{torch}-{created}",)))

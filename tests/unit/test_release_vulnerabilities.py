@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from imagesmith.model import advisories, vulns
-from imagesmith.stages import attestation, evidence, publish, reuse, vex, vulngate
-from imagesmith.stages.attestation import Statement
+from imagesmith.stages.evidence import attestation, evidence, reuse, vex, vulngate
+from imagesmith.stages.evidence.attestation import Statement
+from imagesmith.stages.release import publish
 from tests.unit.test_publish import FakeEngine, FakeRegistry, World, item
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -91,7 +92,7 @@ def test_an_image_whose_inventory_cannot_be_measured_is_not_released_blind(world
 
 
 def result(policy: vulns.Policy = DEFAULT) -> vulngate.ImageResult:
-    from imagesmith.stages import sbom
+    from imagesmith.stages.evidence import sbom
 
     inv = sbom.inventory_from(INVENTORY)
     identity = sbom.ImageIdentity("reg.test:5000/ml/pytorch", "sha256:" + "ab" * 32, "sha256:" + "cd" * 32, "imagesmith/debian:bookworm",

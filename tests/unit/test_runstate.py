@@ -15,7 +15,7 @@ from imagesmith import pipeline, report, runstate
 from imagesmith.edges import registry
 from imagesmith.edges.engine import BuildOutcome, Engine, push_error, unreachable
 from imagesmith.errors import UserError
-from imagesmith.stages import build
+from imagesmith.stages.build import buildreport, cache
 
 
 def read(path: Path) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def test_is_complete(doc: dict[str, Any], complete: bool) -> None:
 
 
 def build_report(state: str | None, **extra: Any) -> dict[str, Any]:
-    doc = {"schema": build.REPORT_SCHEMA, "matrix": "m.yaml", "started_at": "t", "seconds": 1, "ok": True, "base_images": {},
+    doc = {"schema": buildreport.REPORT_SCHEMA, "matrix": "m.yaml", "started_at": "t", "seconds": 1, "ok": True, "base_images": {},
            "targets": [{"target": "a-base", "status": "built", "image": "x:y", "image_id": "sha256:1"}]}
     return doc | ({"state": state} if state else {}) | extra
 
@@ -79,7 +79,7 @@ def test_readers_refuse_an_incomplete_build(tmp_path: Path, state: str, message:
 
 @pytest.mark.parametrize("state, ok", [("complete", True), ("running", False), ("interrupted", False)])
 def test_a_verify_report_whose_run_did_not_complete_is_not_a_pass(state: str, ok: bool) -> None:
-    from imagesmith.stages import verify
+    from imagesmith.stages.verify import verify
 
     check = {"id": "torch.import", "status": "pass", "optional": False}
     report = {"schema": "imagesmith.verify-report/1", "summary": {"ok": True}, "checks": [check], "state": state}
@@ -150,10 +150,10 @@ def test_a_dead_engine_names_docker_host(host: str, message: str) -> None:
 
 
 def test_owners_are_checkouts() -> None:
-    a = build.owner_id(Path("/a/matrix.yaml"), Path("/a/build"))
-    assert a == build.owner_id(Path("/a/./matrix.yaml"), Path("/a/build/")) != build.owner_id(Path("/b/matrix.yaml"), Path("/b/build"))
-    assert build.owner_tag("2.13.0-cpu-py3.11-debian12-base") == "2.13.0-cpu-py3.11-debian12-base"
-    assert build.owner_tag("x" * 200).startswith("t-") and len(build.owner_tag("x" * 200)) == 42
+    a = cache.owner_id(Path("/a/matrix.yaml"), Path("/a/build"))
+    assert a == cache.owner_id(Path("/a/./matrix.yaml"), Path("/a/build/")) != cache.owner_id(Path("/b/matrix.yaml"), Path("/b/build"))
+    assert cache.owner_tag("2.13.0-cpu-py3.11-debian12-base") == "2.13.0-cpu-py3.11-debian12-base"
+    assert cache.owner_tag("x" * 200).startswith("t-") and len(cache.owner_tag("x" * 200)) == 42
 
 
 # -- a registry's own answer ----------------------------------------------------------------------

@@ -12,7 +12,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from imagesmith.errors import UserError
-from imagesmith.stages import sbom
+from imagesmith.stages.evidence import sbom
 
 RECORDED = Path(__file__).parent.parent / "fixtures" / "inventory" / "debian12-cpu-base.json"
 IMAGE = sbom.ImageIdentity("127.0.0.1:5000/imagesmith/local", "sha256:" + "ab" * 32, "sha256:" + "cd" * 32,

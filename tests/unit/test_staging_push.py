@@ -1,4 +1,4 @@
-"""The staging push goes the release's way (stages.push): retried with backoff while retrying may help,
+"""The staging push goes the release's way (stages.release.push): retried with backoff while retrying may help,
 with the registry's own words when it answered the engine's push with a server error."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from imagesmith.edges.protocols import LineSink
 from imagesmith.edges.registry import RegistryHTTPError
 from imagesmith.errors import BuildError
 from imagesmith.progress import QuietDisplay
-from imagesmith.stages.push import Backoff
-from imagesmith.stages.staging import Stage
+from imagesmith.stages.build.staging import Stage
+from imagesmith.stages.release.push import Backoff
 from tests.doubles import EngineBase, RegistryBase
 
 DIGEST = "sha256:" + "d" * 64

@@ -17,7 +17,9 @@ from imagesmith import pipeline
 from imagesmith.edges import signing
 from imagesmith.errors import UserError, ValidationError
 from imagesmith.model import policy
-from imagesmith.stages import artifacts, attestation, trust, verify
+from imagesmith.stages import artifacts
+from imagesmith.stages.evidence import attestation, trust
+from imagesmith.stages.verify import verify
 from tests.doubles import EngineBase
 from tests.unit.test_artifacts import PLAN, record
 from tests.unit.trustkeys import key_files, verifier

@@ -1,4 +1,4 @@
-"""verify_image takes the GPU path the plan chooses (imagesmith/stages/gpus.py): the RunSpec the engine gets, the
+"""verify_image takes the GPU path the plan chooses (imagesmith/stages/verify/gpus.py): the RunSpec the engine gets, the
 fallback when the engine refuses GPUs, and the report's gpu_path block and note. An engine double answers docker
 info and runs; the CDI specs lie in tmp_path (GpuHost), never this machine's /etc/cdi."""
 
@@ -18,15 +18,15 @@ from imagesmith.model import compat, engines, gpupath, schemas
 from imagesmith.model.cdi import BindMount, DeviceMapping, Symlink
 from imagesmith.model.engines import EngineKind
 from imagesmith.model.loader import LoadError, check_schema
-from imagesmith.stages import verify
-from imagesmith.stages.gpus import GpuHost
+from imagesmith.stages.verify import incontainer, verify
+from imagesmith.stages.verify.gpus import GpuHost
 from tests.unit.test_verify_container import OPTIONS, EngineDouble, answer
 from tests.unit.test_verify_entrypoint import TINI_BYPASSED as BYPASSED
 
 GPU_OPTIONS = replace(OPTIONS, gpus="all")
 NVIDIA_INFO = {"Runtimes": {"runc": {}, "nvidia": {"path": "nvidia-container-runtime"}}}
 SAID = 'creating a container of sha256:abc: could not select device driver "" with capabilities: [[gpu]]'
-REFUSED = GpuRuntimeMissing(f"{SAID} ({verify.GPU_RUNTIME_FIX})")  # as engine_error words it
+REFUSED = GpuRuntimeMissing(f"{SAID} ({incontainer.GPU_RUNTIME_FIX})")  # as engine_error words it
 SPEC = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
         "devices": [{"name": "all", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}],
         "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"],
@@ -66,7 +66,7 @@ def specs_in(folder: Path, doc: dict[str, Any] = SPEC) -> GpuHost:
 def run(outcome: Callable[[RunSpec], RunResult], host: GpuHost, info: dict[str, Any] | None = None,
         options: verify.VerifyOptions = GPU_OPTIONS) -> tuple[dict[str, Any], list[RunSpec]]:
     engine = InfoEngine(outcome, facts=info or {})
-    report = verify.verify_image(engine, "img:1", options, compat.load(), gpu_host=host).report
+    report = incontainer.verify_image(engine, "img:1", options, compat.load(), gpu_host=host).report
     check_schema(report, schemas.VERIFY_REPORT, "verify.json")  # the report keeps its schema, gpu_path included
     return report, engine.specs
 
@@ -105,10 +105,10 @@ def test_an_engine_with_the_nvidia_runtime_gets_gpus_and_no_spec_is_read(tmp_pat
 def test_no_runtime_and_no_spec_tries_gpus_then_runs_without_them_saying_why(tmp_path: Path) -> None:
     report, specs = run(refuse_gpus, GpuHost(cdi_dirs=(str(tmp_path / "absent"),), environ={}))
     assert [(s.gpus, s.cdi_devices) for s in specs] == [("all", ()), ("none", ())]
-    assert json.loads(specs[1].files["config.json"])["gpu_unavailable"] == verify.GPU_RUNTIME_FIX
+    assert json.loads(specs[1].files["config.json"])["gpu_unavailable"] == incontainer.GPU_RUNTIME_FIX
     assert report["gpu_path"]["path"] == "none"
     assert report["gpu_path"]["why"] == f"the engine refused --gpus ({SAID}): ran without GPUs"
-    assert report["notes"][0] == f"ran without GPUs: {verify.GPU_RUNTIME_FIX}"
+    assert report["notes"][0] == f"ran without GPUs: {incontainer.GPU_RUNTIME_FIX}"
 
 
 def test_a_remote_engine_with_cdi_gets_the_names_when_it_refuses_gpus() -> None:
@@ -141,7 +141,7 @@ def test_a_hostile_spec_stops_verify_before_any_container(tmp_path: Path) -> Non
     host = specs_in(tmp_path / "cdi", SPEC | {"kind": "nvidia.com"})
     engine = InfoEngine(ok)
     with pytest.raises(LoadError) as err:
-        verify.verify_image(engine, "img:1", GPU_OPTIONS, compat.load(), gpu_host=host)
+        incontainer.verify_image(engine, "img:1", GPU_OPTIONS, compat.load(), gpu_host=host)
     assert err.value.exit_code == 1 and str(err.value).startswith(
         f"{tmp_path / 'cdi' / 'nvidia.json'}: kind: 'nvidia.com' is not of the form vendor/class")
     assert engine.specs == []

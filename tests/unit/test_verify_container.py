@@ -15,8 +15,8 @@ from imagesmith.edges.engine import ImageConfig, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import CommandNotFound, ContainerRefused, EngineConnectionLost, GpuRuntimeMissing, UserError
 from imagesmith.model import compat
 from imagesmith.resources import payload_module
-from imagesmith.stages import entrypoint as entrypoints
-from imagesmith.stages import verify
+from imagesmith.stages.verify import entrypoint as entrypoints
+from imagesmith.stages.verify import incontainer, judge, verify
 from tests.doubles import EngineBase
 
 LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
@@ -70,7 +70,7 @@ class EngineDouble(EngineBase):
 
 def verify_with(outcome: Callable[[RunSpec], RunResult], options: verify.VerifyOptions = OPTIONS) -> tuple[dict[str, Any], EngineDouble]:
     engine = EngineDouble(outcome)
-    report = verify.verify_image(engine, "img:1", options, compat.load()).report
+    report = incontainer.verify_image(engine, "img:1", options, compat.load()).report
     return report, engine
 
 
@@ -106,10 +106,10 @@ NO_PYTHON3 = CommandNotFound('starting a container of sha256:abc: failed to crea
 
 @pytest.mark.parametrize("outcome, check, detail", [
     (lambda s: RunResult(137, "", "", timed_out=True), "payload.timeout", "killed after 900 s (verify.timeout / --timeout)"),
-    (raises(NO_PYTHON3), "payload.start", verify.NO_PYTHON),
+    (raises(NO_PYTHON3), "payload.start", judge.NO_PYTHON),
     (raises(ContainerRefused("creating a container of sha256:abc: no space left on device")), "payload.start",
      "the container did not start: creating a container of sha256:abc: no space left on device"),
-    (lambda s: RunResult(127, "", "/bin/sh: 1: python3: not found"), "payload.report", verify.NO_PYTHON),
+    (lambda s: RunResult(127, "", "/bin/sh: 1: python3: not found"), "payload.report", judge.NO_PYTHON),
     (lambda s: RunResult(1, "a\nb\nc\nd\n", ""), "payload.report",
      "the image's python3 exited 1 without starting the payload (python3 run.py in place of the image's ENTRYPOINT "
      "/usr/bin/tini --; it did not run its arguments): b | c | d"),
@@ -139,26 +139,26 @@ def test_no_gpu_runtime_runs_again_without_gpus_and_tells_the_payload() -> None:
     report, engine = verify_with(run, verify.VerifyOptions(tier="quick", gpus="all", sample_gpus=False, only=("versions",),
                                                            through_entrypoint=False))
     assert [s.gpus for s in engine.specs] == ["all", "none"]
-    assert json.loads(engine.specs[1].files["config.json"])["gpu_unavailable"] == verify.GPU_RUNTIME_FIX
-    assert report["notes"][0] == f"ran without GPUs: {verify.GPU_RUNTIME_FIX}" and report["summary"]["ok"] is True
+    assert json.loads(engine.specs[1].files["config.json"])["gpu_unavailable"] == incontainer.GPU_RUNTIME_FIX
+    assert report["notes"][0] == f"ran without GPUs: {incontainer.GPU_RUNTIME_FIX}" and report["summary"]["ok"] is True
     assert report["notes"][1].startswith("the payload ran python3 in place of the image's ENTRYPOINT")
 
 
 def test_an_image_not_in_the_engine_with_no_pull_is_a_user_error() -> None:
     with pytest.raises(UserError, match=r"^image other:1 is not in the engine \(and --no-pull was given\)$"):
-        verify.verify_image(EngineDouble(lambda s: RunResult(0, "", "")), "other:1", OPTIONS, compat.load(), pull=False)
+        incontainer.verify_image(EngineDouble(lambda s: RunResult(0, "", "")), "other:1", OPTIONS, compat.load(), pull=False)
 
 
 @pytest.mark.parametrize("error, why", [
-    (GpuRuntimeMissing("creating a container of x: could not select device driver"), verify.GPU_RUNTIME_FIX),
-    (NO_PYTHON3, verify.NO_PYTHON),
+    (GpuRuntimeMissing("creating a container of x: could not select device driver"), incontainer.GPU_RUNTIME_FIX),
+    (NO_PYTHON3, judge.NO_PYTHON),
     (CommandNotFound('starting x: exec: "bash": executable file not found', "bash"),
      'the container did not start: starting x: exec: "bash": executable file not found'),
     (ContainerRefused("starting x: python3 is mentioned but is not the matter"),
      "the container did not start: starting x: python3 is mentioned but is not the matter"),  # the type decides, not words
 ])
 def test_why_no_start(error: ContainerRefused, why: str) -> None:
-    assert verify._why_no_start(error) == why
+    assert incontainer._why_no_start(error) == why
 
 
 @pytest.mark.parametrize("error", [
@@ -172,29 +172,29 @@ def test_only_a_refused_container_is_a_failed_check(error: Exception) -> None:
 
 def test_why_no_report_without_an_entrypoint_keeps_the_last_three_lines_cut_at_300() -> None:
     output = "one\n" + "x" * 400 + "\nthree\nfour\n"
-    assert verify._why_no_report(2, output, "") == (
+    assert judge.why_no_report(2, output, "") == (
         "the image's python3 exited 2 without starting the payload (python3 run.py; the image has no ENTRYPOINT; it did "
         "not run its arguments): " + "x" * 300 + " | three | four")
-    assert verify._why_no_report(2, "out", STARTED + output) == (
+    assert judge.why_no_report(2, "out", STARTED + output) == (
         "the payload exited 2 without a report (python3 run.py; the image has no ENTRYPOINT; it crashed, or something in "
         "the image swallowed its output): " + "x" * 300 + " | three | four")
 
 
 def test_check_entry_and_with_checks_recount_the_summary() -> None:
-    base = verify.failed_report("payload.report", "why", "quick")
+    base = judge.failed_report("payload.report", "why", "quick")
     entry = verify.check_entry("security.service", "title", "pass", "  served\n nothing ", seconds=1.234, data={"k": 1})
     assert entry["detail"] == "served nothing" and entry["duration_s"] == 1.23 and entry["data"] == {"k": 1}
-    assert verify.with_checks(base, []) is base
-    more = verify.with_checks(base, [entry])
+    assert judge.with_checks(base, []) is base
+    more = judge.with_checks(base, [entry])
     assert [c["id"] for c in more["checks"]] == ["payload.report", "security.service"]
     assert more["summary"] == {"pass": 1, "warn": 0, "fail": 1, "skip": 0, "inconclusive": 0, "ok": False}
     assert "data" not in verify.check_entry("x", "t", "skip", "d")
 
 
 def test_a_running_report_never_says_ok() -> None:
-    running = verify.running_report("img:1", "standard")
+    running = judge.running_report("img:1", "standard")
     assert (running["tier"], running["image"], running["summary"]["ok"], running["checks"]) == ("standard", {"ref": "img:1"}, False, [])
-    assert verify.running_report(None, "quick")["image"] is None
+    assert judge.running_report(None, "quick")["image"] is None
 
 
 def test_driver_requirement_names_the_declared_cuda_and_every_release() -> None:

@@ -1,4 +1,4 @@
-"""The digests a verify report names are ones the registry serves, read back (imagesmith/stages/verify.py:
+"""The digests a verify report names are ones the registry serves, read back (imagesmith/stages/verify/verify.py:
 served_digests), whatever the engine's own bookkeeping says: Podman lists a digest for every image it holds, made
 up for images no registry has seen."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Manifest
 from imagesmith.model.engines import EngineKind
-from imagesmith.stages import verify
+from imagesmith.stages.verify import served
 from tests.doubles import RegistryBase
 
 IMAGE_ID, OTHER_ID = "sha256:" + "1" * 64, "sha256:" + "2" * 64
@@ -68,10 +68,10 @@ CASES = [
 @pytest.mark.parametrize("registry, info, kind, digests, note", CASES)
 def test_only_a_digest_the_registry_serves_is_recorded(registry: Registry | None, info: Any, kind: EngineKind, digests: list[str],
                                                        note: str) -> None:
-    assert verify.served_digests(registry, REF, info, kind) == (digests, note)
+    assert served.served_digests(registry, REF, info, kind) == (digests, note)
 
 
 def test_a_pinned_reference_is_the_digest_verified() -> None:
     registry = Registry({})
-    assert verify.served_digests(registry, f"{REPO}@{SERVED}", image(f"{REPO}@{LOCAL}"), PODMAN) == ([f"{REPO}@{SERVED}"], "")
+    assert served.served_digests(registry, f"{REPO}@{SERVED}", image(f"{REPO}@{LOCAL}"), PODMAN) == ([f"{REPO}@{SERVED}"], "")
     assert registry.asked == []  # the engine resolved exactly that manifest

@@ -17,8 +17,8 @@ from imagesmith.edges.engine import ImageConfig, RunResult, RunSpec
 from imagesmith.errors import CommandNotFound, UserError
 from imagesmith.model import compat, policy
 from imagesmith.resources import payload_module
-from imagesmith.stages import entrypoint as entrypoints
-from imagesmith.stages import verify
+from imagesmith.stages.verify import entrypoint as entrypoints
+from imagesmith.stages.verify import incontainer, judge, verify
 from tests.unit.test_verify_container import INFO, OPTIONS, STARTED, EngineDouble, answer
 
 ENTRY = ["/entry.sh"]
@@ -133,7 +133,7 @@ def run(options: verify.VerifyOptions, outcome: Callable[[RunSpec], RunResult] |
     engine = EngineDouble(outcome or (lambda spec: RunResult(0, answer(spec), STARTED)), entry=entry)
     if config is not None:
         engine.image = lambda ref: dataclasses.replace(INFO, config=config)  # type: ignore[method-assign]
-    return verify.verify_image(engine, "img:1", options, compat.load()).report, engine
+    return incontainer.verify_image(engine, "img:1", options, compat.load()).report, engine
 
 
 def checks(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -277,7 +277,7 @@ def test_torch_found_elsewhere_gets_the_advice_that_fits_how_it_is_put_on_path()
     ({}, {"cuda": "12.8"}, []),
 ])
 def test_expect_against_labels_names_both_values(labels: dict[str, str], expect: dict[str, str], notes: list[str]) -> None:
-    assert verify.expect_conflicts(labels, expect) == notes
+    assert judge.expect_conflicts(labels, expect) == notes
 
 
 @pytest.mark.parametrize("status, ok, line", [

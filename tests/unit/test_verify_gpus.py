@@ -1,4 +1,4 @@
-"""Host side of the GPU rule (imagesmith/stages/verify.py, pipeline.options_from): what the payload is told."""
+"""Host side of the GPU rule (imagesmith/stages/verify/verify.py, pipeline.options_from): what the payload is told."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from imagesmith import pipeline
 from imagesmith.model import compat, matrix
-from imagesmith.stages import verify
+from imagesmith.stages.verify import onhost, verify
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 CUDA = {"io.imagesmith.cuda": "13.0", "io.imagesmith.layer": "base"}
@@ -51,7 +51,7 @@ def test_the_payload_is_told_what_was_asked() -> None:
     ("all", {}, {}),
 ])
 def test_local_gpu_env(gpus: str, environ: dict[str, Any], env: dict[str, Any]) -> None:
-    assert verify.local_gpu_env(gpus, environ) == env
+    assert onhost.local_gpu_env(gpus, environ) == env
 
 
 def test_release_options_come_from_the_matrix_and_the_flag() -> None:

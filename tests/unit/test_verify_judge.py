@@ -1,4 +1,4 @@
-"""The host's judgement of what a container printed (verify.judge_output), the
+"""The host's judgement of what a container printed (judge.judge_output), the
 request it must answer, --expect meaning what the labels mean, and the probe's
 answer: pure, no engine. Whatever the output, the result is a report or a reason."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from imagesmith.errors import UsageError
 from imagesmith.resources import payload_module
-from imagesmith.stages import probe, verify
+from imagesmith.stages.verify import judge, probe, verify
 
 REQUEST = verify.Request("n0nce", "quick", {"versions.torch": False, "security.user": False, "libs.optional": True})
 
@@ -33,7 +33,7 @@ def output(report: object, before: str = "progress\n", after: str = "") -> str:
 
 
 def test_a_genuine_report_is_accepted() -> None:
-    report, problem = verify.judge_output(output(genuine()), REQUEST)
+    report, problem = judge.judge_output(output(genuine()), REQUEST)
     assert problem is None and report is not None and report["summary"]["ok"] is True
 
 
@@ -63,7 +63,7 @@ def summary(checks: list[dict[str, Any]]) -> dict[str, Any]:
      "the report was rejected: report.checks[0].status: expected one of pass, warn, fail, skip, inconclusive, got 'great'"),
 ])
 def test_a_report_that_does_not_answer_this_run_is_rejected(report: dict[str, Any], problem: str) -> None:
-    got, why = verify.judge_output(output(report), REQUEST)
+    got, why = judge.judge_output(output(report), REQUEST)
     assert got is None and why is not None and why.startswith(problem), why
 
 
@@ -74,7 +74,7 @@ def test_a_report_that_does_not_answer_this_run_is_rejected(report: dict[str, An
     ({"duration_s": 1e300}, "the report was rejected: duration_s: '1e+300' is out of range (maximum 1000000000000000.0)"),
 ])
 def test_a_report_the_host_schema_refuses_is_rejected_before_anything_signs_it(change: dict[str, Any], problem: str) -> None:
-    got, why = verify.judge_output(output(genuine(**change)), REQUEST)
+    got, why = judge.judge_output(output(genuine(**change)), REQUEST)
     assert (got, why) == (None, problem)
 
 
@@ -95,7 +95,7 @@ def test_a_report_the_host_schema_refuses_is_rejected_before_anything_signs_it(c
     ("\udcff\x00@@IMAGESMITH-REPORT@@ {}\n", None),  # not at the start of a line: not a report line
 ])
 def test_malformed_output_is_a_reason_never_an_exception(stdout: str, problem: str | None) -> None:
-    report, why = verify.judge_output(stdout, REQUEST)
+    report, why = judge.judge_output(stdout, REQUEST)
     assert report is None
     assert (why is None) if problem is None else (why is not None and why.startswith(problem)), why
 
@@ -106,7 +106,7 @@ def test_random_output_never_raises() -> None:
               '"summary"', '"schema"', '"imagesmith.verify-report/1"', 'true', '\n', '\r', '\x00', 'é']
     for _ in range(3000):
         body = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
-        report, why = verify.judge_output("@@IMAGESMITH-REPORT@@ " + body, REQUEST)
+        report, why = judge.judge_output("@@IMAGESMITH-REPORT@@ " + body, REQUEST)
         assert report is None or why is None
 
 

@@ -1,4 +1,4 @@
-"""security.service (stages/probe.py): the image's own command started and probed; every ending says what ran, who
+"""security.service (stages/verify/probe.py): the image's own command started and probed; every ending says what ran, who
 ended it and what to do. A double of the running container stands where engine.started hands one over."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 
 from imagesmith.edges.engine import ImageConfig, ImageInfo, RunSpec
-from imagesmith.stages import probe
+from imagesmith.stages.verify import probe
 from tests.doubles import EngineBase
 
 RAN = "the image's command (/entry.sh python3, as user 1000)"

@@ -61,7 +61,7 @@ def test_verify_local_needs_no_signing_stack(tmp_path: Path) -> None:
 
 def test_a_report_the_verifier_will_not_sign_leaves_no_statement_and_says_why(tmp_path: Path) -> None:
     from imagesmith import pipeline
-    from imagesmith.stages import trust
+    from imagesmith.stages.evidence import trust
     from tests.unit.trustkeys import verifier
 
     key, _ = verifier(tmp_path / "keys")

@@ -14,7 +14,7 @@ import pytest
 
 from imagesmith.model import advisories, vulns
 from imagesmith.model.advisories import Event, Range
-from imagesmith.stages import sbom
+from imagesmith.stages.evidence import sbom
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 OSV = FIXTURES / "osv"

@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from imagesmith.edges import signing
-from imagesmith.stages import trust
+from imagesmith.stages.evidence import trust
 
 
 def key_files(folder: Path, name: str = "verifier") -> tuple[Path, Path]:

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Sequence
 
 from imagesmith.errors import UsageError, UserError
+from imagesmith.model import fleet as config
+from imagesmith.model.fleet import GpuClass
 from imagesmith.model.ref import ImageRef
-from imagesmith.stages import trust
-from imagesmith.stages.fleet import config
+from imagesmith.stages.evidence import trust
 from imagesmith.stages.fleet import report as fleet_report
-from imagesmith.stages.fleet.config import GpuClass
 from imagesmith.stages.fleet.report import CellResult
 from imagesmith.stages.fleet.runner import judge_report
 

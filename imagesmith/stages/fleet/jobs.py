@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from imagesmith.model.fleet import GpuClass
 from imagesmith.model.ref import ImageRef
-from imagesmith.stages.fleet.config import GpuClass
 
 # Phases, whatever the scheduler calls them:
 PENDING = "pending"  # accepted, not started (queued, requeued, image pulling, unschedulable)

@@ -24,10 +24,10 @@ from typing import Any, Callable, Protocol, Sequence
 
 from imagesmith.errors import UserError
 from imagesmith.model import compat
+from imagesmith.model.fleet import KubernetesPlacement
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
-from imagesmith.stages import verify
-from imagesmith.stages.fleet.config import KubernetesPlacement
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
+from imagesmith.stages.verify import judge, verify
 
 MANAGED_BY = "imagesmith"
 LABEL_RUN = "imagesmith.io/fleet-run"
@@ -325,8 +325,8 @@ class Kubernetes:
         return api.read_log(ns, pods[-1].metadata.name) if pods else ""
 
     def report(self, job: CellJob, view: JobView) -> dict[str, Any] | None:
-        found = verify.parse_marker(self._log(job, view))
-        return verify.finish(found, {"ref": str(job.ref), "digests": [str(job.ref)]}, None, "", 0.0) if found else None
+        found = judge.parse_marker(self._log(job, view))
+        return judge.finish(found, {"ref": str(job.ref), "digests": [str(job.ref)]}, None, "", 0.0) if found else None
 
     def output_tail(self, job: CellJob, view: JobView, lines: int = 5) -> list[str]:
         return [line for line in self._log(job, view).splitlines() if line.strip()][-lines:]

@@ -28,13 +28,13 @@ from imagesmith.atomic import write_json, write_text
 from imagesmith.edges.signing import Key
 from imagesmith.errors import UserError
 from imagesmith.model import policy
+from imagesmith.model.fleet import Fleet, GpuClass
 from imagesmith.model.ref import ImageRef
-from imagesmith.stages import trust
+from imagesmith.stages.evidence import trust
 from imagesmith.stages.fleet import report as fleet_report
-from imagesmith.stages.fleet.config import Fleet, GpuClass
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView, Scheduler
 from imagesmith.stages.fleet.report import CellResult, FleetReport
-from imagesmith.stages.verify import declared_checks
+from imagesmith.stages.verify.verify import declared_checks
 
 REPORT_NAME = "fleet-report.json"
 GRACE_S = 180.0  # after a time limit: how long the scheduler gets to stop the job itself

@@ -33,9 +33,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith.errors import UserError
 from imagesmith.model import loader, schemas
-from imagesmith.stages import verify
-from imagesmith.stages.fleet.config import GpuClass, SlurmPlacement
+from imagesmith.model.fleet import GpuClass, SlurmPlacement
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
+from imagesmith.stages.verify import judge, verify
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -248,8 +248,8 @@ class Slurm:
 
     def report(self, job: CellJob, view: JobView) -> dict[str, Any] | None:
         if _placement(job.klass).runtime == "pyxis":
-            found = verify.parse_marker("\n".join(self._output(job, view)))
-            return verify.finish(found, {"ref": str(job.ref), "digests": [str(job.ref)]}, None, "", 0.0) if found else None
+            found = judge.parse_marker("\n".join(self._output(job, view)))
+            return judge.finish(found, {"ref": str(job.ref), "digests": [str(job.ref)]}, None, "", 0.0) if found else None
         path = job.workdir / f"report-{view.restarts}.json"
         if not path.is_file() and not path.is_symlink():
             return None

@@ -6,9 +6,9 @@ Advisories appear after a release. This stage reads what the registry already ho
    digest; each image's tag fields come from its config's labels (content the digest, and so its signature,
    covers). A tag is *floating* when the matrix's floating templates render it for an image of the repository
    (its *line*: every image that renders it), else *immutable*;
-2. the evidence of each digest (:class:`imagesmith.stages.evidence.Reader`, signatures checked against the keys
+2. the evidence of each digest (:class:`imagesmith.stages.evidence.evidence.Reader`, signatures checked against the keys
    given): the SBOM statement signed by one of them, whose subject is the digest, is matched against the
-   snapshots (:func:`imagesmith.stages.vulngate.image`) and judged by the matrix's policy; a digest whose
+   snapshots (:func:`imagesmith.stages.evidence.vulngate.image`) and judged by the matrix's policy; a digest whose
    evidence does not check out, or that has no signed SBOM, is *not judged* (and says why);
 3. with ``hold`` (``--hold-floating``): a floating tag on a digest now at or above the threshold moves to the
    newest clean release of its line (clean: judged, nothing blocking; eligible as publish's semver: verified,
@@ -39,8 +39,8 @@ from imagesmith.errors import RegistryError
 from imagesmith.model import advisories, policy, tags, vulns
 from imagesmith.model.tags import TagPolicy
 from imagesmith.report import recheck as recheck_report
-from imagesmith.stages import evidence, vex, vulngate
-from imagesmith.stages.releases import label_fields
+from imagesmith.stages.evidence import evidence, vex, vulngate
+from imagesmith.stages.release.releases import label_fields
 
 SCHEMA = "imagesmith.recheck/1"
 EVIDENCE_TAG = "sha256-"  # the referrers tag schema's index, cosign's .sig and .att: not releases

@@ -34,7 +34,7 @@ from imagesmith.model.engines import EngineKind
 from imagesmith.model.gpupath import EngineGpu, Lookup
 from imagesmith.model.ref import DOCKER_HUB
 from imagesmith.model.versions import version_key
-from imagesmith.stages.doctor_release import ReleaseFacts, probe_release
+from imagesmith.stages.tools.doctor_release import ReleaseFacts, probe_release
 
 SCHEMA = schemas.DOCTOR
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -182,7 +182,7 @@ class SystemHost:
         return credentials.read_operator_docker_config(self.environ)
 
     def cdi_lookup(self, names: tuple[str, ...], dirs: Sequence[str]) -> Lookup:
-        from imagesmith.stages import gpus
+        from imagesmith.stages.verify import gpus
 
         return gpus.lookup(names, dirs)[0]
 
@@ -576,4 +576,4 @@ def verdict(results: Sequence[Result]) -> str:
     return "ready" + (f" ({warns} warning{'s' if warns > 1 else ''})" if warns else "")
 
 
-__all__ = ["ReleaseFacts", "probe_release"]  # the names of imagesmith.stages.doctor_release its callers take from here
+__all__ = ["ReleaseFacts", "probe_release"]  # the names of imagesmith.stages.tools.doctor_release its callers take from here

@@ -6,7 +6,7 @@ parent ID) hashes to an image that already exists is taken from cache. A
 failed target skips its descendants; the rest go on (the walk is stdlib
 :class:`graphlib.TopologicalSorter`). After each build the
 image is measured from inside and compared with the plan. With a stage
-(``build --stage``, :mod:`imagesmith.stages.staging`) each image is also pushed to a
+(``build --stage``, :mod:`imagesmith.stages.build.staging`) each image is also pushed to a
 staging repository by digest, and ancestors built by other jobs come from there.
 Every target not taken from another job gets its artifact, OUT/<target>/build.json.
 """
@@ -44,9 +44,12 @@ from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.render import cudalayer
 from imagesmith.report import log_tail
-from imagesmith.stages import artifacts, cudabuild
-from imagesmith.stages.artifacts import TargetResult as TargetResult  # the record of one target (defined with the artifacts it becomes)
-from imagesmith.stages.cache import (  # the cache's keys: re-exported for the build's callers
+from imagesmith.stages import artifacts
+from imagesmith.stages.build import cudabuild
+from imagesmith.stages.artifacts import TargetResult
+from imagesmith.stages.build.buildreport import REPORT_SCHEMA, BuildReport, not_ok
+from imagesmith.stages.build.measured import base_mismatch, compare_facts, emulation_hint
+from imagesmith.stages.build.cache import (
     CACHE_REPOSITORY,
     LABEL_HASH,
     OWNER_REPOSITORY,
@@ -55,42 +58,10 @@ from imagesmith.stages.cache import (  # the cache's keys: re-exported for the b
     owner_id,
     owner_tag,
 )
-from imagesmith.stages.slots import Slots, priorities
+from imagesmith.stages.build.slots import Slots, priorities
 from imagesmith.units import gb
 
-REPORT_SCHEMA = schemas.BUILD_REPORT
 LABEL_RUN = RUN_LABEL
-
-
-@dataclass
-class BuildReport:
-    matrix: str
-    started_at: str
-    seconds: float
-    base_images: dict[str, str]
-    results: list[TargetResult]
-    cuda_layers: list[dict[str, Any]] = field(default_factory=list)  # cudabuild.CudaResult, one per (set, OS base)
-    base_image_bytes: dict[str, int] = field(default_factory=dict)
-    engine: dict[str, Any] | None = None  # EngineKind.record(): the engine that built
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.results)
-
-    def to_json(self) -> dict[str, Any]:
-        """The report; ``state`` is added by whoever writes it (running, complete, interrupted)."""
-        return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
-                "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": self.base_images,
-                "cuda_layers": self.cuda_layers, "base_image_bytes": self.base_image_bytes,
-                "targets": [asdict(r) for r in self.results]} | ({"engine": self.engine} if self.engine else {})
-
-
-def not_ok(doc: dict[str, Any]) -> dict[str, Any]:
-    """A build report of a run that did not complete never says ok."""
-    return doc | {"ok": False}
-
-
-# -- pure helpers ---------------------------------------------------------------------------
 
 
 def _made_last(outcome: BuildOutcome) -> bool:
@@ -98,66 +69,8 @@ def _made_last(outcome: BuildOutcome) -> bool:
     return bool(outcome.image_id and outcome.made and outcome.image_id.split(":", 1)[-1].startswith(outcome.made[-1]))
 
 
-QEMU_MIDR = "MIDR_EL1"  # oneDNN's xbyak_aarch64 reads it from sysfs at torch's import; QEMU on an amd64 host has none
-
-
-def emulation_hint(error: str, image_platform: str, engine_platform: str) -> str:
-    """What to add to a measurement of an ``image_platform`` image that failed on an ``engine_platform`` engine: where
-    it runs under QEMU, the native runner that can measure it (and why torch cannot start, when that is the cause)."""
-    if not emulated(image_platform, engine_platform):
-        return ""
-    arch = image_platform.rpartition("/")[2]
-    why = (f"; torch cannot start under QEMU on this {engine_platform} host (oneDNN's xbyak_aarch64 reads {QEMU_MIDR} from "
-           "sysfs, which only an arm64 kernel has)") if QEMU_MIDR in error else ""
-    return (f" [the {image_platform} image ran under emulation{why}: build or measure it on a native {arch} runner "
-            f"(docs/matrix.md, Native and emulated builds)]")
-
-
-def base_mismatch(t: Target, info: ImageInfo, from_os: bool = True) -> str | None:
-    """Why the base image ``info`` (``t.base_image`` as the engine holds it) cannot carry ``t``, a root target: its
-    config names another OS, architecture or variant than ``t``'s platform. None when it is one of ``t``'s platform,
-    or says no architecture (the build's own check then judges the image it made). ``from_os``: the base is the
-    plain OS image ``base_images`` names (else an nvidia/cuda image, which the engine pulled for its own platform)."""
-    found = foreign(t.platform, info.os, info.architecture, info.variant)
-    if found is None:
-        return None
-    p, os_key = t.platform, t.versions.os
-    fix = (f"name a {p} image for it (base_images.{os_key}.{p}; imagesmith base bootstrap --os {os_key} --arch {p.arch} "
-           f"makes one), or build this cell on a native {p.arch} runner" if from_os else
-           f"build this cell on a native {p.arch} runner (an engine holds one platform's image under a tag)")
-    return (f"base {t.base_image} named for {p} is {found}: the engine's copy ({info.id[:19]}) says os {info.os or 'linux'}, "
-            f"architecture {info.architecture}{f', variant {info.variant}' if info.variant else ''}, so cell {t.cell} was "
-            f"not built; fix: {fix}")
-
-
-def compare_facts(t: Target, facts: Mapping[str, Any], declared: list[str]) -> list[str]:
-    """Where the measured image differs from the plan (empty: it matches)."""
-    v = t.versions
-    if "torch_error" in facts:
-        return [f"torch does not import: {facts['torch_error']}"]
-    want = {"torch": v.torch, "python": v.python, "os": v.os,
-            "cuda": None if v.cuda == "cpu" else v.cuda, "cudnn": v.cudnn, "nccl": v.nccl}
-    out = [_differs(k, w, facts.get(k)) for k, w in want.items()]
-    pkgs = facts.get("packages", {})
-    for spec in declared:
-        name, _, version = spec.partition("==")
-        out.append(_differs(f"package {name}", version, pkgs.get(name.lower().replace("_", "-"))))
-    return [o for o in out if o]
-
-
-def _differs(what: str, want: str | None, have: Any) -> str:
-    if want is None:
-        return "" if not have else f"{what}: plan says none, image has {have}"
-    if have is None or not matches(".".join(want.split(".")[:3]), str(have)):
-        return f"{what}: plan says {want}, image has {have or 'none'}"
-    return ""
-
-
-# -- the builder ------------------------------------------------------------------------------
-
-
 class StageLike(Protocol):
-    """A staging repository (:class:`imagesmith.stages.staging.Stage`)."""
+    """A staging repository (:class:`imagesmith.stages.build.staging.Stage`)."""
 
     def adopts(self, target_id: str) -> bool: ...
     def adopt(self, t: Target, result: TargetResult) -> None: ...
@@ -620,26 +533,11 @@ class Builder:
             raise BuildError(str(exc) + emulation_hint(str(exc), image_platform or t.platform.docker, self._engine_platform())) from None
 
     def _engine_platform(self) -> str:
-        from imagesmith.stages.verify import engine_platform
+        from imagesmith.stages.verify.incontainer import engine_platform
 
         return engine_platform(self.engine)
 
     def _run_facts(self, image_id: str) -> dict[str, Any]:
-        from imagesmith.stages.verify import run_facts
+        from imagesmith.stages.verify.incontainer import run_facts
 
         return run_facts(self.engine, image_id, labels={LABEL_RUN: self.run_id})
-
-
-def failure_summary(report: BuildReport) -> list[str]:
-    """For each failed target: what, where its Dockerfile is, the last log lines."""
-    lines: list[str] = []
-    for r in report.results:
-        if r.status != "failed":
-            continue
-        lines += [f"FAILED {r.target}: {r.error}", f"  Dockerfile: {r.dockerfile}"]
-        if r.log and Path(r.log).is_file():  # none when it failed before its build began (a base of another platform)
-            lines += [f"  log: {r.log}"] + [f"  | {line}" for line in log_tail(r.log)]
-    return lines
-
-
-__all__ = ["CACHE_REPOSITORY", "context_hash", "owner_id", "owner_tag"]  # the names of imagesmith.stages.cache its callers take from here

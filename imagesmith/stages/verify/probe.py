@@ -32,7 +32,7 @@ def service_check(engine: EngineProtocol, info: Any, window_s: float, check_id: 
                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """The check entry: fail when a Jupyter API answers without a token, warn when
     the probe could not look, pass otherwise (saying what listened)."""
-    from imagesmith.stages.payload import HOST_CHECKS, check_entry
+    from imagesmith.stages.verify.payload import HOST_CHECKS, check_entry
 
     t0, title = time.monotonic(), HOST_CHECKS[check_id][1]
     argv = list(info.config.argv)
@@ -48,7 +48,7 @@ def service_check(engine: EngineProtocol, info: Any, window_s: float, check_id: 
 
 def _spec(info: Any, argv: list[str], window_s: float) -> Any:
     from imagesmith.edges.engine import RunSpec
-    from imagesmith.stages.payload import IN_CONTAINER, payload_files
+    from imagesmith.stages.verify.payload import IN_CONTAINER, payload_files
 
     return RunSpec(image=info.id, command=argv, gpus="none", files=payload_files(), files_dir=IN_CONTAINER,
                    network_mode="none", timeout_s=window_s, mem_limit=MEMORY, pids_limit=1024,
@@ -56,7 +56,7 @@ def _spec(info: Any, argv: list[str], window_s: float) -> Any:
 
 
 def _watch(engine: EngineProtocol, info: Any, argv: list[str], window_s: float, sleep: Callable[[float], None]) -> Verdict:
-    from imagesmith.stages.payload import IN_CONTAINER
+    from imagesmith.stages.verify.payload import IN_CONTAINER
 
     declared = [int(p.split("/")[0]) for p in info.config.exposed_ports
                 if p.split("/")[0].isdigit() and p.split("/")[-1] in ("tcp", p)]  # TCP ports ("8888/tcp" or "8888")

@@ -1,5 +1,5 @@
 """The vulnerability document of an image: CycloneDX 1.6 JSON (VEX) built with
-cyclonedx-python-lib's vulnerability model from the findings of imagesmith.stages.vulngate.
+cyclonedx-python-lib's vulnerability model from the findings of imagesmith.stages.evidence.vulngate.
 
 Pure. Each finding is one vulnerability (a group of OSV records, each named in an ``imagesmith:record``
 property with its own severity): its id and source, the rating (severity, CVSS
@@ -40,7 +40,7 @@ OSV_URL = "https://osv.dev/vulnerability/"
 
 
 def sbom_link(name: str, digest: str) -> str:
-    """The BOM-Link prefix of the SBOM imagesmith.stages.sbom writes for ``name@digest`` (its serial number, version 1)."""
+    """The BOM-Link prefix of the SBOM imagesmith.stages.evidence.sbom writes for ``name@digest`` (its serial number, version 1)."""
     return f"urn:cdx:{uuid.uuid5(uuid.NAMESPACE_URL, f'{name}@{digest}')}/1#"
 
 

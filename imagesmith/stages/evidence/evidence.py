@@ -23,8 +23,8 @@ verification (same tier, mode, GPU model and count, verdict) and its
 signature already there, signed by the same key, and pushes nothing; the
 ``.att`` manifest gains a layer only for an envelope it does not list yet.
 
-The documents and manifests themselves are built in :mod:`imagesmith.stages.referrers` (pure); whether what was
-read back stands for a fresh run is :mod:`imagesmith.stages.reuse`.
+The documents and manifests themselves are built in :mod:`imagesmith.stages.evidence.referrers` (pure); whether what was
+read back stands for a fresh run is :mod:`imagesmith.stages.evidence.reuse`.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from imagesmith.edges.registry import entries as descriptors
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.model import loader, policy
 from imagesmith.model.ref import ImageRef
-from imagesmith.stages import attestation, sbom, vex
-from imagesmith.stages.attestation import Statement, StatementError
-from imagesmith.stages.referrers import (  # the documents evidence is made of: re-exported for its callers
+from imagesmith.stages.evidence import attestation, sbom, vex
+from imagesmith.stages.evidence.attestation import Statement, StatementError
+from imagesmith.stages.evidence.referrers import (  # the documents evidence is made of: re-exported for its callers
     ARTIFACT_TYPES,
     COSIGN_PREDICATE_ANNOTATION,
     CREATED_ANNOTATION,
@@ -481,7 +481,7 @@ class VulnerabilityResult(Protocol):
 
 
 class VulnerabilityCheck(Protocol):
-    """An SBOM (CycloneDX JSON) -> its known vulnerabilities (imagesmith.stages.vulngate.Gate)."""
+    """An SBOM (CycloneDX JSON) -> its known vulnerabilities (imagesmith.stages.evidence.vulngate.Gate)."""
 
     def __call__(self, bom: Mapping[str, Any]) -> VulnerabilityResult: ...
 
@@ -573,7 +573,7 @@ def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None
     return Reader(client, where.repo, keys).read(where.ref)
 
 
-__all__ = [  # the names of imagesmith.stages.referrers a caller of the evidence may take from here
+__all__ = [  # the names of imagesmith.stages.evidence.referrers a caller of the evidence may take from here
     "DIGEST",
     "SBOM_ARTIFACT",
     "VERIFICATION_ARTIFACT",

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from imagesmith.model import policy
-from imagesmith.stages import attestation
-from imagesmith.stages.evidence import Attestation, Evidence
-from imagesmith.stages.referrers import ran_on
+from imagesmith.stages.evidence import attestation
+from imagesmith.stages.evidence.evidence import Attestation, Evidence
+from imagesmith.stages.evidence.referrers import ran_on
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _root(p: Mapping[str, Any]) -> str | None:
 def reusable(found: Evidence, wanted: Wanted) -> tuple[Attestation | None, list[str]]:
     """A verification of this digest, signed by a given key, that stands for a fresh run asked ``wanted``
     (:func:`why_not_reused`); else None and why each signed one does not."""
-    from imagesmith.stages.verify import declared_checks
+    from imagesmith.stages.verify.verify import declared_checks
 
     declared, why = declared_checks(), []
     for a in found.of_kind("verification"):
@@ -103,7 +103,7 @@ def reusable(found: Evidence, wanted: Wanted) -> tuple[Attestation | None, list[
 def reused_report(found: Evidence, a: Attestation, ref: str) -> dict[str, Any]:
     """The verify report (``--json``) of a run that reused ``a``: its checks with their details, what it measured,
     how it ran, the image, and which attestation stood in for the run."""
-    from imagesmith.stages import verify
+    from imagesmith.stages.verify import verify
 
     assert a.statement is not None
     p = a.statement.predicate

@@ -1,7 +1,7 @@
 """The pure part of a release: which immutable tag each verified item gets (rendered from the versions measured in
 the image), which targets may take floating tags (the release policy, the fleet gate), one image index per plan tag
 built on several platforms, and which images the registry holds as candidates for floating tags. No engine, no
-registry: :class:`imagesmith.stages.publish.Publisher` pushes what this plans."""
+registry: :class:`imagesmith.stages.release.publish.Publisher` pushes what this plans."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from imagesmith.errors import UserError
 from imagesmith.model import platform as platforms
 from imagesmith.model import policy, tags
 from imagesmith.model.tags import TagPolicy
-from imagesmith.stages import indexes
-from imagesmith.stages.releases import Item, RemoteImage, TargetRelease, measured_versions, tag_fields
+from imagesmith.stages.release import indexes
+from imagesmith.stages.release.releases import Item, RemoteImage, TargetRelease, measured_versions, tag_fields
 
 Fail = Callable[[TargetRelease, str, str], TargetRelease]  # marks a target (status, why) and shows it
 
@@ -80,7 +80,7 @@ class TagPlanner:
         return grant
 
     def name_indexes(self, releases: list[TargetRelease], group_of: Mapping[str, str]) -> dict[str, list[TargetRelease]]:
-        """The targets of one plan tag on several platforms become one image index (:mod:`imagesmith.stages.indexes`):
+        """The targets of one plan tag on several platforms become one image index (:mod:`imagesmith.stages.release.indexes`):
         each platform's image gets its own tag, and only the first platform's target carries the index's floating
         tags (when every platform may float). The indexes by tag."""
         found: dict[str, list[TargetRelease]] = {}

@@ -1,6 +1,6 @@
 """What a release works on and what it makes, as values: the verified items it takes (built records and their
 verifications), the tag fields measured in each image, what a push sent, and the release report (release.json)
-with one entry per target and per floating tag. No engine, no registry: :mod:`imagesmith.stages.publish` acts on
+with one entry per target and per floating tag. No engine, no registry: :mod:`imagesmith.stages.release.publish` acts on
 them."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from imagesmith.report import model as typed
 from imagesmith.report.model import verified_how
 from imagesmith.report.parse import counts_of, evidence_of, findings_of
 from imagesmith.stages.artifacts import BuildRecord
-from imagesmith.stages.indexes import IndexRelease
+from imagesmith.stages.release.indexes import IndexRelease
 
 if TYPE_CHECKING:
     pass
@@ -34,7 +34,7 @@ DONE = ("pushed", "unchanged")
 
 
 class Verified(Protocol):
-    """What :func:`imagesmith.stages.verify.verify_image` returns."""
+    """What :func:`imagesmith.stages.verify.incontainer.verify_image` returns."""
 
     @property
     def ok(self) -> bool: ...
@@ -83,7 +83,7 @@ def _item(record: BuildRecord, outcome: Verified | None) -> Item:
 
 
 def _evidence(outcome: Verified | None) -> policy.Evidence | None:
-    from imagesmith.stages.verify import declared_checks
+    from imagesmith.stages.verify.verify import declared_checks
 
     return policy.evidence(outcome.report, declared_checks()) if outcome is not None else None
 
@@ -193,13 +193,13 @@ class TargetRelease:
     error: str | None = None
     fields: dict[str, str] = field(default_factory=dict, repr=False)
     traffic: Traffic = field(default_factory=Traffic)
-    evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.stages.evidence attached to the digest
+    evidence: dict[str, Any] = field(default_factory=dict)  # what imagesmith.stages.evidence.evidence attached to the digest
     source: str | None = None  # the staged image it was promoted from
     promotion: dict[str, Any] = field(default_factory=dict)  # promote.Promotion: blobs mounted/copied, bytes, seconds
     gpu_verified: bool | None = None  # None: a CPU-only image (vetted on a CPU)
     note: str = ""  # the release policy's word on it, e.g. "not GPU-verified: ..."
     may_float: bool = field(default=True, repr=False)
-    vulnerabilities: dict[str, Any] = field(default_factory=dict)  # imagesmith.stages.vulngate: snapshots, counts, findings
+    vulnerabilities: dict[str, Any] = field(default_factory=dict)  # imagesmith.stages.evidence.vulngate: snapshots, counts, findings
     platform: str = DEFAULT_PLATFORM.value
     index: str = ""  # the tag of the image index this image is one platform of ("": a plain tag of its own)
     index_digest: str | None = None  # that index's digest, once written (or found unchanged)

@@ -16,7 +16,7 @@ registry: never backwards, never to an unverified image, pre-releases only
 when ``tags.prerelease`` says so. On a tie (same torch, rebuilt) the new
 build takes it.
 
-After the digest check, an optional ``evidence`` step (:mod:`imagesmith.stages.evidence`)
+After the digest check, an optional ``evidence`` step (:mod:`imagesmith.stages.evidence.evidence`)
 attaches an SBOM, a verification attestation and signatures to every released
 digest; what it attached is recorded per target in the release report.
 
@@ -50,23 +50,23 @@ from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import TagPolicy
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
-from imagesmith.stages import indexes, push
 from imagesmith.stages.artifacts import BuildRecord, Release
-from imagesmith.stages.indexes import IndexRelease
-from imagesmith.stages.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's
-from imagesmith.stages.push import message_of as message_of
-from imagesmith.stages.push import transient as transient
-from imagesmith.stages.releases import DONE, FloatingRelease, ReleaseStopped, RemoteImage, index_floating
-from imagesmith.stages.releases import Item as Item
-from imagesmith.stages.releases import ReleaseReport as ReleaseReport
-from imagesmith.stages.releases import TargetRelease as TargetRelease
-from imagesmith.stages.releases import Traffic as Traffic
-from imagesmith.stages.releases import Verified as Verified
-from imagesmith.stages.releases import items_from as items_from
-from imagesmith.stages.releases import label_fields as label_fields
-from imagesmith.stages.releases import tag_fields as tag_fields
-from imagesmith.stages.releases import traffic as traffic
-from imagesmith.stages.tagplan import TagPlanner
+from imagesmith.stages.release import indexes, push
+from imagesmith.stages.release.indexes import IndexRelease
+from imagesmith.stages.release.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's
+from imagesmith.stages.release.push import message_of as message_of
+from imagesmith.stages.release.push import transient as transient
+from imagesmith.stages.release.releases import DONE, FloatingRelease, ReleaseStopped, RemoteImage, index_floating
+from imagesmith.stages.release.releases import Item as Item
+from imagesmith.stages.release.releases import ReleaseReport as ReleaseReport
+from imagesmith.stages.release.releases import TargetRelease as TargetRelease
+from imagesmith.stages.release.releases import Traffic as Traffic
+from imagesmith.stages.release.releases import Verified as Verified
+from imagesmith.stages.release.releases import items_from as items_from
+from imagesmith.stages.release.releases import label_fields as label_fields
+from imagesmith.stages.release.releases import tag_fields as tag_fields
+from imagesmith.stages.release.releases import traffic as traffic
+from imagesmith.stages.release.tagplan import TagPlanner
 
 if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
@@ -224,7 +224,7 @@ class Publisher:
         return back.digest, traffic(back.raw, (config.get("rootfs") or {}).get("diff_ids") or [], lines)  # the registry's, read back
 
     def _promote(self, r: TargetRelease) -> str:
-        """Registry to registry, no engine (:mod:`imagesmith.stages.promote`); the release digest is the staged one."""
+        """Registry to registry, no engine (:mod:`imagesmith.stages.release.promote`); the release digest is the staged one."""
         assert r.source and r.image_id
         ref, promote, source = f"{self.name}:{r.tag}", self.promote, r.source
         if promote is None:
@@ -472,17 +472,17 @@ def release_to(engine: EngineProtocol, spec: Release, records: Sequence[BuildRec
     tag policy and build date, ``date`` overriding the latter): the store's login for the release registry when
     the operator declared that host (``store.declared.release``; anonymous when nothing was declared, refused when
     another was), a registry client, then :class:`Publisher`. Staged items are promoted registry to registry
-    (:mod:`imagesmith.stages.promote`) under the same release policy as pushed ones (GPU-verified CUDA images only
+    (:mod:`imagesmith.stages.release.promote`) under the same release policy as pushed ones (GPU-verified CUDA images only
     float; ``floating_gate`` holds back digests the fleet did not pass). With ``with_evidence`` each released
-    digest gets its SBOM, attestation and (with ``signing_key``) signatures (:mod:`imagesmith.stages.evidence`);
+    digest gets its SBOM, attestation and (with ``signing_key``) signatures (:mod:`imagesmith.stages.evidence.evidence`);
     ``inventory`` (image ID -> inventory) replaces running the image for the SBOM; ``client`` replaces the
-    registry client made for ``spec``'s registry (a test's double); ``vulnerabilities`` (an imagesmith.stages.vulngate.Gate)
+    registry client made for ``spec``'s registry (a test's double); ``vulnerabilities`` (an imagesmith.stages.evidence.vulngate.Gate)
     matches every image's SBOM before it is pushed: findings at or above the matrix's threshold keep the target back
     (status ``vulnerable``), and each released digest gets the CycloneDX vulnerability document as evidence; ``trust``
     (the trust policy and who signed each accepted verification, :class:`imagesmith.pipeline.Signed`) is recorded in
     release.json and release.md."""
     from imagesmith.edges.runcontext import RunContext
-    from imagesmith.stages.promote import registry_promoter
+    from imagesmith.stages.release.promote import registry_promoter
 
     image, store = spec.image, store or CredentialStore()
     if not image.registry:
@@ -519,16 +519,16 @@ def _once(measure: Callable[[str], Mapping[str, Any]]) -> Callable[[str], Mappin
 
 
 def _run_inventory(engine: EngineProtocol, image_id: str) -> Mapping[str, Any]:
-    from imagesmith.stages import verify
+    from imagesmith.stages.verify import incontainer
 
-    return verify.run_facts(engine, image_id, args=["--inventory"])
+    return incontainer.run_facts(engine, image_id, args=["--inventory"])
 
 
 def vulnerability_step(check: Any, name: str, base_images: Mapping[str, str], inventory: Any,
                        out_dir: Path) -> Callable[[TargetRelease], str | None]:
     """Before a target is pushed: its image's SBOM (from the inventory measured once per image ID,
     the same one the evidence uses) matched by ``check``; the result lands in the release record."""
-    from imagesmith.stages import sbom
+    from imagesmith.stages.evidence import sbom
 
     def gate(r: TargetRelease) -> str | None:
         assert r.image_id
@@ -543,7 +543,7 @@ def vulnerability_step(check: Any, name: str, base_images: Mapping[str, str], in
 def index_evidence_step(client: Any, repo: str, key: Any) -> Callable[[str], dict[str, Any]]:
     """What an image index gets (its platforms' images carry their SBOM and verification): the release key's
     signature on the index digest, as ``cosign sign`` signs an index; nothing without a key."""
-    from imagesmith.stages import evidence
+    from imagesmith.stages.evidence import evidence
 
     return lambda digest: evidence.Attacher(client, repo, key).attach(digest, []).to_json()
 
@@ -552,9 +552,10 @@ def evidence_step(engine: EngineProtocol, client: Any, repo: str, base_images: M
                   key: Any, out_dir: Path, inventory: Any = None, vulnerabilities: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
     """The evidence stage for one released target: its digest, image, base image and verify report
     (and, with ``vulnerabilities``, the CycloneDX vulnerability document of its SBOM)."""
-    from imagesmith.stages import evidence, verify
+    from imagesmith.stages.evidence import evidence
+    from imagesmith.stages.verify import incontainer
 
-    step = evidence.ReleaseEvidence(client, repo, key, inventory or partial(verify.run_facts, engine, args=["--inventory"]), out_dir,
+    step = evidence.ReleaseEvidence(client, repo, key, inventory or partial(incontainer.run_facts, engine, args=["--inventory"]), out_dir,
                                     vulnerabilities)
 
     def attach(r: TargetRelease) -> dict[str, Any]:

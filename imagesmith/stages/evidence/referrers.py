@@ -14,8 +14,8 @@ from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, manifest_document
 from imagesmith.edges.registry import entries as descriptors
 from imagesmith.errors import RegistryError
 from imagesmith.model import policy
-from imagesmith.stages import attestation
-from imagesmith.stages.attestation import Statement
+from imagesmith.stages.evidence import attestation
+from imagesmith.stages.evidence.attestation import Statement
 
 SBOM_ARTIFACT = "application/vnd.imagesmith.sbom.v1+json"
 
@@ -98,7 +98,7 @@ class Document:
 
 def verdict_problems(predicate: Mapping[str, Any]) -> list[str]:
     """A verification whose ``passed`` is not what its own checks say (judged again under the shipped registry)."""
-    from imagesmith.stages.verify import declared_checks
+    from imagesmith.stages.verify.verify import declared_checks
 
     judged = policy.verdict(predicate, declared_checks())
     if predicate.get("passed") is True and not judged.ok:
@@ -162,7 +162,7 @@ def sbom_document(name: str, digest: str, bom: bytes, created: str) -> Document:
 
 
 def verification_document(name: str, digest: str, report: Mapping[str, Any]) -> Document:
-    from imagesmith.stages.verify import declared_checks
+    from imagesmith.stages.verify.verify import declared_checks
 
     predicate = attestation.verification_predicate(report, declared_checks())
     problems = attestation.predicate_problems(predicate)

@@ -48,7 +48,7 @@ from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import BuildRecord, Staged
-from imagesmith.stages.push import Backoff, message_of, push_once, retrying, transient
+from imagesmith.stages.release.push import Backoff, message_of, push_once, retrying, transient
 
 TAG_PREFIX = "ctx-"
 
@@ -96,7 +96,7 @@ def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None
 
 
 class Stage:
-    """The staging repository for one build run (what :class:`imagesmith.stages.build.Builder` calls)."""
+    """The staging repository for one build run (what :class:`imagesmith.stages.build.build.Builder` calls)."""
 
     def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, path: str, out: Path, credentials: Credentials | None = None,
                  display: Display | None = None, measure_inventory: bool = True, backoff: Backoff = Backoff(),
@@ -188,7 +188,7 @@ class Stage:
         return Staged(self.name, tag, digest, pushed=True)
 
     def _push_retried(self, tag: str) -> str:
-        """The release's push path (:mod:`imagesmith.stages.push`): the registry's own detail on a server error,
+        """The release's push path (:mod:`imagesmith.stages.release.push`): the registry's own detail on a server error,
         retried with backoff while retrying may help; then one error saying how often it was tried."""
         ref, tries = f"{self.name}:{tag}", max(1, self.backoff.tries)
 
@@ -208,8 +208,8 @@ class Stage:
                          f"{self.registry.host} looks down or overloaded: check it, then build again (what was staged stays)")
 
     def _inventory(self, t: Target, image_id: str) -> None:
-        from imagesmith.stages.evidence import INVENTORY_FILE, cached_inventory
-        from imagesmith.stages.verify import run_facts
+        from imagesmith.stages.evidence.evidence import INVENTORY_FILE, cached_inventory
+        from imagesmith.stages.verify.incontainer import run_facts
 
         self.display.update(t.id, "pushing", "measuring the inventory for the SBOM")
         cached_inventory(self.out / t.id / INVENTORY_FILE, image_id, partial(run_facts, self.engine, args=["--inventory"]))

@@ -44,7 +44,8 @@ from imagesmith.model import platform as platforms
 from imagesmith.model.located import KeyPath, dotted, line_of, load_located
 from imagesmith.model.validation import duration_s
 from imagesmith.resources import data_file
-from imagesmith.stages import artifacts, attestation
+from imagesmith.stages import artifacts
+from imagesmith.stages.evidence import attestation
 
 PREDICATE = "https://imagesmith.dev/attestations/verify-report/v1"
 STATEMENT_FILE = artifacts.STATEMENT_FILE
