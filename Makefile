@@ -81,7 +81,7 @@ $(UV): $(LOCK_TOOL_LOCK)
 # The build backend (pyproject.toml [build-system] requires) is locked too: `make install` builds
 # the editable imagesmith without build isolation, from locked packages only. An editable build
 # with hatchling also needs what hatchling.build.get_requires_for_build_editable() names
-# (tests/unit/test_tooling.py checks that the lock holds it).
+# (tests/unit/project/test_tooling.py checks that the lock holds it).
 EDITABLE_REQUIRES := editables~=0.3
 .cache/lock/build-system.in: pyproject.toml Makefile | $(UV)
 	@mkdir -p $(dir $@)
@@ -208,7 +208,7 @@ docs: install              ## the documentation site into site/ (git-ignored): m
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # A wheel that works without this repository: hatchling (the locked build backend) puts templates/ and verify/
-# inside it (pyproject.toml, force-include); docs/install.md says how to install it, tests/unit/test_install.py
+# inside it (pyproject.toml, force-include); docs/install.md says how to install it, tests/unit/project/test_install.py
 # installs it into a fresh venv and runs doctor, plan and render from a folder outside the checkout.
 dist: install              ## the wheel and the sdist into dist/ (pip install / pipx install dist/imagesmith-*.whl)
 	rm -rf dist

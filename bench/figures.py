@@ -3,7 +3,7 @@
 * The benchmark charts, from the committed results in bench/results/: `make docs` draws them on every build
   (scripts/mkdocs_hooks.py adds them to the site as assets/bench/*.svg; nothing is written into docs/).
 * The pipeline diagram, docs/assets/pipeline.svg: committed, because the README shows it where no build runs
-  (GitHub, GitLab); tests/unit/test_docs_figures.py fails when the committed file is not what this draws.
+  (GitHub, GitLab); tests/unit/project/test_docs_figures.py fails when the committed file is not what this draws.
 
     python3 bench/figures.py --out DIR     # every benchmark chart into DIR (to look at them without mkdocs)
     python3 bench/figures.py --pipeline    # rewrite docs/assets/pipeline.svg after changing PIPELINE below

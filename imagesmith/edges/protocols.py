@@ -4,7 +4,7 @@ these dataclasses) that cross them.
 
 Stages and the pipeline take these types, so they need neither docker nor a live registry: the real
 :class:`~imagesmith.edges.engine.Engine` and :class:`~imagesmith.edges.registry.Registry` satisfy them (mypy
---strict checks it: tests/unit/test_protocols.py), and so does every test double. Nothing here imports docker.
+--strict checks it: tests/unit/edges/test_protocols.py), and so does every test double. Nothing here imports docker.
 """
 
 from __future__ import annotations

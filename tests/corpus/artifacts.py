@@ -1,4 +1,4 @@
-"""Hostile and careless artifacts: one corpus per loader (tests/unit/test_artifact_corpus.py runs them).
+"""Hostile and careless artifacts: one corpus per loader (tests/unit/stages/test_artifact_corpus.py runs them).
 
 Each case is a name and a function that writes the case's file into a folder (and
 returns its path): bytes that are not text, JSON that is not strict, shapes that

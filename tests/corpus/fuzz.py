@@ -6,7 +6,7 @@ end in anything but success or a UserError (exit 1).
 Starts from a valid matrix that uses every section, applies 1-4 random
 mutations (a value replaced by a hostile or careless one, a key added or
 dropped), writes it as YAML and sometimes flips raw bytes, then loads,
-plans and renders it. tests/unit/test_corpus.py runs a short hypothesis-
+plans and renders it. tests/unit/model/test_corpus.py runs a short hypothesis-
 driven version of the same on every ``make test``.
 """
 

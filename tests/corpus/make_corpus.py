@@ -5,7 +5,7 @@
 A file named ``refuse-*.yaml`` must end in exit 1 with a located message and
 nothing rendered; ``render-*.yaml`` must render, and every Dockerfile it makes
 must have the instructions of a twin matrix whose hostile values (those holding
-PWNED) are replaced by a plain word (tests/unit/test_corpus.py checks both).
+PWNED) are replaced by a plain word (tests/unit/model/test_corpus.py checks both).
 Side files (requirements, templates, CA bundles, symlinks out of the folder)
 live in tests/corpus/matrix/files/.
 """

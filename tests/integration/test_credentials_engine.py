@@ -1,5 +1,5 @@
 """verify --build-report through the real Docker engine: what dockerd sends a staging host read from
-build.json. The recording registry of tests/unit/test_credentials_http.py logs every Authorization header
+build.json. The recording registry of tests/unit/edges/test_credentials_http.py logs every Authorization header
 the engine's pull sends; the staged image is never served, so each pull fails after its requests."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from imagesmith import pipeline
 from imagesmith.edges.credentials import Declared, load_store
 from imagesmith.edges.engine import Engine
-from tests.unit.test_credentials_http import basic, recorder, staged_artifact
-from tests.unit.test_pipeline_stages import OPTIONS, Recorder
+from tests.unit.edges.test_credentials_http import basic, recorder, staged_artifact
+from tests.unit.pipeline.test_pipeline_stages import OPTIONS, Recorder
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
@@ -33,22 +33,19 @@ from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, build_progress, reg
 from imagesmith.edges.protocols import EngineProtocol, ImageInfo
 from imagesmith.edges.sources import SourceServer
 from imagesmith.errors import BuildError, ImagesmithError, Redactor, UserError
-from imagesmith.model import compat, loader, schemas
+from imagesmith.model import compat, loader
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
-from imagesmith.model.platform import emulated, foreign
 from imagesmith.model.ref import ImageRef
-from imagesmith.model.versions import matches
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.render import cudalayer
 from imagesmith.report import log_tail
 from imagesmith.stages import artifacts
-from imagesmith.stages.build import cudabuild
 from imagesmith.stages.artifacts import TargetResult
-from imagesmith.stages.build.buildreport import REPORT_SCHEMA, BuildReport, not_ok
-from imagesmith.stages.build.measured import base_mismatch, compare_facts, emulation_hint
+from imagesmith.stages.build import cudabuild
+from imagesmith.stages.build.buildreport import BuildReport, not_ok
 from imagesmith.stages.build.cache import (
     CACHE_REPOSITORY,
     LABEL_HASH,
@@ -58,6 +55,7 @@ from imagesmith.stages.build.cache import (
     owner_id,
     owner_tag,
 )
+from imagesmith.stages.build.measured import base_mismatch, compare_facts, emulation_hint
 from imagesmith.stages.build.slots import Slots, priorities
 from imagesmith.units import gb
 

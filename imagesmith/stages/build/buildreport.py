@@ -3,52 +3,13 @@ summary (what failed, its Dockerfile, the last log lines)."""
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
-import graphlib
-import os
-import queue
-import subprocess
-import sys
-import threading
-import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
+from typing import Any
 
-from imagesmith import runstate
-from imagesmith.atomic import write_json
-from imagesmith.edges.credentials import CredentialStore
-from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, build_progress, registry_host
-from imagesmith.edges.protocols import EngineProtocol, ImageInfo
-from imagesmith.edges.sources import SourceServer
-from imagesmith.errors import BuildError, ImagesmithError, Redactor, UserError
-from imagesmith.model import compat, loader, schemas
-from imagesmith.model.matrix import Matrix
-from imagesmith.model.plan import Plan, Target
-from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
-from imagesmith.model.platform import emulated, foreign
-from imagesmith.model.ref import ImageRef
-from imagesmith.model.versions import matches
-from imagesmith.progress import Display, QuietDisplay
-from imagesmith.render import contexts as render
-from imagesmith.render import cudalayer
+from imagesmith.model import schemas
 from imagesmith.report import log_tail
-from imagesmith.stages import artifacts
-from imagesmith.stages.build import cudabuild
 from imagesmith.stages.artifacts import TargetResult
-from imagesmith.stages.build.cache import (
-    CACHE_REPOSITORY,
-    LABEL_HASH,
-    OWNER_REPOSITORY,
-    PREBUILD_REPOSITORY,
-    context_hash,
-    owner_id,
-    owner_tag,
-)
-from imagesmith.stages.build.slots import Slots, priorities
-from imagesmith.units import gb
-
 
 REPORT_SCHEMA = schemas.BUILD_REPORT
 

@@ -3,52 +3,12 @@ measured inside, a base of another platform, and where an image that failed unde
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
-import graphlib
-import os
-import queue
-import subprocess
-import sys
-import threading
-import time
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
+from typing import Any, Mapping
 
-from imagesmith import runstate
-from imagesmith.atomic import write_json
-from imagesmith.edges.credentials import CredentialStore
-from imagesmith.edges.engine import RUN_LABEL, BuildOutcome, build_progress, registry_host
-from imagesmith.edges.protocols import EngineProtocol, ImageInfo
-from imagesmith.edges.sources import SourceServer
-from imagesmith.errors import BuildError, ImagesmithError, Redactor, UserError
-from imagesmith.model import compat, loader, schemas
-from imagesmith.model.matrix import Matrix
-from imagesmith.model.plan import Plan, Target
-from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.edges.protocols import ImageInfo
+from imagesmith.model.plan import Target
 from imagesmith.model.platform import emulated, foreign
-from imagesmith.model.ref import ImageRef
 from imagesmith.model.versions import matches
-from imagesmith.progress import Display, QuietDisplay
-from imagesmith.render import contexts as render
-from imagesmith.render import cudalayer
-from imagesmith.report import log_tail
-from imagesmith.stages import artifacts
-from imagesmith.stages.build import cudabuild
-from imagesmith.stages.artifacts import TargetResult
-from imagesmith.stages.build.cache import (
-    CACHE_REPOSITORY,
-    LABEL_HASH,
-    OWNER_REPOSITORY,
-    PREBUILD_REPOSITORY,
-    context_hash,
-    owner_id,
-    owner_tag,
-)
-from imagesmith.stages.build.slots import Slots, priorities
-from imagesmith.units import gb
-
 
 QEMU_MIDR = "MIDR_EL1"  # oneDNN's xbyak_aarch64 reads it from sysfs at torch's import; QEMU on an amd64 host has none
 
