@@ -23,7 +23,7 @@ REGISTRY_CREDENTIALS := .cache/registry/credentials
 # take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
 ALLOW_CPU ?= --allow-cpu-verification
 
-.PHONY: release test unit lint bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog unit-tier integration-tier
+.PHONY: release test unit lint lint-and-unit bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog unit-tier integration-tier
 
 host:                      ## Debian packages + a running Docker engine + podman's Docker API (idempotent)
 	bash scripts/ensure-host.sh
@@ -173,8 +173,14 @@ endef
 # first minutes wait on Debian's mirror, PyPI and cold builds), the unit tier runs meanwhile, then the integration
 # tier's output follows live; its whole log stays in $(INTEGRATION_LOG).
 INTEGRATION_LOG := $(OUT)/integration.log
-test: host install lint    ## the whole suite; .ci/run runs exactly this: lint, then the unit tier (coverage floor) and the integration tier side by side
-	@bash scripts/test-tiers.sh $(INTEGRATION_LOG) -- $(MAKE) --no-print-directory unit-tier -- $(MAKE) --no-print-directory integration-tier
+test: host install         ## the whole suite; .ci/run runs exactly this: lint then the unit tier (coverage floor), side by side with the integration tier
+	@bash scripts/test-tiers.sh $(INTEGRATION_LOG) -- $(MAKE) --no-print-directory lint-and-unit -- $(MAKE) --no-print-directory integration-tier
+
+# lint, then the unit tier: both always run (a lint finding does not hide a failing test); the exit code is lint's
+# when it failed, else the unit tier's. In `make test` this runs while the integration tier waits on mirrors and builds.
+lint-and-unit: install
+	@$(MAKE) --no-print-directory lint; lint=$$?; $(MAKE) --no-print-directory unit-tier; unit=$$?; \
+	  if [ $$lint -ne 0 ]; then echo "make: lint failed (exit $$lint); the unit tier exit $$unit" >&2; exit $$lint; fi; exit $$unit
 
 unit-tier:
 	$(call pytest,-q -ra $(COVERAGE) $(UNIT))

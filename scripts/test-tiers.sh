@@ -29,10 +29,10 @@ trap 'kill -TERM "$integration" 2>/dev/null; wait "$integration"; exit 130' INT 
 echo "test-tiers: integration tier started in the background (output: $log, shown after the unit tier)"
 "${unit[@]}"
 unit_code=$?
-echo "test-tiers: unit tier exit $unit_code; the integration tier's output so far, then live:"
+echo "test-tiers: lint and unit tier exit $unit_code; the integration tier's output so far, then live:"
 tail -n +1 -f --pid="$integration" "$log"
 wait "$integration"
 integration_code=$?
-echo "test-tiers: unit tier exit $unit_code, integration tier exit $integration_code"
+echo "test-tiers: lint and unit tier exit $unit_code, integration tier exit $integration_code"
 if [ "$unit_code" -ne 0 ]; then exit "$unit_code"; fi
 exit "$integration_code"
