@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from imagesmith.model import matrix, plan
-from imagesmith.stages.build import build, buildreport
+from imagesmith.stages.building import build, buildreport
 from imagesmith.stages.tools import bootstrap
 
 LOCAL_ROOTS = ("/opt/wheels", "/etc/ssl/certs")  # the folders examples/local.yaml names (make release allows them too)

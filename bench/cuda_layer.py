@@ -55,7 +55,7 @@ import build as buildbench  # noqa: E402  (bench/build.py: the naive image)
 from imagesmith.edges.engine import Engine  # noqa: E402
 from imagesmith.edges.registry import Credentials, Registry  # noqa: E402
 from imagesmith.model import compat, footprint, matrix, plan  # noqa: E402
-from imagesmith.stages.build import build, buildreport  # noqa: E402
+from imagesmith.stages.building import build, buildreport  # noqa: E402
 from imagesmith.stages.release import publish  # noqa: E402
 from imagesmith.stages.tools import bootstrap  # noqa: E402
 from imagesmith.units import gb  # noqa: E402

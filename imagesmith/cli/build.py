@@ -21,7 +21,7 @@ from imagesmith.units import gb
 if TYPE_CHECKING:
     from imagesmith.pipeline import RunOutcome
     from imagesmith.progress import Display
-    from imagesmith.stages.build.buildreport import BuildReport
+    from imagesmith.stages.building.buildreport import BuildReport
 
 
 @click.command("build")
@@ -85,7 +85,7 @@ class Printer:
 
 
 def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
-    from imagesmith.stages.build import buildreport
+    from imagesmith.stages.building import buildreport
 
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))

@@ -99,7 +99,7 @@ def _release_name(m: Any) -> str:
 def _ci_document(p: Any, m: Any, matrix_file: Path, fmt: str, stage_repo: str | None, build_tags: tuple[str, ...],
                  gpu_tags: tuple[str, ...], tier: str, allow_roots: tuple[Path, ...] = ()) -> str:
     from imagesmith.render import ci
-    from imagesmith.stages.build import staging
+    from imagesmith.stages.building import staging
 
     if fmt == "github-matrix":
         return json.dumps(ci.github_matrix(p, _release_name(m)), separators=(",", ":"), sort_keys=True) + "\n"

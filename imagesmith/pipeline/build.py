@@ -20,7 +20,7 @@ from imagesmith.pipeline.verify import options_from
 from imagesmith.pipeline.verify_built import staging_auth, verify_results
 from imagesmith.progress import Display
 from imagesmith.stages import artifacts
-from imagesmith.stages.build import build, buildreport
+from imagesmith.stages.building import build, buildreport
 from imagesmith.stages.verify import verify
 
 
@@ -52,7 +52,7 @@ def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: Ru
     try:
         p, stage = job.plan.select(job.only, job.layers), None
         if job.stage_repo:
-            from imagesmith.stages.build import staging
+            from imagesmith.stages.building import staging
 
             stage = staging.open_stage(job.stage_repo, job.matrix.image.name, engine, job.out, job.store, job.ca_file, display)
             p = stage.prepare(p, job.plan.picked(job.only, job.layers), job.matrix)

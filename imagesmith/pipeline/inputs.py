@@ -11,7 +11,7 @@ from imagesmith import runstate
 from imagesmith.errors import UserError
 from imagesmith.model import loader
 from imagesmith.stages import artifacts
-from imagesmith.stages.build import buildreport
+from imagesmith.stages.building import buildreport
 
 
 def read_build(path: Path) -> dict[str, Any]:

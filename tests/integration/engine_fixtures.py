@@ -322,7 +322,7 @@ def _build_base(engine: Engine, debian_base: str, folder: Path) -> dict[str, Any
     own), so every step runs, and the image is measured. Its builder stage stays, tagged: later builds of this
     base in the run (other repositories, the same steps) take every step up to the labels from the layer cache."""
     from imagesmith.model import matrix, plan
-    from imagesmith.stages.build import build
+    from imagesmith.stages.building import build
 
     factory = MatrixFactory(engine, debian_base, folder, repository=CPU_REPOSITORY)
     m = matrix.load(factory("layers:\n  base: {toolchain: false}\n"), allowed_roots=LOCAL_ROOTS)
@@ -361,7 +361,7 @@ class CudaCells:
 
 def _build_cuda_cells(engine: Engine, debian_base: str, trixie_base: str, folder: Path) -> dict[str, Any]:
     from imagesmith.model import matrix, plan
-    from imagesmith.stages.build import build
+    from imagesmith.stages.building import build
 
     factory = MatrixFactory(engine, debian_base, folder, repository=CUDA_REPOSITORY)
     include = "  include:\n    - {torch: '2.14', cuda: '13.0', python: '3.13', os: debian13}\n"

@@ -21,7 +21,7 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.model import matrix, plan
-from imagesmith.stages.build import build, buildreport
+from imagesmith.stages.building import build, buildreport
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory
 from tests.unit.trustkeys import verifier

@@ -56,7 +56,7 @@ def test_a_base_of_the_other_platform_fails_each_cell_before_any_build_step(
     """Each platform's base named for the other: the engine's own inspect of each base refuses both cells; no step
     runs (no build log), nothing is tagged for them."""
     from imagesmith.model import matrix, plan
-    from imagesmith.stages.build import build
+    from imagesmith.stages.building import build
 
     text = (f"image: {{repository: imagesmith-test/wrong-base}}\nmatrix: {{torch: ['2.9'], cuda: [cpu], python: ['3.11'], "
             f"os: [debian12], platform: [linux/amd64, linux/arm64]}}\nbase_images:\n  debian12:\n"

@@ -23,7 +23,7 @@ from imagesmith.edges.engine import Engine, RunSpec, build_step
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import GpuRequestDropped, GpuRuntimeMissing
 from imagesmith.model import engines, matrix, plan
-from imagesmith.stages.build import build, buildreport
+from imagesmith.stages.building import build, buildreport
 from imagesmith.stages.verify import incontainer, served, verify
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory

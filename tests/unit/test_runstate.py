@@ -15,7 +15,7 @@ from imagesmith import pipeline, report, runstate
 from imagesmith.edges import registry
 from imagesmith.edges.engine import BuildOutcome, Engine, push_error, unreachable
 from imagesmith.errors import UserError
-from imagesmith.stages.build import buildreport, cache
+from imagesmith.stages.building import buildreport, cache
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The one push path: an engine push with the registry's own detail on a server error, retried with backoff
 (tenacity) on what retrying may help. The release push (:mod:`imagesmith.stages.release.publish`) and the staging push
-(:mod:`imagesmith.stages.build.staging`) both go through it; each words its own final failure.
+(:mod:`imagesmith.stages.building.staging`) both go through it; each words its own final failure.
 This module never imports docker.
 """
 

@@ -12,7 +12,7 @@ import pytest
 from imagesmith.errors import ValidationError
 from imagesmith.model import matrix, plan, tags
 from imagesmith.model.platform import Platform
-from imagesmith.stages.build import cudabuild
+from imagesmith.stages.building import cudabuild
 from tests.conftest import ROOT
 from tests.unit.model.test_matrix_platform import BASE
 

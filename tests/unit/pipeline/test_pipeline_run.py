@@ -20,7 +20,7 @@ from imagesmith.edges.engine import RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, UserError
 from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import BuildRecord, Release
-from imagesmith.stages.build import buildreport
+from imagesmith.stages.building import buildreport
 from tests.doubles import EngineBase
 from tests.unit.pipeline.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
 from tests.unit.stages.building.test_build_scheduler import BASE, engine_for, load, true_facts

@@ -17,7 +17,7 @@ from imagesmith.errors import ContainerRefused, EngineConnectionLost, RegistryEr
 from imagesmith.model import policy
 from imagesmith.resources import payload_module
 from imagesmith.stages import artifacts
-from imagesmith.stages.build import buildreport
+from imagesmith.stages.building import buildreport
 from imagesmith.stages.verify import verify
 from tests.doubles import EngineBase
 

@@ -20,7 +20,7 @@ from imagesmith.model import matrix, plan
 from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged
-from imagesmith.stages.build import staging
+from imagesmith.stages.building import staging
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase
 

@@ -3,7 +3,7 @@ aarch64 wheel aborts at import under QEMU on an amd64 host, reading MIDR_EL1 fro
 
 from __future__ import annotations
 
-from imagesmith.stages.build.measured import emulation_hint
+from imagesmith.stages.building.measured import emulation_hint
 
 MIDR = ("measuring the image failed (exit -1): /__w/pytorch/pytorch/third_party/ideep/mkl-dnn/third_party/xbyak_aarch64/"
         "src/util_impl_linux.h, 444: Can't open MIDR_EL1 sysfs entry")

@@ -13,7 +13,7 @@ from imagesmith.edges.protocols import ImageInfo
 from imagesmith.errors import Redactor
 from imagesmith.model import matrix, plan
 from imagesmith.stages import artifacts
-from imagesmith.stages.build import buildreport, cache, measured
+from imagesmith.stages.building import buildreport, cache, measured
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 FILES = {"Dockerfile": b"FROM x\n", "files/a.sh": b"echo a\n"}

@@ -19,7 +19,7 @@ import pytest
 from imagesmith.edges.engine import BuildOutcome, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import BuildError, UserError
 from imagesmith.model import matrix, plan
-from imagesmith.stages.build import build, buildreport, cache
+from imagesmith.stages.building import build, buildreport, cache
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase
 

@@ -11,7 +11,7 @@ import pytest
 
 from imagesmith.errors import BuildError
 from imagesmith.model import matrix, plan
-from imagesmith.stages.build import slots as build
+from imagesmith.stages.building import slots as build
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 

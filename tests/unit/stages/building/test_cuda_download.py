@@ -1,4 +1,4 @@
-"""The CUDA wheel set's download (imagesmith.stages.build.cudabuild): the platform tags an OS's glibc
+"""The CUDA wheel set's download (imagesmith.stages.building.cudabuild): the platform tags an OS's glibc
 accepts, the exact pip command, and that command run for real by this Python's pip against
 a local folder of wheels (no network): a wheel too new for the OS's glibc is never taken."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from imagesmith.errors import BuildError
 from imagesmith.model import compat
-from imagesmith.stages.build.cudabuild import download_argv, platforms
+from imagesmith.stages.building.cudabuild import download_argv, platforms
 
 
 def test_platforms_run_from_the_os_glibc_down_to_manylinux1() -> None:

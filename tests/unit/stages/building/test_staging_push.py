@@ -13,7 +13,7 @@ from imagesmith.edges.protocols import LineSink
 from imagesmith.edges.registry import RegistryHTTPError
 from imagesmith.errors import BuildError
 from imagesmith.progress import QuietDisplay
-from imagesmith.stages.build.staging import Stage
+from imagesmith.stages.building.staging import Stage
 from imagesmith.stages.release.push import Backoff
 from tests.doubles import EngineBase, RegistryBase
 

@@ -6,7 +6,7 @@ parent ID) hashes to an image that already exists is taken from cache. A
 failed target skips its descendants; the rest go on (the walk is stdlib
 :class:`graphlib.TopologicalSorter`). After each build the
 image is measured from inside and compared with the plan. With a stage
-(``build --stage``, :mod:`imagesmith.stages.build.staging`) each image is also pushed to a
+(``build --stage``, :mod:`imagesmith.stages.building.staging`) each image is also pushed to a
 staging repository by digest, and ancestors built by other jobs come from there.
 Every target not taken from another job gets its artifact, OUT/<target>/build.json.
 """
@@ -44,9 +44,9 @@ from imagesmith.render import cudalayer
 from imagesmith.report import log_tail
 from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import TargetResult
-from imagesmith.stages.build import cudabuild
-from imagesmith.stages.build.buildreport import BuildReport, not_ok
-from imagesmith.stages.build.cache import (
+from imagesmith.stages.building import cudabuild
+from imagesmith.stages.building.buildreport import BuildReport, not_ok
+from imagesmith.stages.building.cache import (
     CACHE_REPOSITORY,
     LABEL_HASH,
     OWNER_REPOSITORY,
@@ -55,8 +55,8 @@ from imagesmith.stages.build.cache import (
     owner_id,
     owner_tag,
 )
-from imagesmith.stages.build.measured import base_mismatch, compare_facts, emulation_hint
-from imagesmith.stages.build.slots import Slots, priorities
+from imagesmith.stages.building.measured import base_mismatch, compare_facts, emulation_hint
+from imagesmith.stages.building.slots import Slots, priorities
 from imagesmith.units import gb
 
 LABEL_RUN = RUN_LABEL
@@ -68,7 +68,7 @@ def _made_last(outcome: BuildOutcome) -> bool:
 
 
 class StageLike(Protocol):
-    """A staging repository (:class:`imagesmith.stages.build.staging.Stage`)."""
+    """A staging repository (:class:`imagesmith.stages.building.staging.Stage`)."""
 
     def adopts(self, target_id: str) -> bool: ...
     def adopt(self, t: Target, result: TargetResult) -> None: ...

@@ -96,7 +96,7 @@ def adoption_problem(found: artifacts.Found, t: Target, dockerfile: bytes | None
 
 
 class Stage:
-    """The staging repository for one build run (what :class:`imagesmith.stages.build.build.Builder` calls)."""
+    """The staging repository for one build run (what :class:`imagesmith.stages.building.build.Builder` calls)."""
 
     def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, path: str, out: Path, credentials: Credentials | None = None,
                  display: Display | None = None, measure_inventory: bool = True, backoff: Backoff = Backoff(),
