@@ -6,7 +6,7 @@ them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from imagesmith.edges.registry import entries, manifest_document
 from imagesmith.errors import RegistryError
@@ -19,9 +19,6 @@ from imagesmith.report.model import verified_how
 from imagesmith.report.parse import counts_of, evidence_of, findings_of
 from imagesmith.stages.artifacts import BuildRecord
 from imagesmith.stages.release.indexes import IndexRelease
-
-if TYPE_CHECKING:
-    pass
 
 
 RELEASE_SCHEMA = schemas.RELEASE
