@@ -20,7 +20,6 @@ from imagesmith.report.parse import counts_of, evidence_of, findings_of
 from imagesmith.stages.artifacts import BuildRecord
 from imagesmith.stages.release.indexes import IndexRelease
 
-
 RELEASE_SCHEMA = schemas.RELEASE
 
 
