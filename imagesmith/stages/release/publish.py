@@ -30,7 +30,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import threading
 import time
 from dataclasses import replace
 from functools import partial
@@ -52,7 +51,7 @@ from imagesmith.model.tags import TagPolicy
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
 from imagesmith.stages.artifacts import BuildRecord, Release
-from imagesmith.stages.release import indexes, push, pushqueue
+from imagesmith.stages.release import indexes, push
 from imagesmith.stages.release.indexes import IndexRelease
 from imagesmith.stages.release.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's
 from imagesmith.stages.release.push import message_of as message_of
@@ -73,7 +72,6 @@ if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
 
 SWAP_ROUNDS = 5  # a floating tag rewritten this often under one release: stop, say so
-PUSHES = 2  # images pushed at once: the engine compresses each layer it sends on one core
 T = TypeVar("T")
 
 
@@ -90,8 +88,7 @@ class Publisher:
                  floating_gate: Callable[[str | None], str | None] | None = None, allow_cpu_verification: bool = False,
                  clock: Callable[[], float] = time.monotonic,
                  vulnerability_gate: Callable[[TargetRelease], str | None] | None = None,
-                 trust: Mapping[str, Any] | None = None, index_evidence: Callable[[str], dict[str, Any]] | None = None,
-                 pushes: int = PUSHES) -> None:
+                 trust: Mapping[str, Any] | None = None, index_evidence: Callable[[str], dict[str, Any]] | None = None) -> None:
         if not image.registry:
             raise UserError("image.registry is not set in the matrix: a release needs the registry to push to (e.g. harbor.example.com)")
         self.engine, self.registry, self.policy, self.date, self.out = engine, registry, policy, date, out_dir
@@ -103,8 +100,7 @@ class Publisher:
         self.index_evidence = index_evidence  # an image index's digest -> what was attached to it (its signature)
         self.plan = TagPlanner(self.name, policy, date, self._fail, allow_cpu_verification, vulnerability_gate, floating_gate)
         self.trust = trust
-        self._uploads_checked, self._uploads_lock = False, threading.Lock()
-        self.pushes = pushes  # images pushed side by side (pushqueue: never two that would send one layer)
+        self._uploads_checked = False
         self._indexes: dict[str, list[TargetRelease]] = {}  # index tag -> its platforms' targets
         self.log: list[str] = []
 
@@ -173,35 +169,14 @@ class Publisher:
 
     # -- immutable tags ----------------------------------------------------------------
     def _release_all(self, report: ReleaseReport) -> None:
-        """Every queued target, :attr:`pushes` side by side where their layers allow (:mod:`pushqueue`); one
-        after the other when a target is promoted or an image's layers are unknown."""
-        queued = {r.target: r for r in report.targets if r.status == "queued"}
-        layers = self._layers(list(queued.values())) if self.pushes > 1 else None
-        if layers is None:
-            for r in queued.values():
-                self._release_guarded(r)
-            return
-        pushqueue.push_all(list(queued), layers, self.pushes, lambda target: self._release_guarded(queued[target]))
-
-    def _release_guarded(self, r: TargetRelease) -> bool:
-        """One target; True when its image is now in the registry. A stop fails it and stops the release."""
-        try:
-            self._release_one(r)
-        except ReleaseStopped as exc:
-            self._fail(r, "failed", str(exc))
-            raise
-        return r.status in DONE
-
-    def _layers(self, targets: Sequence[TargetRelease]) -> dict[str, frozenset[str]] | None:
-        """Each target's layer diff IDs as the engine has them; None when one is promoted or not known."""
-        out: dict[str, frozenset[str]] = {}
-        for r in targets:
-            info = None if r.source or not r.image_id else self.engine.image(r.image_id)
-            layers = frozenset(getattr(info, "layers", ()) or ())
-            if not layers:
-                return None
-            out[r.target] = layers
-        return out
+        for r in report.targets:
+            if r.status != "queued":
+                continue
+            try:
+                self._release_one(r)
+            except ReleaseStopped as exc:
+                self._fail(r, "failed", str(exc))
+                raise
 
     def _release_one(self, r: TargetRelease) -> None:
         assert r.image_id
@@ -268,10 +243,9 @@ class Publisher:
         """Once per release, before the first push: does the registry take uploads? A full
         or read-only registry answers at once, with its reason, instead of after the
         engine's own minute of retrying every layer."""
-        with self._uploads_lock:
-            if not self._uploads_checked:
-                self._retry(f"starting an upload to {self.name}", lambda: self.registry.check_upload(self.repo))
-                self._uploads_checked = True
+        if not self._uploads_checked:
+            self._retry(f"starting an upload to {self.name}", lambda: self.registry.check_upload(self.repo))
+            self._uploads_checked = True
 
     def _untag(self, ref: str) -> None:
         try:
