@@ -23,10 +23,13 @@ REGISTRY_CREDENTIALS := .cache/registry/credentials
 # take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
 ALLOW_CPU ?= --allow-cpu-verification
 
-.PHONY: release test unit lint lint-and-unit bench host install base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog unit-tier integration-tier
+.PHONY: release test unit lint lint-and-unit bench host host-release install runtime base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog unit-tier integration-tier
 
 host:                      ## Debian packages + a running Docker engine + podman's Docker API (idempotent)
 	bash scripts/ensure-host.sh
+
+host-release:              ## what `make release` needs of the host: the engine, debootstrap, a registry, skopeo (idempotent)
+	bash scripts/ensure-host.sh --release
 
 # ---- Dependencies: every one pinned with hashes in $(LOCK) (docs/development.md) ------------------
 # The lock holds the runtime dependencies, every extra (test, docs, kubernetes, ...) and the build
@@ -36,6 +39,8 @@ host:                      ## Debian packages + a running Docker engine + podman
 # local indexes, a constraints file) are ignored, so the lock never records a machine-local URL and
 # installs the same on a fresh machine.
 LOCK := requirements/lock.txt
+# the runtime dependencies and the build backend alone (what `make release` installs), at the lock's versions
+RUNTIME_LOCK := requirements/runtime.txt
 LOCK_TOOL_IN := requirements/uv.in
 LOCK_TOOL_LOCK := requirements/uv.txt
 LOCK_TOOL_VENV := .cache/uv
@@ -60,18 +65,31 @@ LOCK_INPUTS := pyproject.toml .cache/lock/build-system.in
 # lock is then complete without it, so `make install` installs exactly the lock's lines (--no-deps).
 LOCK_OVERRIDES := requirements/overrides.txt
 LOCK_COMPILE = $(UV_COMPILE) --all-extras --override $(LOCK_OVERRIDES) --custom-compile-command 'make lock' $(LOCK_INPUTS)
+# the runtime lock: no extra, every version the lock's (--constraint), so it is a subset of the lock
+RUNTIME_COMPILE = $(UV_COMPILE) --override $(LOCK_OVERRIDES) --constraint $(1) --custom-compile-command 'make lock' $(LOCK_INPUTS)
 # the requirement lines of a lock file (name==version ; markers), without hashes and comments
 pins = sed -n 's/^\([A-Za-z0-9][^ ]*==[^\\]*\) *\\\?$$/\1/p' $(1) | sed 's/ *$$//'
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(BIN)/imagesmith: $(LOCK) pyproject.toml | $(VENV)/bin/python
+# Two stamps in .venv: every locked package (make install: tests, docs, lint) or the runtime ones alone (make
+# release); the whole lock holds the runtime lock, so a full install stamps both.
+INSTALLED := $(VENV)/.installed-lock
+INSTALLED_RUNTIME := $(VENV)/.installed-runtime
+$(INSTALLED): $(LOCK) pyproject.toml | $(VENV)/bin/python
 	$(call PIP,$(BIN)) --require-hashes --no-deps -r $(LOCK)
+	$(call PIP,$(BIN)) --no-deps --no-build-isolation -e .
+	touch $@ $(INSTALLED_RUNTIME)
+
+$(INSTALLED_RUNTIME): $(RUNTIME_LOCK) pyproject.toml | $(VENV)/bin/python
+	$(call PIP,$(BIN)) --require-hashes --no-deps -r $(RUNTIME_LOCK)
 	$(call PIP,$(BIN)) --no-deps --no-build-isolation -e .
 	touch $@
 
-install: $(BIN)/imagesmith  ## imagesmith and every locked dependency (tests, docs) in .venv, from $(LOCK)
+install: $(INSTALLED)      ## imagesmith and every locked dependency (tests, docs) in .venv, from $(LOCK)
+
+runtime: $(INSTALLED_RUNTIME)  ## imagesmith and its runtime dependencies alone in .venv, from $(RUNTIME_LOCK) (what make release needs)
 
 $(UV): $(LOCK_TOOL_LOCK)
 	$(PYTHON) -m venv $(LOCK_TOOL_VENV)
@@ -92,7 +110,8 @@ lock: $(UV) .cache/lock/build-system.in  ## rewrite $(LOCK) from pyproject.toml,
 	  echo "make: $(LOCK) has merge conflict markers: starting from HEAD's lock, resolving again from pyproject.toml"; \
 	  git show HEAD:$(LOCK) > $(LOCK); fi
 	$(LOCK_COMPILE) $(if $(filter all,$(UPGRADE)),--upgrade,$(UPGRADE:%=--upgrade-package %)) -o $(LOCK)
-	@echo "$(LOCK) written; commit it with pyproject.toml"
+	$(call RUNTIME_COMPILE,$(LOCK)) -o $(RUNTIME_LOCK)
+	@echo "$(LOCK) and $(RUNTIME_LOCK) written; commit them with pyproject.toml"
 
 lock-tool: $(UV)            ## rewrite $(LOCK_TOOL_LOCK) (the pinned uv) from $(LOCK_TOOL_IN)
 	$(UV_COMPILE) --custom-compile-command 'make lock-tool' $(LOCK_TOOL_IN) -o $(LOCK_TOOL_LOCK)
@@ -100,26 +119,27 @@ lock-tool: $(UV)            ## rewrite $(LOCK_TOOL_LOCK) (the pinned uv) from $(
 # Resolves again with the committed pins preferred (nothing is upgraded) and compares the pins:
 # a dependency added to, removed from or re-bounded in pyproject.toml without `make lock` fails here.
 lock-check: $(UV) .cache/lock/build-system.in  ## fails when pyproject.toml and $(LOCK) disagree (CI runs it first)
-	@cp $(LOCK) .cache/lock/check.txt && cp $(LOCK_TOOL_LOCK) .cache/lock/check-uv.txt
+	@cp $(LOCK) .cache/lock/check.txt && cp $(RUNTIME_LOCK) .cache/lock/check-runtime.txt && cp $(LOCK_TOOL_LOCK) .cache/lock/check-uv.txt
 	@$(LOCK_COMPILE) -o .cache/lock/check.txt
+	@$(call RUNTIME_COMPILE,.cache/lock/check.txt) -o .cache/lock/check-runtime.txt
 	@$(UV_COMPILE) --custom-compile-command 'make lock-tool' $(LOCK_TOOL_IN) -o .cache/lock/check-uv.txt
 	@status=0; \
-	for pair in "$(LOCK) .cache/lock/check.txt make lock" "$(LOCK_TOOL_LOCK) .cache/lock/check-uv.txt make lock-tool"; do \
+	for pair in "$(LOCK) .cache/lock/check.txt make lock" "$(RUNTIME_LOCK) .cache/lock/check-runtime.txt make lock" "$(LOCK_TOOL_LOCK) .cache/lock/check-uv.txt make lock-tool"; do \
 	  set -- $$pair; \
 	  if ! diff -u --label "$$1 (committed)" --label "$$1 (what $${*:3} would write)" <($(call pins,$$1)) <($(call pins,$$2)); then \
 	    echo "make: $$1 does not match its inputs (lines above: - locked now, + needed). Run '$${*:3}' and commit $$1." >&2; status=1; \
 	  fi; \
 	done; \
-	[ $$status -eq 0 ] && echo "$(LOCK) and $(LOCK_TOOL_LOCK) match pyproject.toml and $(LOCK_TOOL_IN)"; exit $$status
+	[ $$status -eq 0 ] && echo "$(LOCK), $(RUNTIME_LOCK) and $(LOCK_TOOL_LOCK) match pyproject.toml and $(LOCK_TOOL_IN)"; exit $$status
 
 # Both bootstraps at once (each mostly waits on Debian's mirror); each one's failure is reported and fails the target.
-base: host install         ## the Debian bases examples/local.yaml builds on (debootstrap, once)
+base: host-release runtime ## the Debian bases examples/local.yaml builds on (debootstrap, once)
 	@pids=""; for os in debian12 debian13; do \
 	  docker image inspect imagesmith/debian:$$(case $$os in debian12) echo bookworm;; debian13) echo trixie;; esac) >/dev/null 2>&1 \
 	    || { $(BIN)/imagesmith base bootstrap --os $$os & pids="$$pids $$!"; }; \
 	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; exit $$status
 
-registry: host             ## the local registry on 127.0.0.1:5000 (htpasswd auth)
+registry: host-release     ## the local registry on 127.0.0.1:5000 (htpasswd auth)
 	bash scripts/local-registry.sh start >/dev/null
 
 $(SIGNING_KEY) $(VERIFIER_KEY): ## an ECDSA P-256 key pair (openssl; cosign import-key-pair reads it)

@@ -5,7 +5,14 @@
 # and pushgateway, qemu-user-static for arm64 under emulation, podman, chromium) and a running Docker engine;
 # podman's Docker-compatible API on $PODMAN_SOCKET (the Podman tier of the tests), with
 # default_ulimits this host's runc can set. Safe to run again and again.
+# With --release: only what `make release` needs (the engine, debootstrap, the registry and its tools); the
+# test tiers' Slurm, Podman, Chromium, Prometheus and qemu are left out.
 set -euo pipefail
+case "${1:-}" in
+    --release) release=1 ;;
+    "") release= ;;
+    *) echo "usage: $0 [--release]" >&2; exit 1 ;;
+esac
 
 need=()
 command -v dockerd >/dev/null || need+=(docker.io)
@@ -14,26 +21,28 @@ command -v skopeo >/dev/null || need+=(skopeo)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v openssl >/dev/null || need+=(openssl)
-# a one-node Slurm cluster for the fleet tests (scripts/local-slurm.sh starts it in a private folder)
-command -v slurmctld >/dev/null || need+=(slurmctld)
-command -v slurmd >/dev/null || need+=(slurmd)
-command -v sbatch >/dev/null || need+=(slurm-client)
-command -v munged >/dev/null || need+=(munge)
-# Podman, the second engine imagesmith speaks to through the Docker API (tests/integration/test_podman.py)
-command -v podman >/dev/null || need+=(podman)
 command -v curl >/dev/null || need+=(curl)
-# headless Chromium and a font for tests/integration/test_browser.py: the HTML report and the docs opened as people
-# see them (overflow, chart titles, the verdict above the fold), screenshots into build/screenshots/
-command -v chromium >/dev/null || need+=(chromium)
-[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
-# Prometheus's tools for the metrics tests: promtool (rules), node_exporter (textfile collector), pushgateway
-command -v promtool >/dev/null || need+=(prometheus)
-command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
-command -v prometheus-pushgateway >/dev/null || need+=(prometheus-pushgateway)
-# arm64 images on an amd64 host (bases, builds, the emulated payload): qemu through binfmt_misc
-if [ "$(uname -m)" != aarch64 ]; then
-    command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
-    command -v update-binfmts >/dev/null || need+=(binfmt-support)
+if [ -z "$release" ]; then
+    # a one-node Slurm cluster for the fleet tests (scripts/local-slurm.sh starts it in a private folder)
+    command -v slurmctld >/dev/null || need+=(slurmctld)
+    command -v slurmd >/dev/null || need+=(slurmd)
+    command -v sbatch >/dev/null || need+=(slurm-client)
+    command -v munged >/dev/null || need+=(munge)
+    # Podman, the second engine imagesmith speaks to through the Docker API (tests/integration/test_podman.py)
+    command -v podman >/dev/null || need+=(podman)
+    # headless Chromium and a font for tests/integration/test_browser.py: the HTML report and the docs opened as people
+    # see them (overflow, chart titles, the verdict above the fold), screenshots into build/screenshots/
+    command -v chromium >/dev/null || need+=(chromium)
+    [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+    # Prometheus's tools for the metrics tests: promtool (rules), node_exporter (textfile collector), pushgateway
+    command -v promtool >/dev/null || need+=(prometheus)
+    command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
+    command -v prometheus-pushgateway >/dev/null || need+=(prometheus-pushgateway)
+    # arm64 images on an amd64 host (bases, builds, the emulated payload): qemu through binfmt_misc
+    if [ "$(uname -m)" != aarch64 ]; then
+        command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+        command -v update-binfmts >/dev/null || need+=(binfmt-support)
+    fi
 fi
 if [ ${#need[@]} -gt 0 ]; then
     echo "ensure-host: installing ${need[*]}" >&2
@@ -41,7 +50,7 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-if [ "$(uname -m)" != aarch64 ] && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+if [ -z "$release" ] && [ "$(uname -m)" != aarch64 ] && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
     # no systemd here to do it at boot: mount binfmt_misc and register qemu (with F: it works inside containers)
     mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
     update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || echo "ensure-host: qemu-aarch64 could not be registered (binfmt_misc); arm64 runs need it" >&2
@@ -61,6 +70,7 @@ if ! docker info >/dev/null 2>&1; then
     docker info >/dev/null 2>&1 || { echo "ensure-host: dockerd did not start; see /var/log/imagesmith-dockerd.log" >&2; tail -20 /var/log/imagesmith-dockerd.log >&2; exit 1; }
 fi
 echo "ensure-host: docker $(docker version --format '{{.Server.Version}}') ready" >&2
+[ -z "$release" ] || exit 0
 
 # ---- Podman: its Docker API on a socket, with ulimits runc can set here ---------------------------
 # Podman asks runc for nofile and nproc 1048576 unless containers.conf says less; where that exceeds the hard

@@ -82,11 +82,11 @@ def test_pytest_collects_only_tests(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- the lock (requirements/lock.txt)
-def locked() -> dict[str, list[str]]:
-    """Each requirement line of the lock (name==version ; markers) -> its hash options."""
+def locked(name: str = "lock.txt") -> dict[str, list[str]]:
+    """Each requirement line of a lock (name==version ; markers) -> its hash options."""
     entries: dict[str, list[str]] = {}
     current = ""
-    for line in (ROOT / "requirements" / "lock.txt").read_text().splitlines():
+    for line in (ROOT / "requirements" / name).read_text().splitlines():
         if line and not line[0].isspace() and not line.startswith("#"):
             current = line.rstrip(" \\")
             entries[current] = []
@@ -103,6 +103,22 @@ def test_every_locked_requirement_is_pinned_with_hashes_from_an_index() -> None:
         assert [str(s.operator) for s in requirement.specifier] == ["=="], line
         assert hashes and all(h.startswith("--hash=sha256:") for h in hashes), line
     assert "file:" not in (ROOT / "requirements" / "lock.txt").read_text()
+
+
+def test_the_runtime_lock_is_the_lock_s_runtime_part_with_the_same_pins_and_hashes() -> None:
+    """`make release` installs requirements/runtime.txt alone: each pin must be the lock's own (same version and
+    hashes; markers may be narrower), every runtime dependency and the build backend in it, no test or docs tool."""
+    def pins(name: str) -> dict[str, list[str]]:
+        return {line.split(";")[0].strip(): hashes for line, hashes in locked(name).items()}
+
+    full, runtime = pins("lock.txt"), pins("runtime.txt")
+    assert runtime and {pin: full.get(pin) for pin in runtime} == runtime
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    names = {canonicalize_name(Requirement(line).name) for line in runtime}
+    wanted = [*project["project"]["dependencies"], *project["build-system"]["requires"],
+              *hatchling.build.get_requires_for_build_editable()]
+    assert sorted({canonicalize_name(Requirement(r).name) for r in wanted} - names) == []
+    assert {"pytest", "mypy", "ruff", "torch", "mkdocs"} & names == set()
 
 
 def test_the_lock_names_every_dependency_pyproject_and_the_build_need() -> None:
