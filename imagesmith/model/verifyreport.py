@@ -164,9 +164,14 @@ class Summary:
 
     counts: Mapping[str, Number] = field(default_factory=dict)
     ok: bool | None = None
+    written: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)  # the object as read (None: absent)
 
     def get(self, status: str, default: Number = 0) -> Number:
         return self.counts.get(status, default)
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The summary as the report wrote it (release.json quotes it)."""
+        return None if self.written is None else dict(self.written)
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,7 @@ class VerifyReport:
     payload_schema: str | None = None  # the payload's own schema name (the host's finish keeps it)
     engine_name: str | None = None  # Docker | Podman
     engine_version: str | None = None
+    vulnerabilities: Mapping[str, Any] | None = None  # a vulnerability gate's findings, as written (the attestation carries them)
     source: str = field(default="the verify report", compare=False)
     where: str = field(default="report", compare=False)
     _raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -234,6 +240,7 @@ def parse(raw: Any, source: str = "the verify report", where: str = "report") ->
         payload_schema=_str(r, doc, "payload_schema", where),
         engine_name=_str(r, engine, "name", r.at(where, "engine")) if engine else None,
         engine_version=_str(r, engine, "version", r.at(where, "engine")) if engine else None,
+        vulnerabilities=_optional(r, doc, "vulnerabilities", where),
         source=source, where=where, _raw=doc,
     )
 
@@ -289,10 +296,10 @@ def _gpu(r: Fields, raw: Any, where: str) -> Gpu:
 
 
 def _summary(r: Fields, doc: Mapping[str, Any], where: str) -> Summary:
-    s = _optional(r, doc, "summary", where) or {}
-    at = r.at(where, "summary")
+    written = _optional(r, doc, "summary", where)
+    s, at = written or {}, r.at(where, "summary")
     counts = {k: r.amount(s, k, at) for k in STATUSES if s.get(k) is not None}
-    return Summary(counts, _flag(r, s, "ok", at) if s.get("ok") is not None else None)
+    return Summary(counts, _flag(r, s, "ok", at) if s.get("ok") is not None else None, written)
 
 
 def _image(r: Fields, doc: Mapping[str, Any], where: str) -> Image | None:
