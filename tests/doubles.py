@@ -10,7 +10,14 @@ from typing import Any, ContextManager, Iterable, Mapping, NoReturn, Sequence
 
 from imagesmith.edges.protocols import BuildOutcome, ImageInfo, LineSink, RunningProtocol, RunResult, RunSpec
 from imagesmith.edges.registry import Manifest, PushedManifest
+from imagesmith.model import schemas, verifyreport
 from imagesmith.model.engines import EngineKind
+
+
+def verify_report(doc: Mapping[str, Any]) -> verifyreport.VerifyReport:
+    """A verify report a test writes as a dict, read as the host reads one (a malformed one: a LoadError); the
+    schema is the verify report's unless the dict names one."""
+    return verifyreport.parse({"schema": schemas.VERIFY_REPORT} | dict(doc), "<test>", "report")
 
 
 def unexpected(what: str) -> NoReturn:

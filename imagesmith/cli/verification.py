@@ -13,6 +13,7 @@ from imagesmith.inert import inert
 from imagesmith.table import print_table
 
 if TYPE_CHECKING:
+    from imagesmith.model.verifyreport import VerifyReport
     from imagesmith.pipeline.runreport import RunOutcome
     from imagesmith.pipeline.verify import AttachedEvidence
     from imagesmith.progress import Display
@@ -53,7 +54,7 @@ class Printer:
             click.echo(f"reusing the signed verification {attached.match.digest} of {found.name}@{found.digest} "
                        f"({tier} tier, {attached.gpu_model or 'CPU mode'}): not run again", err=True)
 
-    def report(self, report: dict[str, Any], json_out: Path | None) -> None:
+    def report(self, report: VerifyReport, json_out: Path | None) -> None:
         if not self.quiet:
             print_verify(report, json_out)
 
@@ -73,18 +74,18 @@ def print_outcomes(outcomes: Mapping[str, VerifyOutcome]) -> None:
 
     rows = []
     for target, o in outcomes.items():
-        s = o.report.get("summary", {})
+        s = o.report.summary
         rows.append([target, "passed" if o.ok else "FAILED", policy.how_verified(o.report), s.get("pass", 0), s.get("warn", 0),
                      s.get("fail", 0), s.get("skip", 0), verify_failures(o.report) if not o.ok else "-"])
     print_table("verification", ["target", "result", "mode", "pass", "warn", "fail", "skip", "failed checks"], rows)
 
 
-def mode_line(report: dict[str, Any]) -> str:
+def mode_line(report: VerifyReport) -> str:
     """Which mode ran and why, for the first line of the verify table."""
     from imagesmith.model import policy
 
-    reason = str((report.get("mode") or {}).get("reason") or "mode unknown: the payload did not report")
-    cuda = (report.get("environment") or {}).get("cuda")
+    reason = (report.mode.reason if report.mode else None) or "mode unknown: the payload did not report"
+    cuda = report.environment.cuda
     ev = policy.evidence(report)
     if cuda and not ev.gpu_verified and policy.NOT_GPU_VERIFIED not in reason:
         reason += f" ({policy.NOT_GPU_VERIFIED})"
@@ -94,36 +95,34 @@ def mode_line(report: dict[str, Any]) -> str:
 DETAIL_WIDTH = 110  # characters of a check's detail shown in the table
 
 
-def print_verify(report: dict[str, Any], json_out: Path | None) -> None:
-    env = report.get("environment") or {}
-    image = (report.get("image") or {}).get("ref", "this host")
-    s = report.get("summary", {})
-    engine: dict[str, Any] = report["engine"] if isinstance(report.get("engine"), dict) else {}
-    on = f" on {engine.get('name')} {engine.get('version')}" if engine.get("name") else ""
-    title = (f"verify {image}{on} ({report.get('tier')}), {mode_line(report)}: torch {env.get('torch')} cuda {env.get('cuda')} "
-             f"driver {env.get('driver')} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
-             f"{s.get('skip', 0)} skip, {s.get('inconclusive', 0)} inconclusive in {report.get('wall_s', 0):.1f}s"
+def print_verify(report: VerifyReport, json_out: Path | None) -> None:
+    env, s = report.environment, report.summary
+    image = report.image.ref if report.image and report.image.ref is not None else "this host"
+    on = f" on {report.engine_name} {report.engine_version}" if report.engine_name else ""
+    title = (f"verify {image}{on} ({report.tier or None}), {mode_line(report)}: torch {env.torch} cuda {env.cuda} "
+             f"driver {env.driver} - {s.get('pass', 0)} pass, {s.get('warn', 0)} warn, {s.get('fail', 0)} fail, "
+             f"{s.get('skip', 0)} skip, {s.get('inconclusive', 0)} inconclusive in {report.wall_s or 0:.1f}s"
              + (f"; report {json_out}" if json_out else ""))
-    rows = [[c["id"], c["status"], _fmt(c.get("value")), _fmt(c.get("threshold")), c.get("unit") or "",
-             _fmt(c.get("percent_of_baseline")), (c.get("detail") or "")[:DETAIL_WIDTH]] for c in report.get("checks", [])]
+    rows = [[c.id, c.status, _fmt(c.value), _fmt(c.threshold), c.unit, _fmt(c.percent_of_baseline), c.detail[:DETAIL_WIDTH]]
+            for c in report.checks]
     print_table(title, ["check", "status", "value", "threshold", "unit", "% base", "detail"], rows)
-    for c in report.get("checks", []):  # a failure's reason and fix in full: the table cuts them
-        if c.get("status") == "fail" and len(str(c.get("detail") or "")) > DETAIL_WIDTH:
-            click.secho(inert(f"{c['id']}: {c['detail']}"), fg="red", err=True)
+    for c in report.checks:  # a failure's reason and fix in full: the table cuts them
+        if c.status == "fail" and len(c.detail) > DETAIL_WIDTH:
+            click.secho(inert(f"{c.id}: {c.detail}"), fg="red", err=True)
     print_verdict(report)
-    for note in report.get("notes", []):
+    for note in report.notes:
         click.secho(inert(f"note: {note}"), fg="yellow", err=True)
 
 
-def print_verdict(report: dict[str, Any]) -> None:
+def print_verdict(report: VerifyReport) -> None:
     """The last lines: which digest passed or failed, and whether the GPUs were this run's alone."""
     from imagesmith.model import policy
     from imagesmith.stages.verify import verify
 
     passed = verify.VerifyOutcome(report).ok
-    shared = policy.evidence(report).exclusive is False and (report.get("sharing") or {}).get("allowed") is not True
+    shared = policy.evidence(report).exclusive is False and not (report.sharing and report.sharing.allowed)
     word = "FAILED verification" if not passed else "NOT VERIFIED (the GPU was shared)" if shared else "verified"
-    digests = (report.get("image") or {}).get("digests", [])
+    digests = report.image.digests if report.image else ()
     for digest in digests:
         click.echo(inert(f"{word}: {digest}" if word != "verified" else f"verified {digest}", one_line=True))
     sharing = policy.sharing_line(report) if policy.evidence(report).mode == "gpu" else ""  # CPU mode: no GPU to share

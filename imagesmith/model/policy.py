@@ -9,7 +9,7 @@ the NVIDIA runtime, ``--gpus none``) gets at most its immutable tag, marked
 the user passes ``--allow-cpu-verification``. A CPU-only image is vetted on a
 CPU and is released as it always was.
 
-The verify report says how it ran: the payload's ``mode`` block (mode, GPUs,
+The verify report (:class:`~imagesmith.model.verifyreport.VerifyReport`) says how it ran: the payload's ``mode`` block (mode, GPUs,
 reason, GPUs as asked, how the GPU checks ended); reports written before it
 existed are read from their environment (GPUs seen) and the ``gpu.devices`` check.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from imagesmith.model.verifyreport import Emulation, Mode, Platform, Sharing, VerifyReport
 from imagesmith.resources import payload_module
 
 NOT_GPU_VERIFIED = "not GPU-verified"
@@ -107,12 +108,20 @@ class Verdict:
     why: str  # "" when ok; else one line: which checks failed, or why the report cannot be judged
 
 
-def verdict(report: Mapping[str, Any], declared: Mapping[str, bool]) -> Verdict:
+def verdict(report: VerifyReport, declared: Mapping[str, bool]) -> Verdict:
     """Judge ``report`` from its checks under the shipped policy: ``declared`` is the shipped check
     registry (check id -> optional, :func:`imagesmith.stages.verify.verify.declared_checks`); a check it does not
     declare optional is required, whatever the report's own ``optional`` flag or ``summary`` says.
-    A report without checks, or with a check that is not one, is not a pass."""
-    checks = report.get("checks")
+    A report without checks is not a pass."""
+    if not report.checks:
+        return Verdict(False, "the report lists no checks")
+    return _failed_verdict([c.id for c in report.checks if fails_target(c.status, declared.get(c.id, False))])
+
+
+def predicate_verdict(predicate: Mapping[str, Any], declared: Mapping[str, bool]) -> Verdict:
+    """:func:`verdict` of a verification predicate (the attestation's brief of a report, read from a registry: its
+    ``checks`` are checked here, one by one)."""
+    checks = predicate.get("checks")
     if not isinstance(checks, list) or not checks:
         return Verdict(False, "the report lists no checks")
     failed = []
@@ -124,6 +133,10 @@ def verdict(report: Mapping[str, Any], declared: Mapping[str, bool]) -> Verdict:
             return Verdict(False, f"checks[{i}] ({cid}): status {c.get('status')!r} is not one of {', '.join(STATUSES)}")
         if fails_target(str(c["status"]), declared.get(cid, False)):
             failed.append(cid)
+    return _failed_verdict(failed)
+
+
+def _failed_verdict(failed: list[str]) -> Verdict:
     if failed:
         return Verdict(False, f"required check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}")
     return Verdict(True, "")
@@ -134,48 +147,46 @@ def fails_target(status: str, optional: bool) -> bool:
     return status == "fail" and not optional
 
 
-def failed_required(report: Mapping[str, Any]) -> list[str]:
-    """The ids of a verify report's required checks that failed, in run order."""
-    checks = [c for c in report.get("checks") or () if isinstance(c, Mapping)]
+def failed_required(report: VerifyReport) -> list[str]:
+    """The ids of a verify report's required checks that failed (by its own optional flags), in run order."""
+    return [c.id for c in report.checks if fails_target(c.status, c.optional)]
+
+
+def predicate_failed(predicate: Mapping[str, Any]) -> list[str]:
+    """:func:`failed_required` of a verification predicate (its checks read one by one)."""
+    checks = [c for c in predicate.get("checks") or () if isinstance(c, Mapping)]
     return [str(c.get("id")) for c in checks if fails_target(str(c.get("status")), bool(c.get("optional")))]
 
 
-def _mapping(raw: Any) -> Mapping[str, Any]:
-    return raw if isinstance(raw, Mapping) else {}
-
-
-def evidence(report: Mapping[str, Any], declared: Mapping[str, bool] | None = None) -> Evidence:
+def evidence(report: VerifyReport, declared: Mapping[str, bool] | None = None) -> Evidence:
     """How ``report`` says it ran; ``ok`` is :func:`verdict` under ``declared`` (the shipped check registry;
     None: the report's own optional flags), never the report's ``summary.ok``."""
-    mode, env = _mapping(report.get("mode")), _mapping(report.get("environment"))
-    seen = len(env.get("gpus") or ())
-    checks = {c.get("id"): c for c in report.get("checks") or () if isinstance(c, Mapping)}
-    counts = _mapping(mode.get("gpu_checks"))
-    sharing = _mapping(report.get("sharing"))
-    exclusive = sharing.get("exclusive")
-    emulated = emulation_text(report.get("emulation"))
+    mode, seen = report.mode or Mode(), len(report.environment.gpus)
+    devices = report.check("gpu.devices")
+    sharing = report.sharing or Sharing(None)
+    emulated = emulation_text(report.emulation)
     image, host = where_it_ran(report)
     return Evidence(
         ok=verdict(report, declared if declared is not None else _own_flags(report)).ok,
-        mode=str(mode.get("mode") or ("gpu" if seen else "cpu")),
-        gpus=count(mode.get("gpus", seen)),
-        reason=str(mode.get("reason") or ""),
-        devices=mode.get("status") or (checks.get("gpu.devices") or {}).get("status") or ("pass" if seen else None),
-        gpu_checks={str(k): count(v) for k, v in counts.items() if isinstance(v, int)},
-        exclusive=exclusive if isinstance(exclusive, bool) else None,
-        shared_with=describe_foreign(sharing.get("foreign")),
-        sharing_reason=str(sharing.get("reason"))[:300] if isinstance(sharing.get("reason"), str) else "",
-        emulated=emulated, emulated_platform=str(_mapping(report.get("emulation")).get("image")) if emulated else "",
+        mode=mode.mode or ("gpu" if seen else "cpu"),
+        gpus=count(seen if mode.gpus is None else mode.gpus),
+        reason=mode.reason or "",
+        devices=mode.status or (devices.status if devices else None) or ("pass" if seen else None),
+        gpu_checks={k: count(v) for k, v in mode.gpu_checks.items()},
+        exclusive=sharing.exclusive,
+        shared_with=describe_foreign([t.entry() for t in sharing.foreign]),
+        sharing_reason=(sharing.reason or "")[:300],
+        emulated=emulated, emulated_platform=str(report.emulation.image) if emulated and report.emulation else "",
         platform=image, host=host,
     )
 
 
-def where_it_ran(report: Mapping[str, Any]) -> tuple[str, str]:
+def where_it_ran(report: VerifyReport) -> tuple[str, str]:
     """(the image's platform, the engine's) as a verify report says them: its ``platform`` block, else its
     ``emulation`` block (reports written before the first); ``""`` where it says nothing."""
-    said, emu = _mapping(report.get("platform")), _mapping(report.get("emulation"))
-    image, host = said.get("image") or emu.get("image"), said.get("host") or emu.get("host")
-    return (image[:256] if isinstance(image, str) else "", host[:256] if isinstance(host, str) else "")
+    said, emu = report.platform or Platform(), report.emulation or Emulation()
+    image, host = said.image or emu.image, said.host or emu.host
+    return ((image or "")[:256], (host or "")[:256])
 
 
 MAX_COUNT = 1 << 20  # no count a report holds (GPUs, checks) comes near
@@ -189,14 +200,11 @@ def count(value: Any) -> int:
     return value
 
 
-def emulation_text(raw: Any) -> str:
+def emulation_text(emu: Emulation | None) -> str:
     """A report's ``emulation`` block (verify sets it when the image's platform is not the host's) in words."""
-    emu = _mapping(raw)
-    image, host = emu.get("image"), emu.get("host")
-    if not isinstance(image, str) or not isinstance(host, str) or not image:
+    if emu is None or not emu.image or emu.host is None:
         return ""
-    by = emu.get("by")
-    return f"{image} on a {host} host" + (f" ({by})" if isinstance(by, str) and by else "")
+    return f"{emu.image} on a {emu.host} host" + (f" ({emu.by})" if emu.by else "")
 
 
 def describe_foreign(foreign: Any, limit: int = 3) -> str:
@@ -206,24 +214,22 @@ def describe_foreign(foreign: Any, limit: int = 3) -> str:
     return text
 
 
-def sharing_line(report: Mapping[str, Any]) -> str:
+def sharing_line(report: VerifyReport) -> str:
     """One line for tables and the CLI: exclusive, not measured, or with whom the GPU was shared."""
-    sharing = report.get("sharing")
-    if not isinstance(sharing, Mapping):
+    sharing = report.sharing
+    if sharing is None:
         return ""
-    exclusive = sharing.get("exclusive")
-    if exclusive is True:
+    if sharing.exclusive is True:
         return "GPUs exclusive to this run"
-    if exclusive is not False:
-        reason = sharing.get("reason")
-        return UNWATCHED + (f" ({str(reason)[:300]})" if isinstance(reason, str) and reason else "")
-    how = ("--allow-shared-gpu: throughput measured this tenant's share" if sharing.get("allowed") is True
+    if sharing.exclusive is not False:
+        return UNWATCHED + (f" ({sharing.reason[:300]})" if sharing.reason else "")
+    how = ("--allow-shared-gpu: throughput measured this tenant's share" if sharing.allowed
            else "throughput checks inconclusive")
-    return f"not exclusive: {describe_foreign(sharing.get('foreign'))} ({how}; not verified: no floating tag)"
+    return f"not exclusive: {describe_foreign([t.entry() for t in sharing.foreign])} ({how}; not verified: no floating tag)"
 
 
-def _own_flags(report: Mapping[str, Any]) -> dict[str, bool]:
-    return {str(c.get("id")): c.get("optional") is True for c in report.get("checks") or () if isinstance(c, Mapping)}
+def _own_flags(report: VerifyReport) -> dict[str, bool]:
+    return {c.id: c.optional for c in report.checks}
 
 
 @dataclass(frozen=True)
@@ -253,10 +259,10 @@ def grant(cuda_image: bool, ev: Evidence, allow_cpu: bool) -> Grant:
                                    f"its immutable tag marked {CPU_VERIFIED_SUFFIX} (no floating tags)")
 
 
-def how_verified(report: Mapping[str, Any]) -> str:
+def how_verified(report: VerifyReport) -> str:
     """A table cell: 'GPU x2', 'CPU' (a CPU-only torch) or 'CPU: not GPU-verified' (a CUDA build)."""
     ev = evidence(report)
-    cuda = _mapping(report.get("environment")).get("cuda")
+    cuda = report.environment.cuda
     if ev.emulated:
         return f"CPU, emulated {ev.emulated_platform}" + (f": {NOT_GPU_VERIFIED}" if cuda else "")
     if ev.mode == "gpu":

@@ -108,7 +108,7 @@ def signed_verifications(found: Sequence[artifacts.Found], policy: TrustPolicy |
             _same_image(a, record, statement)
             record = _with_measured(record, trust.check_facts(record.facts, a.report, str(f.folder / artifacts.BUILD_FILE),
                                                               str(statement)))
-            outcomes[tid], accepted[tid] = verify.VerifyOutcome(dict(a.report)), a
+            outcomes[tid], accepted[tid] = verify.VerifyOutcome(a.report), a
         elif record.ok and (f.verify_path.exists() or f.verify_path.is_symlink()):  # a file, a link, a FIFO: unsigned all the same
             raise trust.Refused(f"{f.verify_path}: unsigned (no {trust.STATEMENT_FILE} beside it); a verify report is "
                                 f"released only as a statement signed by a verifier key the trust policy names: verify "
@@ -118,8 +118,7 @@ def signed_verifications(found: Sequence[artifacts.Found], policy: TrustPolicy |
 
 
 def _same_image(a: trust.Accepted, record: artifacts.BuildRecord, where: Path) -> None:
-    image = a.report.get("image")
-    seen = image.get("id") if isinstance(image, Mapping) else None
+    seen = a.report.image.id if a.report.image else None
     if seen is not None and seen != record.image_id:
         raise trust.Refused(f"{where}: the signed report verified image {str(seen)[:80]}, not the built {record.image_id}; "
                             f"verify that image again")
@@ -158,7 +157,7 @@ def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date
     signed = signed_verifications(ordered, release.trust)
     engine = RunContext(release.store, display).engine if engine is None else engine  # connects only if an image was not staged (same-host publish)
     with RunReport(out, built.data) as run:
-        run.verify = {t: o.report for t, o in signed.outcomes.items()}
+        run.verify = {t: o.report.to_json() for t, o in signed.outcomes.items()}
         rel = release_targets(engine, spec, signed.records, signed.outcomes, out, display, release, date,
                        signed.inventories(engine), signed)
         run.released(rel.to_json() | {"state": runstate.COMPLETE})  # as the release wrote it to release.json

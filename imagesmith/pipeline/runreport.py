@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from imagesmith import runstate
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages import artifacts
 from imagesmith.stages.release import publish
 from imagesmith.stages.verify import verify
@@ -36,8 +37,8 @@ class RunReport:
         self.build_data = dict(build_data)
         self.tracked.update(self._doc())
 
-    def verified(self, target: str, report: Mapping[str, Any]) -> None:
-        self.verify[target] = report
+    def verified(self, target: str, report: VerifyReport) -> None:
+        self.verify[target] = report.to_json()
         self.tracked.update(self._doc())
 
     def released(self, release: Mapping[str, Any]) -> None:
@@ -60,7 +61,7 @@ def write_run_report(out: Path, build_data: Mapping[str, Any], outcomes: Mapping
                      release: Mapping[str, Any] | None) -> Path:
     """The whole run report at once (complete)."""
     run = RunReport(out, build_data)
-    run.verify = {t: o.report for t, o in outcomes.items()}
+    run.verify = {t: o.report.to_json() for t, o in outcomes.items()}
     run.release = release
     return run.complete()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.runcontext import RunContext
@@ -15,6 +15,7 @@ from imagesmith.errors import UserError
 from imagesmith.model import policy
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.ref import DOCKER_HUB
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.pipeline.inputs import out_of, read_builds
 from imagesmith.pipeline.runreport import RunOutcome
 from imagesmith.progress import Display
@@ -42,7 +43,7 @@ class AttachedEvidence:
 
     found: Any = None  # an imagesmith.stages.evidence.evidence.Evidence; None: nothing read (``note`` says why, when there is a why)
     note: str | None = None  # why the registry gave no evidence
-    reused: dict[str, Any] | None = None  # the verify report of the attestation that stands for a fresh run
+    reused: VerifyReport | None = None  # the verify report of the attestation that stands for a fresh run
     why_not: tuple[str, ...] = ()  # --reuse-evidence asked, nothing reusable: the reasons, one per attestation
     match: Any = None  # the reused attestation (imagesmith.stages.evidence.evidence.Attestation)
     gpu_model: str | None = None  # this host's GPU model as --gpus selects them (None: CPU mode)
@@ -119,7 +120,7 @@ class VerifyPrinter(Protocol):
     def progress(self, local: bool) -> Callable[[str], None] | None: ...  # where the payload's progress lines go
     def display(self, title: str) -> Display: ...  # the per-image progress of --build-report
     def evidence(self, attached: AttachedEvidence, tier: str) -> None: ...  # what IMAGE's digest carries
-    def report(self, report: dict[str, Any], json_out: Path | None) -> None: ...  # one image's verdict
+    def report(self, report: VerifyReport, json_out: Path | None) -> None: ...  # one image's verdict
     def outcomes(self, done: RunOutcome) -> None: ...  # --build-report: every image's
     def signed(self, statement: Path) -> None: ...
 
@@ -136,16 +137,16 @@ def run_verify(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None
         show.evidence(attached, job.options.tier)
         if attached.reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
             with Tracked(job.json_out, judge.running_report(job.image, job.options.tier)) as tracked:
-                tracked.complete(attached.reused)
+                tracked.complete(attached.reused.to_json())
             return show.report(attached.reused, job.json_out)
     with Tracked(job.json_out, judge.running_report(job.image, job.options.tier)) as tracked:  # --json FILE: running at once
         outcome = (onhost.run_local(job.options, job.python, progress=show.progress(True)) if job.local
                    else _verify_image(context, job, show))
-        tracked.complete(outcome.report)
+        tracked.complete(outcome.report.to_json())
     show.report(outcome.report, job.json_out)
     if job.signer is not None and job.json_out is not None:
         show.signed(_sign_image(context, job.image or "", outcome.report, job.signer, job.json_out, show.note))
-    job.export(outcome.report, str(job.json_out or "the verify report"))
+    job.export(outcome.report.to_json(), str(job.json_out or "the verify report"))
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
     if policy.evidence(outcome.report).exclusive is False and not job.options.allow_shared_gpu:
@@ -172,7 +173,7 @@ def statement_path(json_out: Path) -> Path:
     return json_out.with_name(json_out.name.removesuffix(".json") + ".dsse.json")
 
 
-def _sign_image(context: RunContext, image: str, report: Mapping[str, Any], signer: Key, json_out: Path,
+def _sign_image(context: RunContext, image: str, report: VerifyReport, signer: Key, json_out: Path,
                 note: Callable[[str], None]) -> Path:
     """The report of ``verify IMAGE`` and the inventory measured inside that image, signed as a statement about
     IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on)."""
@@ -201,7 +202,7 @@ def _verify_build_reports(context: RunContext, job: VerifyJob, show: VerifyPrint
         raise UserError(f"verification failed for {len(done.failed)} of {len(done.outcomes)} images: {', '.join(done.failed)}")
 
 
-def verify_failures(report: dict[str, Any]) -> str:
+def verify_failures(report: VerifyReport) -> str:
     """Which required checks failed; else why the report could not be judged at all."""
     return ", ".join(policy.failed_required(report)) or policy.verdict(report, verify.declared_checks()).why or "no report"
 

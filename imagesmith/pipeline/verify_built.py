@@ -13,8 +13,9 @@ from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UsageError, UserError
-from imagesmith.model import policy
+from imagesmith.model import policy, verifyreport
 from imagesmith.model.ref import host_of
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.pipeline.inputs import BuildInput
 from imagesmith.pipeline.runreport import RunOutcome, RunReport
 from imagesmith.progress import Display
@@ -56,11 +57,11 @@ def verify_one(engine: EngineProtocol, r: artifacts.TargetResult, options: verif
     (folder / trust.STATEMENT_FILE).unlink(missing_ok=True)  # an earlier run's statement never outlives its report
     with runstate.Tracked(folder / VERIFY_FILE, judge.running_report(ref, options.tier)) as tracked:
         outcome = _verify_ref(engine, ref, staged is not None, options, display, r.target, auth)
-        tracked.complete(outcome.report)
+        tracked.complete(outcome.report.to_json())
     if signer is not None:
         sign_outcome_or_say(lambda: sign_outcome(engine, r, outcome, folder, signer, display),
                             lambda line: display.note(f"{r.target}: {line}"))
-    summary = outcome.report.get("summary", {})
+    summary = outcome.report.summary
     display.update(r.target, "passed" if outcome.ok else "failed",
                    f"{summary.get('pass', 0)} pass, {summary.get('fail', 0)} fail, {summary.get('skip', 0)} skip; "
                    f"{policy.how_verified(outcome.report)}")
@@ -83,12 +84,12 @@ def sign_outcome(engine: EngineProtocol, r: artifacts.TargetResult, outcome: ver
                        lambda line: display.note(f"{r.target}: {line}"))
 
 
-def sign_report(engine: EngineProtocol, report: Mapping[str, Any], subject: trust.Subject, signer: Key, path: Path,
+def sign_report(engine: EngineProtocol, report: VerifyReport, subject: trust.Subject, signer: Key, path: Path,
                 note: Callable[[str], None]) -> Path:
     """PATH: ``report`` and the inventory measured inside its image (``facts.py --inventory``), signed by the
     verifier as a statement about ``subject``; an inventory that cannot be measured is said through ``note``."""
     inventory: Mapping[str, Any] | None = None
-    image_id = str((report.get("image") or {}).get("id") or "")
+    image_id = (report.image.id or "") if report.image else ""
     if image_id:
         try:
             inventory = incontainer.run_facts(engine, image_id, args=["--inventory"])
@@ -116,7 +117,7 @@ def _verify_ref(engine: EngineProtocol, ref: str, pull: bool, options: verify.Ve
         raise
     except UserError as exc:
         report = judge.failed_report("payload.start", str(exc), options.tier) | {"state": runstate.COMPLETE}
-        return verify.VerifyOutcome(report)
+        return verify.VerifyOutcome(verifyreport.parse(report))
 
 
 def _progress(display: Display, target: str) -> Callable[[str], None]:

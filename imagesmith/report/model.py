@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from imagesmith.model import policy
+from imagesmith.model.verifyreport import Check as Check  # one check, one type: the model's
+from imagesmith.model.verifyreport import VerifyReport
 
 STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")
 GPU_VERIFIED = "GPU-verified"
@@ -21,27 +23,6 @@ RELEASE_DONE = ("pushed", "unchanged")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Characters XML 1.0 forbids (a build log with control codes must not break the JUnit file).
 XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-@dataclass(frozen=True)
-class Check:
-    id: str
-    status: str  # pass | warn | fail | skip | inconclusive (the payload's STATUSES)
-    title: str = ""
-    value: Any = None
-    threshold: float | None = None
-    unit: str = ""
-    baseline: float | None = None
-    percent_of_baseline: float | None = None
-    detail: str = ""
-    optional: bool = False
-    duration_s: float | None = None
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def failed(self) -> bool:
-        """A failure that fails the target (optional checks never do)."""
-        return policy.fails_target(self.status, self.optional)
 
 
 @dataclass(frozen=True)
@@ -92,7 +73,7 @@ class Verify:
     environment: Mapping[str, Any]
     checks: tuple[Check, ...]
     nvml: Nvml
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the report as read (for the release policy)
+    report: VerifyReport = field(default_factory=lambda: VerifyReport("", ()), repr=False)  # the report, typed (the release policy reads it)
     shared: Sharing | None = None  # None: a report written before the sharing key
 
     @property
@@ -102,13 +83,13 @@ class Verify:
     @property
     def not_gpu_verified(self) -> bool:
         """A CUDA build of torch whose verification did not run (or pass) on a GPU."""
-        return bool(self.environment.get("cuda")) and not policy.evidence(self.raw).gpu_verified
+        return bool(self.environment.get("cuda")) and not policy.evidence(self.report).gpu_verified
 
     @property
     def gpu(self) -> str:
         """A CUDA image's GPU verdict in a few words: 'GPU-verified on 2 GPUs', 'not GPU-verified (CPU mode)', 'not
         GPU-verified (GPU exclusivity not measured)', ...; '' for a CPU image (vetted on a CPU)."""
-        return policy.evidence(self.raw).short() if self.environment.get("cuda") else ""
+        return policy.evidence(self.report).short() if self.environment.get("cuda") else ""
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)
@@ -116,7 +97,7 @@ class Verify:
     @property
     def sharing(self) -> str:
         """'not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (...)', '' when the report has no sharing key."""
-        return policy.sharing_line(self.raw)
+        return policy.sharing_line(self.report)
 
     def gpu_name(self, index: int) -> str:
         for gpu in self.environment.get("gpus") or ():

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from imagesmith import runstate
 from imagesmith.errors import UserError
-from imagesmith.model import fields, loader, schemas
+from imagesmith.model import fields, loader, schemas, verifyreport
 from imagesmith.report.model import (
     STATUSES,
     Attached,
@@ -270,11 +270,12 @@ def _verify(r: fields.Fields, raw: Any, where: str) -> Verify:
         raise r.fail(f"{where}.schema", f"expected {VERIFY_SCHEMA!r}, got {doc.get('schema')!r}")
     image = r.mapping(doc.get("image") or {}, f"{where}.image")
     checks = tuple(_check(r, c, f"{where}.checks[{i}]") for i, c in enumerate(r.items(doc.get("checks"), f"{where}.checks")))
+    nvml, shared = _nvml(r, doc.get("nvml"), f"{where}.nvml"), _sharing(r, doc.get("sharing"), f"{where}.sharing")
     return Verify(
         tier=r.text(doc, "tier", where), started_at=r.text(doc, "started_at", where),
         duration_s=r.number(doc, "duration_s", where), image_ref=r.text(image, "ref", f"{where}.image"),
         environment=r.mapping(doc.get("environment") or {}, f"{where}.environment"), checks=checks,
-        nvml=_nvml(r, doc.get("nvml"), f"{where}.nvml"), raw=doc, shared=_sharing(r, doc.get("sharing"), f"{where}.sharing"),
+        nvml=nvml, report=verifyreport.parse(doc, r.source, where), shared=shared,
     )
 
 

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Gauge, Info
 from imagesmith.errors import UserError
 from imagesmith.inert import inert
 from imagesmith.model.ref import ImageRef
+from imagesmith.model.verifyreport import Image
 from imagesmith.report.model import STATUSES, Check, Sharing, Verify
 
 PREFIX = "imagesmith_verify"
@@ -75,12 +76,9 @@ class Subject:
 def image_digest(v: Verify) -> str:
     """The image's repository digest (the one pinned, else the first the engine knows), else its
     local image ID (an image not pushed yet), else '' (``verify --local``)."""
-    image = v.raw.get("image")
-    image = image if isinstance(image, Mapping) else {}
-    digests = image.get("digests")
-    first = digests[0] if isinstance(digests, list) and digests and isinstance(digests[0], str) else ""
-    pinned = ImageRef.maybe(first)
-    for value in (image.get("digest"), pinned.digest if pinned else None, image.get("id")):
+    image = v.report.image or Image()
+    pinned = ImageRef.maybe(image.digests[0] if image.digests else "")
+    for value in (image.digest, pinned.digest if pinned else None, image.id):
         if isinstance(value, str) and value:
             return value
     return ""
@@ -259,10 +257,7 @@ def _info(v: Verify, lab: _Labels, target: str) -> dict[str, str]:
 
 
 def _target(v: Verify) -> str:
-    image = v.raw.get("image")
-    labels = image.get("labels") if isinstance(image, Mapping) else None
-    target = labels.get("io.imagesmith.target") if isinstance(labels, Mapping) else None
-    return target if isinstance(target, str) else ""
+    return (v.report.image.labels.get("io.imagesmith.target") or "") if v.report.image else ""
 
 
 def _ended_at(v: Verify, lab: _Labels) -> float | None:
@@ -284,7 +279,7 @@ def _gpus(v: Verify, lab: _Labels) -> dict[int, GpuLabel]:
     (``host_index``); with ``--gpus 2,3`` the payload's GPU 0 is the host's 2. A report without them (written before)
     is read as the host's sampler numbered it."""
     out: dict[int, GpuLabel] = {}
-    nvml = v.raw.get("nvml")
+    nvml = v.report.to_json().get("nvml")  # the host sampler's part, read here (VerifyReport does not type it)
     sampled = {}  # host index -> (uuid, name), from the host's sampler
     for i, g in enumerate(_items(nvml.get("gpus") if isinstance(nvml, Mapping) else None)):
         if g.get("index") is not None:

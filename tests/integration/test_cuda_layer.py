@@ -94,7 +94,7 @@ def test_the_registry_stores_the_cuda_layer_once(engine: Engine, cuda_cells: Cud
 def test_torch_loads_cudnn_and_nccl_from_the_shared_layer(engine: Engine, cuda_cells: CudaCells) -> None:
     for os_key, image_id in cuda_cells.images.items():
         outcome = incontainer.verify_image(engine, image_id, verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300))
-        checks = {c["id"]: c for c in outcome.report["checks"]}
+        checks = {c["id"]: c for c in outcome.report.to_json()["checks"]}
         origin = checks["libs.origin"]
         assert origin["status"] == "pass", (os_key, origin)
         libraries = origin["data"]["libraries"]

@@ -31,6 +31,7 @@ from imagesmith.edges import signing
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.tags import FloatingTag, TagPolicy
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.evidence import evidence
 from imagesmith.stages.release.publish import Backoff, Item, Publisher, evidence_step
 from imagesmith.stages.verify import incontainer, verify
@@ -67,7 +68,7 @@ class Release:
         self.facts = incontainer.run_facts(engine, image_id)
         self.runs = 0
 
-    def run(self, report: dict[str, Any] | None = None) -> dict[str, Any]:
+    def run(self, report: VerifyReport | None = None) -> dict[str, Any]:
         self.runs += 1
         out = self.folder / f"run{self.runs}"
         reg = Registry(self.server.host, CREDS)
@@ -196,7 +197,7 @@ def test_evidence_is_pushed_and_found_again_with_skopeo(release: Release, engine
     check = statements["https://imagesmith.dev/attestations/verification/v1"]
     assert (check["tier"], check["mode"], check["passed"], check["gpu"]) == ("quick", "cpu", True, None)
     assert check["measured"]["python"].startswith("3.11.") and check["checks"][0]["id"] == "versions.python"
-    assert len(check["checks"]) == len(release.report["checks"]) and check["checks"][0]["status"] == "pass"
+    assert len(check["checks"]) == len(release.report.to_json()["checks"]) and check["checks"][0]["status"] == "pass"
 
     bom = statements["https://cyclonedx.org/bom"]
     purls = [c["purl"] for c in bom["components"]]
@@ -409,7 +410,7 @@ def test_verify_prints_the_evidence_and_reuses_a_signed_attestation(release: Rel
     assert "verification: PASSED (CPU-only image (no CUDA), verified on a CPU) quick tier on CPU mode (no GPU)" in out
     written = json.loads(reused.read_text())  # the same --json report as a fresh run writes, each check with its detail
     assert written["state"] == "complete" and written["summary"]["ok"] is True and written["reused"]["attestation"].startswith("sha256:")
-    assert [c["id"] for c in written["checks"]] == [c["id"] for c in release.report["checks"]] and written["checks"][0]["detail"]
+    assert [c["id"] for c in written["checks"]] == [c["id"] for c in release.report.to_json()["checks"]] and written["checks"][0]["detail"]
     code, out = run_cli(["verify", ref, "--gpus", "none", "--reuse-evidence", "--key", str(release.pub), "--credentials", str(creds),
                          "--expect", "python=2.7", "--no-pull"])  # asked what the attested run never showed: run again
     assert "not reused: " in out and "--expect python=2.7: it measured 3.11" in out and "not run again" not in out, out
@@ -473,7 +474,7 @@ def test_a_verification_of_another_tier_appends_a_layer_to_the_att(release: Rele
     (read-modify-write: the two layers before it stay first, unchanged); running it again adds nothing."""
     digest = release.first["targets"][0]["digest"]  # type: ignore[attr-defined]
     before = release.raw(digest.replace(":", "-") + ".att")["layers"]
-    standard = dict(release.report) | {"tier": "standard"}
+    standard = release.report.amended(tier="standard")
     done = release.run(standard)
     statuses = {a["kind"]: a["status"] for a in done["targets"][0]["evidence"]["artifacts"]}
     assert statuses == {"sbom": "unchanged", "verification": "pushed", "referrers-index": "pushed",

@@ -20,6 +20,7 @@ from imagesmith.model import policy
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.platform import Platform
 from imagesmith.model.tags import FloatingTag, TagPolicy
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.evidence import evidence
 from imagesmith.stages.release.publish import Backoff, Item, Publisher, evidence_step, index_evidence_step
 from imagesmith.stages.verify import incontainer, verify
@@ -38,14 +39,15 @@ TARGETS = {Platform.AMD64: "2.9-cpu-py3.11-debian12-base", Platform.ARM64: "2.9-
 
 def test_an_arm64_image_verified_here_runs_emulated_in_cpu_mode_and_says_it_has_no_torch(
         engine: Engine, python_images: dict[str, str]) -> None:
-    report = incontainer.verify_image(engine, python_images["arm64"], QUICK).report
+    typed = incontainer.verify_image(engine, python_images["arm64"], QUICK).report
+    report = typed.to_json()
     assert report["emulation"] == {"image": "linux/arm64", "host": "linux/amd64", "by": incontainer.EMULATOR}
     assert report["platform"] == {"image": "linux/arm64", "host": "linux/amd64"}
     assert report["mode"]["reason"].startswith("CPU mode: emulated, linux/arm64 on a linux/amd64 host")
     torch = next(c for c in report["checks"] if c["id"] == "versions.torch")
     assert torch["status"] == "fail" and "torch is not importable (no torch package)" in torch["detail"]
     assert report["environment"]["machine"] == "aarch64"  # the payload ran on arm64 code, not the host's
-    ev = policy.evidence(report)
+    ev = policy.evidence(typed)
     assert ev.emulated and not ev.gpu_verified and "emulated: linux/arm64 on a linux/amd64 host" in ev.describe()
     with pytest.raises(UserError, match="runs only under emulation, never on a GPU"):
         incontainer.verify_image(engine, python_images["arm64"], verify.VerifyOptions(require_gpu=True))
@@ -76,7 +78,7 @@ def test_a_base_of_the_other_platform_fails_each_cell_before_any_build_step(
 class World:
     """One registry; both platforms' images verified here once; releases of them with evidence."""
 
-    def __init__(self, engine: Engine, images: dict[str, str], reports: dict[Platform, dict[str, Any]],
+    def __init__(self, engine: Engine, images: dict[str, str], reports: dict[Platform, VerifyReport],
                  server: RegistryServer, folder: Path) -> None:
         self.engine, self.server, self.folder, self.reports = engine, server, folder, reports
         self.key, self.pub = keypair(folder, "release")
@@ -112,13 +114,13 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def reports(engine: Engine, python_images: dict[str, str]) -> dict[Platform, dict[str, Any]]:
+def reports(engine: Engine, python_images: dict[str, str]) -> dict[Platform, VerifyReport]:
     """Each platform's image verified here once (the arm64 one under QEMU): what the releases attest."""
     return {p: incontainer.verify_image(engine, python_images[p.arch], QUICK).report for p in Platform}
 
 
 @pytest.fixture()
-def world(engine: Engine, python_images: dict[str, str], reports: dict[Platform, dict[str, Any]],
+def world(engine: Engine, python_images: dict[str, str], reports: dict[Platform, VerifyReport],
           plain_registry: RegistryServer, tmp_path: Path) -> Any:
     w = World(engine, python_images, reports, plain_registry, tmp_path)
     yield w
@@ -163,7 +165,7 @@ def test_verify_of_the_tag_names_the_platform_image_it_ran(world: World, engine:
     amd = released["targets"][0]
     ref = f"{world.server.host}/{REPO}:{TAG}"
     report = incontainer.verify_image(engine, ref, verify.VerifyOptions(gpus="none", timeout_s=600, only=("versions.python",)),
-                                 auth=CREDS.auth_config(), registry=Registry(world.server.host, CREDS)).report
+                                 auth=CREDS.auth_config(), registry=Registry(world.server.host, CREDS)).report.to_json()
     try:
         picked = {k: report["image"][k] for k in ("index", "digest", "platform")}
         assert picked == {"index": released["indexes"][0]["digest"], "digest": amd["digest"], "platform": "linux/amd64"}

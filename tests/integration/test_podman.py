@@ -122,13 +122,13 @@ def test_a_build_through_podman_shows_its_steps_prunes_its_stages_and_tags_as_na
 def test_verify_through_podman_names_the_engine_and_no_digest_podman_made_up(podman: Engine, podman_built: Any) -> None:
     _, builder, _ = podman_built
     outcome = incontainer.verify_image(podman, builder.plan.targets[0].image, CPU, pull=False)
-    failed = [c for c in outcome.report["checks"] if c["status"] == "fail"]
+    failed = [c for c in outcome.report.to_json()["checks"] if c["status"] == "fail"]
     assert outcome.ok, failed
-    assert outcome.report["engine"]["name"] == "Podman" and outcome.report["mode"]["mode"] == "cpu"
+    assert outcome.report.to_json()["engine"]["name"] == "Podman" and outcome.report.to_json()["mode"]["mode"] == "cpu"
     held = podman.image(builder.plan.targets[0].image)
     assert held is not None and held.repo_digests  # Podman's own digest of an image no registry has seen ...
-    assert outcome.report["image"]["digests"] == []  # ... is never recorded as verified
-    assert any("none read back from a registry" in n for n in outcome.report["notes"])
+    assert outcome.report.to_json()["image"]["digests"] == []  # ... is never recorded as verified
+    assert any("none read back from a registry" in n for n in outcome.report.to_json()["notes"])
     assert podman.containers_with_label("io.imagesmith.run") == []
 
 
@@ -144,9 +144,9 @@ def test_a_gpu_request_podman_drops_is_found_after_create_and_said(podman: Engin
     options = verify.VerifyOptions(tier="quick", gpus="all", gpu_runtime="nvidia", require_gpu=True, timeout_s=300)
     outcome = incontainer.verify_image(podman, builder.plan.targets[0].image, options, pull=False)
     assert not outcome.ok
-    assert outcome.report["gpu_path"]["path"] == "none"
-    assert outcome.report["gpu_path"]["why"].startswith("the engine did not honour --gpus (creating a container of ")
-    assert f"ran without GPUs: {engines.FIX_PODMAN_GPU}" in outcome.report["notes"]
+    assert outcome.report.to_json()["gpu_path"]["path"] == "none"
+    assert outcome.report.to_json()["gpu_path"]["why"].startswith("the engine did not honour --gpus (creating a container of ")
+    assert f"ran without GPUs: {engines.FIX_PODMAN_GPU}" in outcome.report.to_json()["notes"]
 
 
 @pytest.fixture()

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from imagesmith.edges import signing
+from imagesmith.model import verifyreport
 from imagesmith.stages.evidence import trust
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
 from tests.integration.engine_fixtures import LOCAL_SOURCES, MatrixFactory, cli_job, ok
@@ -76,8 +77,8 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
            "--verifier-key", str(verifier_key), "--json", "single/verify.json", "-q", cwd=tmp_path))
     single = trust.read_statement(tmp_path / "single" / "verify.dsse.json", trust.load_policy(policy),
                                   trust.Subject(stage, digest), root=tmp_path / "single")
-    assert single.verifier == "gpu-runner" and single.report["image"]["digest"] == digest and single.inventory
-    assert single.report == json.loads((tmp_path / "single" / "verify.json").read_text())
+    assert single.verifier == "gpu-runner" and single.report.to_json()["image"]["digest"] == digest and single.inventory
+    assert single.report.to_json() == json.loads((tmp_path / "single" / "verify.json").read_text())
 
     def publish(folder: str) -> subprocess.CompletedProcess[str]:
         return cli_job("publish", "--out", folder, "--registry", f"{reg.host}/{release}", "--stage", stage, "--credentials", str(creds),
@@ -100,7 +101,7 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     stranger = gathered("stranger")
     key = signing.load_signing_key(stranger_key, {})
     assert key is not None
-    (stranger / "verify.dsse.json").write_bytes(trust.sign(report, inventory, trust.Subject(stage, digest), key))
+    (stranger / "verify.dsse.json").write_bytes(trust.sign(verifyreport.parse(report), inventory, trust.Subject(stage, digest), key))
     done = publish("stranger")
     assert done.returncode == 1 and f"stranger/{BASE}/verify.dsse.json: is signed by no verifier that {policy} names " \
         "(1 signature(s) by other keys)" in done.stderr, done.stderr
@@ -111,7 +112,7 @@ def test_publish_releases_only_what_a_named_verifier_signed_for_that_digest(
     mine = signing.load_signing_key(verifier_key, {})
     assert mine is not None
     elsewhere = "sha256:" + "e" * 64
-    (other / "verify.dsse.json").write_bytes(trust.sign(report, inventory, trust.Subject(stage, elsewhere), mine))
+    (other / "verify.dsse.json").write_bytes(trust.sign(verifyreport.parse(report), inventory, trust.Subject(stage, elsewhere), mine))
     done = publish("other")
     assert done.returncode == 1 and f"other/{BASE}/verify.dsse.json: its subject is {stage}@{elsewhere}, not the image being " \
         f"released ({stage}@{digest})" in done.stderr, done.stderr

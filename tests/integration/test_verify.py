@@ -40,7 +40,7 @@ def planted(engine: Engine, tmp_path: Path) -> Iterator[Callable[[str], str]]:
 
 
 def checks(outcome: verify.VerifyOutcome) -> dict[str, dict[str, Any]]:
-    return {c["id"]: c for c in outcome.report["checks"]}
+    return {c["id"]: c for c in outcome.report.to_json()["checks"]}
 
 
 def test_a_good_image_passes_in_cpu_mode(engine: Engine, built_images: BuiltImages) -> None:
@@ -51,9 +51,9 @@ def test_a_good_image_passes_in_cpu_mode(engine: Engine, built_images: BuiltImag
     assert by_id["versions.torch"]["status"] == "pass" and "warned" not in by_id["versions.torch"]["detail"], by_id["versions.torch"]
     assert by_id["security.user"]["status"] == "pass" and by_id["security.config"]["status"] == "pass"
     assert by_id["matmul.fp32"]["status"] == "pass" and by_id["gpu.devices"]["status"] == "skip"
-    assert outcome.report["schema"] == "imagesmith.verify-report/1" and outcome.report["image"]["id"] == built_images.cpu_base
-    assert outcome.report["mode"]["mode"] == "cpu"  # a CPU-only torch: nothing to ask a GPU for
-    assert outcome.report["mode"]["reason"].startswith("CPU mode: torch 2.13.0+cpu is a CPU-only build")
+    assert outcome.report.to_json()["schema"] == "imagesmith.verify-report/1" and outcome.report.to_json()["image"]["id"] == built_images.cpu_base
+    assert outcome.report.to_json()["mode"]["mode"] == "cpu"  # a CPU-only torch: nothing to ask a GPU for
+    assert outcome.report.to_json()["mode"]["reason"].startswith("CPU mode: torch 2.13.0+cpu is a CPU-only build")
     assert left_containers(engine) == []  # the container is always removed
 
 
@@ -79,7 +79,7 @@ def test_no_torch_at_all_fails_with_a_clear_message(engine: Engine, built_images
 
 def test_an_image_without_python_fails_with_a_clear_message(engine: Engine, debian_base: str) -> None:
     outcome = incontainer.verify_image(engine, debian_base, OPTIONS)
-    start, check = outcome.report["checks"]
+    start, check = outcome.report.to_json()["checks"]
     assert (start["id"], start["status"]) == ("entrypoint.start", "skip")  # no ENTRYPOINT: nothing to start
     assert check["status"] == "fail" and "no python3" in check["detail"], check
 
@@ -95,7 +95,7 @@ def test_a_timeout_kills_the_container_and_fails(engine: Engine, built_images: B
     # standard-tier leak run can finish inside it on a fast machine)
     options = verify.VerifyOptions(tier="soak", soak_minutes=1, gpus="none", timeout_s=3, only=("leak",))
     outcome = incontainer.verify_image(engine, built_images.cpu_base, options)
-    assert [c["id"] for c in outcome.report["checks"]] == ["payload.timeout"]
+    assert [c["id"] for c in outcome.report.to_json()["checks"]] == ["payload.timeout"]
     assert left_containers(engine) == []
 
 
@@ -170,7 +170,7 @@ def test_a_cuda_image_verified_on_this_gpu_less_engine(engine: Engine, cuda_base
     devices = checks(asked)["gpu.devices"]
     assert not asked.ok and devices["status"] == "fail", devices
     assert devices["detail"].startswith("asked for all GPUs (--gpus all), none visible: the Docker engine has no NVIDIA")
-    assert asked.report["notes"] and asked.report["mode"]["mode"] == "cpu"
+    assert asked.report.to_json()["notes"] and asked.report.to_json()["mode"]["mode"] == "cpu"
 
     one = checks(incontainer.verify_image(engine, cuda_base, verify.VerifyOptions(gpus="0", timeout_s=300, only=("gpu.devices",))))
     assert one["gpu.devices"]["status"] == "fail" and one["gpu.devices"]["detail"].startswith(
@@ -178,7 +178,7 @@ def test_a_cuda_image_verified_on_this_gpu_less_engine(engine: Engine, cuda_base
 
     allowed = incontainer.verify_image(engine, cuda_base, verify.VerifyOptions(gpus="all", allow_cpu=True, timeout_s=300))
     assert allowed.ok and checks(allowed)["gpu.devices"]["status"] == "skip"
-    assert allowed.report["mode"]["reason"].endswith("CPU verification allowed (--allow-cpu-verification / "
+    assert allowed.report.to_json()["mode"]["reason"].endswith("CPU verification allowed (--allow-cpu-verification / "
                                                      "verify.require_gpu: false): not GPU-verified")
 
 

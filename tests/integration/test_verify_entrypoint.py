@@ -22,6 +22,7 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.stages.verify import incontainer, verify
+from tests.doubles import verify_report
 from tests.integration.engine_fixtures import docker_build
 
 pytestmark = pytest.mark.integration
@@ -127,7 +128,7 @@ def checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
 def test_each_entrypoint_shape_by_default(engine: Engine, images: dict[str, str], shape: Shape) -> None:
-    report = incontainer.verify_image(engine, images[shape.name], OPTIONS, pull=False).report
+    report = incontainer.verify_image(engine, images[shape.name], OPTIONS, pull=False).report.to_json()
     by_id = checks(report)
     assert by_id["entrypoint.start"]["status"] == shape.start, by_id["entrypoint.start"]
     assert report["launch"]["through"] is shape.through, report["launch"]
@@ -138,7 +139,7 @@ def test_each_entrypoint_shape_by_default(engine: Engine, images: dict[str, str]
 
 
 def test_an_entrypoint_that_refuses_to_start_fails_the_image_with_its_words(engine: Engine, images: dict[str, str]) -> None:
-    report = incontainer.verify_image(engine, images["licence"], OPTIONS, pull=False).report
+    report = incontainer.verify_image(engine, images["licence"], OPTIONS, pull=False).report.to_json()
     by_id = checks(report)
     assert by_id["entrypoint.start"]["detail"] == (
         "ENTRYPOINT /shapes/licence.sh exited 3: licence not accepted: run with -e ACCEPT_EULA=Y (started as `docker run "
@@ -150,27 +151,27 @@ def test_an_entrypoint_that_refuses_to_start_fails_the_image_with_its_words(engi
     assert report["notes"] == ["the payload ran python3 in place of the image's ENTRYPOINT /shapes/licence.sh, which exited 3 "
                                "when given a command: what it sets up (PATH, a venv, conda) was not used; "
                                "--through-entrypoint runs the payload through it"]
-    assert not verify.VerifyOutcome(report).ok
+    assert not verify.VerifyOutcome(verify_report(report)).ok
 
 
 def test_through_a_refusing_entrypoint_the_verdict_blames_the_entrypoint(engine: Engine, images: dict[str, str]) -> None:
     options = dataclasses.replace(OPTIONS, through_entrypoint=True)
-    report = incontainer.verify_image(engine, images["licence"], options, pull=False).report
+    report = incontainer.verify_image(engine, images["licence"], options, pull=False).report.to_json()
     assert checks(report)["payload.report"]["detail"] == (
         "the image's ENTRYPOINT /shapes/licence.sh exited 3 before the payload started (it was given python3 run.py as "
         "`docker run IMAGE python3 ...` gives it a command): licence not accepted: run with -e ACCEPT_EULA=Y")
 
 
 def test_a_forged_banner_never_passes(engine: Engine, images: dict[str, str]) -> None:
-    report = incontainer.verify_image(engine, images["forged-banner"], OPTIONS, pull=False).report
+    report = incontainer.verify_image(engine, images["forged-banner"], OPTIONS, pull=False).report.to_json()
     assert checks(report)["payload.report"]["detail"] == ("2 report lines in the output (the payload prints one): something "
                                                           "in the image prints its own")
-    assert not verify.VerifyOutcome(report).ok
+    assert not verify.VerifyOutcome(verify_report(report)).ok
 
 
 def test_bypass_entrypoint_runs_python3_in_its_place_and_names_it(engine: Engine, images: dict[str, str]) -> None:
     options = dataclasses.replace(OPTIONS, through_entrypoint=False)
-    report = incontainer.verify_image(engine, images["exec"], options, pull=False).report
+    report = incontainer.verify_image(engine, images["exec"], options, pull=False).report.to_json()
     assert report["environment"]["python_executable"] == "/usr/bin/python3"
     assert report["notes"] == ["the payload ran python3 in place of the image's ENTRYPOINT /shapes/exec.sh "
                                "(--bypass-entrypoint): what it sets up (PATH, a venv, conda) was not used"]
@@ -178,16 +179,16 @@ def test_bypass_entrypoint_runs_python3_in_its_place_and_names_it(engine: Engine
 
 
 def test_an_environment_only_login_shells_see_is_found_and_named(engine: Engine, images: dict[str, str]) -> None:
-    report = incontainer.verify_image(engine, images["login-shell"], OPTIONS, pull=False).report
+    report = incontainer.verify_image(engine, images["login-shell"], OPTIONS, pull=False).report.to_json()
     torch = checks(report)["versions.torch"]
     assert torch["detail"] == (
         "torch is not importable (no torch package): ModuleNotFoundError: No module named 'torch'; torch 2.13.0 is "
         "installed in /opt/venv, put on PATH only by /etc/profile.d/venv.sh (login shells); run with --login-shell or set "
         "ENV PATH=/opt/venv/bin:$PATH")
     assert torch["data"]["elsewhere"][0]["login_shell_python"] == VENV_PYTHON  # measured: the login shell finds it
-    login = incontainer.verify_image(engine, images["login-shell"], dataclasses.replace(OPTIONS, login_shell=True), pull=False).report
+    login = incontainer.verify_image(engine, images["login-shell"], dataclasses.replace(OPTIONS, login_shell=True), pull=False).report.to_json()
     assert login["environment"]["python_executable"] == VENV_PYTHON and checks(login)["versions.torch"]["status"] == "pass"
-    assert verify.VerifyOutcome(login).ok, login["checks"]
+    assert verify.VerifyOutcome(verify_report(login)).ok, login["checks"]
     assert login["launch"]["argv"][:2] == ["/bin/sh", "/opt/imagesmith/verify/login.sh"]
 
 
@@ -196,7 +197,7 @@ def test_an_env_path_a_later_step_dropped_is_named(engine: Engine, images: dict[
                                  "ENV PATH=/usr/local/bin:/usr/bin:/bin\nENTRYPOINT []\n",
                          f"imagesmith-test/entry-dropped:{uuid.uuid4().hex[:8]}", tmp_path)
     try:
-        report = incontainer.verify_image(engine, image, OPTIONS, pull=False).report
+        report = incontainer.verify_image(engine, image, OPTIONS, pull=False).report.to_json()
     finally:
         engine.remove_image(image)
     assert checks(report)["versions.torch"]["detail"] == (

@@ -57,7 +57,7 @@ def planted(engine: Engine, tmp_path: Path) -> Iterator[Callable[..., str]]:
 
 
 def checks(outcome: verify.VerifyOutcome) -> dict[str, dict[str, Any]]:
-    return {c["id"]: c for c in outcome.report["checks"]}
+    return {c["id"]: c for c in outcome.report.to_json()["checks"]}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -83,39 +83,39 @@ def test_an_entrypoint_that_forges_a_report_never_runs(engine: Engine, built_ima
     image = planted(f"FROM {built_images.cpu_base}\nENTRYPOINT [\"/bin/sh\", \"-c\", \"echo '{FORGED}'\"]\n")
     outcome = incontainer.verify_image(engine, image, QUICK)
     assert outcome.ok and checks(outcome)["versions.torch"]["detail"].startswith("torch 2.13.0+cpu matches")
-    assert len(outcome.report["checks"]) > 1 and outcome.report["nonce"]  # the real payload's answer
+    assert len(outcome.report.to_json()["checks"]) > 1 and outcome.report.to_json()["nonce"]  # the real payload's answer
     # its start printed the forgery, not the no-op's word: it does not run the command it is given, so it was bypassed
-    assert outcome.report["launch"]["through"] is False and outcome.report["launch"]["start"]["ran_command"] is False
+    assert outcome.report.to_json()["launch"]["through"] is False and outcome.report.to_json()["launch"]["start"]["ran_command"] is False
 
 
 def test_an_entrypoint_that_drops_its_arguments_does_not_decide(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(f'FROM {built_images.cpu_base}\nENTRYPOINT ["/bin/sh", "-c", "exec python3"]\n')
     outcome = incontainer.verify_image(engine, image, QUICK)
-    assert outcome.ok, [c for c in outcome.report["checks"] if c["status"] == "fail"]
+    assert outcome.ok, [c for c in outcome.report.to_json()["checks"] if c["status"] == "fail"]
 
 
 def test_a_python3_that_prints_a_forged_report_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_python3(built_images.cpu_base), python3=f"#!/bin/sh\necho '{FORGED}'\n")
     outcome = incontainer.verify_image(engine, image, QUICK)
-    (check,) = outcome.report["checks"]
+    (check,) = outcome.report.to_json()["checks"]
     assert not outcome.ok and check["id"] == "payload.report" and check["status"] == "fail"
     assert check["detail"].startswith("the report was rejected: report.nonce: missing: this report was not written by this run's payload")
 
 
 def test_a_replayed_genuine_report_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
-    genuine = incontainer.verify_image(engine, built_images.cpu_base, QUICK).report
+    genuine = incontainer.verify_image(engine, built_images.cpu_base, QUICK).report.to_json()
     line = "@@IMAGESMITH-REPORT@@ " + json.dumps({k: genuine[k] for k in (
         "schema", "nonce", "tier", "started_at", "duration_s", "environment", "checks", "summary")} | {"schema": "imagesmith.verify-report/1"})
     image = planted(with_site(built_images.cpu_base),
                     **{"sitecustomize.py": f"import os, sys\nsys.stdout.write({line!r} + '\\n')\nsys.stdout.flush()\nos._exit(0)\n"})
-    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report.to_json()["checks"]
     assert check["id"] == "payload.report" and "not this run's" in check["detail"], check
 
 
 def test_a_second_report_line_is_rejected(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_site(built_images.cpu_base),
                     **{"sitecustomize.py": f"import sys\nsys.stdout.write({FORGED!r} + '\\n')\n"})
-    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report.to_json()["checks"]
     assert check["detail"].startswith("2 report lines in the output (the payload prints one)"), check
 
 
@@ -131,14 +131,14 @@ def test_a_second_report_line_is_rejected(engine: Engine, built_images: BuiltIma
 def test_garbage_on_the_report_line_fails_cleanly(engine: Engine, built_images: BuiltImages, planted: Any, printed: str, why: str) -> None:
     image = planted(with_python3(built_images.cpu_base),
                     python3=f"#!/usr/bin/python3.11\nimport sys\nsys.stdout.write({printed!r} + '\\n')\n")
-    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report.to_json()["checks"]
     assert check["id"] == "payload.report" and check["status"] == "fail" and check["detail"].startswith(why), check
 
 
 def test_a_python3_that_drops_its_arguments_names_the_entrypoint(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
     image = planted(with_python3(built_images.cpu_base, 'ENTRYPOINT ["/usr/local/bin/start"]\n'),
                     python3="#!/bin/sh\nexec /usr/bin/python3.11 -c 'print(\"hello\")'\n")
-    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report.to_json()["checks"]
     assert check["detail"] == ("the image's python3 exited 0 without starting the payload (python3 run.py in place of the "
                                "image's ENTRYPOINT /usr/local/bin/start; it did not run its arguments): hello"), check
 
@@ -148,7 +148,7 @@ def test_floods_and_bytes_that_are_not_utf8_do_not_hide_the_report(engine: Engin
              "for _ in range(80):\n    out.write(b'x' * (1 << 20))\nout.write(b'\\n')\nout.flush()\n")
     image = planted(with_site(built_images.cpu_base), **{"sitecustomize.py": flood})
     outcome = incontainer.verify_image(engine, image, verify.VerifyOptions(tier="quick", gpus="none", timeout_s=300, only=("versions.torch",)))
-    assert outcome.ok and [c["id"] for c in outcome.report["checks"]] == ["versions.torch"]
+    assert outcome.ok and [c["id"] for c in outcome.report.to_json()["checks"]] == ["versions.torch"]
 
 
 def test_a_flood_after_the_report_is_named(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
@@ -156,7 +156,7 @@ def test_a_flood_after_the_report_is_named(engine: Engine, built_images: BuiltIm
              "        sys.stdout.buffer.write(b'y' * (1 << 20))\n    sys.stdout.flush()\n")
     image = planted(with_site(built_images.cpu_base), **{"sitecustomize.py": flood})
     (check,) = incontainer.verify_image(engine, image, verify.VerifyOptions(
-        tier="quick", gpus="none", timeout_s=300, only=("versions.torch",))).report["checks"]
+        tier="quick", gpus="none", timeout_s=300, only=("versions.torch",))).report.to_json()["checks"]
     assert check["id"] == "payload.report" and "(the container printed 80 MiB on stdout; the last 64 MiB were read)" in check["detail"]
 
 
@@ -167,7 +167,7 @@ def test_a_report_missing_a_check_it_was_asked_for_is_rejected(engine: Engine, b
             "    config['checks'] = config['checks'][1:]\n    json.dump(config, open('/tmp/c.json', 'w'))\n"
             "    args[args.index('--config') + 1] = '/tmp/c.json'\n")
     image = planted(with_site(built_images.cpu_base), **{"sitecustomize.py": drop})
-    (check,) = incontainer.verify_image(engine, image, QUICK).report["checks"]
+    (check,) = incontainer.verify_image(engine, image, QUICK).report.to_json()["checks"]
     assert check["detail"].startswith("the report was rejected: report.checks: missing: versions.torch"), check
 
 

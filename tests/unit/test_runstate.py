@@ -16,6 +16,7 @@ from imagesmith.edges import registry
 from imagesmith.edges.engine import BuildOutcome, Engine, push_error, unreachable
 from imagesmith.errors import UserError
 from imagesmith.stages.building import buildreport, cache
+from tests.doubles import verify_report
 
 
 def read(path: Path) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def test_a_verify_report_whose_run_did_not_complete_is_not_a_pass(state: str, ok
 
     check = {"id": "torch.import", "status": "pass", "optional": False}
     report = {"schema": "imagesmith.verify-report/1", "summary": {"ok": True}, "checks": [check], "state": state}
-    assert verify.VerifyOutcome(report).ok is ok
+    assert verify.VerifyOutcome(verify_report(report)).ok is ok
 
 
 def test_a_run_report_is_written_at_once_and_as_it_goes(tmp_path: Path) -> None:
@@ -93,7 +94,7 @@ def test_a_run_report_is_written_at_once_and_as_it_goes(tmp_path: Path) -> None:
         assert read(tmp_path / "run-report.json")["release"] is None
         run.built(build_report("complete"))
         verified = {"schema": "imagesmith.verify-report/1", "summary": {"ok": True}, "checks": [], "state": "complete"}
-        run.verified("a-base", verified)
+        run.verified("a-base", verify_report(verified))
         assert read(tmp_path / "run-report.json")["verify"] == {"a-base": verified}
         run.complete()
     assert read(tmp_path / "run-report.json")["state"] == "complete"

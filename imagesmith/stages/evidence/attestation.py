@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from imagesmith import __version__
 from imagesmith.model import loader, policy
+from imagesmith.model.verifyreport import Check, Gpu, Sharing, VerifyReport
 from imagesmith.resources import data_file
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -52,49 +53,44 @@ class Statement:
 # -- the verification predicate -----------------------------------------------------------------
 
 
-def verification_predicate(report: Mapping[str, Any], declared: Mapping[str, bool] | None = None) -> dict[str, Any]:
+def verification_predicate(report: VerifyReport, declared: Mapping[str, bool] | None = None) -> dict[str, Any]:
     """A verify report in brief: what ran where, what it measured, each check's verdict and detail.
     ``passed`` is judged again from the checks (:func:`imagesmith.model.policy.verdict` under ``declared``, the
     shipped check registry), never copied from the report's ``summary.ok``; ``gpu_verification`` says
     in plain words whether the image was GPU-verified."""
-    env = report.get("environment") or {}
-    summary = report.get("summary") or {}
+    env = report.environment
     ev = policy.evidence(report, declared)
     return {
-        "verifier": {"name": "imagesmith", "version": __version__,
-                     "report_schema": str(report.get("payload_schema") or report.get("schema") or "")},
-        "tier": str(report.get("tier") or ""),
-        "mode": "gpu" if env.get("gpus") else "cpu",
+        "verifier": {"name": "imagesmith", "version": __version__, "report_schema": report.payload_schema or report.schema},
+        "tier": report.tier,
+        "mode": "gpu" if env.gpus else "cpu",
         "platform": platform_record(report, ev),
         "passed": ev.ok,
-        "gpu_verification": gpu_verification(ev, env.get("cuda")),
-        "started_at": report.get("started_at"),
-        "duration_s": _number(report.get("wall_s", report.get("duration_s"))),
-        "gpu": gpu_summary(env.get("gpus") or []),
-        "driver": env.get("driver"),
-        "measured": {k: _scalar_text(env.get(k)) for k in MEASURED},
-        "summary": {k: policy.count(summary.get(k)) for k in ("pass", "warn", "fail", "skip", "inconclusive")},
-        "sharing": sharing_summary(report.get("sharing")),
-        "checks": [_check(c) for c in report.get("checks") or [] if isinstance(c, Mapping)],
-        "notes": [str(n) for n in report.get("notes") or []],
-    } | ({"vulnerabilities": dict(report["vulnerabilities"])} if isinstance(report.get("vulnerabilities"), Mapping) else {})
+        "gpu_verification": gpu_verification(ev, env.cuda),
+        "started_at": report.started_at,
+        "duration_s": _number(report.wall_s if report.wall_s is not None else report.duration_s),
+        "gpu": gpu_summary(env.gpus),
+        "driver": env.driver,
+        "measured": {k: env.fact(k) for k in MEASURED},
+        "summary": {k: policy.count(report.summary.counts.get(k)) for k in ("pass", "warn", "fail", "skip", "inconclusive")},
+        "sharing": sharing_summary(report.sharing),
+        "checks": [_check(c) for c in report.checks],
+        "notes": list(report.notes),
+    } | ({"vulnerabilities": dict(report.vulnerabilities)} if report.vulnerabilities is not None else {})
 
 
-def platform_record(report: Mapping[str, Any], ev: policy.Evidence) -> dict[str, Any]:
+def platform_record(report: VerifyReport, ev: policy.Evidence) -> dict[str, Any]:
     """Where the verification ran: the image's platform, the engine's, whether it ran emulated and under what."""
-    emu = report.get("emulation")
-    by = emu.get("by") if isinstance(emu, Mapping) else None
+    by = report.emulation.by if report.emulation else None
     return {"image": ev.platform or None, "host": ev.host or None, "emulated": bool(ev.emulated),
-            "emulator": str(by)[:256] if ev.emulated and isinstance(by, str) and by else None}
+            "emulator": by[:256] if ev.emulated and by else None}
 
 
-def sharing_summary(raw: Any) -> dict[str, Any] | None:
+def sharing_summary(sharing: Sharing | None) -> dict[str, Any] | None:
     """Whether the GPUs were the run's alone (the report's sharing key, foreign processes counted); None when absent."""
-    if not isinstance(raw, Mapping):
+    if sharing is None:
         return None
-    exclusive, foreign = raw.get("exclusive"), raw.get("foreign")
-    return {"exclusive": exclusive if isinstance(exclusive, bool) else None, "allowed": raw.get("allowed") is True,
-            "foreign": len(foreign) if isinstance(foreign, list) else 0}
+    return {"exclusive": sharing.exclusive, "allowed": sharing.allowed, "foreign": len(sharing.foreign)}
 
 
 def gpu_verification(ev: policy.Evidence, cuda: Any) -> str:
@@ -107,11 +103,11 @@ def gpu_verification(ev: policy.Evidence, cuda: Any) -> str:
     return "NOT " + ev.describe().removeprefix("not ")
 
 
-def gpu_summary(gpus: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+def gpu_summary(gpus: Sequence[Gpu]) -> dict[str, Any] | None:
     if not gpus:
         return None
-    return {"model": model_name(str(g.get("name", "")) for g in gpus), "count": len(gpus),
-            "capability": _scalar_text(gpus[0].get("capability")), "memory_gib": _number(gpus[0].get("memory_gib"))}
+    return {"model": model_name(g.name or "" for g in gpus), "count": len(gpus),
+            "capability": gpus[0].capability, "memory_gib": _number(gpus[0].memory_gib)}
 
 
 def model_name(names: Any) -> str:
@@ -119,19 +115,13 @@ def model_name(names: Any) -> str:
     return " + ".join(sorted(set(names))) or "unknown"
 
 
-def _check(c: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: _scalar(c.get(k)) for k in CHECK_FIELDS}
-    out["optional"] = bool(c.get("optional"))
-    out["detail"] = str(c.get("detail") or "")[:2000]
-    return out
+def _check(c: Check) -> dict[str, Any]:
+    return {"id": c.id, "status": c.status, "value": _scalar(c.value), "threshold": c.threshold, "unit": c.unit,
+            "percent_of_baseline": c.percent_of_baseline, "optional": c.optional, "detail": c.detail[:2000]}
 
 
 def _scalar(value: Any) -> Any:
     return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
-
-
-def _scalar_text(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _number(value: Any) -> float | None:

@@ -47,6 +47,7 @@ from imagesmith.edges.registry import entries as descriptors
 from imagesmith.errors import RegistryError, UserError
 from imagesmith.model import loader, policy
 from imagesmith.model.ref import ImageRef
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.evidence import attestation, sbom, vex
 from imagesmith.stages.evidence.attestation import Statement, StatementError
 from imagesmith.stages.evidence.referrers import (  # the documents evidence is made of: re-exported for its callers
@@ -195,7 +196,7 @@ def verification_summary(a: Attestation) -> dict[str, Any]:
     p = dict(a.statement.predicate) if a.statement else {}
     return {"digest": a.digest, "signed": bool(a.signed_by), "tier": p.get("tier"), "mode": p.get("mode"),
             "passed": p.get("passed"), "gpu_verification": p.get("gpu_verification"), "gpu": p.get("gpu"), "driver": p.get("driver"), "measured": p.get("measured"),
-            "summary": p.get("summary"), "failed_checks": policy.failed_required(p), "started_at": p.get("started_at"),
+            "summary": p.get("summary"), "failed_checks": policy.predicate_failed(p), "started_at": p.get("started_at"),
             "verifier": p.get("verifier"), "platform": p.get("platform"), "ran": ran_where(p)}
 
 
@@ -496,7 +497,7 @@ class Subject:
     base_image: str
     created: str
     versions: Mapping[str, str]
-    report: Mapping[str, Any] | None  # its verify report
+    report: VerifyReport | None  # its verify report
 
 
 class ReleaseEvidence:
@@ -521,7 +522,7 @@ class ReleaseEvidence:
             found = self.vulnerabilities(json.loads(bom))
             docs.append(vex_document(self.attacher.name, subject.digest, vex.document(
                 self.attacher.name, subject.digest, found.findings, found.snapshots, found.matched_at), found.matched_at.isoformat()))
-            report = None if report is None else dict(report) | {"vulnerabilities": found.predicate()}
+            report = None if report is None else report.amended(vulnerabilities=found.predicate())
         if report is not None:
             docs.append(verification_document(self.attacher.name, subject.digest, report))
         return self.attacher.attach(subject.digest, docs).to_json() | {"inventory_seconds": round(measured, 2)}

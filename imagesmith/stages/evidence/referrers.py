@@ -14,6 +14,7 @@ from imagesmith.edges.registry import OCI_INDEX, OCI_MANIFEST, manifest_document
 from imagesmith.edges.registry import entries as descriptors
 from imagesmith.errors import RegistryError
 from imagesmith.model import policy
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.evidence import attestation
 from imagesmith.stages.evidence.attestation import Statement
 
@@ -100,7 +101,7 @@ def verdict_problems(predicate: Mapping[str, Any]) -> list[str]:
     """A verification whose ``passed`` is not what its own checks say (judged again under the shipped registry)."""
     from imagesmith.stages.verify.verify import declared_checks
 
-    judged = policy.verdict(predicate, declared_checks())
+    judged = policy.predicate_verdict(predicate, declared_checks())
     if predicate.get("passed") is True and not judged.ok:
         return [f"it says passed, but {judged.why}"]
     return []
@@ -161,7 +162,7 @@ def sbom_document(name: str, digest: str, bom: bytes, created: str) -> Document:
     return Document("sbom", attestation.statement_bytes(st), created)
 
 
-def verification_document(name: str, digest: str, report: Mapping[str, Any]) -> Document:
+def verification_document(name: str, digest: str, report: VerifyReport) -> Document:
     from imagesmith.stages.verify.verify import declared_checks
 
     predicate = attestation.verification_predicate(report, declared_checks())

@@ -8,7 +8,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from imagesmith.model import policy
+from imagesmith.model import policy, verifyreport
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.evidence import attestation
 from imagesmith.stages.evidence.evidence import Attestation, Evidence
 from imagesmith.stages.evidence.referrers import ran_on
@@ -34,7 +35,7 @@ def why_not_reused(p: Mapping[str, Any], wanted: Wanted, declared: Mapping[str, 
     pass judged again from its checks, on this tier and GPU model, with every --expect met by what it measured,
     a GPU run where --require-gpu asks for one, and a non-root user (security.user passed, uid not 0) where
     --require-non-root does."""
-    if p.get("passed") is not True or not policy.verdict(p, declared).ok:
+    if p.get("passed") is not True or not policy.predicate_verdict(p, declared).ok:
         return "it did not pass (judged again from its checks)"
     if p.get("tier") != wanted.tier:
         return f"it ran the {p.get('tier')} tier, not {wanted.tier}"
@@ -100,7 +101,7 @@ def reusable(found: Evidence, wanted: Wanted) -> tuple[Attestation | None, list[
     return None, why
 
 
-def reused_report(found: Evidence, a: Attestation, ref: str) -> dict[str, Any]:
+def reused_report(found: Evidence, a: Attestation, ref: str) -> VerifyReport:
     """The verify report (``--json``) of a run that reused ``a``: its checks with their details, what it measured,
     how it ran, the image, and which attestation stood in for the run."""
     from imagesmith.stages.verify import verify
@@ -111,14 +112,14 @@ def reused_report(found: Evidence, a: Attestation, ref: str) -> dict[str, Any]:
               if isinstance(c, Mapping)]
     counts = {s: sum(c.get("status") == s for c in checks) for s in policy.STATUSES}
     gpu = p.get("gpu") if isinstance(p.get("gpu"), Mapping) else None
-    return {"schema": verify.REPORT_SCHEMA, "state": "complete", "tier": p.get("tier"), "started_at": p.get("started_at"),
+    return verifyreport.parse({"schema": verify.REPORT_SCHEMA, "state": "complete", "tier": p.get("tier"), "started_at": p.get("started_at"),
             "environment": dict(p.get("measured") or {}) | {"driver": p.get("driver"), "gpus": []},
             "mode": {"mode": p.get("mode"), "gpus": gpu.get("count") if gpu else 0, "reason": p.get("gpu_verification") or ""},
-            "checks": checks, "summary": counts | {"ok": policy.verdict(p, verify.declared_checks()).ok},
+            "checks": checks, "summary": counts | {"ok": policy.predicate_verdict(p, verify.declared_checks()).ok},
             "image": {"ref": ref, "digest": found.digest, "repository": found.name},
             "reused": {"attestation": a.digest, "signed_by": list(a.signed_by), "gpu": gpu},
             **where_from(p),
-            "notes": [f"not run again: the signed verification {a.digest} of {found.name}@{found.digest} stands for it"]}
+            "notes": [f"not run again: the signed verification {a.digest} of {found.name}@{found.digest} stands for it"]}, f"the signed verification {a.digest}")
 
 
 def where_from(p: Mapping[str, Any]) -> dict[str, Any]:

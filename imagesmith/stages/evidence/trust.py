@@ -39,10 +39,11 @@ from imagesmith.errors import Problem, UserError, ValidationError
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError as SchemaError
-from imagesmith.model import loader, schemas
+from imagesmith.model import loader, schemas, verifyreport
 from imagesmith.model import platform as platforms
 from imagesmith.model.located import KeyPath, dotted, line_of, load_located
 from imagesmith.model.validation import duration_s
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.resources import data_file
 from imagesmith.stages import artifacts
 from imagesmith.stages.evidence import attestation
@@ -290,22 +291,23 @@ def signable(report: Mapping[str, Any]) -> None:
         raise Unsignable(f"{exc}; nothing was signed: the image under test wrote a report imagesmith does not believe") from None
 
 
-def statement(report: Mapping[str, Any], inventory: Mapping[str, Any] | None, subject: Subject,
+def statement(report: VerifyReport, inventory: Mapping[str, Any] | None, subject: Subject,
               fleet: Mapping[str, str] | None = None, now: dt.datetime | None = None) -> bytes:
     """The in-toto Statement v1 (canonical JSON) of a verification: the whole report, the inventory, and
     ``signed_at``: the verifier's own clock when it signed (what orders results and what expires; never the
     report's ``started_at``, which the image under test wrote); for a fleet cell also ``fleet`` (the GPU class,
     run, node and job it ran as), so a result signed for one class or run cannot stand for another."""
-    signable(report)
+    document = report.to_json()  # as read: what is signed is what the payload and the host wrote
+    signable(document)
     when = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
-    predicate: dict[str, Any] = {"report": dict(report), "inventory": dict(inventory) if inventory is not None else None,
+    predicate: dict[str, Any] = {"report": document, "inventory": dict(inventory) if inventory is not None else None,
                                  "signed_at": when.isoformat(timespec="seconds")}
     if fleet is not None:
         predicate["fleet"] = dict(fleet)
     return attestation.statement_bytes(attestation.Statement(subject.name, subject.digest, PREDICATE, predicate))
 
 
-def sign(report: Mapping[str, Any], inventory: Mapping[str, Any] | None, subject: Subject, key: signing.Key,
+def sign(report: VerifyReport, inventory: Mapping[str, Any] | None, subject: Subject, key: signing.Key,
          fleet: Mapping[str, str] | None = None, now: dt.datetime | None = None) -> bytes:
     """The DSSE envelope (JSON bytes) of :func:`statement`, signed by the verifier ``key``."""
     return signing.envelope(statement(report, inventory, subject, fleet, now), attestation.PAYLOAD_TYPE, key)
@@ -321,7 +323,7 @@ class Accepted:
     verifier: str
     keyid: str
     subject: Subject
-    report: Mapping[str, Any]
+    report: VerifyReport
     inventory: Mapping[str, Any] | None
     path: str
     classes: tuple[str, ...] = ("*",)  # the GPU classes the policy lets this verifier vouch for
@@ -412,7 +414,7 @@ def _statement(payload: bytes, where: str) -> attestation.Statement:
     return st
 
 
-def _predicate(predicate: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None]:
+def _predicate(predicate: Mapping[str, Any], where: str) -> tuple[VerifyReport, Mapping[str, Any] | None]:
     """The signed report (checked against the verify report's schema, as an unsigned one is: a report declaring
     another schema version is not believed) and the inventory."""
     report, inventory = predicate.get("report"), predicate.get("inventory")
@@ -420,12 +422,13 @@ def _predicate(predicate: Mapping[str, Any], where: str) -> tuple[Mapping[str, A
         raise Refused(f"{where}: the signed predicate holds no verify report (report.checks)")
     try:
         loader.check_schema(report, schemas.VERIFY_REPORT, where)
+        read = verifyreport.parse(report, where, "")  # located as report.<key path> below
     except loader.LoadError as exc:
         raise Refused(f"{where}: the signed report does not follow {schemas.VERIFY_REPORT}: report.{exc.where}: {exc.why}; "
                       f"a report imagesmith does not read is not released as verified") from None
     if inventory is not None and not isinstance(inventory, Mapping):
         raise Refused(f"{where}: the signed predicate's inventory is not an object")
-    return report, inventory
+    return read, inventory
 
 
 def read_statement(path: Path, policy: TrustPolicy, expected: Subject, root: Path | None = None,
@@ -442,16 +445,14 @@ def read_statement(path: Path, policy: TrustPolicy, expected: Subject, root: Pat
 # -- facts ------------------------------------------------------------------------------------------
 
 
-def measured(report: Mapping[str, Any]) -> dict[str, str]:
+def measured(report: VerifyReport) -> dict[str, str]:
     """torch, cuda (``cpu`` for a CPU-only torch), cudnn and python as the signed report measured them."""
-    env = report.get("environment")
-    env = env if isinstance(env, Mapping) else {}
-    out = {k: "" if env.get(k) is None else str(env.get(k)) for k in FACTS}
+    out = {k: report.environment.fact(k) or "" for k in FACTS}
     out["cuda"] = out["cuda"] or "cpu"
     return out
 
 
-def check_facts(claimed: Mapping[str, Any] | None, report: Mapping[str, Any], where: str, signed: str) -> dict[str, str]:
+def check_facts(claimed: Mapping[str, Any] | None, report: VerifyReport, where: str, signed: str) -> dict[str, str]:
     """What a build.json (``where``) claims against what the signed report (``signed``) measured: any
     disagreement is a UserError naming both values; the measured facts otherwise."""
     have = measured(report)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 from imagesmith.model.fleet import GpuClass
 from imagesmith.model.ref import ImageRef
+from imagesmith.model.verifyreport import VerifyReport
 
 # Phases, whatever the scheduler calls them:
 PENDING = "pending"  # accepted, not started (queued, requeued, image pulling, unschedulable)
@@ -60,5 +61,5 @@ class Scheduler(Protocol):
     def submit(self, job: CellJob) -> str: ...
     def status(self, job_ids: Sequence[str]) -> dict[str, JobView]: ...
     def cancel(self, job_ids: Sequence[str]) -> None: ...
-    def report(self, job: CellJob, view: JobView) -> dict[str, Any] | None: ...
+    def report(self, job: CellJob, view: JobView) -> VerifyReport | None: ...
     def output_tail(self, job: CellJob, view: JobView, lines: int = 5) -> list[str]: ...

@@ -26,6 +26,7 @@ from imagesmith.errors import UserError
 from imagesmith.model import compat
 from imagesmith.model.fleet import KubernetesPlacement
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 from imagesmith.stages.verify import judge, verify
 
@@ -324,9 +325,8 @@ class Kubernetes:
         pods = api.list_pods(ns, name)
         return api.read_log(ns, pods[-1].metadata.name) if pods else ""
 
-    def report(self, job: CellJob, view: JobView) -> dict[str, Any] | None:
-        found = judge.parse_marker(self._log(job, view))
-        return judge.finish(found, {"ref": str(job.ref), "digests": [str(job.ref)]}, None, "", 0.0) if found else None
+    def report(self, job: CellJob, view: JobView) -> VerifyReport | None:
+        return judge.finished_marker(self._log(job, view), job.ref)
 
     def output_tail(self, job: CellJob, view: JobView, lines: int = 5) -> list[str]:
         return [line for line in self._log(job, view).splitlines() if line.strip()][-lines:]

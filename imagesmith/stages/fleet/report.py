@@ -16,6 +16,7 @@ from imagesmith.atomic import write_json
 from imagesmith.errors import UserError
 from imagesmith.model import fields, loader, schemas
 from imagesmith.model.ref import ImageRef
+from imagesmith.model.verifyreport import VerifyReport
 
 SCHEMA = schemas.FLEET_REPORT
 STATUSES = ("pass", "fail", "cancelled")
@@ -164,18 +165,12 @@ def _figure(f: fields.Fields, raw: Any, where: str) -> Figure:
 # -- from one verify report ----------------------------------------------------------------------------
 
 
-def figures_of(report: Mapping[str, Any]) -> tuple[Figure, ...]:
+def figures_of(report: VerifyReport) -> tuple[Figure, ...]:
     """Every check of a verify report that was measured against a baseline."""
-    out = []
-    for c in report.get("checks") or []:
-        value, percent = c.get("value"), c.get("percent_of_baseline")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and percent is not None:
-            baseline = c.get("baseline")
-            base = baseline.get("value") if isinstance(baseline, dict) else baseline
-            out.append(Figure(str(c.get("id")), float(value), str(c.get("unit") or ""),
-                              float(base) if isinstance(base, (int, float)) else None, float(percent), str(c.get("status"))))
-    return tuple(out)
+    return tuple(Figure(c.id, float(c.value), c.unit, None if c.baseline is None else float(c.baseline),
+                        float(c.percent_of_baseline), c.status)
+                 for c in report.checks if fields.is_number(c.value) and c.percent_of_baseline is not None)
 
 
-def gpu_names(report: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(str(g.get("name")) for g in (report.get("environment") or {}).get("gpus") or [] if isinstance(g, dict))
+def gpu_names(report: VerifyReport) -> tuple[str, ...]:
+    return tuple(str(g.name) for g in report.environment.gpus)

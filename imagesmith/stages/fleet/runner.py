@@ -30,6 +30,7 @@ from imagesmith.errors import UserError
 from imagesmith.model import policy
 from imagesmith.model.fleet import Fleet, GpuClass
 from imagesmith.model.ref import ImageRef
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.evidence import trust
 from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView, Scheduler
@@ -188,7 +189,7 @@ class FleetRun:
 
     def _ended(self, cell: Cell, view: JobView, now: float) -> None:
         report = cell.scheduler.report(cell.job, view) if view.phase in (FINISHED, GONE) else None
-        if report is not None and runstate.is_complete(report):
+        if report is not None and runstate.is_complete(report.to_json()):
             self._judge(cell, report, now)
             return
         why = WHY_ENDED.get(view.state.split()[0] if view.state else "", "")
@@ -197,19 +198,19 @@ class FleetRun:
         elif not why:
             why = f"the job ended ({view.state}, {exit_text(view.exit_code)}) without a verify report"
         if report is not None:  # killed mid-run: the report it started says so, and is no result
-            why += f" (the verify report it started is {runstate.state_of(report)})"
+            why += f" (the verify report it started is {runstate.state_of(report.to_json())})"
         tail = cell.scheduler.output_tail(cell.job, view)
         self._finish(cell, "fail", why.format(limit=_dur(cell.job.klass.run_limit_s))
                      + (f"; last output: {' | '.join(tail)}" if tail else ""))
 
-    def _judge(self, cell: Cell, report: dict[str, Any], now: float) -> None:
+    def _judge(self, cell: Cell, report: VerifyReport, now: float) -> None:
         path = cell.job.workdir / "verify.json"
-        write_json(path, report)
+        write_json(path, report.to_json())
         unsigned = self._sign(cell, report) if self.signer is not None else None
         problems = judge(cell.job, report) + ([unsigned] if unsigned else [])
         self._finish(cell, "fail" if problems else "pass", "; ".join(problems) or "every required check passed", report)
 
-    def _sign(self, cell: Cell, report: Mapping[str, Any]) -> str | None:
+    def _sign(self, cell: Cell, report: VerifyReport) -> str | None:
         """WORKDIR/verify.dsse.json: the report, signed for this digest, class and run (publish believes only that);
         why not, for a report the verifier does not sign."""
         assert self.signer is not None
@@ -246,9 +247,8 @@ class FleetRun:
             self.say(f"{cell.job.short}: cancelling {cell.job_id} failed: {exc}")
         cell.cancelled = True
 
-    def _finish(self, cell: Cell, status: str, reason: str, report: Mapping[str, Any] | None = None) -> None:
+    def _finish(self, cell: Cell, status: str, reason: str, report: VerifyReport | None = None) -> None:
         now, v = self.clock(), cell.view
-        rep = report or {}
         cell.result = CellResult(
             ref=str(cell.job.ref), klass=cell.job.klass.name, scheduler=cell.job.klass.scheduler, status=status,
             reason=reason + (f" ({'; '.join(cell.notes)})" if cell.notes else ""), tier=cell.job.tier, job_id=cell.job_id,
@@ -258,9 +258,9 @@ class FleetRun:
             report=str((cell.job.workdir / "verify.json").relative_to(self.out)) if report else None,
             statement=str((cell.job.workdir / trust.STATEMENT_FILE).relative_to(self.out))
             if report and self.signer is not None and (cell.job.workdir / trust.STATEMENT_FILE).is_file() else None,
-            summary={k: int(x) for k, x in (rep.get("summary") or {}).items() if isinstance(x, int) and not isinstance(x, bool)},
-            failed_checks=tuple(policy.failed_required(rep)), gpus=fleet_report.gpu_names(rep),
-            figures=fleet_report.figures_of(rep))
+            summary=_counts(report.summary.to_json()) if report else {},
+            failed_checks=tuple(policy.failed_required(report)) if report else (),
+            gpus=fleet_report.gpu_names(report) if report else (), figures=fleet_report.figures_of(report) if report else ())
         self.say(f"{cell.job.short}: {status.upper()}: {reason}")
 
     # -- the end -------------------------------------------------------------------------------------
@@ -320,19 +320,24 @@ def _never_submitted(cell: Cell) -> CellResult:
                       status="cancelled", reason="interrupted before it was submitted", tier=cell.job.tier)
 
 
-def judge(job: CellJob, report: Mapping[str, Any]) -> list[str]:
+def _counts(summary: Mapping[str, Any] | None) -> dict[str, int]:
+    """A report's summary as written, its whole-number counts only (its ``ok`` is no count)."""
+    return {k: int(x) for k, x in (summary or {}).items() if isinstance(x, int) and not isinstance(x, bool)}
+
+
+def judge(job: CellJob, report: VerifyReport) -> list[str]:
     """Why a cell with a report fails: failed checks, another image, the wrong GPUs."""
     return judge_report(job.ref.sha256, job.klass, report)
 
 
-def judge_report(digest: str, klass: GpuClass | None, report: Mapping[str, Any]) -> list[str]:
+def judge_report(digest: str, klass: GpuClass | None, report: VerifyReport) -> list[str]:
     """Why a report of ``digest`` on ``klass`` (None: the class is not known here) does not pass; [] when it does."""
     problems = []
     verdict = policy.verdict(report, declared_checks())  # judged again from the checks, never from summary.ok
     if not verdict.ok:
         failed = policy.failed_required(report)
         problems.append(f"failed checks: {', '.join(failed) or verdict.why}")
-    digests = (report.get("image") or {}).get("digests") or []
+    digests = report.image.digests if report.image else ()
     if digests and not any(str(d).endswith("@" + digest) for d in digests):
         problems.append(f"the job verified {', '.join(map(str, digests))}, not {digest}")
     if klass is not None:
@@ -340,13 +345,13 @@ def judge_report(digest: str, klass: GpuClass | None, report: Mapping[str, Any])
     return problems
 
 
-def platform_problems(klass: GpuClass, report: Mapping[str, Any]) -> list[str]:
+def platform_problems(klass: GpuClass, report: VerifyReport) -> list[str]:
     """A class's runs are native on its platform: an emulated run, or one on another machine, does not count."""
-    emulated = policy.emulation_text(report.get("emulation"))
+    emulated = policy.emulation_text(report.emulation)
     if emulated:
         return [f"the job ran emulated ({emulated}); a fleet class verifies natively on its {klass.platform.docker} nodes"]
-    machine = (report.get("environment") or {}).get("machine")
-    if isinstance(machine, str) and machine and machine != klass.platform.uname:
+    machine = report.environment.machine
+    if machine and machine != klass.platform.uname:
         return [f"the job ran on {machine}, not on the class's {klass.platform.docker} ({klass.platform.uname}): "
                 "check the placement"]
     return []

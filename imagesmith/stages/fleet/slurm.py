@@ -29,11 +29,12 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from imagesmith.errors import UserError
-from imagesmith.model import loader, schemas
+from imagesmith.model import loader, schemas, verifyreport
 from imagesmith.model.fleet import GpuClass, SlurmPlacement
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 from imagesmith.stages.verify import judge, verify
 
@@ -246,15 +247,14 @@ class Slurm:
         if job_ids:
             self._call(["scancel", *job_ids])
 
-    def report(self, job: CellJob, view: JobView) -> dict[str, Any] | None:
+    def report(self, job: CellJob, view: JobView) -> VerifyReport | None:
         if _placement(job.klass).runtime == "pyxis":
-            found = judge.parse_marker("\n".join(self._output(job, view)))
-            return judge.finish(found, {"ref": str(job.ref), "digests": [str(job.ref)]}, None, "", 0.0) if found else None
+            return judge.finished_marker("\n".join(self._output(job, view)), job.ref)
         path = job.workdir / f"report-{view.restarts}.json"
         if not path.is_file() and not path.is_symlink():
             return None
-        try:  # written on a node: untrusted (confined to the job's folder, bounded, strict, schema-valid)
-            return loader.load_json_artifact(path, schema=schemas.VERIFY_REPORT)
+        try:  # written on a node: untrusted (confined to the job's folder, bounded, strict, schema-valid, read once)
+            return verifyreport.parse(loader.load_json_artifact(path, schema=schemas.VERIFY_REPORT), str(path))
         except UserError:
             return None
 

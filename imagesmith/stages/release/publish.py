@@ -48,6 +48,7 @@ from imagesmith.model import tags
 from imagesmith.model.matrix.records import ImageSpec, Matrix
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import TagPolicy
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
 from imagesmith.stages.artifacts import BuildRecord, Release
@@ -548,7 +549,7 @@ def index_evidence_step(client: Any, repo: str, key: Any) -> Callable[[str], dic
     return lambda digest: evidence.Attacher(client, repo, key).attach(digest, []).to_json()
 
 
-def evidence_step(engine: EngineProtocol, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, Mapping[str, Any]],
+def evidence_step(engine: EngineProtocol, client: Any, repo: str, base_images: Mapping[str, str], reports: Mapping[str, VerifyReport],
                   key: Any, out_dir: Path, inventory: Any = None, vulnerabilities: Any = None) -> Callable[[TargetRelease], dict[str, Any]]:
     """The evidence stage for one released target: its digest, image, base image and verify report
     (and, with ``vulnerabilities``, the CycloneDX vulnerability document of its SBOM)."""

@@ -13,6 +13,7 @@ from imagesmith.errors import RegistryError
 from imagesmith.model import policy, schemas, tags
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
+from imagesmith.model.verifyreport import Image, VerifyReport
 from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.report import model as typed
 from imagesmith.report.model import verified_how
@@ -35,7 +36,7 @@ class Verified(Protocol):
     @property
     def ok(self) -> bool: ...
     @property
-    def report(self) -> Mapping[str, Any]: ...
+    def report(self) -> VerifyReport: ...
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,10 @@ def verification_summary(outcome: Verified | None) -> dict[str, Any]:
     rep = outcome.report
     ev = _evidence(outcome)
     assert ev is not None
-    return {"ok": bool(outcome.ok), "tier": rep.get("tier"), "summary": rep.get("summary"),
-            "started_at": rep.get("started_at"), "image_id": (rep.get("image") or {}).get("id"),
-            "digest": (rep.get("image") or {}).get("digest"),
-            "failed_checks": policy.failed_required(rep), "notes": list(rep.get("notes") or []),
+    image = rep.image or Image()
+    return {"ok": bool(outcome.ok), "tier": rep.tier, "summary": rep.summary.to_json(),
+            "started_at": rep.started_at, "image_id": image.id, "digest": image.digest,
+            "failed_checks": policy.failed_required(rep), "notes": list(rep.notes),
             "mode": ev.mode, "gpus": ev.gpus, "gpu_verified": ev.gpu_verified, "gpu": ev.describe(),
             "gpu_short": ev.short(), "platform": ev.platform or None, "host": ev.host or None,
             "emulated": ev.emulated or None}

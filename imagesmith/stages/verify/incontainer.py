@@ -20,8 +20,9 @@ from imagesmith.errors import (
     ImagesmithError,
     UserError,
 )
-from imagesmith.model import compat, gpupath, loader, policy
+from imagesmith.model import compat, gpupath, loader, policy, verifyreport
 from imagesmith.model import platform as platforms
+from imagesmith.model.verifyreport import Emulation
 from imagesmith.stages.verify import entrypoint as entrypoints
 from imagesmith.stages.verify import gpus as gpu_paths
 from imagesmith.stages.verify import gpuwatch
@@ -115,8 +116,8 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     if emulated is not None:  # the payload saw --gpus none; why it was none is the host's to say
         done["emulation"] = emulated
         mode = done.get("mode")
-        done["mode"] = (dict(mode) if isinstance(mode, dict) else {}) | {"reason": f"CPU mode: emulated, {policy.emulation_text(emulated)}; GPU checks skipped"}
-    return VerifyOutcome(done)
+        done["mode"] = (dict(mode) if isinstance(mode, dict) else {}) | {"reason": f"CPU mode: emulated, {policy.emulation_text(Emulation(emulated.get('image'), emulated.get('host'), emulated.get('by')))}; GPU checks skipped"}
+    return VerifyOutcome(verifyreport.parse(done))
 
 
 EMULATOR = "qemu-user through binfmt_misc"

@@ -10,7 +10,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith import runstate
 from imagesmith.errors import ImagesmithError
-from imagesmith.model import loader
+from imagesmith.model import loader, verifyreport
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.resources import payload_module
 from imagesmith.stages.verify import entrypoint as entrypoints
 from imagesmith.stages.verify.payload import STARTED, check_entry
@@ -38,6 +39,18 @@ def find_marker(stdout: str) -> tuple[Any, str | None]:
         return loader.parse_json_line(lines[0][len(MARKER):], "the report line"), None
     except loader.LoadError as exc:
         return None, f"the report line is not strict JSON ({exc.why}; {len(lines[0])} characters)"
+
+
+def finished_marker(stdout: str, ref: Any) -> VerifyReport | None:
+    """A fleet cell's report from a job's output (a node wrote it: untrusted), finished with the image it ran
+    (``ref``, its digest); None without one, or with one imagesmith does not read (the cell then has no report)."""
+    found = parse_marker(stdout)
+    if found is None:
+        return None
+    try:
+        return verifyreport.parse(finish(found, {"ref": str(ref), "digests": [str(ref)]}, None, "", 0.0), "the job's report line")
+    except loader.LoadError:
+        return None
 
 
 def judge_output(stdout: str, request: Request) -> tuple[dict[str, Any] | None, str | None]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from imagesmith.errors import UserError
-from imagesmith.model import compat
+from imagesmith.model import compat, verifyreport
 from imagesmith.model.located import printable
 from imagesmith.resources import payload_dir
 from imagesmith.stages.verify import gpuwatch
@@ -53,7 +53,7 @@ def run_local(options: VerifyOptions, python: str | None = None, kb: compat.Know
     report = judged(report, nvml, options, remote=False)
     skipped = [check_entry(c, HOST_CHECKS[c][1], "skip", "no image: verify --local runs this host's Python")
                for c in request.host_checks]
-    return VerifyOutcome(finish(with_checks(report, skipped), None, nvml, started, time.monotonic() - t0))
+    return VerifyOutcome(verifyreport.parse(finish(with_checks(report, skipped), None, nvml, started, time.monotonic() - t0)))
 
 
 def local_python(python: str | None) -> str:

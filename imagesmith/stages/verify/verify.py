@@ -15,6 +15,7 @@ from typing import Any, Mapping, Protocol
 from imagesmith import runstate
 from imagesmith.errors import UsageError
 from imagesmith.model import compat, policy, schemas
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.resources import payload_module
 from imagesmith.stages.verify import entrypoint as entrypoints
 from imagesmith.stages.verify.payload import HOST_CHECKS as HOST_CHECKS  # re-exported: verify.HOST_CHECKS, verify.check_entry, ...
@@ -60,13 +61,13 @@ class VerifyOptions:
 
 @dataclass
 class VerifyOutcome:
-    report: dict[str, Any]
+    report: VerifyReport
 
     @property
     def ok(self) -> bool:
         """Every required check passed, in a run that completed: judged again from the checks under the
         shipped check registry (:func:`declared_checks`), never from the report's own ``summary.ok``."""
-        return runstate.is_complete(self.report) and policy.verdict(self.report, declared_checks()).ok
+        return runstate.is_complete(self.report.to_json()) and policy.verdict(self.report, declared_checks()).ok
 
 
 def declared_checks() -> dict[str, bool]:

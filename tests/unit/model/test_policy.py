@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from imagesmith.model import policy
+from imagesmith.model.loader import LoadError
 from tests.conftest import ROOT
+from tests.doubles import verify_report
 
 GPU = policy.Evidence(True, "gpu", 2, "GPU mode: 2 GPUs (--gpus all)", "pass", {"pass": 20, "skip": 1}, exclusive=True)
 UNWATCHED = policy.Evidence(True, "gpu", 1, "GPU mode: 1 GPU (--gpus all)", "pass", {"pass": 20}, None,
@@ -84,15 +86,15 @@ def report(**kw: Any) -> dict[str, Any]:
     ({}, "cpu", 0, False),  # a payload that never reported
 ])
 def test_evidence_from_a_verify_report(rep: dict[str, Any], mode: str, gpus: int, verified: bool) -> None:
-    ev = policy.evidence(rep)
+    ev = policy.evidence(verify_report(rep))
     assert (ev.mode, ev.gpus, ev.gpu_verified) == (mode, gpus, verified)
 
 
 def test_the_2x_h200_standard_report_without_a_watch_is_not_gpu_verified() -> None:
     rep = json.loads((ROOT / "tests" / "fixtures" / "reports" / "h200x2-standard.json").read_text())
     assert "sharing" not in rep  # written before runs were watched: every check passed, nobody watched the GPUs
-    assert policy.evidence(rep).describe() == "not GPU-verified: GPU exclusivity not measured"
-    assert policy.evidence(rep | {"sharing": WATCHED}).describe() == "GPU-verified on 2 GPUs"
+    assert policy.evidence(verify_report(rep)).describe() == "not GPU-verified: GPU exclusivity not measured"
+    assert policy.evidence(verify_report(rep | {"sharing": WATCHED})).describe() == "GPU-verified on 2 GPUs"
 
 
 @pytest.mark.parametrize("tag, marked", [("2.14.1-cuda13.0-cudnn9-py3.11-debian12-base-20261130-not-gpu-verified", True),
@@ -111,7 +113,7 @@ def test_marked_unverified(tag: str, marked: bool) -> None:
     (report(mode={"mode": "cpu", "gpus": 0}, environment={"cuda": None}), "CPU"),
 ])
 def test_how_verified(rep: dict[str, Any], cell: str) -> None:
-    assert policy.how_verified(rep) == cell
+    assert policy.how_verified(verify_report(rep)) == cell
 
 
 @pytest.mark.parametrize("ev, describe, short", [
@@ -132,14 +134,19 @@ FAILED_REQUIRED = [
     ({"checks": [{"id": "a", "status": "fail", "optional": True}, {"id": "b", "status": "fail", "optional": False}]}, ["b"]),
     ({"checks": [{"id": "a", "status": "warn"}, {"id": "b", "status": "skip"}]}, []),
     ({"checks": None}, []),
-    ({"checks": ["not a check", {"id": "c", "status": "fail"}]}, ["c"]),
     ({}, []),
 ]
 
 
 @pytest.mark.parametrize("report, expected", FAILED_REQUIRED)
 def test_failed_required(report: dict[str, Any], expected: list[str]) -> None:
-    assert policy.failed_required(report) == expected
+    assert policy.failed_required(verify_report(report)) == expected
+
+
+def test_a_check_that_is_not_one_is_refused_where_the_report_says_it() -> None:
+    # the host's parse refuses it, naming the key path; nothing downstream reads around it any more
+    with pytest.raises(LoadError, match=r"report\.checks\[0\]: expected an object"):
+        verify_report({"checks": ["not a check", {"id": "c", "status": "fail"}]})
 
 
 FOREIGN = [{"gpu": 0, "uuid": "GPU-1", "pid": 4242, "name": "python3", "used_bytes": 1717986918, "seen": "both"}]
@@ -152,9 +159,6 @@ FOREIGN = [{"gpu": 0, "uuid": "GPU-1", "pid": 4242, "name": "python3", "used_byt
     ({"exclusive": False, "allowed": True, "foreign": FOREIGN}, False,
      "not exclusive: GPU 0 shared with PID 4242 python3, 1.6 GiB (--allow-shared-gpu: throughput measured this "
      "tenant's share; not verified: no floating tag)"),
-    ({"exclusive": False, "allowed": False, "foreign": [{"gpu": "x", "pid": None, "name": 7, "used_bytes": True}]}, False,
-     "not exclusive: GPU ?: memory held by processes this run cannot see (throughput checks inconclusive; not verified: "
-     "no floating tag)"),
     ({"exclusive": True, "allowed": False, "foreign": []}, True, "GPUs exclusive to this run"),
     ({"exclusive": None, "allowed": False, "foreign": []}, None, "GPU exclusivity not measured"),
     ({"exclusive": None, "allowed": False, "foreign": [], "reason": "the engine is remote"}, None,
@@ -162,20 +166,41 @@ FOREIGN = [{"gpu": 0, "uuid": "GPU-1", "pid": 4242, "name": "python3", "used_byt
     ({"exclusive": False, "allowed": False, "foreign": [{"gpu": 0, "pid": None, "used_bytes": 1 << 30}]}, False,
      "not exclusive: GPU 0: 1.0 GiB held by processes this run cannot see (throughput checks inconclusive; not "
      "verified: no floating tag)"),
-    ("garbage", None, ""),
 ])
 def test_sharing_in_the_evidence(sharing: Any, exclusive: Any, line: str) -> None:
     rep = report(mode={"mode": "gpu", "gpus": 1, "gpu_checks": {"pass": 9}}, checks=[{"id": "gpu.devices", "status": "pass"}],
                  sharing=sharing)
-    ev = policy.evidence(rep)
-    assert (ev.exclusive, policy.sharing_line(rep), ev.gpu_verified) == (exclusive, line, exclusive is True)
+    typed = verify_report(rep)
+    ev = policy.evidence(typed)
+    assert (ev.exclusive, policy.sharing_line(typed), ev.gpu_verified) == (exclusive, line, exclusive is True)
 
 
-@pytest.mark.parametrize("gpus, seen", [
-    (float("nan"), 0), (float("inf"), 0), ("2", 0), ([2], 0), (-1, 0), (True, 0), (1.0, 0), (2**40, 0), (None, 0), (2, 2),
+@pytest.mark.parametrize("sharing, where", [
+    ("garbage", r"report\.sharing: expected an object"),
+    ({"exclusive": False, "allowed": False, "foreign": [{"gpu": "x", "pid": None, "name": 7, "used_bytes": True}]},
+     r"report\.sharing\.foreign\[0\]\.gpu: expected a whole number"),
 ])
+def test_a_sharing_block_a_report_misstates_is_refused_where_it_says_it(sharing: Any, where: str) -> None:
+    rep = report(mode={"mode": "gpu", "gpus": 1, "gpu_checks": {"pass": 9}}, checks=[{"id": "gpu.devices", "status": "pass"}],
+                 sharing=sharing)
+    with pytest.raises(LoadError, match=where):
+        verify_report(rep)
+
+
+def gpu_count_report(gpus: Any) -> dict[str, Any]:
+    return {"mode": {"mode": "gpu", "gpus": gpus, "status": "pass"}, "checks": [{"id": "gpu.devices", "status": "pass"}],
+            "sharing": WATCHED}
+
+
+@pytest.mark.parametrize("gpus, seen", [(-1, 0), (2**40, 0), (None, 0), (2, 2)])
 def test_a_gpu_count_a_report_misstates_counts_as_none(gpus: Any, seen: int) -> None:
-    report = {"mode": {"mode": "gpu", "gpus": gpus, "status": "pass"}, "checks": [{"id": "gpu.devices", "status": "pass"}],
-              "sharing": WATCHED}
-    ev = policy.evidence(report, {"gpu.devices": False})
+    ev = policy.evidence(verify_report(gpu_count_report(gpus)), {"gpu.devices": False})
     assert ev.gpus == seen and ev.gpu_verified is (seen > 0)
+
+
+@pytest.mark.parametrize("gpus, kind", [
+    (float("nan"), "float"), (float("inf"), "float"), ("2", "text"), ([2], "a list"), (True, "bool"), (1.0, "float"),
+])
+def test_a_gpu_count_that_is_no_whole_number_is_refused_where_the_report_says_it(gpus: Any, kind: str) -> None:
+    with pytest.raises(LoadError, match=rf"report\.mode\.gpus: expected a whole number or null, got {kind}"):
+        verify_report(gpu_count_report(gpus))

@@ -43,8 +43,8 @@ def test_a_signed_passed_verification_of_this_tier_is_reused() -> None:
     a = signed_verification({"matched_at": "2026-11-25T12:00:00+00:00"})
     done = attached(True, found_with(a))
     assert done.match is a and done.why_not == () and done.gpu_model is None
-    assert done.reused is not None and done.reused["reused"]["attestation"] == a.digest
-    assert done.reused["image"]["ref"] == REF
+    assert done.reused is not None and done.reused.to_json()["reused"]["attestation"] == a.digest
+    assert done.reused.to_json()["image"]["ref"] == REF
 
 
 def test_another_tier_is_not_reused_and_says_why() -> None:

@@ -19,7 +19,7 @@ from imagesmith.resources import payload_module
 from imagesmith.stages import artifacts
 from imagesmith.stages.building import buildreport
 from imagesmith.stages.verify import verify
-from tests.doubles import EngineBase
+from tests.doubles import EngineBase, verify_report
 
 OPTIONS = verify.VerifyOptions(tier="quick", gpus="none", sample_gpus=False, only=("versions",))
 
@@ -86,7 +86,7 @@ def test_verify_results_verifies_what_built_and_writes_each_report(tmp_path: Pat
     assert (written["state"], written["summary"]["ok"]) == ("complete", True)
     assert display.lines[0] == ("a", "verifying", "")
     passed = len(written["checks"])
-    assert passed > 1 and display.lines[-1] == ("a", "passed", f"{passed} pass, 0 fail, 0 skip; {policy.how_verified(written)}")
+    assert passed > 1 and display.lines[-1] == ("a", "passed", f"{passed} pass, 0 fail, 0 skip; {policy.how_verified(verify_report(written))}")
     doc = json.loads((tmp_path / pipeline.RUN_REPORT).read_text())
     assert doc["state"] == "complete" and list(doc["verify"]) == ["a"]
 
@@ -100,7 +100,7 @@ def test_verify_results_verifies_what_built_and_writes_each_report(tmp_path: Pat
 ])
 def test_an_image_that_cannot_be_verified_is_a_failed_report_not_a_stop(tmp_path: Path, error: Exception, detail: str) -> None:
     outcomes = pipeline.verify_results(EngineDouble(tmp_path, error), RESULTS[:1], OPTIONS, tmp_path, Recorder())
-    report = outcomes["a"].report
+    report = outcomes["a"].report.to_json()
     assert not outcomes["a"].ok and report["state"] == "complete"
     assert [(c["id"], c["detail"]) for c in report["checks"]] == [("payload.start", detail)]
 
@@ -123,7 +123,7 @@ def genuine(ok: bool = True) -> dict[str, Any]:
 
 def test_a_written_run_report_holds_the_three_stages(tmp_path: Path) -> None:
     build_doc = buildreport.BuildReport("m.yaml", "t", 1.0, {}, RESULTS[:1]).to_json() | {"state": "complete"}
-    path = pipeline.write_run_report(tmp_path, build_doc, {"a": verify.VerifyOutcome(genuine())}, None)
+    path = pipeline.write_run_report(tmp_path, build_doc, {"a": verify.VerifyOutcome(verify_report(genuine()))}, None)
     assert path == tmp_path / pipeline.RUN_REPORT
     doc = json.loads(path.read_text())
     assert doc["state"] == "complete" and doc["verify"]["a"]["summary"]["ok"] is True

@@ -3,6 +3,7 @@ fresh run (the integration test test_trust_fanout signs one and reads it back wi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 
 from imagesmith.cli import cli
 from imagesmith.errors import UsageError
+from tests.doubles import verify_report
 
 
 @pytest.mark.parametrize("args, why", [
@@ -67,11 +69,11 @@ def test_a_report_the_verifier_will_not_sign_leaves_no_statement_and_says_why(tm
     key, _ = verifier(tmp_path / "keys")
     path = tmp_path / "verify.dsse.json"
     said: list[str] = []
-    bad = {"schema": "imagesmith.verify-report/1", "checks": [{"id": "versions.torch", "status": "pass"}],
-           "mode": {"mode": "gpu", "gpus": float("inf")}}
+    # a check's value the parse reads as a number (a GPU count of Infinity it refuses: that report is never read)
+    bad = {"schema": "imagesmith.verify-report/1", "checks": [{"id": "versions.torch", "status": "pass", "value": float("inf")}]}
     subject = trust.Subject(trust.IMAGE_ID_SUBJECT, "sha256:" + "1" * 64)
-    got = pipeline.sign_outcome_or_say(lambda: pipeline.sign_report(None, bad, subject, key, path, said.append),  # type: ignore[arg-type]
+    got = pipeline.sign_outcome_or_say(lambda: pipeline.sign_report(None, verify_report(bad), subject, key, path, said.append),  # type: ignore[arg-type]
                                        said.append)
     assert got is None and not path.exists()
-    assert said == ["the verify report:1:130: Infinity is not JSON (NaN and Infinity are not numbers JSON allows); nothing was "
+    assert said == [f"the verify report:1:{json.dumps(bad).index('Infinity') + 1}: Infinity is not JSON (NaN and Infinity are not numbers JSON allows); nothing was "
                     "signed: the image under test wrote a report imagesmith does not believe"]

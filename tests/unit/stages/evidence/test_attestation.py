@@ -16,6 +16,7 @@ from in_toto_attestation.v1.statement import Statement as ReferenceStatement
 from imagesmith.model import policy
 from imagesmith.stages.evidence import attestation, evidence, reuse
 from imagesmith.stages.evidence.attestation import Statement, StatementError
+from tests.doubles import verify_report
 
 ROOT = Path(__file__).parent.parent.parent.parent.parent
 GPU_REPORT = ROOT / "bench" / "results" / "h200-quick.json"
@@ -36,7 +37,7 @@ def load(path: Path) -> dict[str, Any]:
 def test_the_predicate_is_the_report_in_brief(path: Path, mode: str, gpu: Any, driver: Any, measured_torch: str,
                                               summary: dict[str, int]) -> None:
     report = load(path)
-    p = attestation.verification_predicate(report)
+    p = attestation.verification_predicate(verify_report(report))
     assert attestation.predicate_problems(p) == []
     assert (p["mode"], p["gpu"], p["driver"], p["measured"]["torch"], p["summary"], p["tier"], p["passed"]) == \
         (mode, gpu, driver, measured_torch, summary, "quick", True)
@@ -64,7 +65,7 @@ def test_the_predicate_says_where_it_ran_and_whether_emulated(blocks: dict[str, 
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     from imagesmith.cli.evidence import print_evidence
 
-    p = attestation.verification_predicate(load(CPU_REPORT) | blocks)
+    p = attestation.verification_predicate(verify_report(load(CPU_REPORT) | blocks))
     st = Statement("h/r", DIGEST, attestation.VERIFICATION_PREDICATE, p)
     found = evidence.Evidence("h/r", DIGEST, "m", 1, "referrers API", (), [evidence.Attestation(
         "sha256:" + "11" * 32, evidence.VERIFICATION_ARTIFACT, 10, "verification", attestation.VERIFICATION_PREDICATE, statement=st)])
@@ -77,20 +78,20 @@ def test_the_predicate_says_where_it_ran_and_whether_emulated(blocks: dict[str, 
     assert p["gpu_verification"] == "CPU-only image (no CUDA), verified on a CPU" + (
         ", emulated: linux/arm64 on a linux/amd64 host (qemu-user through binfmt_misc)" if emulated else "")
     reused = reuse.where_from(p)  # a reused verification keeps it: the release policy reads it back
-    assert policy.evidence(reused | {"checks": []}).emulated == ("linux/arm64 on a linux/amd64 host (qemu-user through binfmt_misc)" if emulated else "")
+    assert policy.evidence(verify_report(reused | {"checks": []})).emulated == ("linux/arm64 on a linux/amd64 host (qemu-user through binfmt_misc)" if emulated else "")
 
 
 def test_a_statement_signed_before_platforms_were_recorded_reads_as_not_recorded() -> None:
-    old = {k: v for k, v in attestation.verification_predicate(load(CPU_REPORT)).items() if k != "platform"}
+    old = {k: v for k, v in attestation.verification_predicate(verify_report(load(CPU_REPORT))).items() if k != "platform"}
     assert attestation.predicate_problems(old) == []  # still a valid statement
     assert evidence.ran_on(old) == (None, None) and evidence.ran_where(old) == "platform not recorded"
     assert reuse.where_from(old) == {}  # reused, it claims no platform: its mode (cpu) decides, as it always did
-    bad = attestation.verification_predicate(load(CPU_REPORT)) | {"platform": {"image": "linux/arm64"}}
+    bad = attestation.verification_predicate(verify_report(load(CPU_REPORT))) | {"platform": {"image": "linux/arm64"}}
     assert "predicate['platform']: 'emulated' is a required property" in attestation.predicate_problems(bad)
 
 
 def test_percent_of_baseline_travels_with_each_throughput_check() -> None:
-    predicate = attestation.verification_predicate(load(STANDARD_REPORT))
+    predicate = attestation.verification_predicate(verify_report(load(STANDARD_REPORT)))
     checks = {c["id"]: c for c in predicate["checks"]}
     assert attestation.predicate_problems(predicate) == [] and predicate["tier"] == "standard"
     assert checks["gemm.bf16"] == {"id": "gemm.bf16", "status": "pass", "value": 803.45, "threshold": 588.0, "unit": "TFLOP/s",
@@ -101,7 +102,7 @@ def test_percent_of_baseline_travels_with_each_throughput_check() -> None:
 def test_a_mixed_host_names_both_models() -> None:
     report = load(GPU_REPORT)
     report["environment"]["gpus"] = [{"name": "NVIDIA H200"}, {"name": "NVIDIA A100-SXM4-80GB"}]
-    assert attestation.verification_predicate(report)["gpu"]["model"] == "NVIDIA A100-SXM4-80GB + NVIDIA H200"
+    assert attestation.verification_predicate(verify_report(report))["gpu"]["model"] == "NVIDIA A100-SXM4-80GB + NVIDIA H200"
 
 
 @pytest.mark.parametrize("change, problem", [
@@ -111,12 +112,12 @@ def test_a_mixed_host_names_both_models() -> None:
     ({"extra": 1}, "predicate: Additional properties are not allowed ('extra' was unexpected)"),
 ])
 def test_the_schema_refuses_what_it_does_not_describe(change: dict[str, Any], problem: str) -> None:
-    p = attestation.verification_predicate(load(CPU_REPORT)) | change
+    p = attestation.verification_predicate(verify_report(load(CPU_REPORT))) | change
     assert attestation.predicate_problems(p) == [problem]
 
 
 def test_statements_pass_the_in_toto_attestation_validator_and_read_back() -> None:
-    predicate = attestation.verification_predicate(load(GPU_REPORT))
+    predicate = attestation.verification_predicate(verify_report(load(GPU_REPORT)))
     st = Statement("127.0.0.1:5000/imagesmith/local", DIGEST, attestation.VERIFICATION_PREDICATE, predicate)
     data = attestation.statement_bytes(st)
     proto = json_format.Parse(data.decode(), statement_pb2.Statement())

@@ -124,7 +124,7 @@ def test_reuse_needs_a_signed_attestation_about_this_digest(attestation: evidenc
 def test_a_reused_verification_writes_a_verify_report_with_each_check_and_its_detail() -> None:
     a = verification(checks=[USER | {"detail": "runs as uid 1000 (app)"}], measured={"torch": "2.9.1+cu130"},
                      gpu_verification="GPU-verified on 1 GPU")
-    report = reuse.reused_report(found(a), a, "h/r@sha256:" + "ab" * 32)
+    report = reuse.reused_report(found(a), a, "h/r@sha256:" + "ab" * 32).to_json()
     assert report["checks"][0]["detail"] == "runs as uid 1000 (app)" and report["summary"]["ok"] is True
     assert report["state"] == "complete" and report["environment"]["torch"] == "2.9.1+cu130"
     assert report["reused"]["attestation"] == a.digest and report["mode"]["reason"] == "GPU-verified on 1 GPU"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ from imagesmith import pipeline
 from imagesmith.edges import signing
 from imagesmith.errors import UserError, ValidationError
 from imagesmith.model import policy
+from imagesmith.model.loader import LoadError
 from imagesmith.stages import artifacts
 from imagesmith.stages.evidence import attestation, trust
 from imagesmith.stages.verify import verify
-from tests.doubles import EngineBase
+from tests.doubles import EngineBase, verify_report
 from tests.unit.stages.test_artifacts import PLAN, record
 from tests.unit.trustkeys import key_files, verifier
 
@@ -55,16 +57,28 @@ DECLARED = {"versions.torch": False, "gpu.devices": False, "perf.gemm": True}
     ([check("made.up", "fail", optional=True)], False, "required check failed: made.up"),  # unknown to the registry: required
     ([check("versions.torch", "fail"), check("gpu.devices", "fail")], False, "required checks failed: versions.torch, gpu.devices"),
     ([check("gemm.bf16", "inconclusive")], True, ""),  # it measured a tenant's share: no failure of the image
-    ([check("versions.torch", "passed")], False, "checks[0] (versions.torch): status 'passed' is not one of pass, warn, fail, skip, inconclusive"),
-    ([{"status": "pass"}], False, "checks[0] is not a check (no id)"),
-    (["pass"], False, "checks[0] is not a check (no id)"),
 ])
 def test_the_verdict_is_judged_from_the_checks(checks: list[Any], ok: bool, why: str) -> None:
-    assert policy.verdict({"checks": checks, "summary": {"ok": True}}, DECLARED) == policy.Verdict(ok, why)
+    doc = {"checks": checks, "summary": {"ok": True}}
+    assert policy.verdict(verify_report(doc), DECLARED) == policy.Verdict(ok, why)
+    assert policy.predicate_verdict(doc, DECLARED) == policy.Verdict(ok, why)  # a predicate's checks, judged alike
+
+
+@pytest.mark.parametrize("checks, where, why", [
+    ([check("versions.torch", "passed")], r"report\.checks\[0\]\.status: expected one of pass, warn, fail, skip, inconclusive",
+     "checks[0] (versions.torch): status 'passed' is not one of pass, warn, fail, skip, inconclusive"),
+    ([{"status": "pass"}], r"report\.checks\[0\]\.id: ", "checks[0] is not a check (no id)"),
+    (["pass"], r"report\.checks\[0\]: expected an object", "checks[0] is not a check (no id)"),
+])
+def test_a_check_that_is_not_one_is_refused_by_the_parse_and_fails_a_predicate(checks: list[Any], where: str, why: str) -> None:
+    doc = {"checks": checks, "summary": {"ok": True}}
+    with pytest.raises(LoadError, match=where):  # a report: refused where it says it, before anything judges it
+        verify_report(doc)
+    assert policy.predicate_verdict(doc, DECLARED) == policy.Verdict(False, why)  # a predicate read from a registry
 
 
 def test_a_report_that_claims_ok_with_a_failed_required_check_is_not_a_pass() -> None:
-    forged = report(check("versions.torch", "fail", detail="torch 9.9.9 is not 2.13.0"), ok=True)
+    forged = verify_report(report(check("versions.torch", "fail", detail="torch 9.9.9 is not 2.13.0"), ok=True))
     assert verify.VerifyOutcome(forged).ok is False
     assert policy.evidence(forged, verify.declared_checks()).ok is False
     predicate = attestation.verification_predicate(forged, verify.declared_checks())
@@ -83,7 +97,7 @@ def test_an_attestation_says_in_plain_words_whether_it_was_gpu_verified(env: dic
                                                                         words: str) -> None:
     watched: dict[str, Any] = {"exclusive": None if mode.pop("unwatched", False) else True, "allowed": False, "foreign": [],
                "reason": "the engine is remote"}
-    rep = report(check("versions.torch"), **env) | {"mode": mode, "sharing": watched}
+    rep = verify_report(report(check("versions.torch"), **env) | {"mode": mode, "sharing": watched})
     predicate = attestation.verification_predicate(rep, verify.declared_checks())
     assert predicate["gpu_verification"] == words and attestation.predicate_problems(predicate) == []
 
@@ -152,10 +166,10 @@ def signer(tmp_path: Path) -> tuple[signing.Key, trust.TrustPolicy]:
 
 def test_a_statement_signed_by_a_named_verifier_about_this_digest_is_accepted(signer: tuple[signing.Key, trust.TrustPolicy]) -> None:
     key, pol = signer
-    rep = report(check("versions.torch"))
+    rep = verify_report(report(check("versions.torch")))
     data = trust.sign(rep, {"python_packages": []}, STAGED, key)
     got = trust.accept(data, "v.dsse.json", pol, STAGED)
-    assert (got.verifier, got.subject, dict(got.report), got.inventory) == ("gpu-h200", STAGED, rep, {"python_packages": []})
+    assert (got.verifier, got.subject, got.report, got.inventory) == ("gpu-h200", STAGED, rep, {"python_packages": []})
     assert got.to_json() == {"verifier": "gpu-h200", "keyid": key.keyid, "subject": f"{STAGED.name}@{DIGEST}",
                              "statement": "v.dsse.json"}
 
@@ -178,7 +192,7 @@ REFUSALS = [
 
 
 def forged(kind: str, key: signing.Key, stranger: signing.Key) -> bytes:
-    rep = report(check("versions.torch"))
+    rep = verify_report(report(check("versions.torch")))
     if kind == "unsigned":
         return signing.envelope(trust.statement(rep, None, STAGED), attestation.PAYLOAD_TYPE, None)
     if kind == "unknown key":
@@ -225,7 +239,7 @@ def test_a_statement_publish_must_not_believe_is_refused(tmp_path: Path, signer:
 ])
 def test_build_facts_must_agree_with_the_signed_measurement(claimed: dict[str, Any] | None, env: dict[str, Any],
                                                             message: str) -> None:
-    rep = {"environment": env}
+    rep = verify_report({"environment": env})
     if not message:
         assert trust.check_facts(claimed, rep, "b.json", "v.dsse.json")["cuda"] == "13.0"
         return
@@ -259,7 +273,7 @@ def test_a_signed_statement_gives_publish_the_measured_facts_and_the_inventory(
     found = artifact(tmp_path / "out")
     assert found.record.staged is not None
     subject = trust.Subject(found.record.staged.repository, found.record.staged.digest)
-    rep = report(check("versions.torch")) | {"image": {"id": found.record.image_id}}
+    rep = verify_report(report(check("versions.torch")) | {"image": {"id": found.record.image_id}})
     (found.folder / trust.STATEMENT_FILE).write_bytes(trust.sign(rep, {"dpkg": []}, subject, signer[0]))
     signed = pipeline.signed_verifications([found], signer[1])
     tid = found.record.target.id
@@ -272,7 +286,7 @@ def test_a_signed_statement_gives_publish_the_measured_facts_and_the_inventory(
 def test_a_signed_report_about_another_image_id_is_refused(tmp_path: Path, signer: tuple[signing.Key, trust.TrustPolicy]) -> None:
     found = artifact(tmp_path / "out", staged=None)
     (found.folder / trust.STATEMENT_FILE).write_bytes(
-        trust.sign(report(check("versions.torch")) | {"image": {"id": OTHER}}, None,
+        trust.sign(verify_report(report(check("versions.torch")) | {"image": {"id": OTHER}}), None,
                    trust.Subject(trust.IMAGE_ID_SUBJECT, str(found.record.image_id)), signer[0]))
     with pytest.raises(trust.Refused) as err:
         pipeline.signed_verifications([found], signer[1])
@@ -348,7 +362,7 @@ def test_a_signed_statement_names_its_signed_time(signer: tuple[signing.Key, tru
     import datetime as dt
 
     when = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
-    data = trust.sign(report(check("versions.torch")), None, STAGED, signer[0], now=when)
+    data = trust.sign(verify_report(report(check("versions.torch"))), None, STAGED, signer[0], now=when)
     st = attestation.parse_statement(signing.open_envelope(data, []).payload)
     assert st.predicate["signed_at"] == "2026-11-30T06:00:00+00:00"
     got = trust.accept(data, "v.dsse.json", signer[1], STAGED, now=when + dt.timedelta(days=1))
@@ -369,22 +383,22 @@ def test_a_signed_report_is_held_to_the_verify_report_schema(signer: tuple[signi
 
     key, pol = signer
     bad = report(check("versions.torch")) | change
-    with pytest.raises(trust.Unsignable):  # the verifier never signs it ...
-        trust.sign(bad, None, STAGED, key)
+    field, _, why = where.partition(": ")
+    with pytest.raises(LoadError, match=re.escape(f"<test>: {field}: ")):  # the verifier never reads it, so never signs it ...
+        verify_report(bad)
     predicate = {"report": bad, "inventory": None, "signed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     st = attestation.Statement(STAGED.name, DIGEST, trust.PREDICATE, predicate)
     forged = signing.envelope(attestation.statement_bytes(st), attestation.PAYLOAD_TYPE, key)
     with pytest.raises(trust.Refused) as err:  # ... and one signed by hand is not believed
         trust.accept(forged, "v.dsse.json", pol, STAGED)
-    field, _, why = where.partition(": ")
     assert str(err.value) == (f"v.dsse.json: the signed report does not follow imagesmith.verify-report/1: {field}: {why}; "
                               "a report imagesmith does not read is not released as verified")
 
 
 def test_a_report_holding_nan_is_never_signed(signer: tuple[signing.Key, trust.TrustPolicy]) -> None:
-    bad = report(check("versions.torch")) | {"mode": {"mode": "gpu", "gpus": float("nan")}}
+    bad = report(check("versions.torch") | {"value": float("nan")})  # a check's value: the parse reads it as a number
     with pytest.raises(trust.Unsignable) as err:
-        trust.sign(bad, None, STAGED, signer[0])
+        trust.sign(verify_report(bad), None, STAGED, signer[0])
     assert str(err.value) == ("the verify report:1:"
                               f"{json.dumps(bad).index('NaN') + 1}: NaN is not JSON (NaN and Infinity are not numbers JSON allows); "
                               "nothing was signed: the image under test wrote a report imagesmith does not believe")

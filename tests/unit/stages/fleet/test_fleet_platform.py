@@ -12,6 +12,7 @@ from imagesmith.errors import ValidationError
 from imagesmith.model import fleet as config
 from imagesmith.model.platform import Platform
 from imagesmith.stages.fleet import kubernetes, runner
+from tests.doubles import verify_report
 from tests.unit.stages.fleet.test_fleet_kubernetes import as_dict, dig
 
 GH200 = """\
@@ -62,4 +63,4 @@ def report(machine: str | None, emulation: dict[str, str] | None = None) -> dict
 ])
 def test_a_cell_passes_only_from_a_native_run_on_the_class_platform(doc: dict[str, Any], problems: list[str]) -> None:
     klass = config.parse(GH200, Path("fleet.yaml")).classes[0]
-    assert runner.judge_report("sha256:" + "ab" * 32, klass, doc) == problems
+    assert runner.judge_report("sha256:" + "ab" * 32, klass, verify_report(doc)) == problems

@@ -11,11 +11,14 @@ import pytest
 
 from imagesmith.errors import UserError
 from imagesmith.model import fleet as config
+from imagesmith.model.loader import LoadError
 from imagesmith.model.ref import ImageRef
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet import runner
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
 from imagesmith.stages.fleet.report import CellResult, FleetReport
+from tests.doubles import verify_report
 
 DIGEST = "sha256:" + "ab" * 32
 REF = config.parse_ref(f"127.0.0.1:5000/ml/pytorch@{DIGEST}")
@@ -83,8 +86,12 @@ class Scripted:
     def cancel(self, job_ids: Sequence[str]) -> None:
         self.cancelled += list(job_ids)
 
-    def report(self, job: CellJob, view: JobView) -> dict[str, Any] | None:
-        return self.report_doc
+    def report(self, job: CellJob, view: JobView) -> VerifyReport | None:
+        """The scripted report, read as the real schedulers read one: a report the parse refuses is no report."""
+        try:
+            return None if self.report_doc is None else verify_report(self.report_doc)
+        except LoadError:
+            return None
 
     def output_tail(self, job: CellJob, view: JobView, lines: int = 5) -> list[str]:
         return ["pulling 127.0.0.1:5000/ml/pytorch", "Killed"]
@@ -232,7 +239,7 @@ def test_a_job_still_running_after_cancel_is_named_not_waited_for_forever(tmp_pa
 def test_the_gpus_a_job_saw_must_be_the_class(tmp_path: Path, klass: str, gpus: list[str], problems: list[str]) -> None:
     fleet = config.parse(f"classes:\n  a:\n    {klass}\n    slurm: {{partition: p}}\n", tmp_path / "fleet.yaml")
     (job,) = runner.cell_jobs(fleet, [REF], tmp_path, "r", None)
-    assert runner.judge(job, good_report(gpus=gpus)) == problems
+    assert runner.judge(job, verify_report(good_report(gpus=gpus))) == problems
 
 
 @pytest.mark.parametrize("change, problems", [
@@ -245,7 +252,7 @@ def test_the_gpus_a_job_saw_must_be_the_class(tmp_path: Path, klass: str, gpus: 
 def test_a_cell_is_judged_from_its_checks_not_its_summary(tmp_path: Path, change: dict[str, Any], problems: list[str]) -> None:
     fleet = config.parse("classes:\n  a:\n    gpus: 0\n    slurm: {partition: p}\n", tmp_path / "fleet.yaml")
     (job,) = runner.cell_jobs(fleet, [REF], tmp_path, "r", None)
-    assert runner.judge(job, good_report() | change) == problems
+    assert runner.judge(job, verify_report(good_report() | change)) == problems
 
 
 def test_unknown_classes_are_refused(tmp_path: Path) -> None:
@@ -313,9 +320,9 @@ def test_a_real_two_h200_report_is_judged_against_the_class_and_its_baseline(tmp
     real = json.loads((FIXTURES / "h200x2-standard.json").read_text())  # measured on 2 x H200 (bench/results)
     h200 = config.parse("classes:\n  h200:\n    gpu: NVIDIA H200\n    gpus: 2\n    slurm: {partition: p}\n", tmp_path / "f.yaml")
     (job,) = runner.cell_jobs(h200, [REF], tmp_path, "r", None)
-    assert runner.judge(job, real) == []
-    figures = {f.check: f for f in fleet_report.figures_of(real)}
+    assert runner.judge(job, verify_report(real)) == []
+    figures = {f.check: f for f in fleet_report.figures_of(verify_report(real))}
     assert figures["gemm.bf16"].baseline == 784.0 and figures["gemm.bf16"].percent is not None and figures["gemm.bf16"].percent > 90
     l40s = config.parse("classes:\n  l40s:\n    gpu: NVIDIA L40S\n    gpus: 4\n    slurm: {partition: p}\n", tmp_path / "g.yaml")
     (job,) = runner.cell_jobs(l40s, [REF], tmp_path, "r", None)
-    assert runner.judge(job, real) == ["the job saw 2 GPU(s); the class promises 4"]
+    assert runner.judge(job, verify_report(real)) == ["the job saw 2 GPU(s); the class promises 4"]

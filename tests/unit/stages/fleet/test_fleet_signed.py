@@ -19,6 +19,7 @@ from imagesmith.stages.evidence import trust
 from imagesmith.stages.fleet import gate, runner
 from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet.jobs import FINISHED, RUNNING
+from tests.doubles import verify_report
 from tests.unit.stages.fleet.test_fleet_runner import DIGEST, REF, Clock, Scripted, good_report
 from tests.unit.trustkeys import key_files
 
@@ -149,11 +150,11 @@ def test_a_statement_publish_must_not_believe_holds_the_tag_back(tmp_path: Path,
     cell_path = report.parent / json.loads(report.read_text())["cells"][0]["statement"]
     if tamper == "stranger":
         stranger, _ = keys(tmp_path / "stranger", {"stranger": ["*"]})
-        cell_path.write_bytes(trust.sign(H200, None, trust.Subject(REF.name, REF.sha256), stranger["stranger"],
+        cell_path.write_bytes(trust.sign(verify_report(H200), None, trust.Subject(REF.name, REF.sha256), stranger["stranger"],
                                          {"class": "h200"}))
     elif tamper == "digest":
         other = "sha256:" + "cd" * 32
-        cell_path.write_bytes(trust.sign(H200, None, trust.Subject(REF.name, other), signers["gpu-h200"], {"class": "h200"}))
+        cell_path.write_bytes(trust.sign(verify_report(H200), None, trust.Subject(REF.name, other), signers["gpu-h200"], {"class": "h200"}))
     elif tamper == "outside":
         (tmp_path / "elsewhere.dsse.json").write_bytes(cell_path.read_bytes())
         edit(report, lambda doc: doc["cells"][0].update(statement="../elsewhere.dsse.json"))
@@ -182,7 +183,7 @@ def signed_report(folder: Path, signer: signing.Key, cells: list[tuple[str, dict
     for i, (klass, report, when, run) in enumerate(cells):
         name = f"c{i}/verify.dsse.json"
         (folder / f"c{i}").mkdir(parents=True)
-        (folder / name).write_bytes(trust.sign(report, None, trust.Subject(REF.name, REF.sha256), signer,
+        (folder / name).write_bytes(trust.sign(verify_report(report), None, trust.Subject(REF.name, REF.sha256), signer,
                                                {"class": klass, "run_id": run}, now=when))
         found.append(fleet_report.CellResult(str(REF), klass, "slurm", "pass", "every required check passed", statement=name))
     return fleet_report.write(fleet_report.FleetReport("fleet.yaml", run_id, "quick", started_at, ("h200",), tuple(found)),
@@ -327,9 +328,21 @@ def test_without_a_rule_or_a_run_fleet_evidence_moves_nothing(tmp_path: Path) ->
 
 def test_a_report_the_verifier_will_not_sign_fails_its_cell_with_no_statement(tmp_path: Path) -> None:
     signers, _ = keys(tmp_path / "keys", {"gpu-h200": ["h200"]})
-    report = fleet_run(tmp_path, signers["gpu-h200"], H200 | {"mode": {"mode": "gpu", "gpus": "1"}})
+    nan = H200 | {"checks": [H200["checks"][0] | {"value": float("nan")}]}  # read as a number, never signed
+    report = fleet_run(tmp_path, signers["gpu-h200"], nan)
     cell = json.loads(report.read_text())["cells"][0]
     assert (cell["status"], cell["statement"]) == ("fail", None)
-    assert cell["reason"] == ("the verify report: mode.gpus: expected integer, got '1'; nothing was signed: the image under test "
-                              "wrote a report imagesmith does not believe")
+    assert cell["reason"].startswith("the verify report:1:") and cell["reason"].endswith(
+        ": NaN is not JSON (NaN and Infinity are not numbers JSON allows); nothing was signed: the image under test "
+        "wrote a report imagesmith does not believe")
+    assert not list(report.parent.rglob("verify.dsse.json"))
+
+
+def test_a_report_the_parse_refuses_is_no_report_and_gets_no_statement(tmp_path: Path) -> None:
+    # mode.gpus "1": the node's report is refused where the host reads it (the parse), so the cell has no report
+    signers, _ = keys(tmp_path / "keys", {"gpu-h200": ["h200"]})
+    report = fleet_run(tmp_path, signers["gpu-h200"], H200 | {"mode": {"mode": "gpu", "gpus": "1"}})
+    cell = json.loads(report.read_text())["cells"][0]
+    assert (cell["status"], cell["statement"], cell["report"]) == ("fail", None, None)
+    assert cell["reason"].startswith("the job ended (COMPLETED, exit status 0) without a verify report")
     assert not list(report.parent.rglob("verify.dsse.json"))

@@ -178,10 +178,13 @@ def test_the_report_of_the_last_attempt_is_read(tmp_path: Path) -> None:
     (job.workdir / "report-0.json").write_text('{"schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": false}}')
     (job.workdir / "report-1.json").write_text('{"schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": true}}')
     s = slurm.Slurm(FakeSlurm({}), ENV)
-    assert s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=1)) == {
-        "schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": True}}
+    read = s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=1))
+    assert read is not None and read.to_json() == {"schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": True}}
     (job.workdir / "report-1.json").write_text('{"schema": "imagesmith.verify-report/1", "checks": [], "summary": {"ok": NaN}}')
     assert s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=1)) is None  # refused by the loader: no report
+    # schema-valid, but a value the parse refuses (a check that is not one): no report either
+    (job.workdir / "report-1.json").write_text('{"schema": "imagesmith.verify-report/1", "checks": [{"id": "a", "status": "passed"}]}')
+    assert s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=1)) is None
     assert s.report(job, JobView("7", FINISHED, "COMPLETED", restarts=2)) is None
     (job.workdir / "job-7.out").write_text("a\n\nb\nc\n")
     assert s.output_tail(job, JobView("7", FINISHED, "FAILED"), 2) == ["b", "c"]

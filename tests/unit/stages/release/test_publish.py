@@ -28,7 +28,7 @@ from imagesmith.report.parse import release_of
 from imagesmith.stages.artifacts import BuildRecord, Release, Staged
 from imagesmith.stages.release import publish
 from tests.conftest import LOCAL_ROOTS, ROOT
-from tests.doubles import EngineBase, RegistryBase
+from tests.doubles import EngineBase, RegistryBase, verify_report
 
 DATE = "20261130"
 IMAGE = ImageSpec(repository="ml/pytorch", registry="reg.test:5000")
@@ -574,7 +574,7 @@ def test_items_count_as_verified_only_for_the_image_that_was_verified() -> None:
     a, b, c = (t.id for t in PLANNED)
 
     def outcome(ok: bool, image: str) -> SimpleNamespace:
-        return SimpleNamespace(ok=ok, report={"summary": {"ok": ok}, "image": {"id": image}, "checks": []})
+        return SimpleNamespace(ok=ok, report=verify_report({"summary": {"ok": ok}, "image": {"id": image}, "checks": []}))
 
     items = publish.items_from(records, {a: outcome(True, f"sha256:{a}"), b: outcome(True, "sha256:OTHER")})
     assert [(i.target, i.layer, i.cell, i.built, i.verified, i.error) for i in items] == [
@@ -588,7 +588,7 @@ def test_a_staged_item_counts_as_verified_only_for_the_digest_that_was_verified(
     a, b, c = (t.id for t in PLANNED)
 
     def outcome(d: str | None) -> SimpleNamespace:
-        return SimpleNamespace(ok=True, report={"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}})
+        return SimpleNamespace(ok=True, report=verify_report({"summary": {"ok": True}, "image": {"id": "sha256:i", "digest": d}}))
 
     items = publish.items_from(records, {a: outcome("sha256:a"), b: outcome("sha256:OTHER"), c: outcome(None)})
     assert [(i.target, i.verified, i.source, i.error) for i in items] == [

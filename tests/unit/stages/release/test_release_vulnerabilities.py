@@ -14,6 +14,7 @@ from imagesmith.model import advisories, vulns
 from imagesmith.stages.evidence import attestation, evidence, reuse, vex, vulngate
 from imagesmith.stages.evidence.attestation import Statement
 from imagesmith.stages.release import publish
+from tests.doubles import verify_report
 from tests.unit.stages.release.test_publish import FakeEngine, FakeRegistry, World, item
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
@@ -127,7 +128,7 @@ def test_the_vex_document_validates_against_cyclonedx_1_6() -> None:
 def test_the_predicate_field_passes_the_verification_schema() -> None:
     report = {"tier": "quick", "summary": {"ok": True}, "started_at": "2026-12-01T12:00:00Z", "environment": {},
               "vulnerabilities": result().predicate()}
-    predicate = attestation.verification_predicate(report)
+    predicate = attestation.verification_predicate(verify_report(report))
     assert attestation.predicate_problems(predicate) == []
     assert predicate["vulnerabilities"] == {
         "snapshots": [{"location": str(FIXTURES / "osv"), "digest": advisories.load(FIXTURES / "osv").digest,

@@ -10,7 +10,7 @@ import pytest
 from imagesmith.errors import UserError
 from imagesmith.model import policy
 from imagesmith.stages.verify import incontainer, verify
-from tests.doubles import EngineBase
+from tests.doubles import EngineBase, verify_report
 
 OPTIONS = verify.VerifyOptions()
 ARM_ON_AMD = {"image": "linux/arm64", "host": "linux/amd64", "by": incontainer.EMULATOR}
@@ -60,8 +60,8 @@ def report(mode: str, cuda: str | None, emulation: dict[str, str] | None) -> dic
 
 
 def test_nothing_run_under_emulation_is_gpu_verified() -> None:
-    assert policy.evidence(report("gpu", "12.8", None)).gpu_verified  # the same report, native: verified
-    emulated = policy.evidence(report("gpu", "12.8", ARM_ON_AMD))  # a report that claims a GPU under emulation
+    assert policy.evidence(verify_report(report("gpu", "12.8", None))).gpu_verified  # the same report, native: verified
+    emulated = policy.evidence(verify_report(report("gpu", "12.8", ARM_ON_AMD)))  # a report that claims a GPU under emulation
     assert not emulated.gpu_verified
     assert emulated.describe() == ("not GPU-verified: emulated: linux/arm64 on a linux/amd64 host "
                                    "(qemu-user through binfmt_misc), in CPU mode")
@@ -71,5 +71,5 @@ def test_nothing_run_under_emulation_is_gpu_verified() -> None:
 @pytest.mark.parametrize("cuda, cell", [("12.8", "CPU, emulated linux/arm64: not GPU-verified"),
                                          (None, "CPU, emulated linux/arm64")])
 def test_tables_say_emulated(cuda: str | None, cell: str) -> None:
-    assert policy.how_verified(report("cpu", cuda, ARM_ON_AMD)) == cell
-    assert "emulated" not in policy.how_verified(report("cpu", cuda, None))
+    assert policy.how_verified(verify_report(report("cpu", cuda, ARM_ON_AMD))) == cell
+    assert "emulated" not in policy.how_verified(verify_report(report("cpu", cuda, None)))

@@ -20,6 +20,7 @@ from imagesmith.model.engines import EngineKind
 from imagesmith.model.loader import LoadError, check_schema
 from imagesmith.stages.verify import incontainer, verify
 from imagesmith.stages.verify.gpus import GpuHost
+from tests.doubles import verify_report
 from tests.unit.stages.verify.test_verify_container import OPTIONS, EngineDouble, answer
 from tests.unit.stages.verify.test_verify_entrypoint import TINI_BYPASSED as BYPASSED
 
@@ -66,7 +67,7 @@ def specs_in(folder: Path, doc: dict[str, Any] = SPEC) -> GpuHost:
 def run(outcome: Callable[[RunSpec], RunResult], host: GpuHost, info: dict[str, Any] | None = None,
         options: verify.VerifyOptions = GPU_OPTIONS) -> tuple[dict[str, Any], list[RunSpec]]:
     engine = InfoEngine(outcome, facts=info or {})
-    report = incontainer.verify_image(engine, "img:1", options, compat.load(), gpu_host=host).report
+    report = incontainer.verify_image(engine, "img:1", options, compat.load(), gpu_host=host).report.to_json()
     check_schema(report, schemas.VERIFY_REPORT, "verify.json")  # the report keeps its schema, gpu_path included
     return report, engine.specs
 
@@ -88,7 +89,7 @@ def test_an_engine_without_gpu_runtime_gets_the_specs_edits(tmp_path: Path) -> N
                   "mount options nosuid not applied: the Docker API's bind mounts take read-only or read-write only"]}
     assert report["notes"] == [f"GPUs by CDI, translated by imagesmith from {file} (nvidia.com/gpu=all): the engine has no "
                                "CDI; gpu_path.notes says what was emulated and what was not applied", BYPASSED]
-    assert verify.VerifyOutcome(report).ok
+    assert verify.VerifyOutcome(verify_report(report)).ok
 
 
 def test_an_engine_with_the_nvidia_runtime_gets_gpus_and_no_spec_is_read(tmp_path: Path) -> None:

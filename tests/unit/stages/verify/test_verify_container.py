@@ -17,7 +17,7 @@ from imagesmith.model import compat
 from imagesmith.resources import payload_module
 from imagesmith.stages.verify import entrypoint as entrypoints
 from imagesmith.stages.verify import incontainer, judge, verify
-from tests.doubles import EngineBase
+from tests.doubles import EngineBase, verify_report
 
 LABELS = {"io.imagesmith.cuda": "cpu", "io.imagesmith.torch": "2.13.0", "io.imagesmith.layer": "base"}
 INFO = ImageInfo("sha256:abc", ("img:1",), LABELS, 1, "2026-11-30", (f"reg/img@sha256:{'d' * 64}",),
@@ -71,7 +71,7 @@ class EngineDouble(EngineBase):
 def verify_with(outcome: Callable[[RunSpec], RunResult], options: verify.VerifyOptions = OPTIONS) -> tuple[dict[str, Any], EngineDouble]:
     engine = EngineDouble(outcome)
     report = incontainer.verify_image(engine, "img:1", options, compat.load()).report
-    return report, engine
+    return report.to_json(), engine
 
 
 def test_a_genuine_answer_is_the_report_with_the_hosts_view() -> None:
@@ -85,7 +85,7 @@ def test_a_genuine_answer_is_the_report_with_the_hosts_view() -> None:
     assert spec.command == ["python3", f"{verify.IN_CONTAINER}/run.py", "--config", f"{verify.IN_CONTAINER}/config.json",
                             "--emit-marker"]
     assert "run.py" in spec.files and spec.environment == verify.PAYLOAD_ENV
-    assert verify.VerifyOutcome(report).ok
+    assert verify.VerifyOutcome(verify_report(report)).ok
 
 
 def failed(report: dict[str, Any]) -> tuple[str, str]:
@@ -127,7 +127,7 @@ NO_PYTHON3 = CommandNotFound('starting a container of sha256:abc: failed to crea
 def test_a_run_without_a_genuine_report_is_one_failed_check_saying_why(outcome: Callable[[RunSpec], RunResult],
                                                                        check: str, detail: str) -> None:
     report, _ = verify_with(outcome)
-    assert failed(report) == (check, detail) and not verify.VerifyOutcome(report).ok
+    assert failed(report) == (check, detail) and not verify.VerifyOutcome(verify_report(report)).ok
 
 
 def test_no_gpu_runtime_runs_again_without_gpus_and_tells_the_payload() -> None:

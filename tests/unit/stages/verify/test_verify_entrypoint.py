@@ -19,6 +19,7 @@ from imagesmith.model import compat, policy
 from imagesmith.resources import payload_module
 from imagesmith.stages.verify import entrypoint as entrypoints
 from imagesmith.stages.verify import incontainer, judge, verify
+from tests.doubles import verify_report
 from tests.unit.stages.verify.test_verify_container import INFO, OPTIONS, STARTED, EngineDouble, answer
 
 ENTRY = ["/entry.sh"]
@@ -133,7 +134,7 @@ def run(options: verify.VerifyOptions, outcome: Callable[[RunSpec], RunResult] |
     engine = EngineDouble(outcome or (lambda spec: RunResult(0, answer(spec), STARTED)), entry=entry)
     if config is not None:
         engine.image = lambda ref: dataclasses.replace(INFO, config=config)  # type: ignore[method-assign]
-    return incontainer.verify_image(engine, "img:1", options, compat.load()).report, engine
+    return incontainer.verify_image(engine, "img:1", options, compat.load()).report.to_json(), engine
 
 
 def checks(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -151,7 +152,7 @@ def test_by_default_the_payload_runs_through_an_entrypoint_that_ran_its_no_op() 
                 f"in {engine_seconds(report)} s")
     assert report["launch"]["through"] is True and report["launch"]["chosen"] == "default"
     assert report["launch"]["argv"] == [*TINI, *RUN] and report["launch"]["start"]["exit_code"] == 0
-    assert verify.VerifyOutcome(report).ok
+    assert verify.VerifyOutcome(verify_report(report)).ok
 
 
 def engine_seconds(report: dict[str, Any]) -> str:
@@ -169,7 +170,7 @@ def test_an_entrypoint_that_exits_non_zero_fails_the_image_and_the_payload_runs_
     assert report["notes"] == ["the payload ran python3 in place of the image's ENTRYPOINT /usr/bin/tini --, which exited 3 "
                                "when given a command: what it sets up (PATH, a venv, conda) was not used; "
                                "--through-entrypoint runs the payload through it"]
-    assert not verify.VerifyOutcome(report).ok and policy.failed_required(report) == ["entrypoint.start"]
+    assert not verify.VerifyOutcome(verify_report(report)).ok and policy.failed_required(verify_report(report)) == ["entrypoint.start"]
 
 
 def test_the_start_runs_whatever_checks_are_asked_for_but_only_reports_when_asked() -> None:
@@ -289,7 +290,7 @@ def test_the_verdict_never_says_verified_for_a_failed_run(status: str, ok: bool,
               "checks": [{"id": "a", "status": status}]}
     runner = CliRunner()
     with runner.isolation() as (out, _err, _):
-        print_verdict(report)
+        print_verdict(verify_report(report))
     assert out.getvalue().decode().splitlines() == [line]
 
 
@@ -329,7 +330,7 @@ def test_the_table_names_the_engine_and_a_cut_failure_is_printed_whole() -> None
               "checks": [{"id": "payload.start", "status": "fail", "detail": why}, {"id": "b", "status": "pass", "detail": "x" * 200}]}
     runner = CliRunner()
     with runner.isolation() as (out, err, _):
-        print_verify(report, None)
+        print_verify(verify_report(report), None)
     assert "verify img:1 on Podman 4.3.1 (quick)" in out.getvalue().decode()
     assert len(why) > DETAIL_WIDTH and err.getvalue().decode().splitlines()[0] == f"payload.start: {why}"  # only the failure
     assert "x" * 200 not in err.getvalue().decode()
