@@ -245,7 +245,7 @@ def test_jupyter_with_a_token_passes_the_probe(engine: Engine, built_images: Bui
     by_id = checks(outcome)
     assert outcome.ok, [c for c in by_id.values() if c["status"] != "pass"]
     assert by_id["security.service"]["detail"].endswith("listening on 0.0.0.0:8888; no Jupyter API answered without a token")
-    assert "s3cret-token" not in json.dumps(outcome.report)  # ENV values never reach the report
+    assert "s3cret-token" not in json.dumps(outcome.report.to_json())  # ENV values never reach the report
 
 
 def test_an_empty_jupyter_token_in_env_fails(engine: Engine, built_images: BuiltImages, planted: Any) -> None:
