@@ -22,7 +22,7 @@ The code that *builds* the document on the host (``judge.with_checks``/``with_no
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from imagesmith.model import schemas
@@ -114,9 +114,8 @@ class Tenant:
     seen: str  # start | end | both (the payload), during (the host's watch)
 
     def entry(self) -> dict[str, Any]:
-        """As the payload's wording (``sharing.describe``) reads one."""
-        return {"gpu": self.gpu, "uuid": self.uuid, "pid": self.pid, "name": self.name, "used_bytes": self.used_bytes,
-                "seen": self.seen}
+        """As the payload's wording (``sharing.describe``) reads one: its fields, by their report names."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
