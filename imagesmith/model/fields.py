@@ -2,7 +2,8 @@
 
 :mod:`imagesmith.model.loader` lets a file in (confined, bounded, strict JSON, its schema); a reader then takes
 its values out into frozen records. :class:`Fields` is how every such reader does that (the build artifact in
-``stages.artifacts``, the reports in ``report.parse``, the fleet report in ``stages.fleet.report``): typed access
+``stages.artifacts``, the verify report in ``model.verifyreport``, the reports in ``report.parse``, the fleet report in
+``stages.fleet.report``): typed access
 to one field at a time, and, where a value is not what the reader takes, a :class:`~imagesmith.model.loader.LoadError`
 that names the file, the key path and what was found there::
 
@@ -150,3 +151,63 @@ class Fields:
         if not is_number(value):
             raise self.fail(self.at(where, key), self.wording.say(self.wording.not_number, value))
         return value  # type: ignore[no-any-return]
+
+    # -- optional values, as written (a reader that tells "not said" from "said empty") ---------------------------
+
+    def obj(self, d: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
+        """``d[key]``: an object, or None where absent or null."""
+        value = d.get(key)
+        return None if value is None else self.mapping(value, self.at(where, key))
+
+    def listed(self, d: Mapping[str, Any], key: str, where: str) -> list[Any]:
+        """``d[key]``: a list; absent or null is an empty one."""
+        return self.items(d.get(key), self.at(where, key))
+
+    def string(self, value: Any, where: str) -> str:
+        """``value`` itself: text (a list's item)."""
+        if not isinstance(value, str):
+            raise self.expected(where, "text", value)
+        return value
+
+    def maybe_text(self, d: Mapping[str, Any], key: str, where: str) -> str | None:
+        """``d[key]``: text, or None where absent or null (strictly: a number is refused)."""
+        value = d.get(key)
+        if value is not None and not isinstance(value, str):
+            raise self.expected(self.at(where, key), "text or null", value)
+        return value
+
+    def scalar(self, d: Mapping[str, Any], key: str, where: str) -> str | None:
+        """``d[key]`` as text where a writer may put a number (a version, a capability); None where absent or null."""
+        return None if d.get(key) is None else self.text(d, key, where)
+
+    def choice(self, d: Mapping[str, Any], key: str, where: str, allowed: tuple[str, ...]) -> str | None:
+        """``d[key]``: one of ``allowed``, or None where absent or null."""
+        value = d.get(key)
+        if value is not None and value not in allowed:
+            raise self.fail(self.at(where, key), f"expected one of {', '.join(allowed)}, got {value!r}")
+        return value
+
+    def figure(self, d: Mapping[str, Any], key: str, where: str) -> int | float | None:
+        """``d[key]``: a number as written (an int stays an int), or None where absent or null."""
+        return None if d.get(key) is None else self.amount(d, key, where)
+
+    def whole(self, d: Mapping[str, Any], key: str, where: str) -> int | None:
+        """``d[key]``: a whole number, or None where absent or null."""
+        value = d.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise self.expected(self.at(where, key), "a whole number or null", value)
+        return value
+
+    def count(self, d: Mapping[str, Any], key: str, where: str) -> int:
+        """``d[key]``: a whole number, 0 or more."""
+        value = self.whole(d, key, where)
+        if value is None or value < 0:
+            raise self.fail(self.at(where, key), f"expected a count (a whole number, 0 or more), got {value!r}")
+        return value
+
+    def flag(self, d: Mapping[str, Any], key: str, where: str) -> bool:
+        """``d[key]``: true or false; absent or null is false."""
+        value = d.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise self.fail(self.at(where, key), f"expected true or false, got {value!r}")
+        return value is True

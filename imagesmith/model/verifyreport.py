@@ -30,6 +30,7 @@ from imagesmith.model.fields import Fields
 
 STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")  # a check's outcome (the payload's STATUSES)
 MODES = ("gpu", "cpu")
+SEEN = ("start", "end", "both", "during")  # a tenant seen at the payload's start, end, both; during: by the host's watch
 FIX = "is this the report imagesmith verify wrote?"
 Number = float  # an int or a float as written (mypy's numeric tower: an int is a float)
 
@@ -226,20 +227,20 @@ def parse(raw: Any, source: str = "the verify report", where: str = "report") ->
     doc = r.mapping(raw, where)
     if doc.get("schema") != schemas.VERIFY_REPORT:
         raise r.fail(r.at(where, "schema"), f"expected {schemas.VERIFY_REPORT!r}, got {doc.get('schema')!r}")
-    engine = _optional(r, doc, "engine", where)
+    engine = r.obj(doc, "engine", where)
     return VerifyReport(
         schema=schemas.VERIFY_REPORT, tier=r.text(doc, "tier", where),
-        checks=tuple(_check(r, c, r.at(r.at(where, "checks"), i)) for i, c in enumerate(_list(r, doc, "checks", where))),
-        started_at=_str(r, doc, "started_at", where), duration_s=_num(r, doc, "duration_s", where),
-        wall_s=_num(r, doc, "wall_s", where), state=_str(r, doc, "state", where),
-        interrupted_by=_str(r, doc, "interrupted_by", where), mode=_mode(r, doc, where),
+        checks=tuple(_check(r, c, r.at(r.at(where, "checks"), i)) for i, c in enumerate(r.listed(doc, "checks", where))),
+        started_at=r.maybe_text(doc, "started_at", where), duration_s=r.figure(doc, "duration_s", where),
+        wall_s=r.figure(doc, "wall_s", where), state=r.maybe_text(doc, "state", where),
+        interrupted_by=r.maybe_text(doc, "interrupted_by", where), mode=_mode(r, doc, where),
         environment=_environment(r, doc, where), summary=_summary(r, doc, where), image=_image(r, doc, where),
         sharing=_sharing(r, doc, where), emulation=_emulation(r, doc, where), platform=_platform(r, doc, where),
-        notes=tuple(_text(r, n, r.at(r.at(where, "notes"), i)) for i, n in enumerate(_list(r, doc, "notes", where))),
-        payload_schema=_str(r, doc, "payload_schema", where),
-        engine_name=_str(r, engine, "name", r.at(where, "engine")) if engine else None,
-        engine_version=_str(r, engine, "version", r.at(where, "engine")) if engine else None,
-        vulnerabilities=_optional(r, doc, "vulnerabilities", where),
+        notes=tuple(r.string(n, r.at(r.at(where, "notes"), i)) for i, n in enumerate(r.listed(doc, "notes", where))),
+        payload_schema=r.maybe_text(doc, "payload_schema", where),
+        engine_name=r.maybe_text(engine, "name", r.at(where, "engine")) if engine else None,
+        engine_version=r.maybe_text(engine, "version", r.at(where, "engine")) if engine else None,
+        vulnerabilities=r.obj(doc, "vulnerabilities", where),
         source=source, where=where, _raw=doc,
     )
 
@@ -253,12 +254,12 @@ def _check(r: Fields, raw: Any, where: str) -> Check:
     status = c.get("status")
     if status not in STATUSES:
         raise r.fail(r.at(where, "status"), f"expected one of {', '.join(STATUSES)}, got {status!r}")
-    data = _optional(r, c, "data", where)
+    data = r.obj(c, "data", where)
     return Check(
         id=cid, status=str(status), title=r.text(c, "title", where), value=c.get("value"),
-        threshold=_num(r, c, "threshold", where), unit=r.text(c, "unit", where), baseline=_baseline(r, c, where),
-        percent_of_baseline=_num(r, c, "percent_of_baseline", where), detail=r.text(c, "detail", where),
-        optional=_flag(r, c, "optional", where), duration_s=_num(r, c, "duration_s", where), data=data or {},
+        threshold=r.figure(c, "threshold", where), unit=r.text(c, "unit", where), baseline=_baseline(r, c, where),
+        percent_of_baseline=r.figure(c, "percent_of_baseline", where), detail=r.text(c, "detail", where),
+        optional=r.flag(c, "optional", where), duration_s=r.figure(c, "duration_s", where), data=data or {},
     )
 
 
@@ -266,146 +267,79 @@ def _baseline(r: Fields, c: Mapping[str, Any], where: str) -> Number | None:
     """A number, or an object whose ``value`` is one (the baseline the payload compared against)."""
     raw = c.get("baseline")
     if isinstance(raw, Mapping):
-        return _num(r, raw, "value", r.at(where, "baseline"))
-    return _num(r, c, "baseline", where)
+        return r.figure(raw, "value", r.at(where, "baseline"))
+    return r.figure(c, "baseline", where)
 
 
 def _mode(r: Fields, doc: Mapping[str, Any], where: str) -> Mode | None:
-    m = _optional(r, doc, "mode", where)
+    m = r.obj(doc, "mode", where)
     if m is None:
         return None
     at = r.at(where, "mode")
-    counts = _optional(r, m, "gpu_checks", at) or {}
-    return Mode(mode=_choice(r, m, "mode", at, MODES), gpus=_int(r, m, "gpus", at), requested=_str(r, m, "requested", at),
-                status=_str(r, m, "status", at), reason=_str(r, m, "reason", at),
-                gpu_checks={str(k): _count(r, counts, str(k), r.at(at, "gpu_checks")) for k in counts})
+    counts = r.obj(m, "gpu_checks", at) or {}
+    return Mode(mode=r.choice(m, "mode", at, MODES), gpus=r.whole(m, "gpus", at), requested=r.maybe_text(m, "requested", at),
+                status=r.maybe_text(m, "status", at), reason=r.maybe_text(m, "reason", at),
+                gpu_checks={str(k): r.count(counts, str(k), r.at(at, "gpu_checks")) for k in counts})
 
 
 def _environment(r: Fields, doc: Mapping[str, Any], where: str) -> Environment:
-    env = _optional(r, doc, "environment", where) or {}
+    env = r.obj(doc, "environment", where) or {}
     at = r.at(where, "environment")
-    gpus = tuple(_gpu(r, g, r.at(r.at(at, "gpus"), i)) for i, g in enumerate(_list(r, env, "gpus", at)))
-    return Environment(**{k: _scalar(r, env, k, at) for k in FACTS}, gpus=gpus)
+    gpus = tuple(_gpu(r, g, r.at(r.at(at, "gpus"), i)) for i, g in enumerate(r.listed(env, "gpus", at)))
+    return Environment(**{k: r.scalar(env, k, at) for k in FACTS}, gpus=gpus)
 
 
 def _gpu(r: Fields, raw: Any, where: str) -> Gpu:
     g = r.mapping(raw, where)
-    return Gpu(index=_int(r, g, "index", where), name=_scalar(r, g, "name", where),
-               capability=_scalar(r, g, "capability", where), memory_gib=_num(r, g, "memory_gib", where))
+    return Gpu(index=r.whole(g, "index", where), name=r.scalar(g, "name", where),
+               capability=r.scalar(g, "capability", where), memory_gib=r.figure(g, "memory_gib", where))
 
 
 def _summary(r: Fields, doc: Mapping[str, Any], where: str) -> Summary:
-    written = _optional(r, doc, "summary", where)
+    written = r.obj(doc, "summary", where)
     s, at = written or {}, r.at(where, "summary")
     counts = {k: r.amount(s, k, at) for k in STATUSES if s.get(k) is not None}
-    return Summary(counts, _flag(r, s, "ok", at) if s.get("ok") is not None else None, written)
+    return Summary(counts, r.flag(s, "ok", at) if s.get("ok") is not None else None, written)
 
 
 def _image(r: Fields, doc: Mapping[str, Any], where: str) -> Image | None:
-    i = _optional(r, doc, "image", where)
+    i = r.obj(doc, "image", where)
     if i is None:
         return None
     at = r.at(where, "image")
-    labels = _optional(r, i, "labels", at) or {}
+    labels = r.obj(i, "labels", at) or {}
     for key, value in labels.items():
         if not isinstance(value, str):
             raise r.expected(r.at(r.at(at, "labels"), str(key)), "text", value)
-    return Image(ref=_str(r, i, "ref", at), id=_str(r, i, "id", at), digest=_str(r, i, "digest", at),
+    return Image(ref=r.maybe_text(i, "ref", at), id=r.maybe_text(i, "id", at), digest=r.maybe_text(i, "digest", at),
                  digests=tuple(r.strings(i, "digests", at)), labels=dict(labels))
 
 
 def _sharing(r: Fields, doc: Mapping[str, Any], where: str) -> Sharing | None:
-    s = _optional(r, doc, "sharing", where)
+    s = r.obj(doc, "sharing", where)
     if s is None:
         return None
     at = r.at(where, "sharing")
     exclusive = s.get("exclusive")
     if exclusive is not None and not isinstance(exclusive, bool):
         raise r.fail(r.at(at, "exclusive"), f"expected true, false or null, got {exclusive!r}")
-    foreign = tuple(_tenant(r, t, r.at(r.at(at, "foreign"), i)) for i, t in enumerate(_list(r, s, "foreign", at)))
-    return Sharing(exclusive, _flag(r, s, "allowed", at), foreign, _str(r, s, "reason", at))
+    foreign = tuple(_tenant(r, t, r.at(r.at(at, "foreign"), i)) for i, t in enumerate(r.listed(s, "foreign", at)))
+    return Sharing(exclusive, r.flag(s, "allowed", at), foreign, r.maybe_text(s, "reason", at))
 
 
 def _tenant(r: Fields, raw: Any, where: str) -> Tenant:
     t = r.mapping(raw, where)
-    return Tenant(gpu=_int(r, t, "gpu", where), uuid=r.text(t, "uuid", where), pid=_int(r, t, "pid", where),
-                  name=_str(r, t, "name", where), used_bytes=_int(r, t, "used_bytes", where), seen=r.text(t, "seen", where))
+    return Tenant(gpu=r.whole(t, "gpu", where), uuid=r.text(t, "uuid", where), pid=r.whole(t, "pid", where),
+                  name=r.maybe_text(t, "name", where), used_bytes=r.whole(t, "used_bytes", where), seen=r.choice(t, "seen", where, SEEN) or "")
 
 
 def _emulation(r: Fields, doc: Mapping[str, Any], where: str) -> Emulation | None:
-    e = _optional(r, doc, "emulation", where)
+    e = r.obj(doc, "emulation", where)
     at = r.at(where, "emulation")
-    return None if e is None else Emulation(_str(r, e, "image", at), _str(r, e, "host", at), _str(r, e, "by", at))
+    return None if e is None else Emulation(r.maybe_text(e, "image", at), r.maybe_text(e, "host", at), r.maybe_text(e, "by", at))
 
 
 def _platform(r: Fields, doc: Mapping[str, Any], where: str) -> Platform | None:
-    p = _optional(r, doc, "platform", where)
+    p = r.obj(doc, "platform", where)
     at = r.at(where, "platform")
-    return None if p is None else Platform(_str(r, p, "image", at), _str(r, p, "host", at))
-
-
-# -- one value ------------------------------------------------------------------------------------------------
-
-
-def _optional(r: Fields, d: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
-    """``d[key]``: an object, or None where absent or null."""
-    value = d.get(key)
-    return None if value is None else r.mapping(value, r.at(where, key))
-
-
-def _list(r: Fields, d: Mapping[str, Any], key: str, where: str) -> list[Any]:
-    return r.items(d.get(key), r.at(where, key))
-
-
-def _str(r: Fields, d: Mapping[str, Any], key: str, where: str) -> str | None:
-    """``d[key]``: text, or None where absent or null."""
-    value = d.get(key)
-    if value is not None and not isinstance(value, str):
-        raise r.expected(r.at(where, key), "text or null", value)
-    return value
-
-
-def _text(r: Fields, value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise r.expected(where, "text", value)
-    return value
-
-
-def _scalar(r: Fields, d: Mapping[str, Any], key: str, where: str) -> str | None:
-    """``d[key]`` as text where the payload may write a number (a version, a capability); None where absent or null."""
-    return None if d.get(key) is None else r.text(d, key, where)
-
-
-def _choice(r: Fields, d: Mapping[str, Any], key: str, where: str, allowed: tuple[str, ...]) -> str | None:
-    value = d.get(key)
-    if value is not None and value not in allowed:
-        raise r.fail(r.at(where, key), f"expected one of {', '.join(allowed)}, got {value!r}")
-    return value
-
-
-def _num(r: Fields, d: Mapping[str, Any], key: str, where: str) -> Number | None:
-    """``d[key]``: a number as written, or None where absent or null."""
-    return None if d.get(key) is None else r.amount(d, key, where)
-
-
-def _int(r: Fields, d: Mapping[str, Any], key: str, where: str) -> int | None:
-    """``d[key]``: a whole number, or None where absent or null."""
-    value = d.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise r.expected(r.at(where, key), "a whole number or null", value)
-    return value
-
-
-def _count(r: Fields, d: Mapping[str, Any], key: str, where: str) -> int:
-    value = _int(r, d, key, where)
-    if value is None or value < 0:
-        raise r.fail(r.at(where, key), f"expected a count (a whole number, 0 or more), got {value!r}")
-    return value
-
-
-def _flag(r: Fields, d: Mapping[str, Any], key: str, where: str) -> bool:
-    """``d[key]``: true or false; absent or null is false."""
-    value = d.get(key)
-    if value is not None and not isinstance(value, bool):
-        raise r.fail(r.at(where, key), f"expected true or false, got {value!r}")
-    return value is True
+    return None if p is None else Platform(r.maybe_text(p, "image", at), r.maybe_text(p, "host", at))

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 from imagesmith.model import policy
 from imagesmith.model.verifyreport import Check as Check  # one check, one type: the model's
-from imagesmith.model.verifyreport import VerifyReport
+from imagesmith.model.verifyreport import Sharing, VerifyReport
 
 STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")
 GPU_VERIFIED = "GPU-verified"
@@ -44,37 +44,41 @@ class Nvml:
 
 
 @dataclass(frozen=True)
-class Tenant:
-    """A foreign process on a GPU during a verify run (the report's sharing.foreign[i])."""
-
-    gpu: int
-    uuid: str
-    pid: int
-    name: str | None
-    used_bytes: int | None
-    seen: str  # start | end | both
-
-
-@dataclass(frozen=True)
-class Sharing:
-    """Whether the GPUs were the run's alone (the report's sharing key; exclusive None: not measured)."""
-
-    exclusive: bool | None
-    allowed: bool
-    foreign: tuple[Tenant, ...] = ()
-
-
-@dataclass(frozen=True)
 class Verify:
-    tier: str
-    started_at: str
-    duration_s: float | None
-    image_ref: str
-    environment: Mapping[str, Any]
-    checks: tuple[Check, ...]
-    nvml: Nvml
-    report: VerifyReport = field(default_factory=lambda: VerifyReport("", ()), repr=False)  # the report, typed (the release policy reads it)
-    shared: Sharing | None = None  # None: a report written before the sharing key
+    """One target's verification as the renderers draw it: the typed report (:mod:`imagesmith.model.verifyreport`,
+    parsed once), its checks with their measured figures as floats, and the host sampler's NVML series."""
+
+    report: VerifyReport
+    checks: tuple[Check, ...]  # the report's checks; threshold, baseline, % of it and duration as floats
+    nvml: Nvml = field(default_factory=Nvml)
+
+    @property
+    def tier(self) -> str:
+        return self.report.tier
+
+    @property
+    def started_at(self) -> str:
+        return self.report.started_at or ""
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.report.duration_s is None else float(self.report.duration_s)
+
+    @property
+    def image_ref(self) -> str:
+        return (self.report.image.ref or "") if self.report.image else ""
+
+    @property
+    def environment(self) -> Mapping[str, Any]:
+        """The payload's ``environment`` as written (the GPUs' UUIDs and host indexes are there, not in the typed
+        :class:`~imagesmith.model.verifyreport.Environment`)."""
+        env = self.report.to_json().get("environment")
+        return env if isinstance(env, Mapping) else {}
+
+    @property
+    def shared(self) -> Sharing | None:
+        """The report's sharing block; None: a report written before it."""
+        return self.report.sharing
 
     @property
     def ok(self) -> bool:
@@ -83,13 +87,13 @@ class Verify:
     @property
     def not_gpu_verified(self) -> bool:
         """A CUDA build of torch whose verification did not run (or pass) on a GPU."""
-        return bool(self.environment.get("cuda")) and not policy.evidence(self.report).gpu_verified
+        return self.report.cuda_image and not policy.evidence(self.report).gpu_verified
 
     @property
     def gpu(self) -> str:
         """A CUDA image's GPU verdict in a few words: 'GPU-verified on 2 GPUs', 'not GPU-verified (CPU mode)', 'not
         GPU-verified (GPU exclusivity not measured)', ...; '' for a CPU image (vetted on a CPU)."""
-        return policy.evidence(self.report).short() if self.environment.get("cuda") else ""
+        return policy.evidence(self.report).short() if self.report.cuda_image else ""
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.checks)

@@ -21,7 +21,6 @@ from imagesmith import runstate
 from imagesmith.errors import UserError
 from imagesmith.model import fields, loader, schemas, verifyreport
 from imagesmith.report.model import (
-    STATUSES,
     Attached,
     Built,
     Check,
@@ -33,9 +32,7 @@ from imagesmith.report.model import (
     Release,
     Released,
     Run,
-    Sharing,
     Target,
-    Tenant,
     Traffic,
     Verify,
     VulnFinding,
@@ -265,64 +262,17 @@ def _verify_target_id(doc: Mapping[str, Any], source: str) -> str:
 
 
 def _verify(r: fields.Fields, raw: Any, where: str) -> Verify:
-    doc = r.mapping(raw, where)
-    if doc.get("schema") != VERIFY_SCHEMA:
-        raise r.fail(f"{where}.schema", f"expected {VERIFY_SCHEMA!r}, got {doc.get('schema')!r}")
-    image = r.mapping(doc.get("image") or {}, f"{where}.image")
-    checks = tuple(_check(r, c, f"{where}.checks[{i}]") for i, c in enumerate(r.items(doc.get("checks"), f"{where}.checks")))
-    nvml, shared = _nvml(r, doc.get("nvml"), f"{where}.nvml"), _sharing(r, doc.get("sharing"), f"{where}.sharing")
-    return Verify(
-        tier=r.text(doc, "tier", where), started_at=r.text(doc, "started_at", where),
-        duration_s=r.number(doc, "duration_s", where), image_ref=r.text(image, "ref", f"{where}.image"),
-        environment=r.mapping(doc.get("environment") or {}, f"{where}.environment"), checks=checks,
-        nvml=nvml, report=verifyreport.parse(doc, r.source, where), shared=shared,
-    )
+    """The verify report, parsed once (:func:`imagesmith.model.verifyreport.parse`), with the host sampler's series."""
+    report = verifyreport.parse(raw, r.source, where)
+    return Verify(report, tuple(_drawn(c) for c in report.checks), _nvml(r, report.to_json().get("nvml"), f"{where}.nvml"))
 
 
-SEEN = ("start", "end", "both")
-
-
-def _sharing(r: fields.Fields, raw: Any, where: str) -> Sharing | None:
-    """The payload's sharing key: {exclusive: bool|null, allowed: bool, foreign: [...]}."""
-    if raw is None:
-        return None
-    doc = r.mapping(raw, where)
-    exclusive, allowed = doc.get("exclusive"), doc.get("allowed")
-    if exclusive is not None and not isinstance(exclusive, bool):
-        raise r.fail(f"{where}.exclusive", f"expected true, false or null, got {exclusive!r}")
-    if not isinstance(allowed, bool):
-        raise r.fail(f"{where}.allowed", f"expected true or false, got {allowed!r}")
-    foreign = tuple(_tenant(r, t, f"{where}.foreign[{i}]") for i, t in enumerate(r.items(doc.get("foreign"), f"{where}.foreign")))
-    return Sharing(exclusive, allowed, foreign)
-
-
-def _tenant(r: fields.Fields, raw: Any, where: str) -> Tenant:
-    t = r.mapping(raw, where)
-    ints = {k: t.get(k) for k in ("gpu", "pid", "used_bytes")}
-    for key, value in ints.items():
-        if not (isinstance(value, int) and not isinstance(value, bool)) and not (key == "used_bytes" and value is None):
-            raise r.fail(f"{where}.{key}", f"expected an integer{' or null' if key == 'used_bytes' else ''}, got {value!r}")
-    name = t.get("name")
-    if name is not None and not isinstance(name, str):
-        raise r.fail(f"{where}.name", f"expected text or null, got {name!r}")
-    if t.get("seen") not in SEEN:
-        raise r.fail(f"{where}.seen", f"expected one of {', '.join(SEEN)}, got {t.get('seen')!r}")
-    return Tenant(int(t["gpu"]), r.text(t, "uuid", where), int(t["pid"]), name, t.get("used_bytes"), str(t["seen"]))
-
-
-def _check(r: fields.Fields, raw: Any, where: str) -> Check:
-    c = r.mapping(raw, where)
-    status = r.text(c, "status", where)
-    if status not in STATUSES:
-        raise r.fail(f"{where}.status", f"expected one of {', '.join(STATUSES)}, got {status!r}")
-    data = c.get("data")
-    return Check(
-        id=r.text(c, "id", where) or where, status=status, title=r.text(c, "title", where), value=c.get("value"),
-        threshold=r.number(c, "threshold", where), unit=r.text(c, "unit", where), baseline=r.number(c, "baseline", where),
-        percent_of_baseline=r.number(c, "percent_of_baseline", where), detail=r.text(c, "detail", where),
-        optional=bool(c.get("optional")), duration_s=r.number(c, "duration_s", where),
-        data=data if isinstance(data, Mapping) else {},
-    )
+def _drawn(c: Check) -> Check:
+    """A check as the renderers draw it: its measured figures as floats (a threshold written ``90`` reads ``90.0``)."""
+    def f(x: float | None) -> float | None:
+        return None if x is None else float(x)
+    return dataclasses.replace(c, threshold=f(c.threshold), baseline=f(c.baseline), percent_of_baseline=f(c.percent_of_baseline),
+                               duration_s=f(c.duration_s))
 
 
 def _nvml(r: fields.Fields, raw: Any, where: str) -> Nvml:

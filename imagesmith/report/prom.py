@@ -31,8 +31,8 @@ from prometheus_client import CollectorRegistry, Gauge, Info
 from imagesmith.errors import UserError
 from imagesmith.inert import inert
 from imagesmith.model.ref import ImageRef
-from imagesmith.model.verifyreport import Image
-from imagesmith.report.model import STATUSES, Check, Sharing, Verify
+from imagesmith.model.verifyreport import Image, Sharing
+from imagesmith.report.model import STATUSES, Check, Verify
 
 PREFIX = "imagesmith_verify"
 MAX_LABEL_CHARS = 128  # a check id, a version, an image reference: anything longer is not one

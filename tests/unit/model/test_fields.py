@@ -45,6 +45,16 @@ BAD: list[tuple[Wording, str, Callable[[Fields], Any], str]] = [
     (SAID, "", lambda r: r.valid(RELEASE, "matrix", "release"), "r.json: release.matrix: None is not a valid value"),
     (SAID, "", lambda r: r.amount(RELEASE, "size", "release"), "r.json: release.size: None is not a number"),
     (SAID, "", lambda r: r.amount(CELL, "restarts", "cells[0]"), "r.json: cells[0].restarts: '1' is not a number"),
+    (fields.WORDS, "", lambda r: r.obj(CELL, "requires", "cells[0]"), "r.json: cells[0].requires: expected an object, got a list"),
+    (fields.WORDS, "", lambda r: r.listed(CELL, "figures", "cells[0]"), "r.json: cells[0].figures: expected a list, got an object"),
+    (fields.WORDS, "", lambda r: r.string(CELL["requires"][1], "cells[0].requires[1]"), "r.json: cells[0].requires[1]: expected text, got int"),
+    (fields.WORDS, "", lambda r: r.maybe_text(CHECK, "n", "checks[0]"), "r.json: checks[0].n: expected text or null, got int"),
+    (fields.WORDS, "", lambda r: r.choice(RELEASE, "date", "release", ("today",)), "r.json: release.date: expected one of today, got '2024-01-01'"),
+    (fields.WORDS, "", lambda r: r.whole(CELL, "ok", "cells[0]"), "r.json: cells[0].ok: expected a whole number or null, got float"),
+    (fields.WORDS, "", lambda r: r.whole(CHECK, "value", "checks[0]"), "r.json: checks[0].value: expected a whole number or null, got bool"),
+    (fields.WORDS, "", lambda r: r.count(RELEASE, "size", "release"), "r.json: release.size: expected a count (a whole number, 0 or more), got None"),
+    (fields.WORDS, "", lambda r: r.flag(CELL, "ok", "cells[0]"), "r.json: cells[0].ok: expected true or false, got 2.5"),
+    (fields.WORDS, "", lambda r: r.figure(CHECK, "threshold", "checks[0]"), "r.json: checks[0].threshold: expected a number, got '784'"),
 ]
 
 
@@ -71,6 +81,15 @@ GOOD: list[tuple[Callable[[Fields], Any], Any]] = [
     (lambda r: r.typed(CELL, "absent", str, "c"), None),
     (lambda r: r.typed(CELL, "absent", str, "c", "quick"), "quick"),
     (lambda r: r.strings(CELL, "absent", "c"), []),
+    (lambda r: r.obj(RELEASE, "size", "release"), None),
+    (lambda r: r.listed(RELEASE, "size", "release"), []),
+    (lambda r: r.maybe_text(RELEASE, "size", "release"), None),
+    (lambda r: r.scalar(CHECK, "n", "c"), "3"),
+    (lambda r: r.figure(CHECK, "n", "c"), 3),
+    (lambda r: r.whole(RELEASE, "size", "release"), None),
+    (lambda r: r.count(CHECK, "n", "c"), 3),
+    (lambda r: r.flag(RELEASE, "size", "release"), False),
+    (lambda r: r.choice(RELEASE, "date", "release", ("2024-01-01",)), "2024-01-01"),
 ]
 
 

@@ -67,29 +67,30 @@ def _with(path: tuple[Any, ...], value: Any, base: str = "verify-gpu") -> dict[s
     return doc
 
 
+FIX = "; is this the report imagesmith verify wrote?"  # the verify report's reader says what it expects
 BAD = [
     pytest.param([], "x.json: report: expected an object, got a list", id="not-an-object"),
     pytest.param({"schema": "imagesmith.plan/1"},
                  "x.json: schema: 'imagesmith.plan/1' is not one of imagesmith.build-report/1, imagesmith.verify-report/1, "
                  "imagesmith.run-report/1, imagesmith.release/1; is this an imagesmith report?", id="other-schema"),
-    pytest.param(_with(("checks",), {"id": "x"}), "x.json: report.checks: expected a list, got an object", id="checks-not-list"),
-    pytest.param(_with(("checks", 2, "status"), "ok"), "x.json: report.checks[2].status: expected one of pass, warn, fail, skip, inconclusive, got 'ok'",
+    pytest.param(_with(("checks",), {"id": "x"}), "x.json: report.checks: expected a list, got an object" + FIX, id="checks-not-list"),
+    pytest.param(_with(("checks", 2, "status"), "ok"), "x.json: report.checks[2].status: expected one of pass, warn, fail, skip, inconclusive, got 'ok'" + FIX,
                  id="bad-status"),
     pytest.param(_with(("sharing",), {"exclusive": "no", "allowed": False, "foreign": []}),
-                 "x.json: report.sharing.exclusive: expected true, false or null, got 'no'", id="sharing-exclusive"),
+                 "x.json: report.sharing.exclusive: expected true, false or null, got 'no'" + FIX, id="sharing-exclusive"),
     pytest.param(_with(("sharing",), {"exclusive": False, "allowed": False, "foreign": [
         {"gpu": 0, "uuid": "GPU-1", "pid": "4242", "name": None, "used_bytes": None, "seen": "both"}]}),
-                 "x.json: report.sharing.foreign[0].pid: expected an integer, got '4242'", id="sharing-pid"),
+                 "x.json: report.sharing.foreign[0].pid: expected a whole number or null, got text" + FIX, id="sharing-pid"),
     pytest.param(_with(("sharing",), {"exclusive": False, "allowed": False, "foreign": [
         {"gpu": 0, "uuid": "GPU-1", "pid": 1, "name": None, "used_bytes": None, "seen": "later"}]}),
-                 "x.json: report.sharing.foreign[0].seen: expected one of start, end, both, got 'later'", id="sharing-seen"),
-    pytest.param(_with(("checks", 4, "baseline"), "784"), "x.json: report.checks[4].baseline: expected a number, got '784'",
+                 "x.json: report.sharing.foreign[0].seen: expected one of start, end, both, during, got 'later'" + FIX, id="sharing-seen"),
+    pytest.param(_with(("checks", 4, "baseline"), "784"), "x.json: report.checks[4].baseline: expected a number, got '784'" + FIX,
                  id="baseline-text"),
     pytest.param(_with(("targets", 1, "status"), ["failed"], "build-failed"), "x.json: targets[1].status: expected text, got a list",
                  id="build-status-list"),
     pytest.param(_with(("verify", "2.14.1-cu130-py3.11-debian12-base"), {"schema": "imagesmith.build-report/1"}, "run-report"),
                  "x.json: verify.2.14.1-cu130-py3.11-debian12-base.schema: expected 'imagesmith.verify-report/1', "
-                 "got 'imagesmith.build-report/1'", id="run-with-wrong-verify"),
+                 "got 'imagesmith.build-report/1'" + FIX, id="run-with-wrong-verify"),
 ]
 
 

@@ -4,6 +4,7 @@ check only, after it; the run's own processes by cgroup or process tree; memory 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -12,8 +13,10 @@ import pytest
 
 from imagesmith.edges import gpuwatch as edge
 from imagesmith.edges import hostinfo
+from imagesmith.model import loader, schemas, verifyreport
 from imagesmith.stages.verify import gpuwatch
 
+FIXTURES = Path(__file__).parents[3] / "fixtures" / "reports"
 U0 = "GPU-7a65ac6b-3763-a794-2800-fe5e215e2be5"
 CID = "c0ffee" * 10 + "abcd"
 MIB = 2**20
@@ -205,6 +208,18 @@ def test_a_tenant_during_one_check_makes_that_check_alone_inconclusive() -> None
     assert got["sharing"]["foreign"] == [{"gpu": 0, "uuid": U0, "pid": 4242, "name": "python3", "used_bytes": 2 << 30,
                                           "seen": "during", "first": 1003.0, "last": 1004.0, "by": "host"}]
     assert got["summary"]["inconclusive"] == 1 and got["mode"]["gpu_checks"]["inconclusive"] == 1
+
+
+def test_what_the_host_watch_writes_is_a_report_imagesmith_reads_back() -> None:
+    """The host's tenants (``seen: during``; ``pid: null`` for memory no listed process holds) pass the verify report's
+    schema and its parse: a shared-GPU verdict written with --json is read again by ``imagesmith report`` and the
+    fleet."""
+    unseen = [{"index": 0, "uuid": U0, "first": 1003.0, "last": 1004.0, "used_bytes": 1 << 30}]
+    got = gpuwatch.join(report(CHECKS), host_watch([RUN, NEIGHBOUR], unseen=unseen), None, allowed=False)
+    doc = json.loads((FIXTURES / "verify-gpu.json").read_text()) | {"sharing": got["sharing"]}
+    loader.check_schema(doc, schemas.VERIFY_REPORT, "verify.json")
+    tenants = verifyreport.parse(doc, "verify.json").sharing.foreign  # type: ignore[union-attr]
+    assert [(t.pid, t.seen, t.used_bytes) for t in tenants] == [(4242, "during", 2 << 30), (None, "during", 1 << 30)]
 
 
 @pytest.mark.parametrize("watch, unwatched, exclusive, reason", [
