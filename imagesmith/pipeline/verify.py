@@ -110,7 +110,7 @@ class VerifyJob:
     reuse_evidence: bool = False
     max_age_days: int | None = None
     signer: Key | None = None
-    export: Callable[[Any, str], None] = lambda report, source: None
+    export: Callable[[VerifyReport | Path, str], None] = lambda report, source: None
 
 
 class VerifyPrinter(Protocol):
@@ -146,7 +146,7 @@ def run_verify(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None
     show.report(outcome.report, job.json_out)
     if job.signer is not None and job.json_out is not None:
         show.signed(_sign_image(context, job.image or "", outcome.report, job.signer, job.json_out, show.note))
-    job.export(outcome.report.to_json(), str(job.json_out or "the verify report"))
+    job.export(outcome.report, str(job.json_out or "the verify report"))
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
     if policy.evidence(outcome.report).exclusive is False and not job.options.allow_shared_gpu:
@@ -215,9 +215,9 @@ def local_series(metrics_file: Path | None, python: str | None) -> str:
 
 
 def metrics_export(metrics_file: Path | None, pushgateway: str | None, say: Callable[[str], None],
-                   local: str | None = None) -> Callable[[Any, str], None]:
-    """verify --metrics/--pushgateway, checked now (before anything runs); the function exports a report (raw JSON
-    or its file; its name); ``local``: the digest label of a --local run."""
+                   local: str | None = None) -> Callable[[VerifyReport | Path, str], None]:
+    """verify --metrics/--pushgateway, checked now (before anything runs); the function exports a report (the typed
+    report, or a run report's file; its name in messages); ``local``: the digest label of a --local run."""
     from imagesmith.stages import metrics
 
     if metrics_file is not None:
@@ -225,11 +225,11 @@ def metrics_export(metrics_file: Path | None, pushgateway: str | None, say: Call
     if pushgateway is not None:
         metrics.check_gateway(pushgateway)
 
-    def export(report: Any, source: str) -> None:
+    def export(report: VerifyReport | Path, source: str) -> None:
         if metrics_file is None and pushgateway is None:
             return
-        from imagesmith.report import load, parse
+        from imagesmith.report import load, verify_run
 
-        run = load(report) if isinstance(report, Path) else parse(report, source)
+        run = load(report) if isinstance(report, Path) else verify_run(report, source)
         metrics.export_run(run, metrics_file, pushgateway, local=local, say=say)
     return export

@@ -20,13 +20,13 @@ from imagesmith.report.html import to_html
 from imagesmith.report.junit import to_junit
 from imagesmith.report.markdown import to_markdown
 from imagesmith.report.model import Run
-from imagesmith.report.parse import LOG_TAIL_LINES, load, log_tail, parse, run_report
+from imagesmith.report.parse import LOG_TAIL_LINES, load, log_tail, parse, run_report, verify_run
 
 FORMATS = ("md", "junit", "html")
 RENDERERS: dict[str, Callable[[Run], str]] = {"md": to_markdown, "junit": to_junit, "html": to_html}
 
 __all__ = ["FORMATS", "LOG_TAIL_LINES", "Run", "leak_curves", "load", "log_tail", "parse", "render", "run_report",
-           "throughputs", "to_html", "to_junit", "to_markdown", "write"]
+           "throughputs", "to_html", "to_junit", "to_markdown", "verify_run", "write"]
 
 
 def render(run: Run, fmt: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, TypeVar
 from imagesmith import runstate
 from imagesmith.errors import UserError
 from imagesmith.model import fields, loader, schemas, verifyreport
+from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.report.model import (
     Attached,
     Built,
@@ -87,8 +88,7 @@ def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[
     if schema == BUILD_SCHEMA:
         run = _run_from_build(r, doc, tail, "build")
     elif schema == VERIFY_SCHEMA:
-        verify = _verify(r, doc, "report")
-        run = Run("verify", source, verify.started_at, "", (Target(_verify_target_id(doc, source), verify=verify),))
+        return verify_run(verifyreport.parse(doc, source, "report"))
     elif schema == RUN_SCHEMA:
         run = _run(r, doc, tail)
     elif schema == RELEASE_SCHEMA:
@@ -96,6 +96,15 @@ def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[
         run = Run("release", source, r.text(doc, "started_at", "release"), "", tuple(Target(tid, release=t) for tid, t in released.items()), release)
     else:
         raise r.fail("schema", f"{schema!r} is not one of {', '.join(SCHEMAS)}; is this an imagesmith report?")
+    return dataclasses.replace(run, unfinished=unfinished(doc))
+
+
+def verify_run(report: VerifyReport, source: str | None = None) -> Run:
+    """A verify report already read (typed once where it entered) as the Run the renderers and metrics take: no
+    JSON written and read back inside one process. ``source``: how messages name it (default: where it was read)."""
+    doc, name = report.to_json(), source or report.source
+    verify = _typed(report, fields.Fields(name), report.where)
+    run = Run("verify", name, verify.started_at, "", (Target(_verify_target_id(doc, name), verify=verify),))
     return dataclasses.replace(run, unfinished=unfinished(doc))
 
 
@@ -263,7 +272,10 @@ def _verify_target_id(doc: Mapping[str, Any], source: str) -> str:
 
 def _verify(r: fields.Fields, raw: Any, where: str) -> Verify:
     """The verify report, parsed once (:func:`imagesmith.model.verifyreport.parse`), with the host sampler's series."""
-    report = verifyreport.parse(raw, r.source, where)
+    return _typed(verifyreport.parse(raw, r.source, where), r, where)
+
+
+def _typed(report: VerifyReport, r: fields.Fields, where: str) -> Verify:
     return Verify(report, tuple(_drawn(c) for c in report.checks), _nvml(r, report.to_json().get("nvml"), f"{where}.nvml"))
 
 

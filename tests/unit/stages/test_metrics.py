@@ -437,3 +437,18 @@ def test_bad_metrics_options_exit_1_before_anything_runs(args: list[str], messag
     """Nothing runs: no container, no payload, no job submitted (the fleet file names Slurm, absent here)."""
     done = subprocess.run([sys.executable, "-m", "imagesmith.cli", *args], capture_output=True, text=True, cwd=REPORTS.parents[2])
     assert (done.returncode, done.stdout, done.stderr) == (1, "", message)
+
+
+def test_the_typed_report_exports_what_its_file_does(tmp_path: Path) -> None:
+    """verify --metrics hands the export the report it holds (no JSON written and read back): the same series as
+    the report's file gives, named by the --json file."""
+    from imagesmith.model import verifyreport
+    from imagesmith.pipeline.verify import metrics_export
+
+    typed, by_file = tmp_path / "typed" / "m.prom", tmp_path / "file" / "m.prom"
+    typed.parent.mkdir(), by_file.parent.mkdir()
+    said: list[str] = []
+    metrics_export(typed, None, said.append)(verifyreport.parse(raw("verify-gpu.json")), "out/verify.json")
+    metrics.export_run(parse(raw("verify-gpu.json"), "out/verify.json"), by_file, None)
+    assert typed.read_text() == by_file.read_text() and "imagesmith_verify_checks" in typed.read_text()
+    assert said == [f"metrics: {typed}"]
