@@ -17,11 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from imagesmith.cli import cli
 from imagesmith.errors import UserError
+from imagesmith.model.fleetreport import CellResult, FleetReport
 from imagesmith.report import parse
 from imagesmith.report.model import STATUSES
 from imagesmith.report.prom import MAX_CHECKS, Subject, VerifyMetrics, image_digest
 from imagesmith.stages import metrics
-from imagesmith.stages.fleet.report import CellResult, FleetReport
 
 REPORTS = Path(__file__).resolve().parents[2] / "fixtures" / "reports"
 DIGEST = "sha256:" + "ab" * 32
@@ -446,7 +446,8 @@ def test_the_typed_report_exports_what_its_file_does(tmp_path: Path) -> None:
     from imagesmith.pipeline.verify import metrics_export
 
     typed, by_file = tmp_path / "typed" / "m.prom", tmp_path / "file" / "m.prom"
-    typed.parent.mkdir(), by_file.parent.mkdir()
+    typed.parent.mkdir()
+    by_file.parent.mkdir()
     said: list[str] = []
     metrics_export(typed, None, said.append)(verifyreport.parse(raw("verify-gpu.json")), "out/verify.json")
     metrics.export_run(parse(raw("verify-gpu.json"), "out/verify.json"), by_file, None)
