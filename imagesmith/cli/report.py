@@ -20,10 +20,10 @@ from imagesmith.errors import UserError
 def report_cmd(report_file: Path, fmt: str, out: Path | None, hostname: str | None) -> None:
     """Render a build, verify, run or fleet report (report.json, fleet-report.json) for people and CI."""
     from imagesmith import report
+    from imagesmith.model import fleetreport as fleet_report
     from imagesmith.model import loader
     from imagesmith.report.parse import log_tail_in
     from imagesmith.stages.fleet import render as fleet_render
-    from imagesmith.stages.fleet import report as fleet_report
 
     raw = loader.load_json_any(report_file, fix="give a report.json, verify.json, run-report.json or fleet-report.json that imagesmith wrote")
     if raw.get("schema") == fleet_report.SCHEMA:  # imagesmith.fleet-report/1: one row per class

@@ -1,9 +1,9 @@
 """The fleet report (``imagesmith.fleet-report/1``): one cell per digest x class.
 
-Written by ``fleet verify`` (atomically), read back by ``publish`` (the
-floating-tag gate) and ``imagesmith report`` (Markdown, JUnit, HTML: one row
-per class). Reading treats the file as untrusted: every field is checked and
-a bad one is a UserError naming the file and the field.
+Written by ``fleet verify`` (atomically), read back by ``publish`` (the floating-tag gate), ``imagesmith report``
+(Markdown, JUnit, HTML: one row per class) and the metrics: one typed value in ``model/``, like the verify report.
+Reading treats the file as untrusted: every field is checked and a bad one is a UserError naming the file and the
+field.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def check_outputs(metrics_file: Path | None, pushgateway: str | None) -> None:
 
 def run_fleet(job: FleetJob, say: Callable[[str], None], show: Callable[[Sequence[Any]], None]) -> Any:
     """Submit every cell, follow them (``say``: progress lines), ``show`` the cells at the end; the fleet report
-    (imagesmith.stages.fleet.report.FleetReport). A UserError when a cell failed; ``runner.Interrupted`` (its
+    (imagesmith.model.fleetreport.FleetReport). A UserError when a cell failed; ``runner.Interrupted`` (its
     report and the jobs cancelled) on Ctrl-C."""
     from imagesmith.stages import metrics
     from imagesmith.stages.fleet import runner

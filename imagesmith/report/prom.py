@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, Gauge, Info
 
 from imagesmith.errors import UserError
 from imagesmith.inert import inert
+from imagesmith.model import fleetreport
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.verifyreport import Image, Sharing
 from imagesmith.report.model import STATUSES, Check, Verify
@@ -56,7 +57,7 @@ PER_GPU: Mapping[str, tuple[str, float, str]] = {
     "per_gpu_gbps": ("gpu_bandwidth_bytes_per_second", 1e9, "Measured bandwidth of a check on one GPU."),
 }
 SIGNED_METRICS = frozenset({"leak_slope_bytes_per_step"})  # a fitted slope may be below 0 (memory freed); no other figure
-FLEET_OUTCOMES = ("pass", "fail", "cancelled")  # fleet.report.STATUSES (report never imports a stage)
+FLEET_OUTCOMES = fleetreport.STATUSES  # a fleet cell's outcomes
 INFO_KEYS = ("torch", "cuda", "cudnn", "nccl", "python", "os", "driver")
 
 

@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry, generate_latest, push_to_gatewa
 
 from imagesmith.atomic import write_bytes
 from imagesmith.errors import UserError
+from imagesmith.model.fleetreport import CellResult, FleetReport
 from imagesmith.report.model import Run, Verify
 from imagesmith.report.parse import load
 from imagesmith.report.prom import Subject, VerifyMetrics, image_digest
-from imagesmith.stages.fleet.report import CellResult, FleetReport
 
 JOB = "imagesmith"
 PUSH_TIMEOUT_S = 10.0

@@ -212,7 +212,7 @@ def test_pushgateway_errors_are_user_errors(pushgateway: Server) -> None:
 
 
 def test_fleet_metrics_push_per_class(pushgateway: Server, tmp_path: Path) -> None:
-    from imagesmith.stages.fleet.report import CellResult, FleetReport
+    from imagesmith.model.fleetreport import CellResult, FleetReport
 
     (tmp_path / "h200").mkdir()
     shutil.copy(REPORTS / "verify-gpu.json", tmp_path / "h200" / "verify.json")

@@ -23,9 +23,9 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.model import fleet as config
+from imagesmith.model.fleetreport import FleetReport
 from imagesmith.stages.evidence import trust
 from imagesmith.stages.fleet import runner
-from imagesmith.stages.fleet.report import FleetReport
 from imagesmith.stages.fleet.slurm import Slurm
 from tests.integration.slurm_fixtures import FleetImages, SlurmCluster
 from tests.unit.trustkeys import key_files

@@ -5,10 +5,10 @@ Kubernetes namespace); ``imagesmith fleet verify`` submits one job per
 (digest x class), follows them, and writes one fleet report; ``publish``
 moves a floating tag only when every class the fleet file requires passed.
 
-  (fleet.yaml's schema, loading and validation: imagesmith.model.fleet, pure)
+  (fleet.yaml's schema, loading and validation: imagesmith.model.fleet, pure; the fleet report
+   (imagesmith.fleet-report/1: cells, figures against baselines): imagesmith.model.fleetreport)
   slurm       batch scripts and sbatch/squeue/scancel (argv only, never a shell string)
   kubernetes  batch/v1 Jobs built with the official client's models; submit/watch/delete behind a seam
   runner      the loop: submit, follow, deadlines, Ctrl-C, collect each verify report
-  report      the fleet report (imagesmith.fleet-report/1): cells, figures against baselines, renderers
   gate        the publish gate: which required class held a digest back
 """

@@ -32,11 +32,11 @@ from typing import Sequence
 
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import fleet as config
+from imagesmith.model import fleetreport as fleet_report
 from imagesmith.model.fleet import GpuClass
+from imagesmith.model.fleetreport import CellResult
 from imagesmith.model.ref import ImageRef
 from imagesmith.stages.evidence import trust
-from imagesmith.stages.fleet import report as fleet_report
-from imagesmith.stages.fleet.report import CellResult
 from imagesmith.stages.fleet.runner import judge_report
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # runner.run_id() and fleet verify --run-id

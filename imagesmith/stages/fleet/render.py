@@ -11,11 +11,11 @@ from typing import Any, Callable
 
 from imagesmith import __version__
 from imagesmith.errors import UserError
+from imagesmith.model.fleetreport import CellResult, FleetReport
 from imagesmith.report import html
 from imagesmith.report import markdown as md
 from imagesmith.report.junit import sum_counts, xml_text
 from imagesmith.report.model import fmt_value
-from imagesmith.stages.fleet.report import CellResult, FleetReport
 
 ICON = {"pass": "✅", "fail": "❌", "cancelled": "⏹"}
 COUNTS = ("pass", "warn", "fail", "skip")

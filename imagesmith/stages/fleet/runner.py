@@ -27,14 +27,14 @@ from imagesmith import runstate
 from imagesmith.atomic import write_json, write_text
 from imagesmith.edges.signing import Key
 from imagesmith.errors import UserError
+from imagesmith.model import fleetreport as fleet_report
 from imagesmith.model import policy
 from imagesmith.model.fleet import Fleet, GpuClass
+from imagesmith.model.fleetreport import CellResult, FleetReport
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.stages.evidence import trust
-from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView, Scheduler
-from imagesmith.stages.fleet.report import CellResult, FleetReport
 from imagesmith.stages.verify.verify import declared_checks
 
 REPORT_NAME = "fleet-report.json"

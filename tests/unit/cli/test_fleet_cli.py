@@ -70,7 +70,7 @@ def test_publish_and_build_take_the_fleet_gate() -> None:
 
 
 def _fleet_report(folder: Path) -> Path:
-    from imagesmith.stages.fleet import report
+    from imagesmith.model import fleetreport as report
 
     cell = report.CellResult(REF, "cpu-a", "slurm", "pass", "every required check passed")
     return report.write(report.FleetReport("fleet.yaml", "r1", "quick", "x", ("cpu-a",), (cell,)), folder / "fleet-report.json")

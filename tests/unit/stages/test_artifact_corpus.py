@@ -349,8 +349,8 @@ FLEET_YAML_TEXT = "classes:\n  h200: {gpus: 1, gpu: NVIDIA H200, slurm: {partiti
 @pytest.mark.parametrize("case", sorted(SIGNED_PAYLOADS) + sorted(ENVELOPES))
 def test_a_hostile_fleet_statement_holds_the_tag_back(case: str, tmp_path: Path) -> None:
     """The gate reads every cell's statement: a hostile one is a held-back class with its reason, never an exception."""
+    from imagesmith.model import fleetreport as fleet_report
     from imagesmith.stages.fleet import gate
-    from imagesmith.stages.fleet import report as fleet_report
 
     _, _, key, policy_path = _trusted_out(tmp_path)
     folder = tmp_path / "fleet"

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import UserError
-from imagesmith.stages.fleet import gate, report
-from imagesmith.stages.fleet.report import CellResult, FleetReport
+from imagesmith.model import fleetreport as report
+from imagesmith.model.fleetreport import CellResult, FleetReport
+from imagesmith.stages.fleet import gate
 from tests.unit.stages.release.test_publish import FakeEngine, FakeRegistry, World, item, manifest_for
 
 REPO = "reg.test:5000/ml/pytorch"

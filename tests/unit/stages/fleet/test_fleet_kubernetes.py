@@ -15,9 +15,9 @@ from kubernetes import client
 
 from imagesmith.errors import UserError
 from imagesmith.model import fleet as config
+from imagesmith.model.fleetreport import FleetReport
 from imagesmith.stages.fleet import kubernetes, runner
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
-from imagesmith.stages.fleet.report import FleetReport
 from imagesmith.stages.verify import verify
 
 DIGEST = "sha256:" + "ab" * 32

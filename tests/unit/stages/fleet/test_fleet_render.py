@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
-from imagesmith.stages.fleet import render, report
-from imagesmith.stages.fleet.report import CellResult, Figure, FleetReport
+from imagesmith.model import fleetreport as report
+from imagesmith.model.fleetreport import CellResult, Figure, FleetReport
+from imagesmith.stages.fleet import render
 
 GOOD, BAD = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 REPO = "127.0.0.1:5000/ml/pytorch"

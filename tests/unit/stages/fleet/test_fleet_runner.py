@@ -11,13 +11,13 @@ import pytest
 
 from imagesmith.errors import UserError
 from imagesmith.model import fleet as config
+from imagesmith.model import fleetreport as fleet_report
+from imagesmith.model.fleetreport import CellResult, FleetReport
 from imagesmith.model.loader import LoadError
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.verifyreport import VerifyReport
-from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet import runner
 from imagesmith.stages.fleet.jobs import ENDED, FINISHED, GONE, PENDING, RUNNING, CellJob, JobView
-from imagesmith.stages.fleet.report import CellResult, FleetReport
 from tests.doubles import verify_report
 
 DIGEST = "sha256:" + "ab" * 32

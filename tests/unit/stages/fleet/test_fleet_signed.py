@@ -15,9 +15,9 @@ import pytest
 from imagesmith.edges import signing
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import fleet as config
+from imagesmith.model import fleetreport as fleet_report
 from imagesmith.stages.evidence import trust
 from imagesmith.stages.fleet import gate, runner
-from imagesmith.stages.fleet import report as fleet_report
 from imagesmith.stages.fleet.jobs import FINISHED, RUNNING
 from tests.doubles import verify_report
 from tests.unit.stages.fleet.test_fleet_runner import DIGEST, REF, Clock, Scripted, good_report
