@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from imagesmith.edges.engine import Engine
-from imagesmith.stages.verify import incontainer, judge, verify
+from imagesmith.edges.engine import Engine, RunSpec
+from imagesmith.stages.verify import incontainer, judge, payload, verify
 from tests.integration.engine_fixtures import BuiltImages, docker_build, left_containers
 
 pytestmark = pytest.mark.integration
@@ -203,3 +203,34 @@ def test_cudnn_removed_from_a_cuda_image_fails(engine: Engine, cuda_base: str, p
     assert not outcome.ok
     assert bad["libs.cudnn"]["status"] == "fail" and "cuDNN" in bad["libs.cudnn"]["detail"], bad["libs.cudnn"]
     assert bad["versions.torch"]["status"] == "fail", bad["versions.torch"]  # torch links cuDNN: it no longer imports
+
+
+RANKS = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+os.write(1, f"rank {dist.get_rank()} sum {t.item()} master {os.environ['MASTER_ADDR']}\\n".encode())  # one write: whole lines
+dist.destroy_process_group()
+"""
+TORCHRUN = f"""
+import subprocess, sys
+sys.path.insert(0, "{payload.IN_CONTAINER}")
+from imagesmith_payload.procs import torchrun_argv
+done = subprocess.run(torchrun_argv("{payload.IN_CONTAINER}/ranks.py", 2, []), capture_output=True, text=True, timeout=90)
+print(done.stdout + done.stderr[-2000:], "exit", done.returncode)
+"""
+
+
+def test_torchrun_meets_on_loopback_in_the_container_verify_makes(engine: Engine, built_images: BuiltImages) -> None:
+    """The payload's torchrun (ddp.train, nccl.*) inside the container verify makes (Docker's none network: no address
+    for the container's own name): two workers meet on 127.0.0.1 and all-reduce. Rendezvous by host name waited for
+    that name until the check's timeout (found in a container on an H200)."""
+    spec = RunSpec(image=built_images.cpu_base, command=["python3", "-c", TORCHRUN], files=payload.payload_files() | {"ranks.py": RANKS.encode()},
+                   files_dir=payload.IN_CONTAINER, network_disabled=True, timeout_s=150,
+                   labels={"io.imagesmith.run": f"verify-{os.getpid()}"})
+    run = engine.run(spec)
+    assert (run.exit_code, run.timed_out) == (0, False), run.stderr[-2000:]
+    ranks = sorted(line for line in run.stdout.splitlines() if line.startswith("rank "))
+    assert ranks == ["rank 0 sum 3.0 master 127.0.0.1", "rank 1 sum 3.0 master 127.0.0.1"], run.stdout[-2000:]
+    assert run.stdout.rstrip().endswith("exit 0")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,10 +62,23 @@ def kill_group(proc: "subprocess.Popen[Any]") -> None:
         proc.kill()
 
 
+LOOPBACK = "127.0.0.1"
+
+
 def torchrun_argv(script: str, nprocs: int, args: Sequence[str]) -> List[str]:
-    """python -m torch.distributed.run, single node, one process per GPU."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            f"--nproc_per_node={nprocs}", os.path.join(WORKERS, script), *args]
+    """python -m torch.distributed.run, single node, one process per GPU, meeting on the loopback address at a free
+    port. Not ``--standalone``: its rendezvous hands the workers this host's name, and a container without a network
+    (Docker's none network, what verify runs in) has no address for its own name: the workers wait on it until
+    the check's timeout. The spellings are torchrun's since torch 1.10."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--node_rank=0", f"--master_addr={LOOPBACK}",
+            f"--master_port={free_port()}", f"--nproc_per_node={nprocs}", os.path.join(WORKERS, script), *args]
+
+
+def free_port() -> int:
+    """A TCP port on the loopback address nothing listens on now (the rendezvous binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
 
 
 def run_worker_json(argv_for: Any, timeout_s: float) -> "WorkerOutcome":
