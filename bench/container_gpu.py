@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER_DIR = "/usr/local/nvidia/lib64"
@@ -168,7 +168,14 @@ def verify(image: str, out: Path, args: List[str], on_line: Any = None) -> Dict[
     wall = time.monotonic() - t0
     (out.with_suffix(".log")).write_text("".join(lines))
     report = json.loads(out.read_text()) if out.exists() else {}
-    return {"exit": code, "wall_s": round(wall, 2), "report": report}
+    return {"exit": code, "wall_s": round(wall, 2), "report": report, "rendered": render(out) if out.exists() else None}
+
+
+def render(report: Path) -> Dict[str, Any]:
+    """``imagesmith report`` of what the run wrote (--json), as a user reads it afterwards: Markdown beside it."""
+    argv = [sys.executable, "-m", "imagesmith.cli", "report", str(report), "--format", "md", "--out", str(report.with_suffix(".md"))]
+    done = subprocess.run(argv, capture_output=True, text=True, env=os.environ | ENV)
+    return {"exit": done.returncode, "said": (done.stderr.strip().splitlines() or [""])[-1][:400]}
 
 
 def summarize(name: str, got: Dict[str, Any], bare: Dict[str, Any]) -> Dict[str, Any]:
@@ -180,7 +187,7 @@ def summarize(name: str, got: Dict[str, Any], bare: Dict[str, Any]) -> Dict[str,
         value, ref = (checks.get(cid) or {}).get("value"), (bare.get(cid) or {}).get("median")
         if isinstance(value, (int, float)) and ref:
             ratios[cid] = round(value / ref, 3)
-    return {"name": name, "exit": got["exit"], "wall_s": got["wall_s"], "payload_s": report.get("duration_s"),
+    return {"name": name, "exit": got["exit"], "wall_s": got["wall_s"], "payload_s": report.get("duration_s"), "rendered": got["rendered"],
             "summary": report.get("summary"), "gpu_path": report.get("gpu_path"),
             "exclusive": sharing.get("exclusive"), "reason": sharing.get("reason"),
             "foreign": sharing.get("foreign"),
@@ -198,7 +205,7 @@ def bare_loop() -> Dict[str, Any]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def run_all(image: str, folder: Path) -> List[Dict[str, Any]]:
+def run_all(image: str, folder: Path, skip: Sequence[str] = ()) -> List[Dict[str, Any]]:
     bare = bare_loop()
     (folder / "bare.json").write_text(json.dumps(bare, indent=2))
     rows: List[Dict[str, Any]] = []
@@ -230,7 +237,8 @@ def run_all(image: str, folder: Path) -> List[Dict[str, Any]]:
     keep("shared-during", got, {"neighbour": during.times()})
 
     keep("quick-warm", verify(image, folder / "quick-warm.json", quick))
-    keep("standard", verify(image, folder / "standard.json", ["--tier", "standard", "--timeout", "300"]))
+    if "standard" not in skip:
+        keep("standard", verify(image, folder / "standard.json", ["--tier", "standard", "--timeout", "300"]))
     return rows
 
 
@@ -244,6 +252,7 @@ def main() -> int:
     s = sub.add_parser("run")
     s.add_argument("--image", required=True)
     s.add_argument("--out-dir", required=True)
+    s.add_argument("--skip", default="", help="scenarios left out, comma-separated (standard: the 5-minute tier)")
     args = p.parse_args()
     if args.what == "cdi-spec":
         import yaml
@@ -256,8 +265,8 @@ def main() -> int:
     else:
         folder = Path(args.out_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        for row in run_all(args.image, folder):
-            print(json.dumps({k: row[k] for k in ("name", "exit", "wall_s", "exclusive", "statuses", "payload_over_bare")}))
+        for row in run_all(args.image, folder, [x for x in args.skip.split(",") if x]):
+            print(json.dumps({k: row[k] for k in ("name", "exit", "wall_s", "exclusive", "statuses", "payload_over_bare", "rendered")}))
     return 0
 
 

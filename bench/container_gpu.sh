@@ -5,6 +5,7 @@
 #   bash bench/container_gpu.sh run       # on the GPU host (root, no network): starts dockerd, writes a CDI spec
 #                                         # the way nvidia-ctk does, imports the host's userland and torch as an
 #                                         # image without the driver, runs bench/container_gpu.py's scenarios
+#                                         # (SKIP=standard: all but the 5-minute standard tier)
 # Results: $OUT (default bench/results/container-gpu): summary.json, each run's report and log, dockerd.log.
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +40,4 @@ python3 bench/container_gpu.py cdi-spec --out /etc/cdi/nvidia.yaml > "$O/cdi-spe
 timeout 90 python3 -m imagesmith.cli doctor > "$O/doctor.txt" 2>&1; grep -i -E "gpu|cdi|engine" "$O/doctor.txt" | head -8
 TIMEFORMAT='image import: %R s'
 time python3 bench/container_gpu.py image --tag imagesmith-bench/gpu-host:1 | tee "$O/image.json"
-python3 bench/container_gpu.py run --image imagesmith-bench/gpu-host:1 --out-dir "$O"
+python3 bench/container_gpu.py run --image imagesmith-bench/gpu-host:1 --out-dir "$O" ${SKIP:+--skip "$SKIP"}
