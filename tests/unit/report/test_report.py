@@ -554,15 +554,15 @@ def test_a_shared_gpu_run_shows_in_the_tables() -> None:
     assert xml.count('<skipped message="inconclusive: GPU 0 shared with PID 977') == 6
 
 
-CONTAINER_RUN = Path(__file__).resolve().parents[3] / "bench" / "results" / "container-gpu" / "shared-during.json"
+CONTAINER_RUN = Path(__file__).resolve().parents[3] / "bench" / "results" / "container-gpu" / "rerun" / "shared-during.json"
 
 
 def test_a_container_run_the_hosts_watch_judged_renders() -> None:
     """A real container on the H200 with a neighbour during two checks (bench/container_gpu.sh): the host's watch
-    lists the tenants it saw (``seen: during``); the report reads and names them."""
+    lists the tenant it saw (``seen: during``); the report reads and names it."""
     run = report.load(CONTAINER_RUN)
     (target,) = run.targets
     assert target.verify is not None and target.verify.shared is not None
-    assert [(t.pid, t.seen) for t in target.verify.shared.foreign] == [(651, "during"), (1131, "during")]
+    assert [(t.pid, t.seen) for t in target.verify.shared.foreign] == [(1202, "during")]
     assert target.verify.count("inconclusive") == 1 and target.verify.ok
-    assert "GPU 0 shared with PID 651 python3, 0.6 GiB; GPU 0 shared with PID 1131 python3, 2.0 GiB" in report.to_markdown(run)
+    assert "not exclusive: GPU 0 shared with PID 1202 python3, 2.0 GiB" in report.to_markdown(run)
