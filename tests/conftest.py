@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from tests.integration import shared
+from tests.integration import shared, timeline
 from tests.integration.disk import WORKER_KEY, DiskWatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +34,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 # Under pytest-xdist the integration tier's disk samples come from each worker (tests/integration/disk.py).
 _WORKERS_DISK = DiskWatch()
+_WORKERS_TIMELINE = timeline.Timeline()
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -51,12 +52,19 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     doc = getattr(node, "workeroutput", {}).get(WORKER_KEY)
     if doc:
         _WORKERS_DISK.merge(doc)
+    spans = getattr(node, "workeroutput", {}).get(timeline.WORKER_KEY)
+    if spans:
+        _WORKERS_TIMELINE.merge(spans)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if _WORKERS_DISK.paths:
         terminalreporter.section("disk (every worker)")
         for line in _WORKERS_DISK.lines():
+            terminalreporter.write_line(line)
+    if _WORKERS_TIMELINE.spans:
+        terminalreporter.section("timeline (every worker, modules by start; the longest busy time is the critical path)")
+        for line in _WORKERS_TIMELINE.lines():
             terminalreporter.write_line(line)
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from tests.integration import groups
+from tests.integration import groups, timeline
 from tests.integration.disk import WORKER_KEY, DiskWatch
 
 # The build tests' fixtures live in engine_fixtures.py; registered here.
@@ -253,6 +253,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 _DISK = DiskWatch()
+_TIMELINE = timeline.Timeline()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -261,6 +262,16 @@ def disk_watch() -> DiskWatch:
     session started)."""
     _DISK.begin()
     return _DISK
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Each test's span, in the process that runs it (an xdist controller runs none)."""
+    _TIMELINE.start(item.nodeid, os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    try:
+        return (yield)
+    finally:
+        _TIMELINE.finish(item.nodeid)
 
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
@@ -273,10 +284,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     output = getattr(session.config, "workeroutput", None)
     if output is not None and _DISK.paths:
         output[WORKER_KEY] = _DISK.to_json()
+    if output is not None:
+        output[timeline.WORKER_KEY] = _TIMELINE.to_json()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if _DISK.paths:
         terminalreporter.section("disk")
         for line in _DISK.lines():
+            terminalreporter.write_line(line)
+    if _TIMELINE.spans:
+        terminalreporter.section("timeline (modules by start)")
+        for line in _TIMELINE.lines():
             terminalreporter.write_line(line)
