@@ -2,7 +2,7 @@
 
 :mod:`imagesmith.model.loader` lets a file in (confined, bounded, strict JSON, its schema); a reader then takes
 its values out into frozen records. :class:`Fields` is how every such reader does that (the build artifact in
-``stages.artifacts``, the verify report in ``model.verifyreport``, the reports in ``report.parse``, the fleet report in
+``model.buildreport``, the verify report in ``model.verifyreport``, the reports in ``report.parse``, the fleet report in
 ``model.fleetreport``): typed access
 to one field at a time, and, where a value is not what the reader takes, a :class:`~imagesmith.model.loader.LoadError`
 that names the file, the key path and what was found there::

@@ -1,7 +1,7 @@
 """The whole pipeline over the stages' artifacts on disk, one module per use case:
 
     OUT/report.json (build, all targets of one job)
-    OUT/<target>/build.json (build, one target: artifacts.BuildRecord, with its staged digest)
+    OUT/<target>/build.json (build, one target: buildreport.BuildRecord, with its staged digest)
         -> OUT/<target>/verify.json -> OUT/release.json
         -> OUT/run-report.json (all three, one versioned file)
 

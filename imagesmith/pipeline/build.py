@@ -12,6 +12,7 @@ from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UserError
+from imagesmith.model.buildreport import BuildRecord, Release
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan
 from imagesmith.pipeline.release import NEEDS_TRUST, ReleaseOptions, release_targets, signed_verifications
@@ -67,13 +68,13 @@ def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: Ru
     return p, report
 
 
-def records_of(report: buildreport.BuildReport, plan: Plan, spec: artifacts.Release) -> list[artifacts.BuildRecord]:
+def records_of(report: buildreport.BuildReport, plan: Plan, spec: Release) -> list[BuildRecord]:
     """A build job's results as the records it saved (OUT/<target>/build.json), in plan order."""
     results = {r.target: r for r in report.results}
     return [artifacts.record_of(results[t.id], t, spec) for t in plan.targets if t.id in results]
 
 
-def verify_and_release(engine: EngineProtocol, report: buildreport.BuildReport, plan: Plan, spec: artifacts.Release, out: Path,
+def verify_and_release(engine: EngineProtocol, report: buildreport.BuildReport, plan: Plan, spec: Release, out: Path,
                        display: Display, run: RunReport, options: verify.VerifyOptions, release: ReleaseOptions,
                        push: bool) -> RunOutcome:
     """After a build of ``plan`` (``imagesmith build --verify/--push``): verify every image it made
@@ -142,7 +143,7 @@ def _verify_and_release(engine: EngineProtocol, run: BuildRun, p: Plan, report: 
     display = show.display(f"verifying {sum(r.ok for r in report.results)} images")
     try:
         options = options_from(m, allow_cpu_verification=run.release.allow_cpu_verification)
-        done = verify_and_release(engine, report, p, artifacts.Release.of(m, run.date), run.job.out, display, report_run,
+        done = verify_and_release(engine, report, p, Release.of(m, run.date), run.job.out, display, report_run,
                                   options, run.release, run.push)
     finally:
         display.close()

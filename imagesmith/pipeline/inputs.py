@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 from imagesmith import runstate
 from imagesmith.errors import UserError
 from imagesmith.model import loader
+from imagesmith.model.buildreport import BUILD_SCHEMA
 from imagesmith.stages import artifacts
 from imagesmith.stages.building import buildreport
 
@@ -43,7 +44,7 @@ def read_build_input(path: Path) -> BuildInput:
     """A build report (OUT/report.json: verify.json to OUT/<target>/) or one target's build
     artifact (OUT/<target>/build.json: verify.json beside it)."""
     fix = f"give the report.json or <target>/build.json that imagesmith build --out {path.parent} wrote"
-    if loader.load_json_any(path, fix=fix).get("schema") == artifacts.BUILD_SCHEMA:
+    if loader.load_json_any(path, fix=fix).get("schema") == BUILD_SCHEMA:
         return builds_input(complete([artifacts.Found(artifacts.read_build(path), path.parent)]))
     data = read_build(path)
     return BuildInput(data, {t["target"]: path.parent / t["target"] for t in data["targets"]})

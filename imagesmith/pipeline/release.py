@@ -12,6 +12,7 @@ from imagesmith.edges.credentials import RELEASE_FLAG, STAGE_FLAG, CredentialSto
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UserError
+from imagesmith.model.buildreport import BuildRecord, Release
 from imagesmith.model.matrix import Matrix
 from imagesmith.pipeline.inputs import builds_input, complete
 from imagesmith.pipeline.runreport import RunReport
@@ -45,7 +46,7 @@ class ReleaseOptions:
     verifier_key: Key | None = None  # build --verify/--push: signs each verification (--verifier-key)
 
 
-def release_targets(engine: EngineProtocol, spec: artifacts.Release, records: Sequence[artifacts.BuildRecord],
+def release_targets(engine: EngineProtocol, spec: Release, records: Sequence[BuildRecord],
              outcomes: Mapping[str, verify.VerifyOutcome], out: Path, display: Display, options: ReleaseOptions,
              date: str | None = None, inventory: Callable[[str], Mapping[str, Any]] | None = None,
              signed: "Signed | None" = None) -> publish.ReleaseReport:
@@ -66,7 +67,7 @@ class Signed:
     records with their facts replaced by what the signed reports measured."""
 
     policy: TrustPolicy
-    records: list[artifacts.BuildRecord]
+    records: list[BuildRecord]
     outcomes: dict[str, verify.VerifyOutcome]
     accepted: dict[str, trust.Accepted]
 
@@ -117,14 +118,14 @@ def signed_verifications(found: Sequence[artifacts.Found], policy: TrustPolicy |
     return Signed(policy, records, outcomes, accepted)
 
 
-def _same_image(a: trust.Accepted, record: artifacts.BuildRecord, where: Path) -> None:
+def _same_image(a: trust.Accepted, record: BuildRecord, where: Path) -> None:
     seen = a.report.image.id if a.report.image else None
     if seen is not None and seen != record.image_id:
         raise trust.Refused(f"{where}: the signed report verified image {str(seen)[:80]}, not the built {record.image_id}; "
                             f"verify that image again")
 
 
-def _with_measured(record: artifacts.BuildRecord, measured: Mapping[str, str]) -> artifacts.BuildRecord:
+def _with_measured(record: BuildRecord, measured: Mapping[str, str]) -> BuildRecord:
     """The record, its facts' versions as the signed report measured them (``cpu`` is a CPU-only torch: no CUDA)."""
     import dataclasses
 
@@ -177,7 +178,7 @@ def check_declared_hosts(found: Mapping[str, artifacts.Found], declared: Declare
             check_artifact_host(rec.staged.host, declared.staging, where, "staged repository", STAGE_FLAG)
 
 
-def check_agrees(matrix: Matrix, spec: artifacts.Release, out: Path) -> None:
+def check_agrees(matrix: Matrix, spec: Release, out: Path) -> None:
     """A matrix given to publish only cross-checks the artifacts: the same image and tag policy."""
     if (matrix.image.name, matrix.tags) != (spec.image.name, spec.tags):
         raise UserError(f"the build artifacts in {out} release {spec.image.name} ({spec.matrix}), not what {matrix.file.name} "

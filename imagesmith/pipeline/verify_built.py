@@ -14,6 +14,7 @@ from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import policy, verifyreport
+from imagesmith.model.buildreport import Staged
 from imagesmith.model.ref import host_of
 from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.pipeline.inputs import BuildInput
@@ -68,9 +69,9 @@ def verify_one(engine: EngineProtocol, r: artifacts.TargetResult, options: verif
     return outcome
 
 
-def subject_of(staged: Mapping[str, Any] | artifacts.Staged | None, image_id: str | None) -> trust.Subject:
+def subject_of(staged: Mapping[str, Any] | Staged | None, image_id: str | None) -> trust.Subject:
     """What a verification of this image is about: its staged manifest digest, else its image ID (trust.py says why)."""
-    if isinstance(staged, artifacts.Staged):
+    if isinstance(staged, Staged):
         return trust.Subject(staged.repository, staged.digest)
     if staged:
         return trust.Subject(str(staged["repository"]), str(staged["digest"]))

@@ -1,19 +1,15 @@
-"""Typed stage artifacts on disk: what one job leaves for the next.
+"""Stage artifacts on disk: what one job leaves for the next.
 
-``OUT/<target>/build.json`` (:data:`BUILD_SCHEMA`) is one target as a build
-job left it: the plan's record of the target, the release settings of the
-plan (where ``publish`` promotes to and how it tags), what the build made
-(status, image ID, context hash, measured facts) and where the image was
-staged (repository, content tag, manifest digest). One file per target, so
-jobs on other machines never write the same file, and a folder gathered from
-many jobs' artifacts (GitLab extracts them side by side; GitHub downloads
-them into one folder) holds the whole build. ``publish`` needs nothing else
-(no matrix): these records and the ``verify.json`` beside each.
+``OUT/<target>/build.json`` is one target as a build job left it, a :class:`~imagesmith.model.buildreport.BuildRecord`
+(the frozen records and their one reader are :mod:`imagesmith.model.buildreport`). One file per target, so jobs on
+other machines never write the same file, and a folder gathered from many jobs' artifacts (GitLab extracts them side
+by side; GitHub downloads them into one folder) holds the whole build. ``publish`` needs nothing else (no matrix):
+these records and the ``verify.json`` beside each.
 
-Every file is written atomically (temp file + rename) and read back as frozen
-dataclasses, every value checked: an artifact comes from another job, so it
-is input like a matrix is. :func:`locked` serialises the commands that write
-into one output folder (two builds or publishes into the same folder at once).
+Every file is written atomically (temp file + rename) and read back through the loader and
+:func:`imagesmith.model.buildreport.parse`: an artifact comes from another job, so it is input like a matrix is.
+:func:`locked` serialises the commands that write into one output folder (two builds or publishes into the same
+folder at once).
 """
 
 from __future__ import annotations
@@ -21,117 +17,24 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import re
 import socket
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from imagesmith import __version__, runstate
+from imagesmith import runstate
 from imagesmith.atomic import write_json, write_text
 from imagesmith.errors import UserError
-from imagesmith.model import fields, loader, plan, schemas
-from imagesmith.model.matrix.records import ImageSpec, Matrix
-from imagesmith.model.ref import ImageRef, names_host
-from imagesmith.model.tags import DOCKER_TAG, FloatingTag, TagPolicy
+from imagesmith.model import buildreport, loader, plan
+from imagesmith.model.buildreport import BuildRecord, Release, Staged
 
-BUILD_SCHEMA = schemas.BUILD_ARTIFACT
 BUILD_FILE = "build.json"
 VERIFY_FILE = "verify.json"
 STATEMENT_FILE = "verify.dsse.json"  # the verifier's signed statement beside it (imagesmith.stages.trust)
 LOCK_FILE = ".imagesmith.lock"
-STATUSES = ("built", "cached", "failed", "skipped", "cancelled", "queued")
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-REPOSITORY = re.compile(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*")
-HOST = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?|\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?")
 
 
-# -- the records ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Release:
-    """The plan's release settings: registry, repository, tag policy, build date."""
-
-    matrix: str
-    date: str
-    registry: str | None
-    repository: str
-    tags: TagPolicy
-
-    @property
-    def image(self) -> ImageSpec:
-        return ImageSpec(self.repository, self.registry)
-
-    @classmethod
-    def of(cls, m: Matrix, date: str) -> "Release":
-        return cls(m.file.name, date, m.image.registry, m.image.repository, m.tags)
-
-
-@dataclass(frozen=True)
-class Staged:
-    """Where a built image waits for verification: ``repository@digest``, also
-    tagged ``repository:tag`` (a content tag, never a release tag)."""
-
-    repository: str  # host/path
-    tag: str
-    digest: str
-    pushed: bool = False  # this job sent it (False: the registry had it already)
-    adopted: bool = False  # taken from another job's artifact, not built here
-
-    @property
-    def reference(self) -> str:
-        return f"{self.repository}@{self.digest}"
-
-    @property
-    def ref(self) -> ImageRef:
-        """``repository@digest`` by the reference grammar (the repository is checked to name a host where an
-        artifact is read: :func:`check_repository`)."""
-        return ImageRef.parse(self.reference)
-
-    @property
-    def host(self) -> str:
-        return self.ref.host
-
-    @property
-    def path(self) -> str:
-        return self.ref.repository
-
-
-NOT_OURS = "it is not a build artifact this imagesmith wrote (build again with imagesmith build)"
-ONE_LINE = re.compile(r"[^\x00-\x1f\x7f]{1,400}")  # a printable line, bounded
-
-
-@dataclass(frozen=True)
-class BuildRecord:
-    """One target after a build job."""
-
-    target: plan.Target
-    release: Release
-    status: str
-    image_id: str | None
-    context_hash: str = ""
-    facts: Mapping[str, Any] | None = None
-    size_bytes: int = 0
-    seconds: float = 0.0
-    error: str | None = None
-    staged: Staged | None = None
-    host: str = ""
-    written_at: str = ""
-    state: str = runstate.COMPLETE  # of the build job that wrote it (imagesmith.runstate)
-    interrupted_by: str | None = None  # SIGINT, SIGTERM or the error that stopped that job
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("built", "cached") and bool(self.image_id)
-
-    @property
-    def complete(self) -> bool:
-        return self.state == runstate.COMPLETE
-
-    def job_state(self) -> dict[str, str | None]:
-        """Its build job's state as runstate reads it (state, interrupted_by)."""
-        return {"state": self.state, "interrupted_by": self.interrupted_by}
+# -- what a build makes of one target ------------------------------------------------------------
 
 
 @dataclass
@@ -150,7 +53,7 @@ class TargetResult:
     dockerfile: str = ""
     facts: dict[str, Any] | None = None
     mismatches: list[str] = field(default_factory=list)
-    staged: dict[str, Any] | None = None  # artifacts.Staged: where the image waits in the staging repository
+    staged: dict[str, Any] | None = None  # buildreport.Staged: where the image waits in the staging repository
 
     @property
     def ok(self) -> bool:
@@ -180,29 +83,11 @@ def build_identity(t: plan.Target) -> plan.Target:
     return replace(t, tag="", floating=())
 
 
-# -- JSON ----------------------------------------------------------------------------------------
-
-
-def build_json(record: BuildRecord) -> dict[str, Any]:
-    r = record.release
-    return {"schema": BUILD_SCHEMA, "imagesmith": __version__, "host": record.host, "written_at": record.written_at,
-            "state": record.state, **({"interrupted_by": record.interrupted_by} if record.interrupted_by else {}),
-            "release": {"matrix": r.matrix, "date": r.date, "registry": r.registry, "repository": r.repository,
-                        "tags": policy_json(r.tags)},
-            "target": asdict(record.target),
-            "result": {"status": record.status, "image_id": record.image_id, "context_hash": record.context_hash,
-                       "facts": record.facts, "size_bytes": record.size_bytes, "seconds": record.seconds,
-                       "error": record.error},
-            "staged": asdict(record.staged) if record.staged else None}
-
-
-def policy_json(p: TagPolicy) -> dict[str, Any]:
-    return {"immutable": p.immutable, "prerelease": p.prerelease,
-            "floating": [{"tag": f.template, "when": dict(f.when)} for f in p.floating]}
+# -- the files -----------------------------------------------------------------------------------
 
 
 def write_build(path: Path, record: BuildRecord) -> None:
-    write_json(path, build_json(record))
+    write_json(path, record.to_json())
 
 
 def write_builds(out: Path, records: list[BuildRecord]) -> list[Path]:
@@ -212,79 +97,12 @@ def write_builds(out: Path, records: list[BuildRecord]) -> list[Path]:
     return paths
 
 
-_READ = fields.Wording(kind=fields.type_name, not_number="{value!r} is not a number")
-
-
-def _reader(path: Path) -> fields.Fields:
-    """Checks one artifact's values; every problem names the file and the key (and that it is not ours)."""
-    return fields.Fields(str(path), NOT_OURS, _READ)
-
-
 def read_build(path: Path, root: Path | None = None) -> BuildRecord:
     """A build artifact inside ``root`` (default: its folder), through :mod:`imagesmith.model.loader`
-    (confined, bounded, strict JSON, schema ``build-1``), then every value checked
-    (UserError naming the file and key otherwise)."""
-    r = _reader(path)
-    doc = loader.load_json_artifact(path, root=root, schema=BUILD_SCHEMA, fix=NOT_OURS)
-    result = r.mapping(doc.get("result"), "result")
-    status = r.valid(result, "status", "result")
-    if status not in STATUSES:
-        raise r.fail("result.status", f"{status!r} is not one of {', '.join(STATUSES)}")
-    facts = result.get("facts")
-    if facts is not None:
-        r.mapping(facts, "result.facts")
-    return BuildRecord(
-        target=_target(r, doc.get("target")), release=_release(r, r.mapping(doc.get("release"), "release")),
-        status=status, image_id=r.valid(result, "image_id", "result", DIGEST, optional=True),
-        context_hash=r.valid(result, "context_hash", "result", re.compile(r"|sha256:[0-9a-f]{64}")),
-        facts=facts, size_bytes=int(r.amount(result, "size_bytes", "result")),
-        seconds=float(r.amount(result, "seconds", "result")), error=r.valid(result, "error", "result", optional=True),
-        staged=_staged(r, doc.get("staged")), host=str(doc.get("host") or ""), written_at=str(doc.get("written_at") or ""),
-        state=runstate.state_of(doc), interrupted_by=r.valid(doc, "interrupted_by", "build", ONE_LINE, optional=True))
-
-
-def _target(r: fields.Fields, raw: Any) -> plan.Target:
-    d = r.mapping(raw, "target")
-    try:
-        t = plan.target_from_json(d)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise r.fail("target", f"not a plan target ({type(exc).__name__}: {exc})") from None
-    if not DOCKER_TAG.fullmatch(t.id) or (t.parent is not None and not DOCKER_TAG.fullmatch(t.parent)):
-        raise r.fail("target.id", f"{t.id!r} is not a target id")
-    return t
-
-
-def _release(r: fields.Fields, d: Mapping[str, Any]) -> Release:
-    tags = r.mapping(d.get("tags"), "release.tags")
-    floating = []
-    for i, f in enumerate(tags.get("floating") or []):
-        f = r.mapping(f, f"release.tags.floating[{i}]")
-        when = r.mapping(f.get("when") or {}, f"release.tags.floating[{i}].when")
-        floating.append(FloatingTag(r.valid(f, "tag", f"release.tags.floating[{i}]"),
-                                    tuple((str(k), str(v)) for k, v in when.items())))
-    policy = TagPolicy(r.valid(tags, "immutable", "release.tags"), tuple(floating), tags.get("prerelease") is True)
-    return Release(r.valid(d, "matrix", "release"), r.valid(d, "date", "release", re.compile(r"[0-9]{8}")),
-                   r.valid(d, "registry", "release", HOST, optional=True), r.valid(d, "repository", "release", REPOSITORY),
-                   policy)
-
-
-def _staged(r: fields.Fields, raw: Any) -> Staged | None:
-    if raw is None:
-        return None
-    d = r.mapping(raw, "staged")
-    repository = r.valid(d, "repository", "staged")
-    check_repository(repository, lambda why: r.fail("staged.repository", why))
-    return Staged(repository, r.valid(d, "tag", "staged", DOCKER_TAG), r.valid(d, "digest", "staged", DIGEST),
-                  d.get("pushed") is True, d.get("adopted") is True)
-
-
-def check_repository(name: str, fail: Callable[[str], Exception]) -> None:
-    """``host[:port]/path``: a registry host and a repository path."""
-    host, sep, path = name.partition("/")
-    if not sep or not HOST.fullmatch(host) or not names_host(host):
-        raise fail(f"{name!r} does not start with a registry host (e.g. harbor.example.com/ml/staging)")
-    if not REPOSITORY.fullmatch(path):
-        raise fail(f"{name!r}: {path!r} is not a repository path (lowercase letters, digits, . _ - /)")
+    (confined, bounded, strict JSON, schema ``build-1``), then every value checked by
+    :func:`imagesmith.model.buildreport.parse` (UserError naming the file and key otherwise)."""
+    doc = loader.load_json_artifact(path, root=root, schema=buildreport.BUILD_SCHEMA, fix=buildreport.NOT_OURS)
+    return buildreport.parse(doc, str(path))
 
 
 # -- a folder of artifacts -----------------------------------------------------------------------

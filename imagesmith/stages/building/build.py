@@ -34,6 +34,7 @@ from imagesmith.edges.protocols import EngineProtocol, ImageInfo
 from imagesmith.edges.sources import SourceServer
 from imagesmith.errors import BuildError, ImagesmithError, Redactor, UserError
 from imagesmith.model import compat, loader
+from imagesmith.model.buildreport import Release
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
@@ -142,7 +143,7 @@ class Builder:
     def _artifacts(self, state: str, quiet: bool = False, interrupted_by: str | None = None) -> None:
         """OUT/<target>/build.json of every target this job builds, in the run's state (``running`` from
         the start, so a stale artifact of an earlier run is never taken for this one's)."""
-        release = artifacts.Release.of(self.matrix, self.plan.date)
+        release = Release.of(self.matrix, self.plan.date)
         records = [artifacts.record_of(self.results[t.id], t, release, state, interrupted_by)
                    for t in self.plan.targets if not self._adopted(t)]
         try:

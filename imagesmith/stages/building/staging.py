@@ -41,13 +41,13 @@ from imagesmith.edges.registry import Credentials, redact
 from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import BuildError, ImagesmithError, UserError
 from imagesmith.model import loader
+from imagesmith.model.buildreport import BuildRecord, Staged, check_repository
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.ref import ImageRef
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts
-from imagesmith.stages.artifacts import BuildRecord, Staged
 from imagesmith.stages.release.push import Backoff, message_of, push_once, retrying, transient
 
 TAG_PREFIX = "ctx-"
@@ -60,7 +60,7 @@ def content_tag(context_hash: str) -> str:
 
 def parse_repository(name: str, release: str) -> tuple[str, str]:
     """``host[:port]/path`` -> (host, path); the staging repository must not be the release repository."""
-    artifacts.check_repository(name, lambda why: UserError(f"--stage {why}"))
+    check_repository(name, lambda why: UserError(f"--stage {why}"))
     if name == release:
         raise UserError(f"--stage {name} is the release repository; stage into another repository "
                         f"(e.g. {name.rsplit('/', 1)[0]}/staging): release tags go only where publish puts them")

@@ -45,13 +45,13 @@ from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.registry import Credentials, Manifest, redact
 from imagesmith.errors import ImagesmithError, RegistryError, UserError
 from imagesmith.model import tags
+from imagesmith.model.buildreport import BuildRecord, Release
 from imagesmith.model.matrix.records import ImageSpec, Matrix
 from imagesmith.model.ref import ImageRef
 from imagesmith.model.tags import TagPolicy
 from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.report import markdown as release_markdown
-from imagesmith.stages.artifacts import BuildRecord, Release
 from imagesmith.stages.release import indexes, push
 from imagesmith.stages.release.indexes import IndexRelease
 from imagesmith.stages.release.push import Backoff as Backoff  # re-exported: the release's retry schedule is the one push path's

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from imagesmith.edges.registry import entries, manifest_document
 from imagesmith.errors import RegistryError
 from imagesmith.model import policy, schemas, tags
+from imagesmith.model.buildreport import BuildRecord
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
 from imagesmith.model.verifyreport import Image, VerifyReport
@@ -18,7 +19,6 @@ from imagesmith.model.versions import cuda_variant, major, minor
 from imagesmith.report import model as typed
 from imagesmith.report.model import verified_how
 from imagesmith.report.parse import counts_of, evidence_of, findings_of
-from imagesmith.stages.artifacts import BuildRecord
 from imagesmith.stages.release.indexes import IndexRelease
 
 RELEASE_SCHEMA = schemas.RELEASE
@@ -59,7 +59,7 @@ class Item:
 
 
 def items_from(records: Iterable[BuildRecord], outcomes: Mapping[str, Verified]) -> list[Item]:
-    """What the build saved (``artifacts.BuildRecord``, each with its plan target) + verify outcomes by target id -> items."""
+    """What the build saved (``buildreport.BuildRecord``, each with its plan target) + verify outcomes by target id -> items."""
     return [_item(r, outcomes.get(r.target.id)) for r in records]
 
 

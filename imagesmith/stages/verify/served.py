@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from imagesmith.edges.protocols import RegistryProtocol
+from imagesmith.model.buildreport import DIGEST
 from imagesmith.model.engines import EngineKind
 from imagesmith.model.ref import ImageRef
-from imagesmith.stages.artifacts import DIGEST
 
 
 def served_digests(registry: RegistryProtocol | None, ref: str, info: Any, kind: EngineKind) -> tuple[list[str], str]:

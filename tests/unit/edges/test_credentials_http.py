@@ -24,8 +24,8 @@ from imagesmith.edges.credentials import CredentialStore, Declared, load_store
 from imagesmith.edges.engine import ImageInfo
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import UserError
+from imagesmith.model.buildreport import Release
 from imagesmith.stages import artifacts
-from imagesmith.stages.artifacts import Release
 from tests.loopback import serve
 from tests.unit.pipeline.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
 from tests.unit.stages.building.test_build_scheduler import BASE, load, true_facts

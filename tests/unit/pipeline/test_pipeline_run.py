@@ -18,8 +18,8 @@ import pytest
 from imagesmith import pipeline
 from imagesmith.edges.engine import RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, UserError
+from imagesmith.model.buildreport import BuildRecord, Release
 from imagesmith.stages import artifacts
-from imagesmith.stages.artifacts import BuildRecord, Release
 from imagesmith.stages.building import buildreport
 from tests.doubles import EngineBase
 from tests.unit.pipeline.test_pipeline_stages import OPTIONS, EngineDouble, Recorder

@@ -28,7 +28,7 @@ from imagesmith.stages import artifacts
 from imagesmith.stages.evidence import attestation, trust
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.corpus import artifacts as corpus
-from tests.unit.stages.test_artifacts import record
+from tests.unit.model.test_buildreport import record
 from tests.unit.trustkeys import key_files, policy_file, verifier
 
 FLEET = str(ROOT / "examples" / "fleet-local.yaml")
@@ -67,7 +67,7 @@ FLEET_REPORT = _cases("imagesmith.fleet-report/1", corpus.fleet_report(), corpus
 BUILD_REPORT = _cases("imagesmith.build-report/1", corpus.build_report(), {
     "targets-text": ("targets", "t"), "target-seconds-nan-like": ("targets.0.seconds", 1e308),
     "target-facts-list": ("targets.0.facts", [1]), "target-mismatches-objects": ("targets.0.mismatches", [{}])})
-GOOD_BUILD = artifacts.build_json(record(0))
+GOOD_BUILD = record(0).to_json()
 BUILD = corpus.bytes_cases("imagesmith.build/1") | corpus.shape_cases(GOOD_BUILD, {
     "result-status-pwned": ("result.status", "pwned"), "result-size-1e308": ("result.size_bytes", 1e308),
     "result-image-id-bad": ("result.image_id", "sha256:../../x"), "target-id-path": ("target.id", "../../etc"),

@@ -23,7 +23,7 @@ from imagesmith.stages import artifacts
 from imagesmith.stages.evidence import attestation, trust
 from imagesmith.stages.verify import verify
 from tests.doubles import EngineBase, verify_report
-from tests.unit.stages.test_artifacts import PLAN, record
+from tests.unit.model.test_buildreport import PLAN, record
 from tests.unit.trustkeys import key_files, verifier
 
 DIGEST = "sha256:" + "a" * 64

@@ -20,12 +20,12 @@ from imagesmith.edges.engine import push_error
 from imagesmith.edges.registry import Credentials, Manifest
 from imagesmith.errors import EngineConnectionLost, EngineError, RegistryError, UserError
 from imagesmith.model import matrix, plan, policy, tags
+from imagesmith.model.buildreport import BuildRecord, Release, Staged
 from imagesmith.model.matrix.records import ImageSpec
 from imagesmith.model.tags import FloatingTag, TagPolicy
 from imagesmith.progress import QuietDisplay
 from imagesmith.report.markdown import release_document
 from imagesmith.report.parse import release_of
-from imagesmith.stages.artifacts import BuildRecord, Release, Staged
 from imagesmith.stages.release import publish
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase, RegistryBase, verify_report

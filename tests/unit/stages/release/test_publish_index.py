@@ -14,10 +14,10 @@ import pytest
 
 from imagesmith.edges import registry
 from imagesmith.model import plan
+from imagesmith.model.buildreport import BuildRecord, Release
 from imagesmith.model.matrix import load
 from imagesmith.model.platform import Platform
 from imagesmith.model.tags import TagPolicy
-from imagesmith.stages.artifacts import BuildRecord, Release
 from imagesmith.stages.release import publish
 from tests.unit.stages.release.test_publish import DATE, FakeEngine, FakeRegistry, World, item, manifest_for
 
