@@ -11,10 +11,10 @@ from imagesmith.inert import inert
 from imagesmith.table import print_table
 
 if TYPE_CHECKING:
-    from imagesmith.stages.release.publish import ReleaseReport
+    from imagesmith.stages.release.publish import ReleaseRun
 
 
-def finish_release(rel: ReleaseReport, quiet: bool) -> None:
+def finish_release(rel: ReleaseRun, quiet: bool) -> None:
     """Print what was released and where the report is; exit 1 if any target was not released."""
     if not quiet:
         print_table(f"release to {rel.registry}/{rel.repository} ({rel.seconds:.1f}s)",

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from imagesmith.errors import UserError
 from imagesmith.model import fleet as config
-from imagesmith.model import loader, schemas
+from imagesmith.model import loader, releasereport
 from imagesmith.model.ref import ImageRef
 
 
@@ -100,11 +100,12 @@ def without_credentials(jobs: Sequence[Any], refs: set[ImageRef]) -> list[Any]:
 
 def release_refs(path: Path) -> list[ImageRef]:
     """Every image a release report pushed or found unchanged, by digest (read through
-    :mod:`imagesmith.model.loader`: confined, bounded, strict JSON, schema release-1)."""
-    doc = loader.load_json_artifact(path, schema=schemas.RELEASE, fix="give the release.json that imagesmith publish wrote")
-    name = f"{doc.get('registry')}/{doc.get('repository')}"
-    return [config.parse_ref(f"{name}@{t['digest']}") for t in doc.get("targets") or []
-            if isinstance(t, dict) and t.get("status") in ("pushed", "unchanged") and t.get("digest")]
+    :mod:`imagesmith.model.loader`: confined, bounded, strict JSON, schema release-1; then
+    :func:`imagesmith.model.releasereport.parse`)."""
+    doc = loader.load_json_artifact(path, schema=releasereport.SCHEMA, fix="give the release.json that imagesmith publish wrote")
+    release = releasereport.parse(doc, str(path))
+    name = f"{release.registry}/{release.repository}"
+    return [config.parse_ref(f"{name}@{t.digest}") for t in release.targets if t.ok and t.digest]
 
 
 def schedulers() -> dict[str, Any]:

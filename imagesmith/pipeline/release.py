@@ -49,7 +49,7 @@ class ReleaseOptions:
 def release_targets(engine: EngineProtocol, spec: Release, records: Sequence[BuildRecord],
              outcomes: Mapping[str, verify.VerifyOutcome], out: Path, display: Display, options: ReleaseOptions,
              date: str | None = None, inventory: Callable[[str], Mapping[str, Any]] | None = None,
-             signed: "Signed | None" = None) -> publish.ReleaseReport:
+             signed: "Signed | None" = None) -> publish.ReleaseRun:
     return publish.release_to(engine, spec, records, outcomes, out, display, date, options.store, options.ca_file,
                               signing_key=options.signing_key, with_evidence=options.with_evidence, inventory=inventory,
                               floating_gate=options.floating_gate, allow_cpu_verification=options.allow_cpu_verification,
@@ -134,7 +134,7 @@ def _with_measured(record: BuildRecord, measured: Mapping[str, str]) -> BuildRec
 
 
 def publish_artifacts(out: Path, display: Display, release: ReleaseOptions, date: str | None = None,
-                      run_report: Path | None = None, matrix: Matrix | None = None, engine: EngineProtocol | None = None) -> publish.ReleaseReport:
+                      run_report: Path | None = None, matrix: Matrix | None = None, engine: EngineProtocol | None = None) -> publish.ReleaseRun:
     """Publish what OUT's build artifacts (``*/build.json``, gathered from any number of build jobs) and
     the ``verify.json`` beside each say passed: no matrix needed (one given must agree with them). Staged
     images are promoted registry to registry (no engine); the SBOM's inventory comes from the build job's

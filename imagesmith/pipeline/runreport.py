@@ -73,7 +73,7 @@ class RunOutcome:
 
     results: tuple[artifacts.TargetResult, ...]
     outcomes: Mapping[str, verify.VerifyOutcome]
-    release: publish.ReleaseReport | None
+    release: publish.ReleaseRun | None
     run_report: Path
 
     @property

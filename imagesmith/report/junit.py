@@ -9,7 +9,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from imagesmith.report.model import Built, Check, Released, Run, Target, clean, fmt_value, headline
+from imagesmith.model.releasereport import Released
+from imagesmith.report.model import Built, Check, Run, Target, clean, fmt_value, headline
 from imagesmith.units import fmt_bytes
 
 

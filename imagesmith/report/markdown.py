@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from imagesmith.inert import inert
-from imagesmith.model import policy
+from imagesmith.model import policy, releasereport
+from imagesmith.model.releasereport import Attached, ReleaseReport
 from imagesmith.report.chartdata import throughputs
-from imagesmith.report.model import STATUSES, Attached, Release, Run, fmt_value, footnotes, headline, release_summary
-from imagesmith.report.parse import release_of
+from imagesmith.report.model import STATUSES, Run, fmt_value, footnotes, headline, release_summary
 from imagesmith.units import fmt_bytes, gb
 
 
@@ -144,17 +144,15 @@ def _release(run: Run) -> list[str]:
 
 def release_document(release_json: Mapping[str, Any]) -> str:
     """release.md from a release.json read from disk (see :func:`release_markdown`)."""
-    release, _ = release_of(release_json)
-    assert release is not None
-    return release_markdown(release)
+    return release_markdown(releasereport.parse(release_json))
 
 
-def release_markdown(release: Release) -> str:
+def release_markdown(release: ReleaseReport) -> str:
     """release.md: what was released, where, at which digest, verified how."""
     return "\n".join(release_lines(release, 1)) + "\n"
 
 
-def _signers(rel: Release) -> dict[str, str]:
+def _signers(rel: ReleaseReport) -> dict[str, str]:
     """target -> the verifier whose signed statement the release believed (release.json's trust.targets)."""
     found = rel.raw.get("trust")
     targets = found.get("targets") if isinstance(found, Mapping) else None
@@ -163,7 +161,7 @@ def _signers(rel: Release) -> dict[str, str]:
     return {str(t): str(a.get("verifier")) for t, a in targets.items() if isinstance(a, Mapping) and a.get("verifier")}
 
 
-def _trust_lines(rel: Release) -> list[str]:
+def _trust_lines(rel: ReleaseReport) -> list[str]:
     """Which trust policy judged the verifications, and its verifiers (who signed each target: the table's
     verification column)."""
     found = rel.raw.get("trust")
@@ -181,7 +179,7 @@ def _numbered(notes: Mapping[str, int]) -> list[str]:
     return ["Notes:", "", *(f"{n}. {text(note)}" for note, n in notes.items()), ""] if notes else []
 
 
-def release_lines(rel: Release, level: int) -> list[str]:
+def release_lines(rel: ReleaseReport, level: int) -> list[str]:
     """The release: the verdict and what went where first, then versions, floating tags, evidence, problems;
     headings from ``level`` down; no table wider than six columns, each shared note once."""
     h = "#" * level
@@ -225,7 +223,7 @@ def release_lines(rel: Release, level: int) -> list[str]:
     return lines + [""] if level > 1 else lines
 
 
-def _unvetted_lines(rel: Release) -> list[str]:
+def _unvetted_lines(rel: ReleaseReport) -> list[str]:
     unvetted = [t for t in rel.targets if t.ok and t.gpu_verified is False]
     if not unvetted:
         return []
@@ -241,7 +239,7 @@ def _evidence_row(digest: str, attached: Sequence[Attached]) -> list[Any]:
             ", ".join(a.kind for a in attached if not a.signed) or "-", ", ".join(f"{n} {s}" for s, n in statuses.items())]
 
 
-def _traffic_line(rel: Release) -> list[str]:
+def _traffic_line(rel: ReleaseReport) -> list[str]:
     """What the pushes sent, and what the registry already had (the shared CUDA layer, parents)."""
     t = rel.traffic
     if t is None:

@@ -1,7 +1,9 @@
 """The records every renderer reads (frozen), and the few words they share.
 
 ``parse`` builds them from report.json; ``markdown``, ``junit`` and ``html``
-read only these, never the raw JSON.
+read only these, never the raw JSON. A release is the model's own value
+(:class:`imagesmith.model.releasereport.ReleaseReport`, each target's part a
+``Released``), as a verify report is (``VerifyReport``).
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from imagesmith.model import policy
+from imagesmith.model.releasereport import DONE as RELEASE_DONE
+from imagesmith.model.releasereport import Released, ReleaseReport
 from imagesmith.model.verifyreport import Check as Check  # one check, one type: the model's
 from imagesmith.model.verifyreport import Sharing, VerifyReport
 
 STATUSES = ("pass", "warn", "fail", "skip", "inconclusive")
 GPU_VERIFIED = "GPU-verified"
 BUILD_OK = ("built", "cached")
-RELEASE_DONE = ("pushed", "unchanged")
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Characters XML 1.0 forbids (a build log with control codes must not break the JUnit file).
@@ -129,139 +132,6 @@ class Built:
 
 
 @dataclass(frozen=True)
-class Traffic:
-    """Compressed layer bytes a push sent, and those the registry already had (publish.Traffic)."""
-
-    pushed_bytes: float = 0
-    pushed_layers: float = 0
-    existing_bytes: float = 0
-    existing_layers: float = 0
-
-
-@dataclass(frozen=True)
-class Promotion:
-    """What moved registry to registry for one promoted target (promote.Promotion)."""
-
-    mounted: float = 0
-    copied: float = 0
-    present: float = 0
-    bytes_moved: float = 0
-    seconds: float = 0
-
-
-@dataclass(frozen=True)
-class VulnFinding:
-    """One known vulnerability in a released (or held back) image (imagesmith.model.vulns.Finding)."""
-
-    id: str
-    severity: str
-    package: str
-    version: str
-    fixed: str  # "" when no fixed version is known
-    allowed: str  # "" or "until YYYY-MM-DD: reason"
-
-
-@dataclass(frozen=True)
-class Released:
-    """One target in release.json (publish.TargetRelease)."""
-
-    status: str  # pushed | unchanged | failed | not-built | not-verified | not-pushed | vulnerable
-    reference: str = ""
-    digest: str | None = None
-    floating: tuple[str, ...] = ()
-    error: str | None = None
-    note: str = ""  # the release policy's word, e.g. "not GPU-verified: ..."
-    target: str = ""
-    versions: Mapping[str, Any] = field(default_factory=dict)
-    verification: Mapping[str, Any] = field(default_factory=dict)
-    gpu_verified: bool | None = None
-    evidence: tuple[Attached, ...] = ()
-    traffic: Traffic | None = None  # what its push sent, and what the registry already had
-    source: str = ""  # the staged image it was promoted from
-    promotion: Promotion | None = None
-    vulnerabilities: tuple[VulnFinding, ...] = ()  # what the release gate found in its SBOM
-    tag: str = ""  # its immutable tag ("" in a release.json written before the field)
-
-    @property
-    def ok(self) -> bool:
-        return self.status in RELEASE_DONE
-
-    @property
-    def short_tag(self) -> str:
-        """The immutable tag without the repository the release names once (or the reference, when no tag is known)."""
-        return self.tag or self.reference or "-"
-
-    @property
-    def remark(self) -> str:
-        """The error, else the policy's note (one cell of the release tables)."""
-        return self.error or self.note
-
-    @property
-    def how(self) -> str:
-        return verified_how(self.verification, self.gpu_verified)
-
-
-def verified_how(verification: Mapping[str, Any], gpu_verified: bool | None) -> str:
-    """For tables: 'GPU-verified on 1 GPU', 'not GPU-verified: ...', 'passed (CPU image)', 'passed (CPU image, emulated
-    linux/arm64)', 'failed'."""
-    if not verification.get("ok"):
-        return "failed" if verification else "-"
-    if gpu_verified is None:
-        emulated = verification.get("emulated") and verification.get("platform")
-        return f"passed (CPU image, emulated {emulated})" if isinstance(emulated, str) else "passed (CPU image)"
-    return str(verification.get("gpu_short") or ("GPU-verified" if gpu_verified else policy.NOT_GPU_VERIFIED))
-
-
-@dataclass(frozen=True)
-class Attached:
-    """One evidence artifact attached to a released digest (SBOM, attestation, signature)."""
-
-    kind: str
-    digest: str
-    size: str
-    status: str
-    signed: bool
-
-
-@dataclass(frozen=True)
-class FloatingTag:
-    tag: str
-    action: str  # moved | created | unchanged | kept | failed
-    target: str
-    torch: str
-    digest: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class ImageIndex:
-    """One multi-platform tag's image index as release.json records it (publish's IndexRelease)."""
-
-    tag: str
-    action: str  # pushed | unchanged | held | failed
-    digest: str
-    platforms: str  # "linux/amd64 sha256:…, linux/arm64 sha256:…"
-    reason: str
-    floating: tuple[str, ...] = ()  # the floating tags that serve this index
-
-
-@dataclass(frozen=True)
-class Release:
-    registry: str
-    repository: str
-    date: str
-    ok: bool
-    errors: tuple[str, ...]
-    raw: Mapping[str, Any]
-    targets: tuple[Released, ...] = ()
-    floating: tuple[FloatingTag, ...] = ()
-    pushed: int = 0  # references written
-    unchanged: int = 0
-    traffic: Traffic | None = None
-    indexes: tuple[ImageIndex, ...] = ()
-
-
-@dataclass(frozen=True)
 class Target:
     id: str
     build: Built | None = None
@@ -320,7 +190,7 @@ class Run:
     started_at: str
     matrix: str
     targets: tuple[Target, ...]
-    release: Release | None = None
+    release: ReleaseReport | None = None
     unfinished: tuple[str, ...] = ()  # parts of the run that did not complete ("build interrupted (SIGINT)")
 
     @property
@@ -403,7 +273,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def release_summary(rel: Release) -> str:
+def release_summary(rel: ReleaseReport) -> str:
     """'7 images pushed, 0 unchanged, 0 not released; floating tags: 2 created' (the count of images, never of
     references: a release.json's ``pushed`` also lists the floating tags it wrote)."""
     by = Counter(t.status for t in rel.targets)

@@ -7,7 +7,8 @@ producer writes:
 * ``imagesmith.verify-report/1`` (the payload's report; ``verify.finish`` adds the
   host's ``image`` and ``nvml``, the latter as ``hostinfo.NvmlSampler.result()``)
 * ``imagesmith.run-report/1``    (:func:`run_report`, written by ``pipeline``)
-* ``imagesmith.release/1``       (release.json, ``publish.ReleaseReport.to_json()``): the release alone
+* ``imagesmith.release/1``       (release.json, ``releases.ReleaseRun.to_json()``): the release alone, read by
+  :func:`imagesmith.model.releasereport.parse` (as a run report's release part is)
 """
 
 from __future__ import annotations
@@ -15,30 +16,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping
 
 from imagesmith import runstate
 from imagesmith.errors import UserError
-from imagesmith.model import fields, loader, schemas, verifyreport
+from imagesmith.model import fields, loader, releasereport, schemas, verifyreport
 from imagesmith.model.verifyreport import VerifyReport
-from imagesmith.report.model import (
-    Attached,
-    Built,
-    Check,
-    FloatingTag,
-    GpuSeries,
-    ImageIndex,
-    Nvml,
-    Promotion,
-    Release,
-    Released,
-    Run,
-    Target,
-    Traffic,
-    Verify,
-    VulnFinding,
-    clean,
-)
+from imagesmith.report.model import Built, Check, GpuSeries, Nvml, Run, Target, Verify, clean
 
 BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA, RELEASE_SCHEMA = schemas.BUILD_REPORT, schemas.VERIFY_REPORT, schemas.RUN_REPORT, schemas.RELEASE
 SCHEMAS = (BUILD_SCHEMA, VERIFY_SCHEMA, RUN_SCHEMA, RELEASE_SCHEMA)
@@ -92,8 +76,9 @@ def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[
     elif schema == RUN_SCHEMA:
         run = _run(r, doc, tail)
     elif schema == RELEASE_SCHEMA:
-        release, released = release_of(doc, source)
-        run = Run("release", source, r.text(doc, "started_at", "release"), "", tuple(Target(tid, release=t) for tid, t in released.items()), release)
+        release = releasereport.parse(doc, source)
+        run = Run("release", source, r.text(doc, "started_at", "release"), "",
+                  tuple(Target(tid, release=t) for tid, t in release.by_target().items()), release)
     else:
         raise r.fail("schema", f"{schema!r} is not one of {', '.join(SCHEMAS)}; is this an imagesmith report?")
     return dataclasses.replace(run, unfinished=unfinished(doc))
@@ -156,105 +141,13 @@ def _run(r: fields.Fields, doc: Mapping[str, Any], tail: Callable[[str], list[st
     build_doc = doc.get("build")
     base = _run_from_build(r, r.mapping(build_doc, "build"), tail, "run") if build_doc is not None else Run("run", r.source, "", "", ())
     verifies = r.mapping(doc.get("verify") or {}, "verify")
-    release, released = release_of(doc.get("release"), r.source, "release")
+    release = None if doc.get("release") is None else releasereport.parse(doc.get("release"), r.source, "release")
+    released = release.by_target() if release is not None else {}
     ids = [t.id for t in base.targets] + [tid for tid in verifies if tid not in {t.id for t in base.targets}]
     builds = {t.id: t.build for t in base.targets}
     targets = tuple(Target(tid, builds.get(tid), _maybe_verify(r, verifies.get(tid), tid), True, released.get(tid)) for tid in ids)
     started = base.started_at or next((t.verify.started_at for t in targets if t.verify), "")
     return Run("run", r.source, started, base.matrix, targets, release)
-
-
-C = TypeVar("C", Traffic, Promotion)
-
-
-def release_of(raw: Any, source: str = "release.json", where: str = "release") -> tuple[Release | None, dict[str, Released]]:
-    """release.json (``imagesmith.release/1``): the release and each target's part in it."""
-    if raw is None:
-        return None, {}
-    r = fields.Fields(source)
-    doc = r.mapping(raw, where)
-    targets = [_released(r, item, f"{where}.targets[{i}]") for i, item in enumerate(r.items(doc.get("targets"), f"{where}.targets"))]
-    floating = [_floating(r, item, f"{where}.floating[{i}]") for i, item in enumerate(r.items(doc.get("floating"), f"{where}.floating"))]
-    errors = tuple(str(e) for e in r.items(doc.get("errors"), f"{where}.errors"))
-    ok = bool(doc.get("ok", not errors and all(x.ok for x in targets)))
-    release = Release(r.text(doc, "registry", where), r.text(doc, "repository", where), r.text(doc, "date", where),
-                      ok, errors, doc, tuple(targets), tuple(floating), len(r.items(doc.get("pushed"), f"{where}.pushed")),
-                      len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc.get("traffic"), f"{where}.traffic", Traffic),
-                      tuple(_index(r, item, f"{where}.indexes[{i}]") for i, item in enumerate(r.items(doc.get("indexes"), f"{where}.indexes"))))
-    return release, {t.target: t for t in targets}
-
-
-def _released(r: fields.Fields, raw: Any, at: str) -> Released:
-    t = r.mapping(raw, at)
-    attached = evidence_of(t.get("evidence"), r.source, f"{at}.evidence")
-    gpu_verified = t.get("gpu_verified")
-    return Released(
-        status=r.text(t, "status", at, "unknown"), reference=r.text(t, "reference", at), digest=t.get("digest"),
-        floating=tuple(str(f) for f in r.items(t.get("floating"), f"{at}.floating")), error=t.get("error"),
-        note=r.text(t, "note", at), target=r.text(t, "target", at),
-        versions=r.mapping(t.get("versions") or {}, f"{at}.versions"),
-        verification=r.mapping(t.get("verification") or {}, f"{at}.verification"),
-        gpu_verified=gpu_verified if isinstance(gpu_verified, bool) else None, evidence=attached,
-        traffic=_counts(r, t.get("traffic"), f"{at}.traffic", Traffic), source=r.text(t, "source", at),
-        promotion=_counts(r, t.get("promotion"), f"{at}.promotion", Promotion), vulnerabilities=_findings(r, t.get("vulnerabilities"), f"{at}.vulnerabilities"),
-        tag=r.text(t, "tag", at))
-
-
-def evidence_of(raw: Any, source: str = "release.json", at: str = "evidence") -> tuple[Attached, ...]:
-    """What a release attached to one digest (a release target's ``evidence``: its ``artifacts``)."""
-    r = fields.Fields(source)
-    evidence = r.mapping(raw or {}, at)
-    return tuple(_attached(r, a, f"{at}.artifacts[{i}]") for i, a in enumerate(r.items(evidence.get("artifacts"), f"{at}.artifacts")))
-
-
-def findings_of(raw: Any, source: str = "release.json", at: str = "vulnerabilities") -> tuple[VulnFinding, ...]:
-    """The release gate's findings for one target (a release target's ``vulnerabilities``)."""
-    return _findings(fields.Fields(source), raw, at)
-
-
-def counts_of(raw: Mapping[str, Any] | None, kind: type[C], source: str = "release.json", at: str = "release") -> C | None:
-    """An object of numbers (``traffic``, ``promotion``) as its record; None when absent or empty."""
-    return _counts(fields.Fields(source), raw, at, kind)
-
-
-def _findings(r: fields.Fields, raw: Any, at: str) -> tuple[VulnFinding, ...]:
-    """The findings of the release gate (publish.vulnerability_step), each text checked."""
-    d = r.mapping(raw or {}, at)
-    out = []
-    for i, item in enumerate(r.items(d.get("findings"), f"{at}.findings")):
-        f = r.mapping(item, f"{at}.findings[{i}]")
-        allowed = r.mapping(f.get("allowed") or {}, f"{at}.findings[{i}].allowed")
-        until = f"until {r.text(allowed, 'expires', at)}: {r.text(allowed, 'reason', at)}" if allowed else ""
-        get = [r.text(f, k, f"{at}.findings[{i}]") for k in ("id", "severity", "package", "version", "fixed")]
-        out.append(VulnFinding(get[0], get[1], get[2], get[3], get[4], until))
-    return tuple(out)
-
-
-def _counts(r: fields.Fields, raw: Any, at: str, kind: type[C]) -> C | None:
-    """An object of numbers (traffic, promotion) at ``at``; None when absent."""
-    if not raw:
-        return None
-    d = r.mapping(raw, at)
-    return kind(**{f.name: r.number(d, f.name, at) or 0 for f in dataclasses.fields(kind)})
-
-
-def _attached(r: fields.Fields, raw: Any, at: str) -> Attached:
-    a = r.mapping(raw, at)
-    return Attached(r.text(a, "kind", at), r.text(a, "digest", at), r.text(a, "size", at, "-"), r.text(a, "status", at),
-                    bool(a.get("signed")))
-
-
-def _floating(r: fields.Fields, raw: Any, at: str) -> FloatingTag:
-    f = r.mapping(raw, at)
-    return FloatingTag(*(r.text(f, key, at) for key in ("tag", "action", "target", "torch", "digest", "reason")))
-
-
-def _index(r: fields.Fields, raw: Any, at: str) -> ImageIndex:
-    i = r.mapping(raw, at)
-    platforms = r.mapping(i.get("platforms") or {}, f"{at}.platforms")
-    held = ", ".join(f"{p} {r.text(r.mapping(v, f'{at}.platforms'), 'digest', at, '-')[:19]}" for p, v in sorted(platforms.items()))
-    floating = tuple(str(f) for f in r.items(i.get("floating"), f"{at}.floating"))
-    return ImageIndex(r.text(i, "tag", at), r.text(i, "action", at), r.text(i, "digest", at, "-"), held, r.text(i, "reason", at), floating)
 
 
 def _maybe_verify(r: fields.Fields, raw: Any, target_id: str) -> Verify | None:

@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 from imagesmith.edges.protocols import RegistryProtocol
 from imagesmith.edges.registry import INDEXES, Manifest, entries, manifest_document
 from imagesmith.model.platform import platform_tag
+from imagesmith.model.releasereport import DONE
 
 T = TypeVar("T")
-DONE = ("pushed", "unchanged")
 
 
 class Member(Protocol):

@@ -59,7 +59,7 @@ from imagesmith.stages.release.push import message_of as message_of
 from imagesmith.stages.release.push import transient as transient
 from imagesmith.stages.release.releases import DONE, FloatingRelease, ReleaseStopped, RemoteImage, index_floating
 from imagesmith.stages.release.releases import Item as Item
-from imagesmith.stages.release.releases import ReleaseReport as ReleaseReport
+from imagesmith.stages.release.releases import ReleaseRun as ReleaseRun
 from imagesmith.stages.release.releases import TargetRelease as TargetRelease
 from imagesmith.stages.release.releases import Traffic as Traffic
 from imagesmith.stages.release.releases import Verified as Verified
@@ -106,11 +106,11 @@ class Publisher:
         self.log: list[str] = []
 
     # -- public ---------------------------------------------------------------------
-    def run(self, items: Sequence[Item]) -> ReleaseReport:
+    def run(self, items: Sequence[Item]) -> ReleaseRun:
         """Release ``items``; release.json says ``running`` from the start, ``complete`` at
         the end, ``interrupted`` when a signal or an error ends the run early."""
         t0 = time.monotonic()
-        report = ReleaseReport(self.registry.host, self.repo, self.date,
+        report = ReleaseRun(self.registry.host, self.repo, self.date,
                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                [self.plan.prepare(i) for i in items], trust=self.trust)
         tracked = runstate.Tracked(self.out / "release.json", report.to_json(), lambda doc: doc | {"ok": False})
@@ -130,7 +130,7 @@ class Publisher:
         self._write(report)
         return report
 
-    def _release(self, report: ReleaseReport) -> None:
+    def _release(self, report: ReleaseRun) -> None:
         try:
             remote = self._remote()
             self._release_all(report)
@@ -169,7 +169,7 @@ class Publisher:
         return out
 
     # -- immutable tags ----------------------------------------------------------------
-    def _release_all(self, report: ReleaseReport) -> None:
+    def _release_all(self, report: ReleaseRun) -> None:
         for r in report.targets:
             if r.status != "queued":
                 continue
@@ -368,7 +368,7 @@ class Publisher:
         config = now.config_digest
         return label_fields(self._retry(f"reading the config of {f.reference}", lambda: self.registry.labels_of_config(self.repo, config)))
 
-    def _settle(self, report: ReleaseReport) -> None:
+    def _settle(self, report: ReleaseRun) -> None:
         """A last look at every floating tag this release wrote (after the evidence, seconds later): a
         concurrent release that moved one to an *older* torch in the instant between its own check and
         its write is undone here; a newer one stays (the tag is then reported kept)."""
@@ -390,7 +390,7 @@ class Publisher:
         f.previous, f.action = now.digest, self._retag(f, r)
 
     # -- evidence ------------------------------------------------------------------------
-    def _attach_evidence(self, report: ReleaseReport) -> None:
+    def _attach_evidence(self, report: ReleaseRun) -> None:
         """After the digest check: SBOM, attestation and signature for each released digest."""
         attach = self.evidence
         for r in (t for t in report.targets if t.status in DONE and t.digest and attach is not None):
@@ -446,7 +446,7 @@ class Publisher:
     def _clean(self, text: str) -> str:
         return redact(text, self.credentials)
 
-    def _write(self, report: ReleaseReport) -> None:
+    def _write(self, report: ReleaseRun) -> None:
         paths = {"json": self.out / "release.json", "markdown": self.out / "release.md", "log": self.out / "push.log"}
         doc = report.to_json() | {"state": runstate.COMPLETE}
         write_json(paths["json"], doc)
@@ -456,7 +456,7 @@ class Publisher:
 
 
 def publish(engine: EngineProtocol, registry: RegistryProtocol, matrix: Matrix, items: Sequence[Item], date: str, out_dir: Path,
-            display: Display | None = None, credentials: Credentials | None = None, **seams: Any) -> ReleaseReport:
+            display: Display | None = None, credentials: Credentials | None = None, **seams: Any) -> ReleaseRun:
     """Tag, push and record every verified item of ``items``; see :class:`Publisher` (``seams``:
     backoff, sleep, before_push, allow_cpu_verification)."""
     return Publisher(engine, registry, matrix.image, matrix.tags, date, out_dir, display, credentials, **seams).run(items)
@@ -468,7 +468,7 @@ def release_to(engine: EngineProtocol, spec: Release, records: Sequence[BuildRec
                with_evidence: bool = True, inventory: Callable[[str], Mapping[str, Any]] | None = None,
                floating_gate: Callable[[str | None], str | None] | None = None,
                allow_cpu_verification: bool = False, client: RegistryProtocol | None = None,
-               vulnerabilities: Any = None, trust: Mapping[str, Any] | None = None) -> ReleaseReport:
+               vulnerabilities: Any = None, trust: Mapping[str, Any] | None = None) -> ReleaseRun:
     """Release what the build saved (its records carry the plan's targets; ``spec`` the registry, repository,
     tag policy and build date, ``date`` overriding the latter): the store's login for the release registry when
     the operator declared that host (``store.declared.release``; anonymous when nothing was declared, refused when

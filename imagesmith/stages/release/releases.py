@@ -1,7 +1,8 @@
 """What a release works on and what it makes, as values: the verified items it takes (built records and their
-verifications), the tag fields measured in each image, what a push sent, and the release report (release.json)
-with one entry per target and per floating tag. No engine, no registry: :mod:`imagesmith.stages.release.publish` acts on
-them."""
+verifications), the tag fields measured in each image, what a push sent, and the release as the publisher makes it
+(:class:`ReleaseRun`: one entry per target, floating tag and image index, filled in step by step), which writes
+release.json and gives the release report it holds (:class:`imagesmith.model.releasereport.ReleaseReport`) from its
+own values. No engine, no registry: :mod:`imagesmith.stages.release.publish` acts on them."""
 
 from __future__ import annotations
 
@@ -10,24 +11,22 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from imagesmith.edges.registry import entries, manifest_document
 from imagesmith.errors import RegistryError
-from imagesmith.model import policy, schemas, tags
+from imagesmith.model import policy, releasereport, tags
 from imagesmith.model.buildreport import BuildRecord
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
 from imagesmith.model.platform import Platform
+from imagesmith.model.releasereport import counts_of, evidence_of, findings_of, verified_how
 from imagesmith.model.verifyreport import Image, VerifyReport
 from imagesmith.model.versions import cuda_variant, major, minor
-from imagesmith.report import model as typed
-from imagesmith.report.model import verified_how
-from imagesmith.report.parse import counts_of, evidence_of, findings_of
 from imagesmith.stages.release.indexes import IndexRelease
 
-RELEASE_SCHEMA = schemas.RELEASE
+RELEASE_SCHEMA = releasereport.SCHEMA
 
 
 LABEL = "io.imagesmith."
 
 
-DONE = ("pushed", "unchanged")
+DONE = releasereport.DONE
 
 
 class Verified(Protocol):
@@ -222,16 +221,16 @@ class TargetRelease:
     def verified_how(self) -> str:
         return verified_how(self.verification, self.gpu_verified)
 
-    def model(self) -> typed.Released:
+    def model(self) -> releasereport.Released:
         """This target's part in the release as the record every renderer reads (what reading its release.json entry
         back gives), from its own values; the parts other stages hand over as objects (evidence, promotion,
         vulnerabilities) are read once here."""
-        return typed.Released(
+        return releasereport.Released(
             status=self.status, reference=self.reference, digest=self.digest, floating=tuple(self.floating), error=self.error,
             note=self.note, target=self.target, versions=self.versions, verification=self.verification,
             gpu_verified=self.gpu_verified, evidence=evidence_of(self.evidence, at=f"{self.target}.evidence"),
-            traffic=counts_of(vars(self.traffic), typed.Traffic), source=self.source or "",
-            promotion=counts_of(self.promotion, typed.Promotion, at=f"{self.target}.promotion"),
+            traffic=counts_of(vars(self.traffic), releasereport.Traffic), source=self.source or "",
+            promotion=counts_of(self.promotion, releasereport.Promotion, at=f"{self.target}.promotion"),
             vulnerabilities=findings_of(self.vulnerabilities, at=f"{self.target}.vulnerabilities"), tag=self.tag)
 
 
@@ -249,12 +248,14 @@ class FloatingRelease:
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
-    def model(self) -> typed.FloatingTag:
-        return typed.FloatingTag(self.tag, self.action, self.target or "", self.torch, self.digest or "", self.reason)
+    def model(self) -> releasereport.FloatingTag:
+        return releasereport.FloatingTag(self.tag, self.action, self.target or "", self.torch, self.digest or "", self.reason)
 
 
 @dataclass
-class ReleaseReport:
+class ReleaseRun:
+    """The release as the publisher makes it: what it did with each target, floating tag and image index."""
+
     registry: str
     repository: str
     date: str
@@ -310,19 +311,18 @@ class ReleaseReport:
                 "indexes": [i.to_json() for i in self.indexes],
                 "evidence": [t.evidence for t in self.targets if t.evidence]}
 
-
-    def model(self, raw: Mapping[str, Any]) -> typed.Release:
+    def model(self, raw: Mapping[str, Any]) -> releasereport.ReleaseReport:
         """This release as the record release.md, the release tables and the HTML read, from its own values (never
         its JSON parsed back); ``raw``: the document its release.json holds (the HTML shows it whole)."""
-        return typed.Release(self.registry, self.repository, self.date, self.ok, tuple(self.errors), raw,
-                             tuple(t.model() for t in self.targets), tuple(f.model() for f in self.floating),
-                             len(self.pushed()), len(self.unchanged()), counts_of(vars(self.traffic()), typed.Traffic),
-                             tuple(_index_model(i) for i in self.indexes))
+        return releasereport.ReleaseReport(
+            self.registry, self.repository, self.date, self.ok, tuple(self.errors), raw, tuple(t.model() for t in self.targets),
+            tuple(f.model() for f in self.floating), len(self.pushed()), len(self.unchanged()),
+            counts_of(vars(self.traffic()), releasereport.Traffic), tuple(_index_model(i) for i in self.indexes))
 
 
-def _index_model(i: IndexRelease) -> typed.ImageIndex:
+def _index_model(i: IndexRelease) -> releasereport.ImageIndex:
     held = ", ".join(f"{p} {'-' if v.get('digest') is None else str(v['digest'])[:19]}" for p, v in sorted(i.platforms.items()))
-    return typed.ImageIndex(i.tag, i.action, "-" if i.digest is None else i.digest, held, i.reason, tuple(i.floating))
+    return releasereport.ImageIndex(i.tag, i.action, "-" if i.digest is None else i.digest, held, i.reason, tuple(i.floating))
 
 
 class ReleaseStopped(RegistryError):
@@ -337,7 +337,7 @@ class RemoteImage:
     fields: Mapping[str, str] | None
 
 
-def index_floating(report: ReleaseReport) -> None:
+def index_floating(report: ReleaseRun) -> None:
     """Each image index's floating tags: those this release left pointing at the index's digest (a floating tag of a
     multi-platform tag copies the index, never one platform's image)."""
     for i in report.indexes:

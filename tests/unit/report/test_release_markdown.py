@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from markdown_it import MarkdownIt
 
 from imagesmith.report.markdown import release_document
@@ -49,15 +48,3 @@ def test_a_push_without_traffic_figures_says_so() -> None:
 def versions(doc: str) -> list[str]:
     """The lines of the versions and traffic section."""
     return doc.split("## Versions and traffic", 1)[1].split("\n## ", 1)[0].splitlines()
-
-
-@pytest.mark.parametrize("verification, words", [
-    ({"ok": True, "platform": "linux/amd64", "emulated": None}, "passed (CPU image)"),
-    ({"ok": True, "platform": "linux/arm64", "emulated": "linux/arm64 on a linux/amd64 host (qemu-user through binfmt_misc)"},
-     "passed (CPU image, emulated linux/arm64)"),
-    ({"ok": False, "platform": "linux/arm64", "emulated": "linux/arm64 on a linux/amd64 host"}, "failed"),
-])
-def test_the_release_tables_say_a_cpu_image_was_verified_emulated(verification: dict[str, Any], words: str) -> None:
-    from imagesmith.report.model import verified_how
-
-    assert verified_how(verification, None) == words

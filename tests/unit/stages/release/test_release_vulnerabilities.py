@@ -194,11 +194,11 @@ def test_reuse_refuses_a_vulnerability_match_older_than_the_policy(vulnerabiliti
 
 
 def run_of(release_json: dict[str, Any]) -> Any:
+    from imagesmith.model import releasereport
     from imagesmith.report.model import Run, Target
-    from imagesmith.report.parse import release_of
 
-    rel, targets = release_of(release_json)
-    return Run("run", "run-report.json", "", "matrix.yaml", tuple(Target(t, release=r) for t, r in targets.items()), rel)
+    rel = releasereport.parse(release_json)
+    return Run("run", "run-report.json", "", "matrix.yaml", tuple(Target(t, release=r) for t, r in rel.by_target().items()), rel)
 
 
 def test_the_reports_list_the_findings(world: World) -> None:
