@@ -2,9 +2,9 @@
 
 :mod:`imagesmith.model.loader` lets a file in (confined, bounded, strict JSON, its schema); a reader then takes
 its values out into frozen records. :class:`Fields` is how every such reader does that (the build artifact in
-``model.buildreport``, the verify report in ``model.verifyreport``, the reports in ``report.parse``, the fleet report in
-``model.fleetreport``): typed access
-to one field at a time, and, where a value is not what the reader takes, a :class:`~imagesmith.model.loader.LoadError`
+``model.buildreport``, the verify report in ``model.verifyreport``, the release report in ``model.releasereport``, the
+fleet report in ``model.fleetreport``, the build and run reports in ``report.parse``): typed access to one field at a
+time, and, where a value is not what the reader takes, a :class:`~imagesmith.model.loader.LoadError`
 that names the file, the key path and what was found there::
 
     r = Fields("OUT/a/report.json")
