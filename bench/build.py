@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from imagesmith.model import matrix, plan
-from imagesmith.stages.building import build, buildreport
+from imagesmith.model.buildreport import BuildReport
+from imagesmith.stages.building import build
 from imagesmith.stages.tools import bootstrap
 
 LOCAL_ROOTS = ("/opt/wheels", "/etc/ssl/certs")  # the folders examples/local.yaml names (make release allows them too)
@@ -39,7 +40,7 @@ RUN pip3 install --break-system-packages {torch}
 """
 
 
-def timed_build(path: Path, engine: Engine, out: Path, **select: tuple[str, ...]) -> tuple[float, buildreport.BuildReport]:
+def timed_build(path: Path, engine: Engine, out: Path, **select: tuple[str, ...]) -> tuple[float, BuildReport]:
     m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     p = plan.expand(m, "20261130").select(**select)
     t0 = time.monotonic()
@@ -85,7 +86,7 @@ def touch_project(path: Path) -> None:
     req.write_text(req.read_text() + "six==1.17.0\n")
 
 
-def row(name: str, seconds: float, report: buildreport.BuildReport | None, note: str = "") -> dict:
+def row(name: str, seconds: float, report: BuildReport | None, note: str = "") -> dict:
     built = [r.target for r in report.results if r.status == "built"] if report else []
     return {"run": name, "seconds": round(seconds, 3), "built": len(built), "targets": len(report.results) if report else 1,
             "ok": report.ok if report else True, "note": note or ", ".join(t.rsplit("-", 1)[1] for t in built)}

@@ -19,9 +19,9 @@ from imagesmith.table import print_table
 from imagesmith.units import gb
 
 if TYPE_CHECKING:
+    from imagesmith.model.buildreport import BuildReport, Staged
     from imagesmith.pipeline import RunOutcome
     from imagesmith.progress import Display
-    from imagesmith.stages.building.buildreport import BuildReport
 
 
 @click.command("build")
@@ -100,9 +100,9 @@ def _print_build(report: "Any", out: Path, quiet: bool, as_json: bool) -> None:
                       (r.image_id or "-")[:19], *([_staged_cell(r.staged)] if staged else [])] for r in report.results])
 
 
-def _staged_cell(staged: dict[str, Any] | None) -> str:
+def _staged_cell(staged: Staged | None) -> str:
     if not staged:
         return "-"
-    how = "from its job's artifact" if staged.get("adopted") else "pushed" if staged.get("pushed") else "already there"
-    return f"{staged['digest'][:19]} ({how})"
+    how = "from its job's artifact" if staged.adopted else "pushed" if staged.pushed else "already there"
+    return f"{staged.digest[:19]} ({how})"
 

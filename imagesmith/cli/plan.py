@@ -15,6 +15,7 @@ from imagesmith.cli.options import ALLOW_ROOT_OPTION, MATRIX_OPTION
 from imagesmith.errors import UserError
 from imagesmith.model import compat
 from imagesmith.model import plan as plan_mod
+from imagesmith.model.buildreport import BuildReport
 from imagesmith.table import print_table
 from imagesmith.units import gb
 
@@ -65,13 +66,13 @@ def plan_cmd(matrix_file: Path, fmt: str, out: Path | None, date: str | None, sh
     )
 
 
-def _read_build(path: Path) -> dict[str, Any]:
+def _read_build(path: Path) -> BuildReport:
     from imagesmith import pipeline
 
     return pipeline.read_build(path)
 
 
-def print_layers(p: plan_mod.Plan, report: dict[str, Any] | None, fmt: str) -> None:
+def print_layers(p: plan_mod.Plan, report: BuildReport | None, fmt: str) -> None:
     from imagesmith.model import footprint
 
     kb = compat.load()

@@ -1,4 +1,6 @@
-"""What a build job reports of one target (``imagesmith.build/1``, OUT/<target>/build.json), as frozen records.
+"""What a build job reports, as frozen records: of one target (``imagesmith.build/1``, OUT/<target>/build.json,
+:class:`BuildRecord`), and of all its targets (``imagesmith.build-report/1``, OUT/report.json, :class:`BuildReport`
+with a :class:`TargetResult` for each).
 
 One file per target: the plan's record of the target, the release settings of the plan (where ``publish`` promotes
 to and how it tags: :class:`Release`), what the build made (status, image ID, context hash, measured facts) and where
@@ -9,14 +11,16 @@ A build artifact comes from another job, so it is input like a matrix is. Where 
 in (:func:`imagesmith.model.loader.load_json_artifact`: confined, bounded, strict JSON, schema ``build-1``) and
 :func:`parse` takes its values out with the reader kit (:mod:`imagesmith.model.fields`), every value checked: a bad
 one is a :class:`~imagesmith.model.loader.LoadError` naming the file and the key path (and that it is not ours).
-:meth:`BuildRecord.to_json` is the document a build job writes. The files themselves (written atomically, found in
+:meth:`BuildRecord.to_json` is the document a build job writes. A build report enters the same way (schema
+``build-report-1``) and :func:`parse_report` reads it, for ``verify --build-report``, the run report and the renderers;
+:meth:`BuildReport.to_json` is what the builder writes. The files themselves (written atomically, found in
 a folder gathered from many jobs, one writer per folder) are :mod:`imagesmith.stages.artifacts`'s.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
 from imagesmith import __version__, runstate
@@ -26,6 +30,7 @@ from imagesmith.model.ref import ImageRef, names_host
 from imagesmith.model.tags import DOCKER_TAG, FloatingTag, TagPolicy
 
 BUILD_SCHEMA = schemas.BUILD_ARTIFACT
+REPORT_SCHEMA = schemas.BUILD_REPORT
 STATUSES = ("built", "cached", "failed", "skipped", "cancelled", "queued")
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 REPOSITORY = re.compile(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*")
@@ -131,6 +136,64 @@ class BuildRecord:
                 "staged": asdict(self.staged) if self.staged else None}
 
 
+@dataclass(frozen=True)
+class TargetResult:
+    """What a build made of one target, as a build report lists it (``OUT/report.json``'s ``targets``)."""
+
+    target: str
+    status: str = "queued"  # built | cached | failed | skipped | cancelled
+    image: str = ""
+    image_id: str | None = None
+    context_hash: str = ""
+    seconds: float = 0.0
+    steps: int = 0
+    cached_steps: int = 0
+    size_bytes: int = 0
+    error: str | None = None
+    log: str = ""
+    dockerfile: str = ""
+    facts: Mapping[str, Any] | None = None
+    mismatches: tuple[str, ...] = ()
+    staged: Staged | None = None  # where the image waits in the staging repository
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("built", "cached")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "status": self.status, "image": self.image, "image_id": self.image_id,
+                "context_hash": self.context_hash, "seconds": self.seconds, "steps": self.steps,
+                "cached_steps": self.cached_steps, "size_bytes": self.size_bytes, "error": self.error, "log": self.log,
+                "dockerfile": self.dockerfile, "facts": None if self.facts is None else dict(self.facts),
+                "mismatches": list(self.mismatches), "staged": asdict(self.staged) if self.staged else None}
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """A build job's report of all its targets (``imagesmith.build-report/1``, OUT/report.json): each target's
+    result, the bases, the CUDA layers (``cudabuild.CudaResult`` documents) and the engine that built."""
+
+    matrix: str
+    started_at: str
+    seconds: float
+    base_images: Mapping[str, str]
+    results: tuple[TargetResult, ...]
+    cuda_layers: tuple[Mapping[str, Any], ...] = ()
+    base_image_bytes: Mapping[str, int] = field(default_factory=dict)
+    engine: Mapping[str, Any] | None = None  # EngineKind.record(): the engine that built
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report; ``state`` is added by whoever writes it (running, complete, interrupted)."""
+        return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
+                "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": dict(self.base_images),
+                "cuda_layers": [dict(c) for c in self.cuda_layers], "base_image_bytes": dict(self.base_image_bytes),
+                "targets": [r.to_json() for r in self.results]} | ({"engine": dict(self.engine)} if self.engine else {})
+
+
 def policy_json(p: TagPolicy) -> dict[str, Any]:
     return {"immutable": p.immutable, "prerelease": p.prerelease,
             "floating": [{"tag": f.template, "when": dict(f.when)} for f in p.floating]}
@@ -189,13 +252,13 @@ def _release(r: fields.Fields, d: Mapping[str, Any]) -> Release:
                    policy)
 
 
-def _staged(r: fields.Fields, raw: Any) -> Staged | None:
+def _staged(r: fields.Fields, raw: Any, where: str = "staged") -> Staged | None:
     if raw is None:
         return None
-    d = r.mapping(raw, "staged")
-    repository = r.valid(d, "repository", "staged")
-    check_repository(repository, lambda why: r.fail("staged.repository", why))
-    return Staged(repository, r.valid(d, "tag", "staged", DOCKER_TAG), r.valid(d, "digest", "staged", DIGEST),
+    d = r.mapping(raw, where)
+    repository = r.valid(d, "repository", where)
+    check_repository(repository, lambda why: r.fail(r.at(where, "repository"), why))
+    return Staged(repository, r.valid(d, "tag", where, DOCKER_TAG), r.valid(d, "digest", where, DIGEST),
                   d.get("pushed") is True, d.get("adopted") is True)
 
 
@@ -206,3 +269,53 @@ def check_repository(name: str, fail: Callable[[str], Exception]) -> None:
         raise fail(f"{name!r} does not start with a registry host (e.g. harbor.example.com/ml/staging)")
     if not REPOSITORY.fullmatch(path):
         raise fail(f"{name!r}: {path!r} is not a repository path (lowercase letters, digits, . _ - /)")
+
+
+# -- the build report of a whole job (untrusted) -------------------------------------------------
+
+
+def parse_report(doc: Any, source: str, where: str = "") -> BuildReport:
+    """A build report the loader let in (``source``: its file; ``where``: its key path, e.g. a run report's
+    ``build``), every value checked (a LoadError naming the file and key path otherwise)."""
+    r = fields.Fields(source)
+    d = r.mapping(doc, where or "report")
+    targets = r.listed(d, "targets", where)
+    return BuildReport(
+        matrix=r.text(d, "matrix", where), started_at=r.text(d, "started_at", where),
+        seconds=float(r.amount(d, "seconds", where)), base_images=_texts(r, d, "base_images", where),
+        results=tuple(_result(r, t, r.at(r.at(where, "targets"), i)) for i, t in enumerate(targets)),
+        cuda_layers=tuple(_cuda_layer(r, c, r.at(r.at(where, "cuda_layers"), i)) for i, c in enumerate(r.listed(d, "cuda_layers", where))),
+        base_image_bytes={k: int(r.amount(sizes, k, r.at(where, "base_image_bytes")))
+                          for sizes in [r.obj(d, "base_image_bytes", where) or {}] for k in sizes},
+        engine=r.obj(d, "engine", where))
+
+
+def _cuda_layer(r: fields.Fields, raw: Any, where: str) -> Mapping[str, Any]:
+    """A CUDA layer's record (``cudabuild.CudaResult``): the set and the base it was built on, its figures."""
+    c = r.mapping(raw, where)
+    for key in ("set", "base_image"):
+        r.valid(c, key, where)
+    for key in ("layer_bytes", "image_bytes"):
+        r.figure(c, key, where)
+    return c
+
+
+def _texts(r: fields.Fields, d: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    values = r.obj(d, key, where) or {}
+    return {str(k): r.string(v, r.at(r.at(where, key), str(k))) for k, v in values.items()}
+
+
+def _result(r: fields.Fields, raw: Any, where: str) -> TargetResult:
+    t = r.mapping(raw, where)
+    target = r.text(t, "target", where)
+    if not DOCKER_TAG.fullmatch(target):
+        raise r.fail(r.at(where, "target"), f"{target!r} is not a target id")
+    status = r.text(t, "status", where)
+    if status not in STATUSES:
+        raise r.fail(r.at(where, "status"), f"{status!r} is not one of {', '.join(STATUSES)}")
+    return TargetResult(
+        target, status, r.text(t, "image", where), r.maybe_text(t, "image_id", where), r.text(t, "context_hash", where),
+        float(r.amount(t, "seconds", where)), int(r.amount(t, "steps", where)), int(r.amount(t, "cached_steps", where)),
+        int(r.amount(t, "size_bytes", where)), r.maybe_text(t, "error", where), r.text(t, "log", where),
+        r.text(t, "dockerfile", where), r.obj(t, "facts", where), tuple(r.strings(t, "mismatches", where)),
+        _staged(r, t.get("staged"), r.at(where, "staged")))

@@ -1,10 +1,10 @@
 """One reader kit for the values of a JSON document another job wrote.
 
 :mod:`imagesmith.model.loader` lets a file in (confined, bounded, strict JSON, its schema); a reader then takes
-its values out into frozen records. :class:`Fields` is how every such reader does that (the build artifact in
-``model.buildreport``, the verify report in ``model.verifyreport``, the release report in ``model.releasereport``, the
-fleet report in ``model.fleetreport``, the build and run reports in ``report.parse``): typed access to one field at a
-time, and, where a value is not what the reader takes, a :class:`~imagesmith.model.loader.LoadError`
+its values out into frozen records. :class:`Fields` is how every such reader does that (the build artifact and the
+build report of a whole job in ``model.buildreport``, the verify report in ``model.verifyreport``, the release report in
+``model.releasereport``, the fleet report in ``model.fleetreport``, the run report in ``report.parse``): typed access to
+one field at a time, and, where a value is not what the reader takes, a :class:`~imagesmith.model.loader.LoadError`
 that names the file, the key path and what was found there::
 
     r = Fields("OUT/a/report.json")

@@ -1,13 +1,14 @@
 """What each target stores and shares: its CUDA layer (shared by every cell
 needing the same wheel set) and its own bytes. Pure: estimates come from the
-knowledge base's wheel sizes, measurements from a build report (JSON)."""
+knowledge base's wheel sizes, measurements from a build report (:class:`~imagesmith.model.buildreport.BuildReport`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from imagesmith.model import compat
+from imagesmith.model.buildreport import BuildReport
 from imagesmith.model.plan import Plan, Target
 
 
@@ -51,11 +52,11 @@ def estimate(plan: Plan, kb: compat.KnowledgeBase) -> Estimate:
     return Estimate(len(bases), len(sets), sum(per_cell.values()), sum(sets.values()) + venv, unknown)
 
 
-def rows(plan: Plan, kb: compat.KnowledgeBase, report: Mapping[str, Any] | None = None) -> list[LayerRow]:
-    """One row per target; measured figures where ``report`` (build report JSON) has them."""
-    sizes = {r["target"]: r.get("size_bytes") or None for r in (report or {}).get("targets", [])}
-    cuda = {(c["set"], c["base_image"]): c for c in (report or {}).get("cuda_layers", [])}
-    base_bytes = dict((report or {}).get("base_image_bytes", {}))
+def rows(plan: Plan, kb: compat.KnowledgeBase, report: BuildReport | None = None) -> list[LayerRow]:
+    """One row per target; measured figures where ``report`` has them."""
+    sizes = {r.target: r.size_bytes or None for r in report.results} if report else {}
+    cuda = {(c["set"], c["base_image"]): c for c in report.cuda_layers} if report else {}
+    base_bytes = dict(report.base_image_bytes) if report else {}
     users: dict[str, set[str]] = {}
     for t in plan.targets:
         if t.cuda_set is not None:

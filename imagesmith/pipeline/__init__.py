@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from imagesmith.pipeline.fleet import FleetJob, run_fleet
     from imagesmith.pipeline.inputs import (
         BuildInput,
-        build_results,
         builds_input,
         complete,
         merge_inputs,
@@ -63,7 +62,7 @@ if TYPE_CHECKING:
 
 WHERE = {name: module for module, names in {
     "plan": ("Rendered", "render", "validate"),
-    "inputs": ("read_build", "build_results", "BuildInput", "read_build_input", "complete", "builds_input", "merge_inputs", "read_builds", "out_of"),
+    "inputs": ("read_build", "BuildInput", "read_build_input", "complete", "builds_input", "merge_inputs", "read_builds", "out_of"),
     "runreport": ("RUN_REPORT", "RunReport", "write_run_report", "RunOutcome"),
     "verify_built": ("verify_results", "verify_one", "subject_of", "sign_outcome", "sign_report", "sign_outcome_or_say", "verify_builds", "staged_host", "staging_auth"),
     "verify": ("options_from", "AttachedEvidence", "attached_evidence", "gpu_model", "VerifyJob", "run_verify"),
@@ -94,7 +93,6 @@ __all__ = [
     "Signed",
     "VerifyJob",
     "attached_evidence",
-    "build_results",
     "build_stage",
     "builds_input",
     "check_agrees",

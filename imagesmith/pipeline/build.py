@@ -12,7 +12,7 @@ from imagesmith.edges.credentials import CredentialStore
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UserError
-from imagesmith.model.buildreport import BuildRecord, Release
+from imagesmith.model.buildreport import BuildRecord, BuildReport, Release
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan
 from imagesmith.pipeline.release import NEEDS_TRUST, ReleaseOptions, release_targets, signed_verifications
@@ -21,7 +21,7 @@ from imagesmith.pipeline.verify import options_from
 from imagesmith.pipeline.verify_built import staging_auth, verify_results
 from imagesmith.progress import Display
 from imagesmith.stages import artifacts
-from imagesmith.stages.building import build, buildreport
+from imagesmith.stages.building import build
 from imagesmith.stages.verify import verify
 
 
@@ -46,7 +46,7 @@ class BuildJob:
         return not self.only and not self.layers
 
 
-def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, buildreport.BuildReport]:
+def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: RunReport | None = None) -> tuple[Plan, BuildReport]:
     """Build what ``job`` picks (OUT/report.json, OUT/<target>/build.json); after a build of the whole plan the
     artifacts of targets it no longer has are removed. The plan built (less what staging adopted) and its
     report; a stop (an error, Ctrl-C) marks ``run`` interrupted."""
@@ -68,13 +68,13 @@ def build_stage(engine: EngineProtocol, job: BuildJob, display: Display, run: Ru
     return p, report
 
 
-def records_of(report: buildreport.BuildReport, plan: Plan, spec: Release) -> list[BuildRecord]:
+def records_of(report: BuildReport, plan: Plan, spec: Release) -> list[BuildRecord]:
     """A build job's results as the records it saved (OUT/<target>/build.json), in plan order."""
     results = {r.target: r for r in report.results}
     return [artifacts.record_of(results[t.id], t, spec) for t in plan.targets if t.id in results]
 
 
-def verify_and_release(engine: EngineProtocol, report: buildreport.BuildReport, plan: Plan, spec: Release, out: Path,
+def verify_and_release(engine: EngineProtocol, report: BuildReport, plan: Plan, spec: Release, out: Path,
                        display: Display, run: RunReport, options: verify.VerifyOptions, release: ReleaseOptions,
                        push: bool) -> RunOutcome:
     """After a build of ``plan`` (``imagesmith build --verify/--push``): verify every image it made
@@ -112,7 +112,7 @@ class BuildPrinter(Protocol):
     """What the command shows while :func:`run_build` goes on."""
 
     def display(self, title: str) -> Display: ...  # the per-target progress of a stage
-    def built(self, report: buildreport.BuildReport, more: bool) -> None: ...  # the build's table (``more``: verify follows)
+    def built(self, report: BuildReport, more: bool) -> None: ...  # the build's table (``more``: verify follows)
     def verified(self, done: RunOutcome) -> None: ...  # every image's verification, and the release when one ran
 
 
@@ -137,7 +137,7 @@ def run_build(context: RunContext, run: BuildRun, show: BuildPrinter) -> None:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
-def _verify_and_release(engine: EngineProtocol, run: BuildRun, p: Plan, report: buildreport.BuildReport, report_run: RunReport,
+def _verify_and_release(engine: EngineProtocol, run: BuildRun, p: Plan, report: BuildReport, report_run: RunReport,
                         show: BuildPrinter) -> None:
     m = run.job.matrix
     display = show.display(f"verifying {sum(r.ok for r in report.results)} images")

@@ -3,41 +3,43 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from imagesmith import runstate
 from imagesmith.errors import UserError
-from imagesmith.model import loader
-from imagesmith.model.buildreport import BUILD_SCHEMA
+from imagesmith.model import buildreport, loader
+from imagesmith.model.buildreport import BUILD_SCHEMA, BuildReport, TargetResult
 from imagesmith.stages import artifacts
-from imagesmith.stages.building import buildreport
 
 
-def read_build(path: Path) -> dict[str, Any]:
-    """A build report (OUT/report.json), its schema checked."""
+def read_build(path: Path) -> BuildReport:
+    """A build report (OUT/report.json) of a build that completed, through the loader (its schema) and
+    :func:`imagesmith.model.buildreport.parse_report` (every value checked)."""
     data = loader.load_json_artifact(path, schema=buildreport.REPORT_SCHEMA, fix=f"run imagesmith build --out {path.parent} first")
     if not runstate.is_complete(data):
         raise UserError(f"{path}: {runstate.not_complete(data, 'this build report')}; "
                         f"run imagesmith build --out {path.parent} again")
-    return data
-
-
-def build_results(data: Mapping[str, Any]) -> list[artifacts.TargetResult]:
-    return [artifacts.TargetResult(**t) for t in data["targets"]]
+    return buildreport.parse_report(data, str(path))
 
 
 @dataclass(frozen=True)
 class BuildInput:
-    """What one build job left: its results, and the folder each target's verify.json goes to."""
+    """What one build job left: its report, and the folder each target's verify.json goes to."""
 
-    data: dict[str, Any]  # as a build report (imagesmith.build-report/1)
+    report: BuildReport
     folders: Mapping[str, Path]
+    state: str = runstate.COMPLETE  # of the build jobs it came from
 
     @property
-    def results(self) -> list[artifacts.TargetResult]:
-        return build_results(self.data)
+    def results(self) -> list[TargetResult]:
+        return list(self.report.results)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The build report as a run report holds it (``imagesmith.build-report/1``, with its state)."""
+        return self.report.to_json() | {"state": self.state}
 
 
 def read_build_input(path: Path) -> BuildInput:
@@ -46,8 +48,8 @@ def read_build_input(path: Path) -> BuildInput:
     fix = f"give the report.json or <target>/build.json that imagesmith build --out {path.parent} wrote"
     if loader.load_json_any(path, fix=fix).get("schema") == BUILD_SCHEMA:
         return builds_input(complete([artifacts.Found(artifacts.read_build(path), path.parent)]))
-    data = read_build(path)
-    return BuildInput(data, {t["target"]: path.parent / t["target"] for t in data["targets"]})
+    report = read_build(path)
+    return BuildInput(report, {r.target: path.parent / r.target for r in report.results})
 
 
 def complete(found: list[artifacts.Found]) -> list[artifacts.Found]:
@@ -62,24 +64,21 @@ def complete(found: list[artifacts.Found]) -> list[artifacts.Found]:
 
 def builds_input(found: list[artifacts.Found]) -> BuildInput:
     """Build artifacts as one build report (for verify, publish and the run report)."""
-    targets = [artifacts.result_fields(f.record) | {"log": str(f.folder / "build.log"), "dockerfile": str(f.folder / "Dockerfile")}
-               for f in found]
     first = found[0].record if found else None
-    data = {"schema": buildreport.REPORT_SCHEMA, "matrix": first.release.matrix if first else "", "seconds": 0.0,
-            "started_at": min((f.record.written_at for f in found), default=""), "base_images": {},
-            "ok": all(f.record.ok for f in found), "targets": targets,
-            "state": runstate.COMPLETE if all(f.record.complete for f in found) else runstate.INTERRUPTED}
-    return BuildInput(data, {f.record.target.id: f.folder for f in found})
+    report = BuildReport(first.release.matrix if first else "", min((f.record.written_at for f in found), default=""), 0.0,
+                         {}, tuple(artifacts.result_of(f.record, f.folder) for f in found))
+    state = runstate.COMPLETE if all(f.record.complete for f in found) else runstate.INTERRUPTED
+    return BuildInput(report, {f.record.target.id: f.folder for f in found}, state)
 
 
 def merge_inputs(inputs: list[BuildInput]) -> BuildInput:
     """Several jobs' builds as one (a target built by two jobs: the later input wins)."""
-    targets: dict[str, Any] = {}
+    results: dict[str, TargetResult] = {}
     for i in inputs:
-        targets.update({t["target"]: t for t in i.data["targets"]})
-    data = dict(inputs[0].data) | {"targets": list(targets.values()), "ok": all(t["status"] in ("built", "cached") for t in targets.values()),
-                                   "seconds": round(sum(float(i.data.get("seconds") or 0) for i in inputs), 2)}
-    return BuildInput(data, {k: v for i in inputs for k, v in i.folders.items()})
+        results.update({r.target: r for r in i.report.results})
+    report = replace(inputs[0].report, results=tuple(results.values()),
+                     seconds=round(sum(i.report.seconds for i in inputs), 2))
+    return BuildInput(report, {k: v for i in inputs for k, v in i.folders.items()}, inputs[0].state)
 
 
 def read_builds(paths: Sequence[Path]) -> BuildInput:

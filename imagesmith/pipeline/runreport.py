@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from imagesmith import runstate
+from imagesmith.model.buildreport import TargetResult
 from imagesmith.model.verifyreport import VerifyReport
-from imagesmith.stages import artifacts
 from imagesmith.stages.release import publish
 from imagesmith.stages.verify import verify
 
@@ -71,7 +71,7 @@ class RunOutcome:
     """What the stages after a build made of it: each verified image's outcome, the release (when
     one ran) and the run report that holds all of it."""
 
-    results: tuple[artifacts.TargetResult, ...]
+    results: tuple[TargetResult, ...]
     outcomes: Mapping[str, verify.VerifyOutcome]
     release: publish.ReleaseRun | None
     run_report: Path

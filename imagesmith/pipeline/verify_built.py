@@ -14,7 +14,7 @@ from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UsageError, UserError
 from imagesmith.model import policy, verifyreport
-from imagesmith.model.buildreport import Staged
+from imagesmith.model.buildreport import Staged, TargetResult
 from imagesmith.model.ref import host_of
 from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.pipeline.inputs import BuildInput
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from imagesmith.edges.signing import Key
 
 
-def verify_results(engine: EngineProtocol, results: list[artifacts.TargetResult], options: verify.VerifyOptions, out: Path,
+def verify_results(engine: EngineProtocol, results: Sequence[TargetResult], options: verify.VerifyOptions, out: Path,
                    display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
                    folders: Mapping[str, Path] | None = None, signer: Key | None = None) -> dict[str, verify.VerifyOutcome]:
     """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
@@ -46,14 +46,14 @@ def verify_results(engine: EngineProtocol, results: list[artifacts.TargetResult]
     return outcomes
 
 
-def verify_one(engine: EngineProtocol, r: artifacts.TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
+def verify_one(engine: EngineProtocol, r: TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,
                auth: Mapping[str, str] | None = None, signer: Key | None = None) -> verify.VerifyOutcome:
     """One built image: a staged one by its digest (pulled when this engine lacks it), else by image ID;
     the report goes to FOLDER/verify.json (``running`` first, so an interrupted run never reads as done).
     With ``signer`` (the verifier key) the report and the image's inventory, measured inside it, are signed
     as a statement about the staged digest (else the image ID) in FOLDER/verify.dsse.json."""
     display.update(r.target, "verifying")
-    staged = f"{r.staged['repository']}@{r.staged['digest']}" if r.staged else None
+    staged = r.staged.reference if r.staged else None
     ref = staged or r.image_id or ""
     (folder / trust.STATEMENT_FILE).unlink(missing_ok=True)  # an earlier run's statement never outlives its report
     with runstate.Tracked(folder / VERIFY_FILE, judge.running_report(ref, options.tier)) as tracked:
@@ -78,7 +78,7 @@ def subject_of(staged: Mapping[str, Any] | Staged | None, image_id: str | None) 
     return trust.Subject(trust.IMAGE_ID_SUBJECT, image_id or "")
 
 
-def sign_outcome(engine: EngineProtocol, r: artifacts.TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
+def sign_outcome(engine: EngineProtocol, r: TargetResult, outcome: verify.VerifyOutcome, folder: Path, signer: Key,
                  display: Display) -> Path:
     """FOLDER/verify.dsse.json: the report and the inventory measured inside the image, signed by the verifier."""
     return sign_report(engine, outcome.report, subject_of(r.staged, r.image_id), signer, folder / trust.STATEMENT_FILE,
@@ -145,11 +145,11 @@ def verify_builds(built: BuildInput, out: Path, options: verify.VerifyOptions, d
     return RunOutcome(tuple(results), outcomes, None, path)
 
 
-def staged_host(r: artifacts.TargetResult) -> str:
-    return host_of(str((r.staged or {}).get("repository", "")))
+def staged_host(r: TargetResult) -> str:
+    return host_of(r.staged.repository if r.staged else "")
 
 
-def staging_auth(results: Sequence[artifacts.TargetResult], store: CredentialStore,
+def staging_auth(results: Sequence[TargetResult], store: CredentialStore,
                  folders: Mapping[str, Path]) -> dict[str, str] | None:
     """Pull credentials for the staging registry the results name: the store's login for the declared staging
     host (--stage) when every staged repository is on it; none when no staging host was declared (the hosts

@@ -3,7 +3,8 @@
 Accepted inputs (the ``schema`` key decides), each in the shape its one
 producer writes:
 
-* ``imagesmith.build-report/1``  (``build.BuildReport.to_json()``)
+* ``imagesmith.build-report/1``  (OUT/report.json, ``model.buildreport.BuildReport.to_json()``): read by
+  :func:`imagesmith.model.buildreport.parse_report` (as a run report's build part is)
 * ``imagesmith.verify-report/1`` (the payload's report; ``verify.finish`` adds the
   host's ``image`` and ``nvml``, the latter as ``hostinfo.NvmlSampler.result()``)
 * ``imagesmith.run-report/1``    (:func:`run_report`, written by ``pipeline``)
@@ -20,7 +21,8 @@ from typing import Any, Callable, Mapping
 
 from imagesmith import runstate
 from imagesmith.errors import UserError
-from imagesmith.model import fields, loader, releasereport, schemas, verifyreport
+from imagesmith.model import buildreport, fields, loader, releasereport, schemas, verifyreport
+from imagesmith.model.buildreport import TargetResult
 from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.report.model import Built, Check, GpuSeries, Nvml, Run, Target, Verify, clean
 
@@ -70,7 +72,7 @@ def parse(raw: Any, source: str = "report.json", read_log: Callable[[str], list[
     schema = doc.get("schema")
     tail = read_log or (lambda _log: [])
     if schema == BUILD_SCHEMA:
-        run = _run_from_build(r, doc, tail, "build")
+        run = _run_from_build(r, doc, tail, "build", "")
     elif schema == VERIFY_SCHEMA:
         return verify_run(verifyreport.parse(doc, source, "report"))
     elif schema == RUN_SCHEMA:
@@ -116,30 +118,25 @@ def unfinished(doc: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _run_from_build(r: fields.Fields, doc: Mapping[str, Any], tail: Callable[[str], list[str]], kind: str) -> Run:
-    targets = []
-    for i, raw in enumerate(r.items(doc.get("targets"), "targets")):
-        where = f"targets[{i}]"
-        t = r.mapping(raw, where)
-        targets.append(Target(r.text(t, "target", where) or f"target-{i}", build=_built(r, t, where, tail)))
-    return Run(kind, r.source, r.text(doc, "started_at", "report"), r.text(doc, "matrix", "report"), tuple(targets))
+def _run_from_build(r: fields.Fields, doc: Any, tail: Callable[[str], list[str]], kind: str, where: str) -> Run:
+    """A build report (or a run report's build part, at ``where``), read by the one parse."""
+    report = buildreport.parse_report(doc, r.source, where)
+    targets = tuple(Target(t.target, build=_built(t, tail)) for t in report.results)
+    return Run(kind, r.source, report.started_at, report.matrix, targets)
 
 
-def _built(r: fields.Fields, t: Mapping[str, Any], where: str, tail: Callable[[str], list[str]]) -> Built:
-    status = r.text(t, "status", where, "unknown")
-    log = r.text(t, "log", where)
+def _built(t: TargetResult, tail: Callable[[str], list[str]]) -> Built:
+    """A target's build as the renderers draw it: the failed ones with their log's last lines."""
     return Built(
-        status=status, image=r.text(t, "image", where), image_id=t.get("image_id"),
-        seconds=r.number(t, "seconds", where) or 0.0, size_bytes=int(r.number(t, "size_bytes", where) or 0),
-        error=t.get("error"), dockerfile=r.text(t, "dockerfile", where), log=log,
-        mismatches=tuple(str(m) for m in r.items(t.get("mismatches"), f"{where}.mismatches")),
-        log_tail=tuple(clean(line) for line in tail(log)) if status == "failed" and log else (),
+        status=t.status, image=t.image, image_id=t.image_id, seconds=t.seconds, size_bytes=t.size_bytes,
+        error=t.error, dockerfile=t.dockerfile, log=t.log, mismatches=t.mismatches,
+        log_tail=tuple(clean(line) for line in tail(t.log)) if t.status == "failed" and t.log else (),
     )
 
 
 def _run(r: fields.Fields, doc: Mapping[str, Any], tail: Callable[[str], list[str]]) -> Run:
     build_doc = doc.get("build")
-    base = _run_from_build(r, r.mapping(build_doc, "build"), tail, "run") if build_doc is not None else Run("run", r.source, "", "", ())
+    base = _run_from_build(r, build_doc, tail, "run", "build") if build_doc is not None else Run("run", r.source, "", "", ())
     verifies = r.mapping(doc.get("verify") or {}, "verify")
     release = None if doc.get("release") is None else releasereport.parse(doc.get("release"), r.source, "release")
     released = release.by_target() if release is not None else {}

@@ -15,10 +15,11 @@ folder at once).
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import os
 import socket
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -26,7 +27,7 @@ from imagesmith import runstate
 from imagesmith.atomic import write_json, write_text
 from imagesmith.errors import UserError
 from imagesmith.model import buildreport, loader, plan
-from imagesmith.model.buildreport import BuildRecord, Release, Staged
+from imagesmith.model.buildreport import BuildRecord, Release, Staged, TargetResult
 
 BUILD_FILE = "build.json"
 VERIFY_FILE = "verify.json"
@@ -38,7 +39,10 @@ LOCK_FILE = ".imagesmith.lock"
 
 
 @dataclass
-class TargetResult:
+class TargetRun:
+    """The builder's working record of one target, filled in as the build goes; :meth:`model` is its
+    :class:`~imagesmith.model.buildreport.TargetResult`."""
+
     target: str
     status: str = "queued"  # built | cached | failed | skipped | cancelled
     image: str = ""
@@ -53,29 +57,32 @@ class TargetResult:
     dockerfile: str = ""
     facts: dict[str, Any] | None = None
     mismatches: list[str] = field(default_factory=list)
-    staged: dict[str, Any] | None = None  # buildreport.Staged: where the image waits in the staging repository
+    staged: Staged | None = None  # where the image waits in the staging repository
 
     @property
     def ok(self) -> bool:
         return self.status in ("built", "cached")
 
+    def model(self) -> TargetResult:
+        return TargetResult(self.target, self.status, self.image, self.image_id, self.context_hash, self.seconds,
+                            self.steps, self.cached_steps, self.size_bytes, self.error, self.log, self.dockerfile,
+                            copy.deepcopy(self.facts), tuple(self.mismatches), self.staged)
+
 
 def record_of(result: TargetResult, target: plan.Target, release: Release, state: str = runstate.COMPLETE,
               interrupted_by: str | None = None) -> BuildRecord:
     """A build result as its artifact, in its build job's state."""
-    staged = Staged(**result.staged) if result.staged else None
     return BuildRecord(target, release, result.status, result.image_id, result.context_hash, result.facts,
-                       result.size_bytes, result.seconds, result.error, staged, socket.gethostname(),
+                       result.size_bytes, result.seconds, result.error, result.staged, socket.gethostname(),
                        dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), state, interrupted_by)
 
 
-def result_fields(record: BuildRecord) -> dict[str, Any]:
-    """The ``build.TargetResult`` fields of a record (for verify and publish)."""
-    return {"target": record.target.id, "status": record.status, "image": record.target.image,
-            "image_id": record.image_id, "context_hash": record.context_hash, "seconds": record.seconds,
-            "size_bytes": record.size_bytes, "error": record.error,
-            "facts": dict(record.facts) if record.facts is not None else None,
-            "staged": asdict(record.staged) if record.staged else None}
+def result_of(record: BuildRecord, folder: Path) -> TargetResult:
+    """A record as the build result verify and publish take (its log and Dockerfile in ``folder``)."""
+    return TargetResult(record.target.id, record.status, record.target.image, record.image_id, record.context_hash,
+                        record.seconds, size_bytes=record.size_bytes, error=record.error,
+                        log=str(folder / "build.log"), dockerfile=str(folder / "Dockerfile"),
+                        facts=dict(record.facts) if record.facts is not None else None, staged=record.staged)
 
 
 def build_identity(t: plan.Target) -> plan.Target:

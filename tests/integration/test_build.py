@@ -21,6 +21,7 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.model import matrix, plan
+from imagesmith.model.buildreport import BuildReport
 from imagesmith.stages.building import build, buildreport
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import (
@@ -43,13 +44,13 @@ layers:
 """
 
 
-def run_build(path: Path, engine: Engine, out: Path, **select: tuple[str, ...]) -> buildreport.BuildReport:
+def run_build(path: Path, engine: Engine, out: Path, **select: tuple[str, ...]) -> BuildReport:
     m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     p = plan.expand(m, DATE).select(**select)
     return build.Builder(p, m, engine, out, jobs=2).run()
 
 
-def statuses(report: buildreport.BuildReport) -> dict[str, str]:
+def statuses(report: BuildReport) -> dict[str, str]:
     return {r.target.rsplit("-", 1)[1]: r.status for r in report.results}
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.model import matrix, plan
-from imagesmith.stages.building import build, buildreport
+from imagesmith.model.buildreport import BuildReport
+from imagesmith.stages.building import build
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory, PrivateIndex, docker_save_contains
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.integration
 DATE = "20261130"
 
 
-def run_build(path: Path, engine: Engine, out: Path) -> buildreport.BuildReport:
+def run_build(path: Path, engine: Engine, out: Path) -> BuildReport:
     m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     return build.Builder(plan.expand(m, DATE), m, engine, out, jobs=2).run()
 

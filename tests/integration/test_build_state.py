@@ -21,7 +21,8 @@ import pytest
 
 from imagesmith.edges.engine import Engine
 from imagesmith.model import matrix, plan
-from imagesmith.stages.building import build, buildreport
+from imagesmith.model.buildreport import BuildReport
+from imagesmith.stages.building import build
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory
 from tests.unit.trustkeys import verifier
@@ -37,12 +38,12 @@ RUN sleep 20
 """
 
 
-def run_build(path: Path, engine: Engine, out: Path) -> buildreport.BuildReport:
+def run_build(path: Path, engine: Engine, out: Path) -> BuildReport:
     m = matrix.load(path, allowed_roots=LOCAL_ROOTS)
     return build.Builder(plan.expand(m, DATE), m, engine, out, jobs=2).run()
 
 
-def statuses(report: buildreport.BuildReport) -> dict[str, str]:
+def statuses(report: BuildReport) -> dict[str, str]:
     return {r.target.rsplit("-", 1)[1]: r.status for r in report.results}
 
 

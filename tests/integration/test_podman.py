@@ -23,7 +23,8 @@ from imagesmith.edges.engine import Engine, RunSpec, build_step
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import GpuRequestDropped, GpuRuntimeMissing
 from imagesmith.model import engines, matrix, plan
-from imagesmith.stages.building import build, buildreport
+from imagesmith.model.buildreport import BuildReport
+from imagesmith.stages.building import build
 from imagesmith.stages.verify import incontainer, served, verify
 from tests.conftest import LOCAL_ROOTS
 from tests.integration.engine_fixtures import MatrixFactory
@@ -79,7 +80,7 @@ def _dangling(podman: Engine) -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def podman_built(podman: Engine, podman_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[buildreport.BuildReport, build.Builder, Recorder]]:
+def podman_built(podman: Engine, podman_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BuildReport, build.Builder, Recorder]]:
     """One build of a torch CPU base through Podman (two stages: a builder, then the venv copied out)."""
     folder = tmp_path_factory.mktemp("podman-build")
     factory = MatrixFactory(podman, podman_base, folder, repository=f"imagesmith-test/podman-{RUN}")

@@ -15,7 +15,8 @@ from imagesmith import pipeline, report, runstate
 from imagesmith.edges import registry
 from imagesmith.edges.engine import BuildOutcome, Engine, push_error, unreachable
 from imagesmith.errors import UserError
-from imagesmith.stages.building import buildreport, cache
+from imagesmith.model.buildreport import REPORT_SCHEMA
+from imagesmith.stages.building import cache
 from tests.doubles import verify_report
 
 
@@ -58,7 +59,7 @@ def test_is_complete(doc: dict[str, Any], complete: bool) -> None:
 
 
 def build_report(state: str | None, **extra: Any) -> dict[str, Any]:
-    doc = {"schema": buildreport.REPORT_SCHEMA, "matrix": "m.yaml", "started_at": "t", "seconds": 1, "ok": True, "base_images": {},
+    doc = {"schema": REPORT_SCHEMA, "matrix": "m.yaml", "started_at": "t", "seconds": 1, "ok": True, "base_images": {},
            "targets": [{"target": "a-base", "status": "built", "image": "x:y", "image_id": "sha256:1"}]}
     return doc | ({"state": state} if state else {}) | extra
 

@@ -34,7 +34,7 @@ from imagesmith.edges.protocols import EngineProtocol, ImageInfo
 from imagesmith.edges.sources import SourceServer
 from imagesmith.errors import BuildError, ImagesmithError, Redactor, UserError
 from imagesmith.model import compat, loader
-from imagesmith.model.buildreport import Release
+from imagesmith.model.buildreport import BuildReport, Release
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
@@ -44,9 +44,9 @@ from imagesmith.render import contexts as render
 from imagesmith.render import cudalayer
 from imagesmith.report import log_tail
 from imagesmith.stages import artifacts
-from imagesmith.stages.artifacts import TargetResult
+from imagesmith.stages.artifacts import TargetRun
 from imagesmith.stages.building import cudabuild
-from imagesmith.stages.building.buildreport import BuildReport, not_ok
+from imagesmith.stages.building.buildreport import not_ok
 from imagesmith.stages.building.cache import (
     CACHE_REPOSITORY,
     LABEL_HASH,
@@ -72,9 +72,9 @@ class StageLike(Protocol):
     """A staging repository (:class:`imagesmith.stages.building.staging.Stage`)."""
 
     def adopts(self, target_id: str) -> bool: ...
-    def adopt(self, t: Target, result: TargetResult) -> None: ...
-    def find(self, t: Target, result: TargetResult) -> bool: ...
-    def push(self, t: Target, result: TargetResult) -> None: ...
+    def adopt(self, t: Target, result: TargetRun) -> None: ...
+    def find(self, t: Target, result: TargetRun) -> bool: ...
+    def push(self, t: Target, result: TargetRun) -> None: ...
 
 
 class Builder:
@@ -91,7 +91,7 @@ class Builder:
         self.slots = Slots(self.jobs, self.cancel)
         self.priority = priorities(plan)
         self.run_id = f"build-{time.time_ns()}"
-        self.results = {t.id: TargetResult(t.id, image=t.image) for t in plan.targets}
+        self.results = {t.id: TargetRun(t.id, image=t.image) for t in plan.targets}
         self.contexts: dict[str, render.Context] = {}
         self.base_ids: dict[str, str] = {}
         self.base_infos: dict[str, ImageInfo] = {}
@@ -136,15 +136,15 @@ class Builder:
         return report
 
     def _report(self, started: str, t0: float) -> BuildReport:
-        return BuildReport(self.matrix.file.name, started, time.monotonic() - t0, self.base_ids,
-                           [self.results[t.id] for t in self.plan.targets], self.cuda.report() if self.cuda else [],
-                           self.base_bytes, self.engine.kind().record())
+        return BuildReport(self.matrix.file.name, started, time.monotonic() - t0, dict(self.base_ids),
+                           tuple(self.results[t.id].model() for t in self.plan.targets),
+                           tuple(self.cuda.report()) if self.cuda else (), dict(self.base_bytes), self.engine.kind().record())
 
     def _artifacts(self, state: str, quiet: bool = False, interrupted_by: str | None = None) -> None:
         """OUT/<target>/build.json of every target this job builds, in the run's state (``running`` from
         the start, so a stale artifact of an earlier run is never taken for this one's)."""
         release = Release.of(self.matrix, self.plan.date)
-        records = [artifacts.record_of(self.results[t.id], t, release, state, interrupted_by)
+        records = [artifacts.record_of(self.results[t.id].model(), t, release, state, interrupted_by)
                    for t in self.plan.targets if not self._adopted(t)]
         try:
             artifacts.write_builds(self.out, records)
@@ -375,7 +375,7 @@ class Builder:
         done.put(t.id)
 
     @staticmethod
-    def _summary(r: TargetResult) -> str:
+    def _summary(r: TargetRun) -> str:
         if r.status == "failed":
             return (r.error or "").splitlines()[0][:120]
         return gb(r.size_bytes) if r.size_bytes else ""
@@ -430,7 +430,7 @@ class Builder:
             return f"{self.base_ids[t.base_image]}+cuda:{self.cuda.key_for(t)}"
         return self._parent_id(t)
 
-    def _build_one(self, t: Target, result: TargetResult) -> None:
+    def _build_one(self, t: Target, result: TargetRun) -> None:
         if self.stage is not None and self._adopted(t):
             self.stage.adopt(t, result)
             return
@@ -462,7 +462,7 @@ class Builder:
             if self.stage is not None:
                 self.stage.push(t, result)
 
-    def _docker_build(self, t: Target, result: TargetResult, parent_id: str, stage: str | None = None) -> None:
+    def _docker_build(self, t: Target, result: TargetRun, parent_id: str, stage: str | None = None) -> None:
         """Build ``t``; with ``stage``, only up to that stage, tagged (so that no prune takes it)
         for the full build to find in the layer cache."""
         self.display.update(t.id, "building", f"{stage} stage" if stage else "")
@@ -497,7 +497,7 @@ class Builder:
         when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc) if epoch is not None else dt.datetime.now(dt.timezone.utc)
         return when.isoformat(timespec="seconds")
 
-    def _measure(self, t: Target, result: TargetResult) -> None:
+    def _measure(self, t: Target, result: TargetRun) -> None:
         """Run facts.py inside the image; a mismatch with the plan fails the target."""
         assert result.image_id
         info = self.engine.image(result.image_id)

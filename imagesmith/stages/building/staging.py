@@ -27,7 +27,7 @@ and gets the same context hash (hence the same content tag) there.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -139,7 +139,7 @@ class Stage:
         info = self._image(rec.staged.reference, rec.image_id)
         result.image_id, result.status, result.context_hash = rec.image_id, "cached", rec.context_hash
         result.facts, result.size_bytes = dict(rec.facts or {}), info.size
-        result.staged = asdict(replace(rec.staged, pushed=False, adopted=True))
+        result.staged = replace(rec.staged, pushed=False, adopted=True)
 
     def find(self, t: Target, result: Any) -> bool:
         """Not in this engine's cache: is it staged under its content tag? Then pull it, don't build."""
@@ -151,7 +151,7 @@ class Stage:
         info = self._image(f"{self.name}@{have.digest}", have.config_digest)
         self.engine.tag(info.id, *t.image.split(":", 1))
         result.image_id, result.status = info.id, "cached"
-        result.staged = asdict(Staged(self.name, tag, have.digest))
+        result.staged = Staged(self.name, tag, have.digest)
         return True
 
     def _image(self, reference: str, image_id: str) -> Any:
@@ -165,7 +165,7 @@ class Stage:
         """Stage a measured image under its content tag (unless it is there), read the digest back,
         measure its inventory for the SBOM."""
         if not result.staged:
-            result.staged = asdict(self._push(t, result.image_id, content_tag(result.context_hash)))
+            result.staged = self._push(t, result.image_id, content_tag(result.context_hash))
         if self.measure_inventory:
             self._inventory(t, result.image_id)
 

@@ -24,7 +24,7 @@ from imagesmith.edges.credentials import CredentialStore, Declared, load_store
 from imagesmith.edges.engine import ImageInfo
 from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import UserError
-from imagesmith.model.buildreport import Release
+from imagesmith.model.buildreport import Release, Staged, TargetResult
 from imagesmith.stages import artifacts
 from tests.loopback import serve
 from tests.unit.pipeline.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
@@ -122,9 +122,8 @@ class PullDouble(EngineDouble):
 def staged_artifact(out: Path, release_host: str, stage_host: str) -> Path:
     """OUT/<target>/build.json as another CI job wrote it: released to ``release_host``, staged on ``stage_host``."""
     spec = Release(M.file.name, PLAN.date, release_host, "ml/x", M.tags)
-    result = artifacts.TargetResult(TARGET.id, "built", TARGET.image, IMAGE, facts=true_facts(TARGET) | {"torch": "2.13.0+cpu"},
-                                staged={"repository": f"{stage_host}/ml/staging", "tag": "ctx-" + "c" * 64, "digest": DIGEST,
-                                        "pushed": True})
+    result = TargetResult(TARGET.id, "built", TARGET.image, IMAGE, facts=true_facts(TARGET) | {"torch": "2.13.0+cpu"},
+                                staged=Staged(f"{stage_host}/ml/staging", "ctx-" + "c" * 64, DIGEST, pushed=True))
     path = out / TARGET.id / artifacts.BUILD_FILE
     artifacts.write_build(path, artifacts.record_of(result, TARGET, spec))
     return path

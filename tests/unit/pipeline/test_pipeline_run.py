@@ -18,9 +18,8 @@ import pytest
 from imagesmith import pipeline
 from imagesmith.edges.engine import RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, UserError
-from imagesmith.model.buildreport import BuildRecord, Release
+from imagesmith.model.buildreport import BuildRecord, BuildReport, Release, TargetResult
 from imagesmith.stages import artifacts
-from imagesmith.stages.building import buildreport
 from tests.doubles import EngineBase
 from tests.unit.pipeline.test_pipeline_stages import OPTIONS, EngineDouble, Recorder
 from tests.unit.stages.building.test_build_scheduler import BASE, engine_for, load, true_facts
@@ -65,10 +64,10 @@ def stage_engine(out: Path) -> tuple[StageEngine, FakeRegistry]:
     return StageEngine(EngineDouble(out), pusher), reg
 
 
-def built(status: str = "built") -> buildreport.BuildReport:
-    result = artifacts.TargetResult(TARGET.id, status, TARGET.image, IMAGE if status == "built" else None,
+def built(status: str = "built") -> BuildReport:
+    result = TargetResult(TARGET.id, status, TARGET.image, IMAGE if status == "built" else None,
                                 facts=true_facts(TARGET) | {"torch": "2.13.0+cpu"})
-    return buildreport.BuildReport(M.file.name, "t", 1.0, {}, [result])
+    return BuildReport(M.file.name, "t", 1.0, {}, (result,))
 
 
 def release_options(reg: FakeRegistry, keys: Path) -> pipeline.ReleaseOptions:

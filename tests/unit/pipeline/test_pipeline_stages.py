@@ -15,9 +15,8 @@ from imagesmith import pipeline
 from imagesmith.edges.engine import ImageInfo, RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, EngineConnectionLost, RegistryError, UsageError, UserError
 from imagesmith.model import policy
+from imagesmith.model.buildreport import BuildReport, TargetResult, parse_report
 from imagesmith.resources import payload_module
-from imagesmith.stages import artifacts
-from imagesmith.stages.building import buildreport
 from imagesmith.stages.verify import verify
 from tests.doubles import EngineBase, verify_report
 
@@ -72,8 +71,8 @@ class EngineDouble(EngineBase):
         return RunResult(0, verify.MARKER + json.dumps(report) + "\n", "")
 
 
-RESULTS = [artifacts.TargetResult("a", "built", image_id="sha256:a"), artifacts.TargetResult("b", "failed"),
-           artifacts.TargetResult("c", "cached", image_id=None)]
+RESULTS = (TargetResult("a", "built", image_id="sha256:a"), TargetResult("b", "failed"),
+           TargetResult("c", "cached", image_id=None))
 
 
 def test_verify_results_verifies_what_built_and_writes_each_report(tmp_path: Path) -> None:
@@ -113,8 +112,9 @@ def test_a_usage_error_stops_the_run(tmp_path: Path) -> None:
 
 
 def test_build_results_read_back_what_the_build_wrote(tmp_path: Path) -> None:
-    doc = buildreport.BuildReport("m.yaml", "t", 1.0, {}, RESULTS).to_json()
-    assert pipeline.build_results(json.loads(json.dumps(doc))) == RESULTS
+    doc = BuildReport("m.yaml", "t", 1.0, {}, RESULTS).to_json()
+    back = parse_report(json.loads(json.dumps(doc)), "report.json")
+    assert back.results == RESULTS and back.to_json() == doc
 
 
 def genuine(ok: bool = True) -> dict[str, Any]:
@@ -122,7 +122,7 @@ def genuine(ok: bool = True) -> dict[str, Any]:
 
 
 def test_a_written_run_report_holds_the_three_stages(tmp_path: Path) -> None:
-    build_doc = buildreport.BuildReport("m.yaml", "t", 1.0, {}, RESULTS[:1]).to_json() | {"state": "complete"}
+    build_doc = BuildReport("m.yaml", "t", 1.0, {}, RESULTS[:1]).to_json() | {"state": "complete"}
     path = pipeline.write_run_report(tmp_path, build_doc, {"a": verify.VerifyOutcome(verify_report(genuine()))}, None)
     assert path == tmp_path / pipeline.RUN_REPORT
     doc = json.loads(path.read_text())

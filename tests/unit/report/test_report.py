@@ -88,6 +88,13 @@ BAD = [
                  id="baseline-text"),
     pytest.param(_with(("targets", 1, "status"), ["failed"], "build-failed"), "x.json: targets[1].status: expected text, got a list",
                  id="build-status-list"),
+    pytest.param(_with(("targets", 0, "target"), "../../etc", "build-failed"), "x.json: targets[0].target: '../../etc' is not a target id",
+                 id="build-target-path"),
+    pytest.param(_with(("build", "targets", 0, "seconds"), "12", "run-report"), "x.json: build.targets[0].seconds: expected a number, got '12'",
+                 id="run-build-seconds-text"),
+    pytest.param(_with(("build", "targets", 0, "staged"), {"repository": "harbor.example.com/ml/staging", "tag": "t", "digest": "sha256:x"},
+                       "local-release-run"),
+                 "x.json: build.targets[0].staged.digest: 'sha256:x' is not a valid value", id="run-build-staged-digest"),
     pytest.param(_with(("verify", "2.14.1-cu130-py3.11-debian12-base"), {"schema": "imagesmith.build-report/1"}, "run-report"),
                  "x.json: verify.2.14.1-cu130-py3.11-debian12-base.schema: expected 'imagesmith.verify-report/1', "
                  "got 'imagesmith.build-report/1'" + FIX, id="run-with-wrong-verify"),

@@ -17,6 +17,7 @@ import pytest
 from imagesmith import pipeline
 from imagesmith.errors import UserError
 from imagesmith.model import plan
+from imagesmith.model.buildreport import TargetResult
 from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts
 from imagesmith.stages.building import staging
@@ -34,14 +35,14 @@ def test_a_record_survives_the_round_trip(tmp_path: Path) -> None:
 
 
 def test_a_build_result_becomes_a_record_and_back() -> None:
-    result = artifacts.TargetResult(PLAN.targets[0].id, "built", PLAN.targets[0].image, IMAGE, "sha256:" + "c" * 64, 2.0,
-                                facts={"torch": "2.13.0+cpu"}, staged={"repository": STAGED.repository, "tag": STAGED.tag,
-                                                                       "digest": DIGEST, "pushed": True, "adopted": False})
+    result = TargetResult(PLAN.targets[0].id, "built", PLAN.targets[0].image, IMAGE, "sha256:" + "c" * 64, 2.0,
+                          facts={"torch": "2.13.0+cpu"}, staged=STAGED)
     rec = artifacts.record_of(result, PLAN.targets[0], RELEASE)
     assert rec.staged == STAGED and rec.ok
-    back = artifacts.TargetResult(**artifacts.result_fields(rec))
+    back = artifacts.result_of(rec, Path("out") / PLAN.targets[0].id)
     assert (back.target, back.status, back.image_id, back.staged, back.facts) == \
            (result.target, result.status, result.image_id, result.staged, result.facts)
+    assert (back.log, back.dockerfile) == (f"out/{PLAN.targets[0].id}/build.log", f"out/{PLAN.targets[0].id}/Dockerfile")
 
 
 # refused by the loader (the schema) before the parse reads a value; the parse's own refusals are in
@@ -116,7 +117,7 @@ def test_several_jobs_artifacts_verify_as_one_build(tmp_path: Path) -> None:
     merged = pipeline.merge_inputs(inputs)
     assert [r.target for r in merged.results] == [PLAN.targets[0].id, PLAN.targets[3].id]
     assert merged.folders[PLAN.targets[3].id] == tmp_path / PLAN.targets[3].id  # verify.json goes beside build.json
-    assert all(r.staged and r.staged["digest"] == DIGEST for r in merged.results)
+    assert all(r.staged and r.staged.digest == DIGEST for r in merged.results)
 
 
 # -- which targets a job builds -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from imagesmith.edges.protocols import ImageInfo
 from imagesmith.errors import Redactor
 from imagesmith.model import matrix, plan
-from imagesmith.stages import artifacts
+from imagesmith.model.buildreport import REPORT_SCHEMA, BuildReport, TargetResult
 from imagesmith.stages.building import buildreport, cache, measured
 from tests.conftest import LOCAL_ROOTS, ROOT
 
@@ -106,24 +106,24 @@ def test_redactor(secrets: list[str], line: str, clean: str) -> None:
     assert Redactor(secrets)(line) == clean
 
 
-def report(*results: artifacts.TargetResult) -> buildreport.BuildReport:
-    return buildreport.BuildReport("local.yaml", "2026-11-30T00:00:00+00:00", 12.345, {"b:1": "sha256:b"}, list(results))
+def report(*results: TargetResult) -> BuildReport:
+    return BuildReport("local.yaml", "2026-11-30T00:00:00+00:00", 12.345, {"b:1": "sha256:b"}, results)
 
 
 def test_a_report_is_ok_only_when_every_target_is() -> None:
-    built, cached = artifacts.TargetResult("a", "built"), artifacts.TargetResult("b", "cached")
-    assert report(built, cached).ok and not report(built, artifacts.TargetResult("c", "skipped")).ok
+    built, cached = TargetResult("a", "built"), TargetResult("b", "cached")
+    assert report(built, cached).ok and not report(built, TargetResult("c", "skipped")).ok
     doc = report(built).to_json()
-    assert (doc["schema"], doc["seconds"], doc["ok"], doc["targets"][0]["status"]) == (buildreport.REPORT_SCHEMA, 12.35, True, "built")
+    assert (doc["schema"], doc["seconds"], doc["ok"], doc["targets"][0]["status"]) == (REPORT_SCHEMA, 12.35, True, "built")
     assert buildreport.not_ok(doc)["ok"] is False and doc["ok"] is True
 
 
 def test_failure_summary_names_the_dockerfile_and_the_last_log_lines(tmp_path: Path) -> None:
     log = tmp_path / "build.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)))
-    failed = artifacts.TargetResult("a", "failed", error="exit 1", dockerfile="out/a/Dockerfile", log=str(log))
+    failed = TargetResult("a", "failed", error="exit 1", dockerfile="out/a/Dockerfile", log=str(log))
     nolog = dataclasses.replace(failed, target="b", log=str(tmp_path / "missing.log"))
-    lines = buildreport.failure_summary(report(artifacts.TargetResult("ok", "built"), failed, nolog))
+    lines = buildreport.failure_summary(report(TargetResult("ok", "built"), failed, nolog))
     assert lines[:3] == ["FAILED a: exit 1", "  Dockerfile: out/a/Dockerfile", f"  log: {log}"]
     assert lines[3].startswith("  | line ") and lines[-3] == "  | line 99"
     assert lines[-2:] == ["FAILED b: exit 1", "  Dockerfile: out/a/Dockerfile"]  # failed before a build began: no log to name

@@ -19,6 +19,7 @@ import pytest
 from imagesmith.edges.engine import BuildOutcome, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import BuildError, UserError
 from imagesmith.model import matrix, plan
+from imagesmith.model.buildreport import BuildReport
 from imagesmith.stages.building import build, buildreport, cache
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase
@@ -133,7 +134,7 @@ def engine_for(p: plan.Plan, fail: set[str] = frozenset(), lie: Mapping[str, Map
     return engine
 
 
-def statuses(report: buildreport.BuildReport) -> dict[str, str]:
+def statuses(report: BuildReport) -> dict[str, str]:
     return {r.target: r.status for r in report.results}
 
 
@@ -149,7 +150,7 @@ def test_every_target_builds_parents_first_and_is_measured(tmp_path: Path) -> No
     cv = next(r for r in report.results if r.target == CV)
     assert engine.buildargs[target(p, CV).image]["PARENT_IMAGE"] == next(r.image_id for r in report.results if r.target == CUDA_BASE)
     assert engine.buildargs[target(p, BASE).image]["BASE_IMAGE"] == image_id("imagesmith/debian:bookworm")
-    assert (cv.steps, cv.cached_steps, cv.size_bytes, cv.mismatches) == (2, 1, 1_500_000_000, [])
+    assert (cv.steps, cv.cached_steps, cv.size_bytes, cv.mismatches) == (2, 1, 1_500_000_000, ())
     written = json.loads((tmp_path / "report.json").read_text())
     assert (written["state"], written["ok"], len(written["targets"])) == ("complete", True, len(p.targets))
     assert (tmp_path / BASE / "build.log").read_text().startswith("Step 1/2 : FROM parent\n")
