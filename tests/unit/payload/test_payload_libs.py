@@ -67,10 +67,15 @@ def record_line(site: Any, rel: str) -> str:
 @pytest.fixture
 def fake_cudnn_wheel(tmp_path: Path) -> Path:
     """site/nvidia/cudnn/lib with three loadable libraries (copies of libz) and the
-    dist-info of nvidia-cudnn-cu13 whose RECORD lists them."""
+    dist-info of nvidia-cudnn-cu13 whose RECORD lists them; beside them a CUDA 13 torch whose import fails, so the
+    payload never imports the CPU torch of the test's own venv (4 s each run, under coverage) for checks that do not
+    need torch."""
     import shutil
 
     site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n")
+    (site / "torch" / "__init__.py").write_text("raise ImportError('this test does not load torch')\n")
     lib = site / "nvidia" / "cudnn" / "lib"
     lib.mkdir(parents=True)
     names = ["libcudnn.so.9", "libcudnn_cnn.so.9", "libcudnn_graph.so.9"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -54,9 +55,13 @@ def rss_bytes() -> int:
 def live_tensor_bytes(torch: Any) -> int:
     """CPU: bytes of distinct storages of every tensor the collector can see."""
     seen: Dict[int, int] = {}
-    tensor = torch.Tensor
-    for obj in gc.get_objects():  # type() not isinstance(): no proxies, no lazy attributes
-        if issubclass(type(obj), tensor) and obj.device.type == "cpu":
+    objects = gc.get_objects()
+    # The tensors are picked out in C (map, compress): a Python loop over every object the collector holds
+    # (about 170,000 once torch is imported) made each sample cost 65 ms, and far more under a tracer.
+    # type() not isinstance(): no proxies, no lazy attributes.
+    tensors = itertools.compress(objects, map(issubclass, map(type, objects), itertools.repeat(torch.Tensor)))
+    for obj in tensors:
+        if obj.device.type == "cpu":
             try:
                 storage = obj.untyped_storage()
                 seen[storage.data_ptr()] = storage.nbytes()
