@@ -7,7 +7,8 @@ report's release part, release.md again from release.json, ``fleet verify --rele
 (confined, bounded, strict JSON, schema ``release-1``) and :func:`parse` takes its values out with the reader kit
 (:mod:`imagesmith.model.fields`): a value of the wrong kind is a :class:`~imagesmith.model.loader.LoadError` naming
 the file and the key path (``release.targets[0].traffic``). The renderers (Markdown, JUnit, HTML) and the fleet read
-only these records; the document as read stays with the value (:attr:`ReleaseReport.raw`, the page shows it whole).
+only these records, the trust part included (:class:`ReleaseTrust`: the policy that judged the verifications and who
+signed each target); the document as read stays with the value (:attr:`ReleaseReport.raw`, the page shows it whole).
 
 The parts another stage hands the publisher as objects (the evidence attached to a digest, a promotion's counts, the
 vulnerability gate's findings) are read by the same functions: :func:`evidence_of`, :func:`counts_of`,
@@ -147,6 +148,25 @@ class ImageIndex:
 
 
 @dataclass(frozen=True)
+class TrustedVerifier:
+    """One verifier of the trust policy a release judged by: its name and its key's ID."""
+
+    name: str
+    keyid: str
+
+
+@dataclass(frozen=True)
+class ReleaseTrust:
+    """The trust policy that judged a release's verifications (release.json's ``trust``): the policy file and its
+    sha256, its verifiers, and the verifier whose signed statement the release believed for each target."""
+
+    file: str
+    sha256: str
+    verifiers: tuple[TrustedVerifier, ...]
+    signers: Mapping[str, str]  # target id -> verifier name
+
+
+@dataclass(frozen=True)
 class ReleaseReport:
     """One release: where it went, each target's part in it, the floating tags and image indexes it wrote."""
 
@@ -162,6 +182,7 @@ class ReleaseReport:
     unchanged: int = 0
     traffic: Traffic | None = None
     indexes: tuple[ImageIndex, ...] = ()
+    trust: ReleaseTrust | None = None  # None: released without a trust policy (one job built, verified and published)
 
     def by_target(self) -> dict[str, Released]:
         """Each target's part, by target id."""
@@ -186,7 +207,28 @@ def parse(raw: Any, source: str = "release.json", where: str = "release") -> Rel
     return ReleaseReport(r.text(doc, "registry", where), r.text(doc, "repository", where), r.text(doc, "date", where),
                          ok, errors, doc, tuple(targets), tuple(floating), len(r.items(doc.get("pushed"), f"{where}.pushed")),
                          len(r.items(doc.get("unchanged"), f"{where}.unchanged")), _counts(r, doc.get("traffic"), f"{where}.traffic", Traffic),
-                         tuple(_index(r, item, f"{where}.indexes[{i}]") for i, item in enumerate(r.items(doc.get("indexes"), f"{where}.indexes"))))
+                         tuple(_index(r, item, f"{where}.indexes[{i}]") for i, item in enumerate(r.items(doc.get("indexes"), f"{where}.indexes"))),
+                         _trust(r, doc.get("trust"), f"{where}.trust"))
+
+
+def trust_of(raw: Mapping[str, Any] | None, source: str = "release.json", at: str = "trust") -> ReleaseTrust | None:
+    """The trust part of a release (the publisher's ``{"policy": ..., "targets": ...}``); None when absent."""
+    return _trust(Fields(source), raw, at)
+
+
+def _trust(r: Fields, raw: Any, at: str) -> ReleaseTrust | None:
+    if raw is None:
+        return None
+    doc = r.mapping(raw, at)
+    pol = r.mapping(doc.get("policy"), f"{at}.policy")
+    verifiers = []
+    for i, item in enumerate(r.listed(pol, "verifiers", f"{at}.policy")):
+        v = r.mapping(item, f"{at}.policy.verifiers[{i}]")
+        verifiers.append(TrustedVerifier(r.text(v, "name", f"{at}.policy.verifiers[{i}]"), r.text(v, "keyid", f"{at}.policy.verifiers[{i}]")))
+    targets = r.mapping(doc.get("targets") or {}, f"{at}.targets")
+    signers = {str(t): r.text(r.mapping(a, f"{at}.targets.{t}"), "verifier", f"{at}.targets.{t}") for t, a in targets.items()}
+    return ReleaseTrust(r.text(pol, "file", f"{at}.policy"), r.text(pol, "sha256", f"{at}.policy"), tuple(verifiers),
+                        {t: name for t, name in signers.items() if name})
 
 
 def _released(r: Fields, raw: Any, at: str) -> Released:

@@ -152,26 +152,14 @@ def release_markdown(release: ReleaseReport) -> str:
     return "\n".join(release_lines(release, 1)) + "\n"
 
 
-def _signers(rel: ReleaseReport) -> dict[str, str]:
-    """target -> the verifier whose signed statement the release believed (release.json's trust.targets)."""
-    found = rel.raw.get("trust")
-    targets = found.get("targets") if isinstance(found, Mapping) else None
-    if not isinstance(targets, Mapping):
-        return {}
-    return {str(t): str(a.get("verifier")) for t, a in targets.items() if isinstance(a, Mapping) and a.get("verifier")}
-
-
 def _trust_lines(rel: ReleaseReport) -> list[str]:
     """Which trust policy judged the verifications, and its verifiers (who signed each target: the table's
     verification column)."""
-    found = rel.raw.get("trust")
-    if not isinstance(found, Mapping) or not isinstance(found.get("policy"), Mapping):
+    if rel.trust is None:
         return []
-    pol = found["policy"]
-    verifiers = [v for v in pol.get("verifiers") or [] if isinstance(v, Mapping)]
-    names = ", ".join(f"{text(str(v.get('name')))} (key {cell(Code(str(v.get('keyid'))[:12]))})" for v in verifiers)
-    return [f"Verifications believed under trust policy {cell(Code(str(pol.get('file'))))} "
-            f"(sha256 {cell(Code(str(pol.get('sha256'))[:12]))}), verifiers: {names or '-'}. Each signed statement names "
+    names = ", ".join(f"{text(v.name)} (key {cell(Code(v.keyid[:12]))})" for v in rel.trust.verifiers)
+    return [f"Verifications believed under trust policy {cell(Code(rel.trust.file))} "
+            f"(sha256 {cell(Code(rel.trust.sha256[:12]))}), verifiers: {names or '-'}. Each signed statement names "
             "the image its verifier ran; the release pushed that image as the digest in the table.", ""]
 
 
@@ -184,7 +172,7 @@ def release_lines(rel: ReleaseReport, level: int) -> list[str]:
     headings from ``level`` down; no table wider than six columns, each shared note once."""
     h = "#" * level
     notes = footnotes(t.note for t in rel.targets)
-    signers = _signers(rel)
+    signers = rel.trust.signers if rel.trust is not None else {}
     lines = [f"{h} Release {text(rel.date)}: {text(rel.registry)}/{text(rel.repository)}", "",
              f"**{'OK' if rel.ok else 'FAILED'}**: {text(release_summary(rel))}.", "", *_unvetted_lines(rel),
              *table(["target", "status", "tag", "digest", "verification", "note"],

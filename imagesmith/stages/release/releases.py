@@ -317,7 +317,8 @@ class ReleaseRun:
         return releasereport.ReleaseReport(
             self.registry, self.repository, self.date, self.ok, tuple(self.errors), raw, tuple(t.model() for t in self.targets),
             tuple(f.model() for f in self.floating), len(self.pushed()), len(self.unchanged()),
-            counts_of(vars(self.traffic()), releasereport.Traffic), tuple(_index_model(i) for i in self.indexes))
+            counts_of(vars(self.traffic()), releasereport.Traffic), tuple(_index_model(i) for i in self.indexes),
+            releasereport.trust_of(self.trust))
 
 
 def _index_model(i: IndexRelease) -> releasereport.ImageIndex:
