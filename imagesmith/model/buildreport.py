@@ -169,16 +169,33 @@ class TargetResult:
 
 
 @dataclass(frozen=True)
+class CudaLayer:
+    """One CUDA image a build made or found (OS base + the shared CUDA layer): the wheel set, the base it sits on,
+    its figures. The builder's working record is ``stages.building.cudabuild.CudaResult``."""
+
+    set: str
+    base_image: str
+    image: str = ""
+    status: str = ""  # built | cached | failed
+    image_id: str | None = None
+    diff_id: str | None = None
+    layer_bytes: int = 0  # the layer's tar (unpacked size)
+    image_bytes: int = 0  # the CUDA image: OS base + layer
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class BuildReport:
     """A build job's report of all its targets (``imagesmith.build-report/1``, OUT/report.json): each target's
-    result, the bases, the CUDA layers (``cudabuild.CudaResult`` documents) and the engine that built."""
+    result, the bases, the CUDA images (:class:`CudaLayer`) and the engine that built."""
 
     matrix: str
     started_at: str
     seconds: float
     base_images: Mapping[str, str]
     results: tuple[TargetResult, ...]
-    cuda_layers: tuple[Mapping[str, Any], ...] = ()
+    cuda_layers: tuple[CudaLayer, ...] = ()
     base_image_bytes: Mapping[str, int] = field(default_factory=dict)
     engine: Mapping[str, Any] | None = None  # EngineKind.record(): the engine that built
 
@@ -190,7 +207,7 @@ class BuildReport:
         """The report; ``state`` is added by whoever writes it (running, complete, interrupted)."""
         return {"schema": REPORT_SCHEMA, "matrix": self.matrix, "started_at": self.started_at,
                 "seconds": round(self.seconds, 2), "ok": self.ok, "base_images": dict(self.base_images),
-                "cuda_layers": [dict(c) for c in self.cuda_layers], "base_image_bytes": dict(self.base_image_bytes),
+                "cuda_layers": [asdict(c) for c in self.cuda_layers], "base_image_bytes": dict(self.base_image_bytes),
                 "targets": [r.to_json() for r in self.results]} | ({"engine": dict(self.engine)} if self.engine else {})
 
 
@@ -290,14 +307,13 @@ def parse_report(doc: Any, source: str, where: str = "") -> BuildReport:
         engine=r.obj(d, "engine", where))
 
 
-def _cuda_layer(r: fields.Fields, raw: Any, where: str) -> Mapping[str, Any]:
-    """A CUDA layer's record (``cudabuild.CudaResult``): the set and the base it was built on, its figures."""
+def _cuda_layer(r: fields.Fields, raw: Any, where: str) -> CudaLayer:
+    """A CUDA image's record: the set and the base it was built on, its figures."""
     c = r.mapping(raw, where)
-    for key in ("set", "base_image"):
-        r.valid(c, key, where)
-    for key in ("layer_bytes", "image_bytes"):
-        r.figure(c, key, where)
-    return c
+    return CudaLayer(r.valid(c, "set", where), r.valid(c, "base_image", where), r.text(c, "image", where),
+                     r.text(c, "status", where), r.maybe_text(c, "image_id", where), r.maybe_text(c, "diff_id", where),
+                     int(r.figure(c, "layer_bytes", where) or 0), int(r.figure(c, "image_bytes", where) or 0),
+                     float(r.figure(c, "seconds", where) or 0), r.maybe_text(c, "error", where))
 
 
 def _texts(r: fields.Fields, d: Mapping[str, Any], key: str, where: str) -> dict[str, str]:

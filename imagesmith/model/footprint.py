@@ -55,7 +55,7 @@ def estimate(plan: Plan, kb: compat.KnowledgeBase) -> Estimate:
 def rows(plan: Plan, kb: compat.KnowledgeBase, report: BuildReport | None = None) -> list[LayerRow]:
     """One row per target; measured figures where ``report`` has them."""
     sizes = {r.target: r.size_bytes or None for r in report.results} if report else {}
-    cuda = {(c["set"], c["base_image"]): c for c in report.cuda_layers} if report else {}
+    cuda = {(c.set, c.base_image): c for c in report.cuda_layers} if report else {}
     base_bytes = dict(report.base_image_bytes) if report else {}
     users: dict[str, set[str]] = {}
     for t in plan.targets:
@@ -72,9 +72,9 @@ def rows(plan: Plan, kb: compat.KnowledgeBase, report: BuildReport | None = None
             out.append(LayerRow(t.id, parent_row.cuda, parent_row.cells, None, own, measured is not None))
             continue
         if t.cuda_set is not None:
-            layer = cuda.get((t.cuda_set.id, t.base_image), {})
-            under = layer.get("image_bytes")
-            cuda_bytes = layer.get("layer_bytes") or (None if measured else t.cuda_set.wheel_bytes)
+            layer = cuda.get((t.cuda_set.id, t.base_image))
+            under = layer.image_bytes if layer else None
+            cuda_bytes = (layer.layer_bytes if layer else 0) or (None if measured else t.cuda_set.wheel_bytes)
             name, cells = t.cuda_set.id, len(users[t.cuda_set.id])
         else:
             under = base_bytes.get(t.base_image)

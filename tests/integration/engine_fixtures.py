@@ -368,7 +368,7 @@ def _build_cuda_cells(engine: Engine, debian_base: str, trixie_base: str, folder
     m = matrix.load(factory("layers:\n  base: {toolchain: false}\n", torch="2.14", cuda="13.0", include=include,
                             bases={"debian13": trixie_base}), allowed_roots=LOCAL_ROOTS)
     report = build.Builder(plan.expand(m, "20261130"), m, engine, folder / "build").run()
-    assert report.ok, [r.error for r in report.results] + [c["error"] for c in report.cuda_layers]
+    assert report.ok, [r.error for r in report.results] + [c.error for c in report.cuda_layers]
     images = {r.target.rsplit("-", 2)[1]: r.image_id or "" for r in report.results}
     return {"report": report.to_json(), "images": images, "repository": factory.repository}
 

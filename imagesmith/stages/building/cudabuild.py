@@ -21,10 +21,11 @@ import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.errors import BuildError
+from imagesmith.model.buildreport import CudaLayer
 from imagesmith.model.plan import CudaSet, Plan, Target, cuda_image
 from imagesmith.progress import Display
 from imagesmith.render import cudalayer
@@ -136,8 +137,8 @@ class CudaImages:
         assert t.cuda_set is not None
         return self.futures[(t.cuda_set.id, t.base_image)].result()
 
-    def report(self) -> list[dict[str, Any]]:
-        return [asdict(r) for r in self.results.values()]
+    def report(self) -> list[CudaLayer]:
+        return [CudaLayer(**asdict(r)) for r in self.results.values()]
 
     # -- one set ------------------------------------------------------------------------
     def _run(self, cuda_set: CudaSet, targets: list[Target]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from imagesmith.model import compat, footprint, matrix, plan
-from imagesmith.model.buildreport import BuildReport, TargetResult
+from imagesmith.model.buildreport import BuildReport, CudaLayer, TargetResult
 from tests.conftest import LOCAL_ROOTS, ROOT
 
 DATE = "20261130"
@@ -130,7 +130,7 @@ def test_layer_rows_estimate_before_a_build_and_measure_after(write_matrix: Any)
     assert before[nlp] == footprint.LayerRow(nlp, t.cuda_set.id, 1, None, None, False)  # type: ignore[union-attr]
     assert before["2.13.0-cpu-py3.11-debian12-base"].cuda == "-"
     report = BuildReport("m.yaml", "t", 1.0, {}, (TargetResult(base, "built", size_bytes=6_000), TargetResult(nlp, "built", size_bytes=6_500)),
-                         ({"set": t.cuda_set.id, "base_image": t.base_image, "layer_bytes": 3_000, "image_bytes": 3_100},))  # type: ignore[union-attr]
+                         (CudaLayer(t.cuda_set.id, t.base_image, layer_bytes=3_000, image_bytes=3_100),))  # type: ignore[union-attr]
     after = {r.target: r for r in footprint.rows(p, kb, report)}
     assert (after[base].cuda_bytes, after[base].own_bytes, after[base].measured) == (3_000, 2_900, True)
     assert (after[nlp].cuda_bytes, after[nlp].own_bytes) == (None, 500)

@@ -15,7 +15,8 @@ from imagesmith import pipeline
 from imagesmith.edges.engine import ImageInfo, RunResult, RunSpec
 from imagesmith.errors import ContainerRefused, EngineConnectionLost, RegistryError, UsageError, UserError
 from imagesmith.model import policy
-from imagesmith.model.buildreport import BuildReport, TargetResult, parse_report
+from imagesmith.model.buildreport import BuildReport, CudaLayer, TargetResult, parse_report
+from imagesmith.model.loader import LoadError
 from imagesmith.resources import payload_module
 from imagesmith.stages.verify import verify
 from tests.doubles import EngineBase, verify_report
@@ -112,9 +113,14 @@ def test_a_usage_error_stops_the_run(tmp_path: Path) -> None:
 
 
 def test_build_results_read_back_what_the_build_wrote(tmp_path: Path) -> None:
-    doc = BuildReport("m.yaml", "t", 1.0, {}, RESULTS).to_json()
+    layer = CudaLayer("cu130-abc", "debian:12", "r/cuda:x", "built", "sha256:" + "1" * 64, "sha256:" + "2" * 64, 3_000, 3_100, 12.5)
+    doc = BuildReport("m.yaml", "t", 1.0, {}, RESULTS, (layer,)).to_json()
     back = parse_report(json.loads(json.dumps(doc)), "report.json")
-    assert back.results == RESULTS and back.to_json() == doc
+    assert back.results == RESULTS and back.cuda_layers == (layer,) and back.to_json() == doc
+    doc["cuda_layers"][0]["layer_bytes"] = "3 GB"
+    with pytest.raises(LoadError) as err:
+        parse_report(doc, "report.json")
+    assert str(err.value) == "report.json: cuda_layers[0].layer_bytes: expected a number, got '3 GB'"
 
 
 def genuine(ok: bool = True) -> dict[str, Any]:
