@@ -246,7 +246,7 @@ def run_layout(layout: str, src: Path, engine: Engine, bases: dict[str, str], ru
     result: dict[str, Any] = {
         "cold_seconds": round(cold_s, 1), "built": sum(r.status == "built" for r in report.results), "targets": len(targets),
         "sizes_bytes": {r.target: r.size_bytes for r in report.results},
-        "cuda_layers": report.cuda_layers, "build_report": report.to_json()}
+        "cuda_layers": report.to_json()["cuda_layers"], "build_report": report.to_json()}
     result["cleanup"] = [f"{repository}:{t}" for t, _ in targets] + [clones[k] for k in clones]
     result["cache_tags"] = [f"imagesmith-cache:{r.context_hash.split(':', 1)[1]}" for rep in (report, sibling)
                             for r in rep.results if r.context_hash]
