@@ -43,13 +43,6 @@ def credential_store(release: str | None, stage: str | None, credentials_file: P
     return credentials.load_store(declared, os.environ, credentials_file)
 
 
-def image_host(image: str) -> str:
-    """The registry an IMAGE/REF argument names: the operator typed it, so it is a declared host."""
-    from imagesmith.edges.engine import registry_host
-
-    return registry_host(image)
-
-
 def load_verifier_key(path: Path | None) -> Key | None:
     if path is None:  # no signing stack (cryptography) needed: verify --local runs on hosts without it
         return None

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from imagesmith.cli.common import credential_store, image_host
+from imagesmith.cli.common import credential_store
 from imagesmith.cli.options import CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, REGISTRY_CA_OPTION
 from imagesmith.errors import UserError
 from imagesmith.inert import inert
@@ -27,10 +27,12 @@ def evidence_cmd(ref: str, public_keys: tuple[Path, ...], as_json: bool, credent
 
     Exit 0: everything matches; 1: a signature, a subject digest or a blob does not match."""
     from imagesmith.edges import signing
+    from imagesmith.model.ref import ImageRef
     from imagesmith.stages.evidence import evidence
 
+    image = ImageRef.parse(ref)  # REF, parsed once: text that is no reference fails here (exit 1)
     keys = [signing.load_public_key(k) for k in public_keys]
-    found = evidence.read(ref, keys, credential_store(image_host(ref), None, credentials_file), registry_ca)
+    found = evidence.read(image, keys, credential_store(image.registry, None, credentials_file), registry_ca)
     if as_json:
         click.echo(json.dumps(found.to_json(), indent=2, sort_keys=True))
     else:

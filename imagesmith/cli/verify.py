@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from imagesmith.cli.common import credential_store, image_host, load_matrix, load_verifier_key
+from imagesmith.cli.common import credential_store, load_matrix, load_verifier_key
 from imagesmith.cli.options import ALLOW_CPU_OPTION, CREDENTIALS_OPTION, PUBLIC_KEY_OPTION, VERIFIER_KEY_OPTION, gathered
 from imagesmith.cli.verification import Printer
 from imagesmith.errors import UsageError, UserError
 from imagesmith.inert import inert
 from imagesmith.model.gpupath import RUNTIMES
 from imagesmith.model.grammar import GPU_LIST
+from imagesmith.model.ref import ImageRef
 
 if TYPE_CHECKING:
     from imagesmith.stages.verify.verify import VerifyOptions
@@ -138,9 +139,8 @@ class MetricsArgs:
 def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None, local: bool, python_exe: str | None,
                no_pull: bool, build_reports: tuple[Path, ...], stage_repo: str | None, credentials_file: Path | None,
                evidence: EvidenceArgs, verifier_key: Path | None, metrics: MetricsArgs, quiet: bool) -> None:
-    """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels,
-    numerics, throughput against baselines, leaks, NCCL; exit 0 only if every
-    required check passed."""
+    """Verify IMAGE (or, with --local, this host): versions, driver, GPU kernels, numerics, throughput against
+    baselines, leaks, NCCL; exit 0 only if every required check passed."""
     from imagesmith.edges.runcontext import RunContext
     from imagesmith.pipeline.verify import VerifyJob, local_series, metrics_export, run_verify
     from imagesmith.stages.verify import onhost, verify
@@ -157,15 +157,14 @@ def verify_cmd(image: str | None, options: VerifyOptions, json_out: Path | None,
     if stage_repo and not build_reports:
         raise UsageError("--stage declares the staging registry of --build-report; give --build-report too")
     signer = load_verifier_key(verifier_key)
-    if signer is not None and not build_reports:
-        _check_signable(image, local, json_out, evidence.reuse_evidence)
-    max_age, store = None, credential_store(None, stage_repo, credentials_file) if build_reports else None
-    if not build_reports:
-        if evidence.reuse_evidence and not evidence.public_keys:
-            raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
-        max_age = load_matrix(evidence.age_matrix).vulnerabilities.max_age_days if evidence.age_matrix else None
-        store = credential_store(image_host(image), None, credentials_file) if image and not local else None
-    job = VerifyJob(options, image, local, python_exe, build_reports, json_out, not no_pull, evidence.public_keys,
+    ref = (_signable(image, local, json_out, evidence.reuse_evidence) if signer is not None and not build_reports
+           else ImageRef.parse(image) if image else None)  # IMAGE, parsed once: text that is no reference fails here
+    if evidence.reuse_evidence and not evidence.public_keys and not build_reports:
+        raise UserError("--reuse-evidence trusts only a signed attestation: give the signer's public key with --key")
+    max_age = load_matrix(evidence.age_matrix).vulnerabilities.max_age_days if evidence.age_matrix and not build_reports else None
+    store = (credential_store(None, stage_repo, credentials_file) if build_reports
+             else credential_store(ref.registry, None, credentials_file) if ref else None)
+    job = VerifyJob(options, ref, local, python_exe, build_reports, json_out, not no_pull, evidence.public_keys,
                     evidence.reuse_evidence, max_age, signer, export)
     run_verify(RunContext() if store is None else RunContext(store), job, Printer(quiet))
 
@@ -182,15 +181,15 @@ def _check_usage(options: VerifyOptions, local: bool) -> None:
         raise UsageError(f"{flag} says how the payload starts in an image; --local runs this host's Python (--python): leave it out")
 
 
-def _check_signable(image: str | None, local: bool, json_out: Path | None, reuse: bool) -> None:
-    """``verify IMAGE --verifier-key``: a statement is about a digest, lies beside --json, and covers a fresh run."""
+def _signable(image: str | None, local: bool, json_out: Path | None, reuse: bool) -> ImageRef:
+    """``verify IMAGE --verifier-key``: IMAGE pinned by digest (the statement's subject), --json, a fresh run."""
     from imagesmith.model.fleet import parse_ref
 
     if local or not image:
         raise UsageError("--verifier-key signs a verification of an image's digest: give IMAGE as REPOSITORY@sha256:... "
                          "(or --build-report)")
     try:
-        parse_ref(image)
+        ref = parse_ref(image)
     except UserError as exc:
         raise UsageError(f"--verifier-key: {exc}") from None
     if json_out is None:
@@ -198,3 +197,4 @@ def _check_signable(image: str | None, local: bool, json_out: Path | None, reuse
                          "(FILE.dsse.json is written next to it)")
     if reuse:
         raise UsageError("--verifier-key signs what this run measured; --reuse-evidence runs nothing: give one of them")
+    return ref

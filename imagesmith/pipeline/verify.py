@@ -14,7 +14,7 @@ from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UserError
 from imagesmith.model import policy
 from imagesmith.model.matrix import Matrix
-from imagesmith.model.ref import DOCKER_HUB
+from imagesmith.model.ref import DOCKER_HUB, ImageRef
 from imagesmith.model.verifyreport import VerifyReport
 from imagesmith.pipeline.inputs import out_of, read_builds
 from imagesmith.pipeline.runreport import RunOutcome
@@ -49,7 +49,7 @@ class AttachedEvidence:
     gpu_model: str | None = None  # this host's GPU model as --gpus selects them (None: CPU mode)
 
 
-def attached_evidence(image: str, public_keys: Sequence[Path], store: CredentialStore, options: verify.VerifyOptions,
+def attached_evidence(image: ImageRef, public_keys: Sequence[Path], store: CredentialStore, options: verify.VerifyOptions,
                       reuse: bool, max_age_days: int | None = None, read: Callable[..., Any] | None = None,
                       gpus: Callable[[str], tuple[str | None, int]] | None = None) -> AttachedEvidence:
     """The evidence attached to IMAGE's digest (a registry reference; none read from Docker Hub), its signatures
@@ -57,11 +57,10 @@ def attached_evidence(image: str, public_keys: Sequence[Path], store: Credential
     run with ``options`` (:func:`imagesmith.stages.evidence.reuse.reusable`), else the reasons none does. ``read`` and
     ``gpus`` are the registry read and this host's GPU inventory (a test passes doubles)."""
     from imagesmith.edges import signing
-    from imagesmith.edges.engine import registry_host
     from imagesmith.stages.evidence import evidence
     from imagesmith.stages.evidence.reuse import Wanted, reusable, reused_report
 
-    if registry_host(image) == DOCKER_HUB:
+    if image.registry == DOCKER_HUB:
         return AttachedEvidence()
     keys = [signing.load_public_key(k) for k in public_keys]
     try:
@@ -76,7 +75,7 @@ def attached_evidence(image: str, public_keys: Sequence[Path], store: Credential
     match, why = reusable(found, wanted)
     if match is None:
         return AttachedEvidence(found, why_not=tuple(why), gpu_model=model)
-    return AttachedEvidence(found, reused=reused_report(found, match, image), match=match, gpu_model=model)
+    return AttachedEvidence(found, reused=reused_report(found, match, str(image)), match=match, gpu_model=model)
 
 
 def gpu_model(gpus: str) -> tuple[str | None, int]:
@@ -100,7 +99,7 @@ class VerifyJob:
     --pushgateway; :func:`metrics_export`)."""
 
     options: verify.VerifyOptions
-    image: str | None = None
+    image: ImageRef | None = None  # IMAGE, parsed once by the command
     local: bool = False
     python: str | None = None
     build_reports: tuple[Path, ...] = ()
@@ -136,16 +135,16 @@ def run_verify(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None
         attached = attached_evidence(job.image, job.public_keys, context.store, job.options, job.reuse_evidence, job.max_age_days)
         show.evidence(attached, job.options.tier)
         if attached.reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
-            with Tracked(job.json_out, judge.running_report(job.image, job.options.tier)) as tracked:
+            with Tracked(job.json_out, judge.running_report(str(job.image), job.options.tier)) as tracked:
                 tracked.complete(attached.reused.to_json())
             return show.report(attached.reused, job.json_out)
-    with Tracked(job.json_out, judge.running_report(job.image, job.options.tier)) as tracked:  # --json FILE: running at once
+    with Tracked(job.json_out, judge.running_report(str(job.image) if job.image else None, job.options.tier)) as tracked:  # --json FILE: running at once
         outcome = (onhost.run_local(job.options, job.python, progress=show.progress(True)) if job.local
                    else _verify_image(context, job, show))
         tracked.complete(outcome.report.to_json())
     show.report(outcome.report, job.json_out)
-    if job.signer is not None and job.json_out is not None:
-        show.signed(_sign_image(context, job.image or "", outcome.report, job.signer, job.json_out, show.note))
+    if job.signer is not None and job.json_out is not None and job.image is not None:
+        show.signed(_sign_image(context, job.image, outcome.report, job.signer, job.json_out, show.note))
     job.export(outcome.report, str(job.json_out or "the verify report"))
     if not outcome.ok:
         raise UserError(f"verification failed: {verify_failures(outcome.report)}")
@@ -157,13 +156,11 @@ def run_verify(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None
 def _verify_image(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> verify.VerifyOutcome:
     """IMAGE in a container: pulled with the store's login for its host; its registry read for which platform image
     of an index ran (none on Docker Hub)."""
-    from imagesmith.edges.engine import registry_host
-
-    image = job.image or ""
-    host = registry_host(image)
+    assert job.image is not None
+    host = job.image.registry
     creds = context.store.for_host(host)
     index_reader = context.registry(host, creds) if host != DOCKER_HUB else None
-    return incontainer.verify_image(context.engine, image, job.options, pull=job.pull, progress=show.progress(False),
+    return incontainer.verify_image(context.engine, str(job.image), job.options, pull=job.pull, progress=show.progress(False),
                                auth=creds.auth_config() if creds else None, registry=index_reader)
 
 
@@ -173,16 +170,15 @@ def statement_path(json_out: Path) -> Path:
     return json_out.with_name(json_out.name.removesuffix(".json") + ".dsse.json")
 
 
-def _sign_image(context: RunContext, image: str, report: VerifyReport, signer: Key, json_out: Path,
+def _sign_image(context: RunContext, image: ImageRef, report: VerifyReport, signer: Key, json_out: Path,
                 note: Callable[[str], None]) -> Path:
     """The report of ``verify IMAGE`` and the inventory measured inside that image, signed as a statement about
-    IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on)."""
-    from imagesmith.model.fleet import parse_ref
+    IMAGE's digest (the subject is the REPOSITORY@sha256 the operator named, which the payload ran on: the command
+    takes IMAGE only so pinned when it signs, :func:`imagesmith.model.fleet.parse_ref`)."""
     from imagesmith.pipeline.verify_built import sign_report
     from imagesmith.stages.evidence import trust
 
-    ref = parse_ref(image)
-    return sign_report(context.engine, report, trust.Subject(ref.name, ref.sha256), signer, statement_path(json_out), note)
+    return sign_report(context.engine, report, trust.Subject(image.name, image.sha256), signer, statement_path(json_out), note)
 
 
 def _verify_build_reports(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None:

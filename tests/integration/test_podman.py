@@ -24,6 +24,7 @@ from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.errors import GpuRequestDropped, GpuRuntimeMissing
 from imagesmith.model import engines, matrix, plan
 from imagesmith.model.buildreport import BuildReport
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages.building import build
 from imagesmith.stages.verify import incontainer, served, verify
 from tests.conftest import LOCAL_ROOTS
@@ -195,7 +196,7 @@ def test_a_push_through_podman_records_the_digest_the_registry_serves(podman: En
         client = Registry(plain_registry.host, Credentials(USER, PASSWORD))
         back = client.manifest(f"imagesmith-test/podman-{RUN}", "t1")
         assert back is not None and back.digest == digest and back.config_digest == info.id
-        outcome_digests, said = served.served_digests(client, f"{repository}:t1", podman.image(f"{repository}:t1"), podman.kind())
+        outcome_digests, said = served.served_digests(client, ImageRef.parse(f"{repository}:t1"), podman.image(f"{repository}:t1"), podman.kind())
         assert (outcome_digests, said) == ([f"{repository}@{digest}"], "")
     finally:
         podman.untag(f"{repository}:t1")

@@ -555,15 +555,14 @@ class Location:
     ref: str  # a tag or a digest
 
 
-def locate(reference: str) -> Location:
+def locate(ref: ImageRef) -> Location:
     """``host[:port]/repo[:tag|@sha256:...]`` -> its parts; a reference without a registry host is a UserError."""
-    ref = ImageRef.parse(reference)
     if not ref.host:
-        raise UserError(f"{reference}: evidence is read from a registry named in the reference (Docker Hub is not supported); name it, e.g. harbor.example.com/ml/pytorch-cuda:v2.9 or 127.0.0.1:5000/imagesmith/local:latest")
+        raise UserError(f"{ref}: evidence is read from a registry named in the reference (Docker Hub is not supported); name it, e.g. harbor.example.com/ml/pytorch-cuda:v2.9 or 127.0.0.1:5000/imagesmith/local:latest")
     return Location(ref.host, ref.repository, ref.digest or ref.tag or "latest")
 
 
-def read(reference: str, keys: Sequence[SSlibKey], store: CredentialStore | None = None,
+def read(reference: ImageRef, keys: Sequence[SSlibKey], store: CredentialStore | None = None,
          ca_file: Path | None = None) -> Evidence:
     """The evidence attached to what ``reference`` names (the operator names it: its host gets the store's
     login for that host), checked against ``keys``."""

@@ -22,6 +22,7 @@ from imagesmith.errors import (
 )
 from imagesmith.model import compat, gpupath, loader, policy, verifyreport
 from imagesmith.model import platform as platforms
+from imagesmith.model.ref import ImageRef
 from imagesmith.model.verifyreport import Emulation
 from imagesmith.stages.verify import entrypoint as entrypoints
 from imagesmith.stages.verify import gpus as gpu_paths
@@ -74,7 +75,7 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     from imagesmith.stages.verify import probe
 
     kb, started, t0 = kb or compat.load(), now(), time.monotonic()
-    request = request_for(options)
+    parsed, request = ImageRef.parse(ref), request_for(options)  # the engine's text, parsed once: the served digests read it
     info = engine.image(ref) or (engine.pull(ref, auth) if pull else None)
     if info is None:
         raise UserError(f"image {ref} is not in the engine (and --no-pull was given)")
@@ -97,13 +98,13 @@ def verify_image(engine: EngineProtocol, ref: str, options: VerifyOptions, kb: c
     report["launch"] = launch.record(entry, payload_command(options))
     kind = engine.kind()  # Docker or Podman, as the engine says (asked once)
     try:
-        digests, said = served_digests(registry, ref, info, kind)
+        digests, said = served_digests(registry, parsed, info, kind)
     except (ImagesmithError, OSError) as exc:  # the run stands; which digest it was is unknown, so none is named
         digests, said = [], f"could not read {ref} back from its registry ({exc}): no digest recorded"
     report = report | ({"notes": [*(report.get("notes") or []), said]} if said else {})
-    image = {"ref": ref, "id": info.id, "digests": digests, "labels": dict(info.labels)} | pinned(ref)
+    image = {"ref": ref, "id": info.id, "digests": digests, "labels": dict(info.labels)} | pinned(parsed)
     try:
-        picked = index_pick(registry, ref, info) if registry is not None and not pinned(ref) else None
+        picked = index_pick(registry, parsed, info) if registry is not None and not parsed.pinned else None
     except (ImagesmithError, OSError) as exc:  # the run stands; only which entry of an index it was is unknown
         picked = None
         report = report | {"notes": [*(report.get("notes") or []), f"could not read {ref}'s image index back: {exc}"]}

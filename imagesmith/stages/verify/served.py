@@ -11,16 +11,15 @@ from imagesmith.model.engines import EngineKind
 from imagesmith.model.ref import ImageRef
 
 
-def served_digests(registry: RegistryProtocol | None, ref: str, info: Any, kind: EngineKind) -> tuple[list[str], str]:
+def served_digests(registry: RegistryProtocol | None, parsed: ImageRef, info: Any, kind: EngineKind) -> tuple[list[str], str]:
     """The repository digests a report names for the image verified: only ones its registry serves, read back
     (``host/repository@sha256:...``), and a note when the engine's own bookkeeping said otherwise.
 
-    With a client for ``ref``'s registry: the digest the registry serves for ``ref``'s tag when its config is the
+    With a client for ``parsed``'s registry: the digest the registry serves for its tag when its config is the
     image verified (its ID), else the engine's digests of that repository the registry serves (an image index the
     engine pulled through the tag). Without one (Docker Hub; a local build): Docker's ``RepoDigests``, which Docker
     records only from a push or pull; none of Podman's, which it also makes up for images no registry has seen (a
     ``podman load``, a build)."""
-    parsed = ImageRef.parse(ref)
     held = [d for d in info.repo_digests if (p := ImageRef.maybe(d)) is not None and p.pinned]
     if registry is None:
         if kind.podman and held:
@@ -41,14 +40,13 @@ def served_digests(registry: RegistryProtocol | None, ref: str, info: Any, kind:
                   f"digests {', '.join(mine) or '(none)'} are not recorded")
 
 
-def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str] | None:
-    """``ref`` (a tag) pulled through an image index: the index's digest (the engine's repo digest for ``ref``'s
+def index_pick(registry: RegistryProtocol, parsed: ImageRef, info: Any) -> dict[str, str] | None:
+    """``parsed`` (a tag) pulled through an image index: the index's digest (the engine's repo digest for its
     repository) and the digest of the entry for the image's own platform, read from the registry by the index's
     digest, which no later push can change (and the client checks that the bytes hash to it). None when ``ref``
     names a plain image manifest, or the index's entry names no sha256 digest."""
     from imagesmith.edges.registry import entries, manifest_document
 
-    parsed = ImageRef.parse(ref)
     for held in info.repo_digests:
         pin = ImageRef.maybe(held)
         if pin is None or pin.name != parsed.name or not pin.pinned:
@@ -65,7 +63,6 @@ def index_pick(registry: RegistryProtocol, ref: str, info: Any) -> dict[str, str
     return None
 
 
-def pinned(ref: str) -> dict[str, str]:
+def pinned(parsed: ImageRef) -> dict[str, str]:
     """``host/repo@sha256:…``: the digest verified, recorded as such (the engine resolved exactly that manifest)."""
-    parsed = ImageRef.maybe(ref)
-    return {"digest": str(parsed.digest), "repository": parsed.name} if parsed and parsed.pinned else {}
+    return {"digest": str(parsed.digest), "repository": parsed.name} if parsed.pinned else {}

@@ -63,3 +63,20 @@ def test_verify_gets_its_run_options_as_verify_options() -> None:
     options = run_options(**given)
     assert options.tier == "standard" and options.only == ("versions", "gpu.devices") and options.skip == ()
     assert options.gpu_runtime == "cdi" and "gpu_runtime" in names("verify")
+
+
+def test_verify_parses_image_once_into_the_job_and_refuses_text_that_is_no_reference(monkeypatch: Any) -> None:
+    from imagesmith.errors import UserError
+    from imagesmith.model.ref import ImageRef
+    from imagesmith.pipeline import verify as use_case
+
+    jobs: list[Any] = []
+    monkeypatch.setattr(use_case, "run_verify", lambda context, job, show: jobs.append((context.store, job)))
+    done = CliRunner().invoke(cli, ["verify", "Harbor.example/ML/x:1", "--gpus", "none"])
+    assert isinstance(done.exception, UserError) and "'Harbor.example/ML/x:1' is not an image reference" in str(done.exception)
+    assert jobs == []  # refused before the use case, no engine asked
+    done = CliRunner().invoke(cli, ["verify", "127.0.0.1:5000/ml/x:v1", "--gpus", "none"])
+    assert done.exit_code == 0, done.output
+    [(store, job)] = jobs
+    assert job.image == ImageRef("127.0.0.1:5000", "ml/x", "v1") and str(job.image) == "127.0.0.1:5000/ml/x:v1"
+    assert store.declared.release == "127.0.0.1:5000"  # the store is declared for the host the reference names

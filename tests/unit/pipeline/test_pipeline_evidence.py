@@ -10,6 +10,7 @@ from imagesmith import pipeline
 from imagesmith.edges.credentials import CredentialStore
 from imagesmith.errors import UserError
 from imagesmith.model.matrix import load
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages.evidence import evidence
 from imagesmith.stages.verify import verify
 from tests.unit.stages.release.test_release_vulnerabilities import signed_verification
@@ -22,7 +23,7 @@ def found_with(a: evidence.Attestation) -> evidence.Evidence:
 
 
 def reader(found: evidence.Evidence | None) -> Any:
-    def read(image: str, keys: Sequence[Any], store: CredentialStore) -> evidence.Evidence:
+    def read(image: ImageRef, keys: Sequence[Any], store: CredentialStore) -> evidence.Evidence:
         if found is None:
             raise UserError("reg.test: 401 Unauthorized")
         return found
@@ -35,7 +36,7 @@ def cpu(gpus: str) -> tuple[str | None, int]:
 
 def attached(reuse: bool, found: evidence.Evidence | None, image: str = REF, tier: str = "quick",
              keys: Sequence[Path] = ()) -> pipeline.AttachedEvidence:
-    return pipeline.attached_evidence(image, keys, CredentialStore(), verify.VerifyOptions(tier=tier), reuse,
+    return pipeline.attached_evidence(ImageRef.parse(image), keys, CredentialStore(), verify.VerifyOptions(tier=tier), reuse,
                                       read=reader(found), gpus=cpu)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import UserError
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages.evidence import evidence, reuse
 from imagesmith.stages.evidence.attestation import Statement
 
@@ -136,13 +137,13 @@ def test_a_reused_verification_writes_a_verify_report_with_each_check_and_its_de
     ("harbor.example.com/ml/x@sha256:" + "ab" * 32, ("harbor.example.com", "ml/x", "sha256:" + "ab" * 32)),
 ])
 def test_references(reference: str, expected: tuple[str, str, str]) -> None:
-    where = evidence.locate(reference)
+    where = evidence.locate(ImageRef.parse(reference))
     assert (where.host, where.repo, where.ref) == expected
 
 
 def test_a_reference_without_a_registry_is_refused() -> None:
     with pytest.raises(UserError) as err:
-        evidence.locate("pytorch/pytorch:latest")
+        evidence.locate(ImageRef.parse("pytorch/pytorch:latest"))
     assert str(err.value) == ("pytorch/pytorch:latest: evidence is read from a registry named in the reference (Docker Hub is "
                               "not supported); name it, e.g. harbor.example.com/ml/pytorch-cuda:v2.9 or 127.0.0.1:5000/imagesmith/local:latest")
 

@@ -12,6 +12,7 @@ import pytest
 
 from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Manifest
 from imagesmith.model.engines import EngineKind
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages.verify import served
 from tests.doubles import RegistryBase
 
@@ -68,10 +69,10 @@ CASES = [
 @pytest.mark.parametrize("registry, info, kind, digests, note", CASES)
 def test_only_a_digest_the_registry_serves_is_recorded(registry: Registry | None, info: Any, kind: EngineKind, digests: list[str],
                                                        note: str) -> None:
-    assert served.served_digests(registry, REF, info, kind) == (digests, note)
+    assert served.served_digests(registry, ImageRef.parse(REF), info, kind) == (digests, note)
 
 
 def test_a_pinned_reference_is_the_digest_verified() -> None:
     registry = Registry({})
-    assert served.served_digests(registry, f"{REPO}@{SERVED}", image(f"{REPO}@{LOCAL}"), PODMAN) == ([f"{REPO}@{SERVED}"], "")
+    assert served.served_digests(registry, ImageRef.parse(f"{REPO}@{SERVED}"), image(f"{REPO}@{LOCAL}"), PODMAN) == ([f"{REPO}@{SERVED}"], "")
     assert registry.asked == []  # the engine resolved exactly that manifest

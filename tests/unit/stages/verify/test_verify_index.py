@@ -10,6 +10,7 @@ import pytest
 
 from imagesmith.edges.registry import DOCKER_V2, OCI_INDEX, Manifest, RegistryHTTPError, sha256_digest
 from imagesmith.edges.registry import Registry as RealRegistry
+from imagesmith.model.ref import ImageRef
 from imagesmith.stages.verify import served
 from tests.doubles import RegistryBase
 
@@ -39,20 +40,20 @@ def image(platform: str, *digests: str) -> Any:
 
 def test_the_engine_platform_entry_of_the_index_the_engine_pulled_is_named_by_digest() -> None:
     reg = Registry({INDEX: INDEX_DOC})
-    picked = served.index_pick(reg, REF, image("linux/arm64", "other.example/x@" + AMD, f"127.0.0.1:5000/ml/pytorch@{INDEX}"))
+    picked = served.index_pick(reg, ImageRef.parse(REF), image("linux/arm64", "other.example/x@" + AMD, f"127.0.0.1:5000/ml/pytorch@{INDEX}"))
     assert picked == {"index": INDEX, "digest": ARM, "platform": "linux/arm64"}
     assert reg.asked == [("ml/pytorch", INDEX)]  # by the index's digest (immutable), never by the tag that may move
 
 
 def test_a_plain_image_manifest_or_a_platform_missing_from_the_index_picks_nothing() -> None:
-    assert served.index_pick(Registry({AMD: {"config": {"digest": AMD}}}), REF, image("linux/amd64", f"127.0.0.1:5000/ml/pytorch@{AMD}")) is None
-    assert served.index_pick(Registry({INDEX: INDEX_DOC}), REF, image("linux/ppc64le", f"127.0.0.1:5000/ml/pytorch@{INDEX}")) is None
-    assert served.index_pick(Registry({INDEX: INDEX_DOC}), REF, image("linux/amd64")) is None  # never pulled from a registry
+    assert served.index_pick(Registry({AMD: {"config": {"digest": AMD}}}), ImageRef.parse(REF), image("linux/amd64", f"127.0.0.1:5000/ml/pytorch@{AMD}")) is None
+    assert served.index_pick(Registry({INDEX: INDEX_DOC}), ImageRef.parse(REF), image("linux/ppc64le", f"127.0.0.1:5000/ml/pytorch@{INDEX}")) is None
+    assert served.index_pick(Registry({INDEX: INDEX_DOC}), ImageRef.parse(REF), image("linux/amd64")) is None  # never pulled from a registry
 
 
 def test_an_index_entry_that_names_no_sha256_digest_is_not_recorded() -> None:
     hostile = {"mediaType": OCI_INDEX, "manifests": [{"digest": "sha256:x\n| forged |", "platform": {"os": "linux", "architecture": "amd64"}}]}
-    assert served.index_pick(Registry({INDEX: hostile}), REF, image("linux/amd64", f"127.0.0.1:5000/ml/pytorch@{INDEX}")) is None
+    assert served.index_pick(Registry({INDEX: hostile}), ImageRef.parse(REF), image("linux/amd64", f"127.0.0.1:5000/ml/pytorch@{INDEX}")) is None
 
 
 class Served:
