@@ -171,7 +171,7 @@ class TargetResult:
 @dataclass(frozen=True)
 class CudaLayer:
     """One CUDA image a build made or found (OS base + the shared CUDA layer): the wheel set, the base it sits on,
-    its figures. The builder's working record is ``stages.building.cudabuild.CudaResult``."""
+    its figures. The builder keeps one per CUDA image and replaces it as the image is made."""
 
     set: str
     base_image: str

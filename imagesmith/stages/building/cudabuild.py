@@ -19,9 +19,9 @@ import shutil
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.errors import BuildError
@@ -72,22 +72,6 @@ def download_argv(python: str, pins: Sequence[str], dest: Path, sources: Mapping
     return argv + list(pins)
 
 
-@dataclass
-class CudaResult:
-    """One CUDA image: what the build report records."""
-
-    set: str
-    base_image: str
-    image: str
-    status: str = "queued"  # built | cached | failed
-    image_id: str | None = None
-    diff_id: str | None = None
-    layer_bytes: int = 0  # the layer's tar (unpacked size)
-    image_bytes: int = 0  # the CUDA image: OS base + layer
-    seconds: float = 0.0
-    error: str | None = None
-
-
 def cache_key(base_id: str, cuda_set: CudaSet, epoch: int | None) -> str:
     """The CUDA image's cache key; it names the set's platform (linux/amd64's keys are unchanged), so an image of one
     machine is never taken for another's even where the engine hands out a base of the wrong one (moby/moby#47823)."""
@@ -116,12 +100,12 @@ class CudaImages:
         self.cache_repository = cache_repository
         self.base_ids, self.download, self.display, self.epoch = base_ids, download, display, epoch
         self.futures: dict[tuple[str, str], Future[str]] = {}
-        self.results: dict[tuple[str, str], CudaResult] = {}
+        self.results: dict[tuple[str, str], CudaLayer] = {}  # what the build report records, replaced as it goes
         for cuda_set, targets in users(plan).items():
             for t in targets:
                 key = (cuda_set.id, t.base_image)
                 self.futures.setdefault(key, Future())
-                self.results.setdefault(key, CudaResult(cuda_set.id, t.base_image, cuda_image(t, repository)))
+                self.results.setdefault(key, CudaLayer(cuda_set.id, t.base_image, cuda_image(t, repository), "queued"))
 
     def start(self) -> None:
         for cuda_set, targets in users(self.plan).items():
@@ -138,7 +122,7 @@ class CudaImages:
         return self.futures[(t.cuda_set.id, t.base_image)].result()
 
     def report(self) -> list[CudaLayer]:
-        return [CudaLayer(**asdict(r)) for r in self.results.values()]
+        return list(self.results.values())
 
     # -- one set ------------------------------------------------------------------------
     def _run(self, cuda_set: CudaSet, targets: list[Target]) -> None:
@@ -152,7 +136,7 @@ class CudaImages:
             for t in pending:
                 self._fail(cuda_set, t, exc)
         for t in pending:
-            self.results[(cuda_set.id, t.base_image)].seconds = round(time.monotonic() - t0, 2)
+            self._record(cuda_set, t, seconds=round(time.monotonic() - t0, 2))
 
     def _cached(self, cuda_set: CudaSet, t: Target) -> bool:
         info = self.engine.image(f"{self.cache_repository}:{self._key(cuda_set, t)}")
@@ -160,7 +144,7 @@ class CudaImages:
             return False
         self.engine.tag(info.id, *cuda_image(t, self.repository).split(":", 1))
         base = self.engine.image(self.base_ids[t.base_image])
-        self.results[(cuda_set.id, t.base_image)].layer_bytes = info.size - (base.size if base else 0)
+        self._record(cuda_set, t, layer_bytes=info.size - (base.size if base else 0))
         self._done(cuda_set, t, info.id, info.layers[-1] if info.layers else None, "cached")
         return True
 
@@ -203,7 +187,7 @@ class CudaImages:
             raise BuildError(f"docker load made {info.id if info else 'nothing'} for {ref}, expected {want}")
         self.engine.tag(info.id, self.cache_repository, self._key(cuda_set, t))
         assert archive.layer is not None
-        self.results[(cuda_set.id, t.base_image)].layer_bytes = archive.layer.size
+        self._record(cuda_set, t, layer_bytes=archive.layer.size)
         self._done(cuda_set, t, info.id, archive.layer.diff_id, "built")
 
     # -- bookkeeping -------------------------------------------------------------------------
@@ -213,11 +197,13 @@ class CudaImages:
     def _created_by(self, cuda_set: CudaSet) -> str:
         return f"imagesmith: CUDA wheel set {cuda_set.id} ({len(cuda_set.wheels)} wheels) at {cuda_set.prefix}"
 
+    def _record(self, cuda_set: CudaSet, t: Target, **changes: Any) -> None:
+        key = (cuda_set.id, t.base_image)
+        self.results[key] = replace(self.results[key], **changes)
+
     def _done(self, cuda_set: CudaSet, t: Target, image_id: str, diff_id: str | None, status: str) -> None:
-        result = self.results[(cuda_set.id, t.base_image)]
-        result.status, result.image_id, result.diff_id = status, image_id, diff_id
         info = self.engine.image(image_id)
-        result.image_bytes = info.size if info else 0
+        self._record(cuda_set, t, status=status, image_id=image_id, diff_id=diff_id, image_bytes=info.size if info else 0)
         future = self.futures[(cuda_set.id, t.base_image)]
         if not future.done():
             future.set_result(image_id)
@@ -225,8 +211,7 @@ class CudaImages:
     def _fail(self, cuda_set: CudaSet, t: Target, exc: Exception) -> None:
         if self.futures[(cuda_set.id, t.base_image)].done():
             return
-        result = self.results[(cuda_set.id, t.base_image)]
-        result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        self._record(cuda_set, t, status="failed", error=f"{type(exc).__name__}: {exc}")
         self.display.update(cuda_set_folder(cuda_set), "failed", str(exc).splitlines()[0][:120] if str(exc) else "")
         future = self.futures[(cuda_set.id, t.base_image)]
         if not future.done():
