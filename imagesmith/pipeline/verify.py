@@ -131,14 +131,15 @@ def run_verify(context: RunContext, job: VerifyJob, show: VerifyPrinter) -> None
         return _verify_build_reports(context, job, show)
     from imagesmith.runstate import Tracked
 
+    shown = str(job.image) if job.image else None  # IMAGE as the report names it (None: --local)
     if job.image and not job.local:
         attached = attached_evidence(job.image, job.public_keys, context.store, job.options, job.reuse_evidence, job.max_age_days)
         show.evidence(attached, job.options.tier)
         if attached.reused is not None:  # the same --json report, the same verdict, as a fresh run judged by that evidence
-            with Tracked(job.json_out, judge.running_report(str(job.image), job.options.tier)) as tracked:
+            with Tracked(job.json_out, judge.running_report(shown, job.options.tier)) as tracked:
                 tracked.complete(attached.reused.to_json())
             return show.report(attached.reused, job.json_out)
-    with Tracked(job.json_out, judge.running_report(str(job.image) if job.image else None, job.options.tier)) as tracked:  # --json FILE: running at once
+    with Tracked(job.json_out, judge.running_report(shown, job.options.tier)) as tracked:  # --json FILE: running at once
         outcome = (onhost.run_local(job.options, job.python, progress=show.progress(True)) if job.local
                    else _verify_image(context, job, show))
         tracked.complete(outcome.report.to_json())
