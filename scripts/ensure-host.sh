@@ -62,7 +62,7 @@ if ! docker info >/dev/null 2>&1; then
         exit 1
     fi
     echo "ensure-host: starting dockerd (log: /var/log/imagesmith-dockerd.log)" >&2
-    nohup dockerd >/var/log/imagesmith-dockerd.log 2>&1 &
+    (cd / && nohup dockerd >/var/log/imagesmith-dockerd.log 2>&1 &)  # from /: a deleted checkout is no daemon's folder
     for _ in $(seq 1 60); do
         docker info >/dev/null 2>&1 && break
         sleep 1
@@ -91,6 +91,16 @@ if [ "$(cat "$ULIMITS" 2>/dev/null)" != "$want" ]; then
     restart=1
 fi
 podman_answers() { curl -sf --max-time 5 --unix-socket "${PODMAN_SOCKET#unix://}" http://podman/_ping >/dev/null 2>&1; }
+# A service whose working folder was deleted (started in a checkout since removed) still answers _ping, but the
+# conmon it starts in that folder exits at once: every container fails with "write child: broken pipe". Such a
+# service is stopped here and started again from /.
+for pid in $(pgrep -f "^podman system service" || true); do
+    case "$(readlink "/proc/$pid/cwd" 2>/dev/null)" in
+    *" (deleted)")
+        echo "ensure-host: restarting the Podman service (pid $pid): the folder it was started in is gone" >&2
+        kill "$pid"; for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done ;;
+    esac
+done
 if [ -n "$restart" ] && podman_answers; then
     pid=$(cat /run/imagesmith-podman.pid 2>/dev/null || true)
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
@@ -103,8 +113,8 @@ fi
 if ! podman_answers; then
     echo "ensure-host: starting podman system service on $PODMAN_SOCKET (log: /var/log/imagesmith-podman.log)" >&2
     mkdir -p "$(dirname "${PODMAN_SOCKET#unix://}")"
-    nohup podman system service --time=0 "$PODMAN_SOCKET" >/var/log/imagesmith-podman.log 2>&1 &
-    echo $! > /run/imagesmith-podman.pid
+    (cd / && { nohup podman system service --time=0 "$PODMAN_SOCKET" >/var/log/imagesmith-podman.log 2>&1 &
+               echo $! > /run/imagesmith-podman.pid; })
     for _ in $(seq 1 30); do podman_answers && break; sleep 1; done
     podman_answers || { echo "ensure-host: the Podman service did not answer; see /var/log/imagesmith-podman.log" >&2; tail -20 /var/log/imagesmith-podman.log >&2; exit 1; }
 fi

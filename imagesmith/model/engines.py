@@ -35,6 +35,9 @@ FIX_PODMAN_ULIMITS = (f'set default_ulimits at or below this host\'s hard limits
 FIX_DOCKER_ULIMITS = ('set "default-ulimits" at or below this host\'s hard limits (ulimit -Hn, ulimit -Hu) in /etc/docker/daemon.json, '
                       'then: sudo systemctl restart docker')
 RLIMIT_NAMES = {"6": "nproc", "7": "nofile"}
+# Podman's words when the conmon it starts for a container exits before taking it: a service whose working
+# folder was deleted (started in a checkout since removed) fails every container so, while still answering.
+CONMON_GONE = "write child: broken pipe"
 
 
 @dataclass(frozen=True)
@@ -144,3 +147,12 @@ def rlimit_hint(words: str, kind: EngineKind) -> str:
     limit = RLIMIT_NAMES.get(number, f"rlimit {number}")
     return (f"{kind.name}'s default ulimits exceed this host's hard limits (runc could not set {limit}: error setting rlimit "
             f"type {number}: operation not permitted); {kind.ulimits_fix}")
+
+
+def conmon_hint(words: str, kind: EngineKind, docker_host: str = "") -> str:
+    """Podman's "write child: broken pipe" in plain words, with the fix (``""`` for other words or engines)."""
+    if not kind.podman or CONMON_GONE not in words:
+        return ""
+    return (f"Podman's service could not hand the container to conmon, which exited at once ({CONMON_GONE}); a service "
+            "started in a folder that has since been deleted fails every container so: restart it from /   "
+            f"(cd / && podman system service --time=0 {docker_host or PODMAN_SOCKET} &)")

@@ -116,9 +116,9 @@ def engine_error(exc: BaseException, doing: str, kind: type[EngineError] = Engin
     missing = COMMAND_NOT_FOUND.search(answer)
     if missing:
         return CommandNotFound(f"{doing}: {words}", missing.group(1))
-    limits = engines.rlimit_hint(answer, engine)
-    if limits:  # the engine's words are long and end in what the hint quotes
-        return kind(f"{doing}: {limits}")
+    hint = engines.rlimit_hint(answer, engine) or engines.conmon_hint(answer, engine, os.environ.get("DOCKER_HOST", ""))
+    if hint:  # the engine's words are long and end in what the hint quotes
+        return kind(f"{doing}: {hint}")
     return kind(f"{doing}: {words}")
 
 

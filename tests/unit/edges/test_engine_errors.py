@@ -22,6 +22,7 @@ from imagesmith.errors import (
     ImagesmithError,
     RegistryError,
 )
+from imagesmith.model.engines import EngineKind
 
 NO_RUNTIME = 'could not select device driver "" with capabilities: [[gpu]]'
 NO_PYTHON = ("failed to create task for container: failed to create shim task: OCI runtime create failed: runc create "
@@ -86,6 +87,18 @@ def test_no_gpu_runtime_is_its_own_type_with_the_fix() -> None:
     assert isinstance(err, GpuRuntimeMissing) and isinstance(err, ContainerRefused)
     assert str(err).endswith("(the Docker engine has no NVIDIA container runtime: install nvidia-container-toolkit, then "
                              "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker)")
+
+
+@pytest.mark.parametrize("name, docker_host, hinted", [("Podman", "unix:///srv/podman.sock", True), ("Docker", "", False)])
+def test_podmans_conmon_gone_is_said_with_the_restart_from_root(monkeypatch: pytest.MonkeyPatch, name: str, docker_host: str,
+                                                                hinted: bool) -> None:
+    monkeypatch.setenv("DOCKER_HOST", docker_host)
+    err = engine_error(api_error(500, "write child: broken pipe"), "starting x", ContainerRefused, EngineKind(name))
+    assert type(err) is ContainerRefused
+    fix = "restart it from /   (cd / && podman system service --time=0 unix:///srv/podman.sock &)"
+    assert str(err) == (f"starting x: Podman's service could not hand the container to conmon, which exited at once (write "
+                        f"child: broken pipe); a service started in a folder that has since been deleted fails every "
+                        f"container so: {fix}" if hinted else "starting x: write child: broken pipe")
 
 
 def test_said_is_the_daemons_explanation_not_the_sdks_wrapping() -> None:
