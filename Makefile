@@ -22,6 +22,10 @@ REGISTRY_CREDENTIALS := .cache/registry/credentials
 # tag only, marked -not-gpu-verified (never a floating tag); with a GPU they are GPU-verified and
 # take floating tags. `make release ALLOW_CPU=` makes a missing GPU fail the release instead.
 ALLOW_CPU ?= --allow-cpu-verification
+# Each image goes to the local registry's staging repository as soon as it is built (beside the builds still
+# running), is verified by that digest, and is released by promotion: the registry mounts the staged blobs, so
+# nothing is uploaded twice (docs/ci.md). `make release STAGE=` pushes from the engine after verification instead.
+STAGE ?= 127.0.0.1:5000/imagesmith/local-staging
 
 .PHONY: release test unit lint lint-and-unit bench host host-release install runtime base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog unit-tier integration-tier
 
@@ -153,7 +157,8 @@ $(TRUST_POLICY): $(VERIFIER_KEY)  ## the local release's trust policy: it believ
 
 release: base registry $(SIGNING_KEY) $(TRUST_POLICY)  ## the main job: render, build, verify (signed), tag, push, attach signed evidence
 	$(BIN)/imagesmith build --matrix $(MATRIX) --out $(OUT) --jobs $(JOBS) --push $(ALLOW_CPU) $(ALLOW_ROOTS:%=--allow-root %) \
-	  --credentials $(REGISTRY_CREDENTIALS) --signing-key $(SIGNING_KEY) --verifier-key $(VERIFIER_KEY) --trust-policy $(TRUST_POLICY)
+	  --credentials $(REGISTRY_CREDENTIALS) --signing-key $(SIGNING_KEY) --verifier-key $(VERIFIER_KEY) --trust-policy $(TRUST_POLICY) \
+	  $(if $(STAGE),--stage $(STAGE))
 	@echo "the evidence of every released digest, signatures checked: make evidence"
 
 evidence: install          ## read back what is attached to every digest of $(OUT)/release.json, signatures checked
