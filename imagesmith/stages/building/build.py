@@ -311,25 +311,21 @@ class Builder:
         return order
 
     def _schedule(self, order: graphlib.TopologicalSorter[str], progressed: Callable[[], None] = lambda: None) -> None:
-        """Walk ``order`` (:meth:`_order`): a target's worker starts once its parent's image is ready and
-        builds when :class:`Slots` admits it (``jobs`` at once, by priority); the descendants of a target that did not
-        build are skipped, everything else goes on. With a stage, a target's push runs after its build, outside the
-        slots and beside its children's builds (they build FROM the image here, not from the staged one)."""
-        done: queue.Queue[tuple[str, bool]] = queue.Queue()  # (target, ended): its image is ready, then its worker ended
+        """Walk ``order`` (:meth:`_order`): a target's worker starts once its parent is done and
+        builds when :class:`Slots` admits it (``jobs`` at once, by priority); the descendants of a target that did not succeed are skipped, everything else goes on."""
+        done: queue.Queue[str] = queue.Queue()
         rank = {t.id: i for i, t in enumerate(self.plan.targets)}
         running: set[str] = set()
         try:
-            while order.is_active() or running:
+            while order.is_active():
                 ready = [tid for tid in order.get_ready() if not self._failed_already(tid, order) and not self._skipped(tid, order)]
                 for tid in sorted(ready, key=self.priority.__getitem__):  # the slots (jobs) admit them by priority
                     running.add(self._start(tid, done))
                 if not running:
                     continue  # only skipped targets came ready: their children may be ready now
-                tid, ended = done.get()
-                if not ended:
-                    order.done(tid)
-                    continue
-                running.discard(tid)
+                finished = done.get()
+                running.discard(finished)
+                order.done(finished)
                 progressed()
         except KeyboardInterrupt:
             self.cancel.set()
@@ -356,11 +352,11 @@ class Builder:
         order.done(tid)
         return True
 
-    def _start(self, tid: str, done: "queue.Queue[tuple[str, bool]]") -> str:
+    def _start(self, tid: str, done: "queue.Queue[str]") -> str:
         threading.Thread(target=self._worker, args=(self.plan.by_id()[tid], done), name=f"build-{tid}", daemon=True).start()
         return tid
 
-    def _worker(self, t: Target, done: "queue.Queue[tuple[str, bool]]") -> None:
+    def _worker(self, t: Target, done: "queue.Queue[str]") -> None:
         result = self.results[t.id]
         t0 = time.monotonic()
         try:
@@ -368,27 +364,15 @@ class Builder:
                 t0 = time.monotonic()  # a target's seconds count from its admission
                 self._build_one(t, result)
         except Exception as exc:  # isolate: one target's failure never stops the others
-            self._failed(result, exc)
-        staging = self.stage is not None and result.ok and bool(result.image_id) and not self._adopted(t)
+            if self.cancel.is_set():
+                result.status, result.error = "cancelled", "interrupted"
+            else:
+                result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
         if result.status == "failed":
             self._drop_made(t.id)
-        done.put((t.id, False))  # its image is ready (or it failed): its children may start
-        if staging:
-            assert self.stage is not None
-            try:
-                self.stage.push(t, result)
-            except Exception as exc:  # its children, built from its image meanwhile, are staged on their own
-                self._failed(result, exc)
-                self._drop_made(t.id)
         result.seconds = round(time.monotonic() - t0, 2)
         self.display.update(t.id, result.status, self._summary(result))
-        done.put((t.id, True))
-
-    def _failed(self, result: TargetRun, exc: Exception) -> None:
-        if self.cancel.is_set():
-            result.status, result.error = "cancelled", "interrupted"
-        else:
-            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        done.put(t.id)
 
     @staticmethod
     def _summary(r: TargetRun) -> str:
@@ -474,7 +458,9 @@ class Builder:
         self._measure(t, result)
         if result.ok and result.image_id:
             self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
-            self._own(t.id, result.image_id)  # staged by its worker (_worker), after the slot is free
+            self._own(t.id, result.image_id)
+            if self.stage is not None:
+                self.stage.push(t, result)
 
     def _docker_build(self, t: Target, result: TargetRun, parent_id: str, stage: str | None = None) -> None:
         """Build ``t``; with ``stage``, only up to that stage, tagged (so that no prune takes it)

@@ -19,7 +19,7 @@ import pytest
 from imagesmith.edges.engine import BuildOutcome, ImageInfo, RunResult, RunSpec
 from imagesmith.errors import BuildError, UserError
 from imagesmith.model import matrix, plan
-from imagesmith.model.buildreport import BuildReport, Staged
+from imagesmith.model.buildreport import BuildReport
 from imagesmith.stages.building import build, buildreport, cache
 from tests.conftest import LOCAL_ROOTS, ROOT
 from tests.doubles import EngineBase
@@ -376,60 +376,3 @@ def test_an_interrupt_cancels_what_has_not_finished_and_keeps_what_has(tmp_path:
     finished = [tid for tid, state in got.items() if state == ("built", None)]
     assert 1 <= len(finished) <= 2 and all(p.by_id()[tid].parent is None for tid in finished)
     assert set(got.values()) - {("built", None)} == {("cancelled", "interrupted")}
-
-
-@dataclass
-class SlowStage:
-    """A staging repository whose push of ``hold`` waits until ``child`` is built (60 s at most: a hang guard),
-    then answers as ``fail`` says; every other push is staged at once."""
-
-    engine: EngineDouble
-    hold: str
-    child: str
-    fail: bool = False
-    pushed: list[str] = field(default_factory=list)
-    child_built_first: bool = False
-
-    def adopts(self, target_id: str) -> bool:
-        return False
-
-    def adopt(self, t: plan.Target, result: Any) -> None:
-        raise AssertionError("nothing is adopted here")
-
-    def find(self, t: plan.Target, result: Any) -> bool:
-        return False
-
-    def push(self, t: plan.Target, result: Any) -> None:
-        if t.id == self.hold:
-            self.child_built_first = self.child_built.wait(60)
-            if self.fail:
-                raise BuildError("staging push failed: the registry went away")
-        result.staged = Staged("registry.example/ml/staging", f"ctx-{t.id}", image_id(t.id), pushed=True)
-        self.pushed.append(t.id)
-
-    def __post_init__(self) -> None:
-        self.child_built = threading.Event()
-
-
-@pytest.mark.parametrize("fail", [False, True])
-def test_a_child_builds_while_its_parent_is_staged_and_a_failed_staging_push_fails_the_parent_alone(tmp_path: Path, fail: bool) -> None:
-    m, p = load()
-    p = dataclasses.replace(p, targets=tuple(t for t in p.targets if t.id in (BASE, NLP)))
-    engine = engine_for(p)
-    stage = SlowStage(engine, BASE, NLP, fail)
-    child_image = target(p, NLP).image
-    original = engine.build
-
-    def build_then_say(context: Path, tag: str, *args: Any, **kwargs: Any) -> Any:
-        outcome = original(context, tag, *args, **kwargs)
-        if tag == child_image:
-            stage.child_built.set()
-        return outcome
-    engine.build = build_then_say  # type: ignore[method-assign]
-    report = build.Builder(p, m, engine, tmp_path, jobs=1, prune=False, stage=stage).run()
-    assert stage.child_built_first  # one job: the child took the slot while its parent's push went on
-    assert statuses(report) == {BASE: "failed" if fail else "built", NLP: "built"}
-    assert sorted(stage.pushed) == ([NLP] if fail else [BASE, NLP])
-    failed = next(r for r in report.results if r.target == BASE)
-    assert (failed.error, failed.staged) == (("BuildError: staging push failed: the registry went away", None) if fail else
-                                             (None, Staged("registry.example/ml/staging", f"ctx-{BASE}", image_id(BASE), pushed=True)))
