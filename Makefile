@@ -24,8 +24,10 @@ REGISTRY_CREDENTIALS := .cache/registry/credentials
 ALLOW_CPU ?= --allow-cpu-verification
 # Each image goes to the local registry's staging repository as soon as it is built (beside the builds still
 # running), is verified by that digest, and is released by promotion: the registry mounts the staged blobs, so
-# nothing is uploaded twice (docs/ci.md). `make release STAGE=` pushes from the engine after verification instead.
-STAGE ?= 127.0.0.1:5000/imagesmith/local-staging
+# nothing is uploaded twice (docs/ci.md). The repository sits beside examples/local.yaml's own (image.registry and
+# image.repository there), so another MATRIX stages nothing unless STAGE names its staging repository;
+# `make release STAGE=` pushes from the engine after verification instead.
+STAGE ?= $(if $(filter examples/local.yaml,$(MATRIX)),127.0.0.1:5000/imagesmith/local-staging)
 
 .PHONY: release test unit lint lint-and-unit bench host host-release install runtime base registry clean evidence lock lock-tool lock-check lint-outputs docs dist changelog unit-tier integration-tier
 
