@@ -44,7 +44,7 @@ class EngineBase:
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: LineSink) -> str: unexpected("engine.push")
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
               network_mode: str | None, on_line: LineSink, cancel: threading.Event | None = None,
-              target: str | None = None, platform: str | None = None) -> BuildOutcome: unexpected(f"engine.build({tag!r})")
+              target: str | None = None, platform: str | None = None, cache_from: Sequence[str] = ()) -> BuildOutcome: unexpected(f"engine.build({tag!r})")
     def run(self, spec: RunSpec) -> RunResult: unexpected("engine.run")
     def started(self, spec: RunSpec) -> ContextManager[RunningProtocol]: unexpected("engine.started")
     def remove_containers(self, label: str, value: str) -> int: unexpected("engine.remove_containers")

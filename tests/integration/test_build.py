@@ -155,3 +155,32 @@ def test_cli_build_exit_codes_and_json(build_matrix: MatrixFactory, engine: Engi
     bad = subprocess.run([sys.executable, "-m", "imagesmith.cli", "build", "-m", str(path), "--only", "nothing-matches"],
                          capture_output=True, text=True, env=os.environ | ALLOW)
     assert bad.returncode == 1 and bad.stderr.strip() == "error: no target matches --only nothing-matches --layer"
+
+
+def test_the_full_build_takes_the_steps_of_its_stage_made_ahead(engine: Engine, debian_base: str, tmp_path: Path) -> None:
+    """A shared-CUDA base's builder stage is made ahead, beside another target whose first steps are the same: the
+    classic builder takes the newest image of an identical step, the other target's, whose next step differs, and
+    ran the stage's pip install again. Given the stage made ahead (cache_from), the full build runs none of it."""
+    nonce = os.urandom(6).hex()
+    stage = f"FROM {debian_base} AS builder\nRUN echo {nonce} > /shared\n"
+    ahead, beside = tmp_path / "ahead", tmp_path / "beside"
+    (ahead / "stubs").mkdir(parents=True)
+    beside.mkdir()
+    (ahead / "stubs" / "METADATA").write_text("Name: stub\n")
+    (ahead / "Dockerfile").write_text(stage + "COPY stubs/ /stubs/\nRUN cat /stubs/METADATA > /made\n"
+                                      f"FROM {debian_base}\nCOPY --from=builder /made /made\n")
+    (beside / "Dockerfile").write_text(stage + "RUN echo other > /made\n")
+    tags = [f"imagesmith-test/ahead-{nonce}:{name}" for name in ("stage", "beside", "full", "plain")]
+    try:
+        made = engine.build(ahead, tags[0], {}, {}, None, lambda line: None, target="builder")
+        assert made.image_id and not made.error, made.error
+        # built beside it: its own image of the identical RUN, the newer one (what two builds at once make)
+        list(engine.client.api.build(path=str(beside), tag=tags[1], nocache=True, rm=True, decode=True))
+        plain = engine.build(ahead, tags[3], {}, {}, None, lambda line: None)  # what the full build did before
+        assert plain.cached_steps < 3 and plain.stages, plain  # the stage's last RUN ran again
+        full = engine.build(ahead, tags[2], {}, {}, None, lambda line: None, cache_from=[tags[0]])
+        assert full.image_id and not full.error, full.error
+        assert full.cached_steps == 3 and full.stages == [], full  # RUN, COPY, RUN: none of the stage ran again
+    finally:
+        for tag in tags:
+            engine.remove_image(tag)

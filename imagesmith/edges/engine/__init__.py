@@ -21,7 +21,7 @@ import os
 import tarfile
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import docker
 import docker.auth
@@ -270,10 +270,15 @@ class Engine:
     # -- build -------------------------------------------------------------------
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
               network_mode: str | None, on_line: LineSink, cancel: threading.Event | None = None,
-              target: str | None = None, platform: str | None = None) -> BuildOutcome:
+              target: str | None = None, platform: str | None = None, cache_from: Sequence[str] = ()) -> BuildOutcome:
         """Build ``context`` (up to stage ``target``; for ``platform``, e.g. ``linux/arm64``, under emulation when
         it is not this host's) with the classic builder, streaming each log line. The classic builder can pick a
-        cached base of another architecture (moby/moby#47823): callers check the built image's architecture."""
+        cached base of another architecture (moby/moby#47823): callers check the built image's architecture.
+
+        ``cache_from``: images whose own steps the build takes from the cache, step by step, before any other image
+        with the same step. The classic builder otherwise takes the newest image made by an identical step, which
+        may be another target's (built beside this one's stage made ahead) whose next step differs: then every
+        later step runs again. Docker only (Podman's layer cache reads it as remote repositories)."""
         outcome = BuildOutcome(image_id=None)
         kind = self.kind()
         if kind.podman and platform == kind.platform:  # given a platform, Podman declares TARGETARCH, TARGETOS and
@@ -282,6 +287,7 @@ class Engine:
             stream = self.client.api.build(
                 path=str(context), tag=tag, buildargs=dict(buildargs), labels=dict(labels), network_mode=network_mode,
                 rm=True, forcerm=True, pull=False, decode=True, timeout=None, target=target, platform=platform,
+                cache_from=list(cache_from) if cache_from and not kind.podman else None,
             )
             for event in stream:
                 if cancel is not None and cancel.is_set():

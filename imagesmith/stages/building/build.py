@@ -468,7 +468,10 @@ class Builder:
         self.display.update(t.id, "building", f"{stage} stage" if stage else "")
         log_path = Path(result.log)
         labels = {LABEL_HASH: result.context_hash, "org.opencontainers.image.created": self._created()}
-        tag = f"{self._prebuild_repository()}:{result.context_hash.split(':', 1)[1]}" if stage else t.image
+        prebuilt = f"{self._prebuild_repository()}:{result.context_hash.split(':', 1)[1]}"
+        tag = prebuilt if stage else t.image
+        # the full build of a stage made ahead takes that stage's steps, not those of a target built beside it
+        ahead = [prebuilt] if stage is None and t.cuda_set is not None and self.cuda is not None else []
         with log_path.open("a" if stage is None and t.cuda_set is not None else "w") as log:
             def on_line(line: str) -> None:
                 clean = self.redact(line)
@@ -479,7 +482,7 @@ class Builder:
                     self.display.update(t.id, "building", step)
             outcome = self.engine.build(self.out / t.id, tag, self._real_args(t, parent_id), labels,
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel,
-                                        target=stage, platform=t.platform.docker)
+                                        target=stage, platform=t.platform.docker, cache_from=ahead)
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
         with self._lock:  # a stage built ahead is this run's too (untagged after the full build)
             self.stages += outcome.stages + (outcome.made[-1:] if stage and _made_last(outcome) else [])

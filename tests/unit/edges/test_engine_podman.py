@@ -249,18 +249,21 @@ def test_both_builders_logs_give_steps_cache_hits_stages_and_progress(log: str, 
 
 
 def test_podman_is_given_no_platform_of_its_own_so_it_declares_no_unused_build_args() -> None:
+    """Nor the images to take cached steps from, which Podman would read as remote repositories; Docker is."""
     asked: list[Any] = []
 
     class BuildApi(Api):
         def build(self, **kw: Any) -> Any:
-            asked.append(kw["platform"])
+            asked.append((kw["platform"], kw["cache_from"]))
             return iter([{"stream": "STEP 1/1: FROM x\n"}, {"aux": {"ID": "sha256:" + "2" * 64}}])
 
-    for kind, platform, sent in ((PODMAN, "linux/amd64", None), (PODMAN, "linux/arm64", "linux/arm64"), (DOCKER, "linux/amd64", "linux/amd64")):
+    for kind, platform, sent, cache_from in ((PODMAN, "linux/amd64", None, None), (PODMAN, "linux/arm64", "linux/arm64", None),
+                                             (DOCKER, "linux/amd64", "linux/amd64", ["stage:1"])):
         client = Client(kind, {})
         client.api = BuildApi()
-        outcome = Engine(client=client).build(Path("/ctx"), "t:1", {}, {}, None, lambda line: None, platform=platform)
-        assert outcome.image_id == "sha256:" + "2" * 64 and asked.pop() == sent
+        outcome = Engine(client=client).build(Path("/ctx"), "t:1", {}, {}, None, lambda line: None, platform=platform,
+                                              cache_from=["stage:1"])
+        assert outcome.image_id == "sha256:" + "2" * 64 and asked.pop() == (sent, cache_from)
 
 
 FAMILIAR = [

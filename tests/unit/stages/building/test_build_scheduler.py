@@ -12,7 +12,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pytest
 
@@ -89,7 +89,7 @@ class EngineDouble(EngineBase):
 
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
               network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
-              target: str | None = None, platform: str | None = None) -> BuildOutcome:
+              target: str | None = None, platform: str | None = None, cache_from: Sequence[str] = ()) -> BuildOutcome:
         assert (context / "Dockerfile").is_file() and network_mode == "host"
         self.buildargs[tag] = dict(buildargs)
         on_line("Step 1/2 : FROM parent")
@@ -227,7 +227,7 @@ class LitteringEngine(EngineDouble):
 
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
               network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
-              target: str | None = None, platform: str | None = None) -> BuildOutcome:
+              target: str | None = None, platform: str | None = None, cache_from: Sequence[str] = ()) -> BuildOutcome:
         if tag in self.fail:
             return BuildOutcome(image_id=None, error="COPY failed", steps=9, stages=["5bd1e8a0c1f2"], made=["5bd1e8a0c1f2", "0e0a7c2d9b11"])
         return super().build(context, tag, buildargs, labels, network_mode, on_line, cancel, target, platform)
@@ -305,7 +305,7 @@ class CountingEngine(EngineDouble):
 
     def build(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str],
               network_mode: str | None, on_line: Any, cancel: threading.Event | None = None,
-              target: str | None = None, platform: str | None = None) -> BuildOutcome:
+              target: str | None = None, platform: str | None = None, cache_from: Sequence[str] = ()) -> BuildOutcome:
         with self.lock:
             self.builds_started, self.now = self.builds_started + 1, self.now + 1
             self.most = max(self.most, self.now)
