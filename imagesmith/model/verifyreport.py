@@ -198,6 +198,7 @@ class VerifyReport:
     engine_name: str | None = None  # Docker | Podman
     engine_version: str | None = None
     vulnerabilities: Mapping[str, Any] | None = None  # a vulnerability gate's findings, as written (the attestation carries them)
+    gpu_path: str | None = None  # how GPUs reached the container (model.gpupath: nvidia, cdi-engine, cdi-translated, none)
     source: str = field(default="the verify report", compare=False)
     where: str = field(default="report", compare=False)
     _raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -227,7 +228,7 @@ def parse(raw: Any, source: str = "the verify report", where: str = "report") ->
     doc = r.mapping(raw, where)
     if doc.get("schema") != schemas.VERIFY_REPORT:
         raise r.fail(r.at(where, "schema"), f"expected {schemas.VERIFY_REPORT!r}, got {doc.get('schema')!r}")
-    engine = r.obj(doc, "engine", where)
+    engine, gpu_path = r.obj(doc, "engine", where), r.obj(doc, "gpu_path", where)
     return VerifyReport(
         schema=schemas.VERIFY_REPORT, tier=r.text(doc, "tier", where),
         checks=tuple(_check(r, c, r.at(r.at(where, "checks"), i)) for i, c in enumerate(r.listed(doc, "checks", where))),
@@ -241,6 +242,7 @@ def parse(raw: Any, source: str = "the verify report", where: str = "report") ->
         engine_name=r.maybe_text(engine, "name", r.at(where, "engine")) if engine else None,
         engine_version=r.maybe_text(engine, "version", r.at(where, "engine")) if engine else None,
         vulnerabilities=r.obj(doc, "vulnerabilities", where),
+        gpu_path=r.maybe_text(gpu_path, "path", r.at(where, "gpu_path")) if gpu_path else None,
         source=source, where=where, _raw=doc,
     )
 

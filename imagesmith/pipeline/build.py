@@ -76,7 +76,7 @@ def records_of(report: BuildReport, plan: Plan, spec: Release) -> list[BuildReco
 
 def verify_and_release(engine: EngineProtocol, report: BuildReport, plan: Plan, spec: Release, out: Path,
                        display: Display, run: RunReport, options: verify.VerifyOptions, release: ReleaseOptions,
-                       push: bool) -> RunOutcome:
+                       push: bool, jobs: int = 1) -> RunOutcome:
     """After a build of ``plan`` (``imagesmith build --verify/--push``): verify every image it made
     (OUT/<target>/verify.json), then, with ``push``, release what passed (OUT/release.json) as ``spec``
     says. ``run`` records each stage and ends ``complete`` (``interrupted`` when a stage raises)."""
@@ -85,7 +85,8 @@ def verify_and_release(engine: EngineProtocol, report: BuildReport, plan: Plan, 
         if push and (release.trust is None or release.verifier_key is None):
             raise UserError(NEEDS_TRUST)
         auth = staging_auth(report.results, release.store, {r.target: out / r.target for r in report.results})
-        outcomes = verify_results(engine, report.results, options, out, display, run, auth, signer=release.verifier_key)
+        outcomes = verify_results(engine, report.results, options, out, display, run, auth, signer=release.verifier_key,
+                                  jobs=jobs)
         rel = None
         if push:
             found = [artifacts.Found(r, out / r.target.id) for r in records_of(report, plan, spec)]
@@ -144,7 +145,7 @@ def _verify_and_release(engine: EngineProtocol, run: BuildRun, p: Plan, report: 
     try:
         options = options_from(m, allow_cpu_verification=run.release.allow_cpu_verification)
         done = verify_and_release(engine, report, p, Release.of(m, run.date), run.job.out, display, report_run,
-                                  options, run.release, run.push)
+                                  options, run.release, run.push, run.job.jobs)
     finally:
         display.close()
     show.verified(done)

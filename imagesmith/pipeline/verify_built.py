@@ -4,6 +4,7 @@ signed where a verifier key is given, one run report."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -13,7 +14,7 @@ from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore
 from imagesmith.edges.protocols import EngineProtocol
 from imagesmith.edges.runcontext import RunContext
 from imagesmith.errors import UsageError, UserError
-from imagesmith.model import policy, verifyreport
+from imagesmith.model import gpupath, policy, verifyreport
 from imagesmith.model.buildreport import Staged, TargetResult
 from imagesmith.model.ref import host_of
 from imagesmith.model.verifyreport import VerifyReport
@@ -31,19 +32,50 @@ if TYPE_CHECKING:
 
 def verify_results(engine: EngineProtocol, results: Sequence[TargetResult], options: verify.VerifyOptions, out: Path,
                    display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
-                   folders: Mapping[str, Path] | None = None, signer: Key | None = None) -> dict[str, verify.VerifyOutcome]:
+                   folders: Mapping[str, Path] | None = None, signer: Key | None = None,
+                   jobs: int = 1) -> dict[str, verify.VerifyOutcome]:
     """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
     folder of its build artifact) says ``running`` while its image is verified, then ``complete``
     (or ``interrupted``); with the verifier key ``signer``, the signed statement beside it
-    (:data:`imagesmith.stages.evidence.trust.STATEMENT_FILE`, what publish believes)."""
+    (:data:`imagesmith.stages.evidence.trust.STATEMENT_FILE`, what publish believes). One at a time; with ``jobs``,
+    once the first shows that the engine gives containers no GPU (:func:`no_gpu_given`), the rest ``jobs`` at a time."""
     outcomes: dict[str, verify.VerifyOutcome] = {}
-    for r in results:
-        if not r.ok or not r.image_id:
-            continue
-        outcomes[r.target] = verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth, signer)
+    todo = [r for r in results if r.ok and r.image_id]
+
+    def one(r: TargetResult) -> verify.VerifyOutcome:
+        return verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth, signer)
+
+    def done(r: TargetResult, outcome: verify.VerifyOutcome) -> None:
+        outcomes[r.target] = outcome
         if run is not None:
-            run.verified(r.target, outcomes[r.target].report)
+            run.verified(r.target, outcome.report)
+
+    for i, r in enumerate(todo):
+        done(r, one(r))
+        if jobs > 1 and no_gpu_given(outcomes[r.target].report):
+            _side_by_side(todo[i + 1:], one, done, jobs)
+            break
     return outcomes
+
+
+def no_gpu_given(report: VerifyReport) -> bool:
+    """The engine gave this verification's container no GPU (``--gpus none``, or it refused every GPU path): it gives
+    none to any container, so verifications may run side by side; none shares a GPU with another (sharing would
+    change a GPU verdict: a neighbour's process on the GPU)."""
+    return report.gpu_path == gpupath.NONE
+
+
+def _side_by_side(todo: Sequence[TargetResult], one: Callable[[TargetResult], verify.VerifyOutcome],
+                  done: Callable[[TargetResult, verify.VerifyOutcome], None], jobs: int) -> None:
+    """``one`` of each of ``todo``, ``jobs`` at a time, each ``done`` in ``todo``'s order. A stop (an error, Ctrl-C)
+    starts no more; a verification already running ends as it would have, removing its container."""
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="verify")
+    try:
+        futures = [(r, pool.submit(one, r)) for r in todo]
+        for r, future in futures:
+            done(r, future.result())
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def verify_one(engine: EngineProtocol, r: TargetResult, options: verify.VerifyOptions, folder: Path, display: Display,

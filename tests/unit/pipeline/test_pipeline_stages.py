@@ -5,6 +5,7 @@ double passed where verify_results takes its engine."""
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,56 @@ def test_a_usage_error_stops_the_run(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         pipeline.verify_results(EngineDouble(tmp_path), RESULTS[:1], options, tmp_path, Recorder())
     assert json.loads((tmp_path / "a" / "verify.json").read_text())["state"] == "interrupted"
+
+
+@dataclass
+class SideBySide(EngineDouble):
+    """Several images (sha256:<target>); counts the payload runs going on at once. Those of ``meet`` wait for each
+    other (a barrier: met only if they run side by side)."""
+
+    meet: tuple[str, ...] = ()
+    now: int = 0
+    most: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    barrier: threading.Barrier | None = None
+
+    def run(self, spec: RunSpec) -> RunResult:
+        if any("facts.py" in part for part in spec.command):
+            return super().run(spec)
+        target = spec.image.split(":", 1)[1]
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            if target in self.meet:
+                assert self.barrier is not None
+                self.barrier.wait(timeout=60)  # broken (an error) unless the other one runs meanwhile
+            config = json.loads(spec.files["config.json"])
+            checks = [{"id": c, "title": c, "status": "pass", "value": None, "threshold": None, "unit": "", "baseline": None,
+                       "percent_of_baseline": None, "detail": "", "optional": False, "duration_s": 0.0} for c in config["checks"]]
+            report = payload_module("report").build_report("quick", "t", 0.1, self.environment, checks, config["nonce"])
+            return RunResult(0, verify.MARKER + json.dumps(report) + "\n", "")
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+@pytest.mark.parametrize("gpus, side_by_side", [("none", True), ("all", False)])
+def test_once_the_engine_gives_no_gpu_the_rest_are_verified_side_by_side(tmp_path: Path, gpus: str, side_by_side: bool) -> None:
+    """--jobs 2: the first image alone; its report says how GPUs reached it. None (--gpus none, or refused): the rest
+    two at a time, reported in order. A GPU given (here --gpus, which the double's engine takes): one at a time, as
+    two verifications on one GPU would each see the other as a neighbour."""
+    results = tuple(TargetResult(t, "built", image_id=f"sha256:{t}") for t in "abcd")
+    engine = SideBySide(tmp_path, meet=("b", "c") if side_by_side else ())
+    engine.barrier = threading.Barrier(2)
+    options = verify.VerifyOptions(tier="quick", gpus=gpus, sample_gpus=False, only=("versions",), allow_cpu=True)
+    with pipeline.RunReport(tmp_path) as run:
+        outcomes = pipeline.verify_results(engine, results, options, tmp_path, Recorder(), run, jobs=2)
+        run.complete()
+    assert list(outcomes) == ["a", "b", "c", "d"] and all(o.ok for o in outcomes.values())
+    assert {o.report.gpu_path for o in outcomes.values()} == {"none" if side_by_side else "nvidia"}
+    assert engine.most == (2 if side_by_side else 1)
+    assert list(json.loads((tmp_path / pipeline.RUN_REPORT).read_text())["verify"]) == ["a", "b", "c", "d"]
 
 
 def test_build_results_read_back_what_the_build_wrote(tmp_path: Path) -> None:
