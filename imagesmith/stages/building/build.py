@@ -443,16 +443,17 @@ class Builder:
             result.image_id, result.status = cached.id, "cached"
             self.engine.tag(cached.id, *t.image.split(":", 1))
         elif not (self.stage is not None and self.stage.find(t, result)):
-            if t.cuda_set is not None and self.cuda is not None:  # while its CUDA image is made
-                self._docker_build(t, result, self.base_ids[t.base_image], stage="builder")
+            shared, ahead = t.cuda_set is not None and self.cuda is not None, f"{self._prebuild_repository()}:{cache_tag}"
+            if shared:  # its builder stage, while its CUDA image is made
+                self._docker_build(t, result, self.base_ids[t.base_image], stage="builder", tag=ahead)
                 if result.status in ("failed", "cancelled"):
                     return
-            with self.slots.lent(self.priority[t.id]) if t.cuda_set is not None and self.cuda is not None \
-                    else contextlib.nullcontext():
+            with self.slots.lent(self.priority[t.id]) if shared else contextlib.nullcontext():
                 parent_id = self._parent_id(t)  # a shared-CUDA base waits for its CUDA image without a slot
-            self._docker_build(t, result, parent_id)
+            # the full build takes the stage made ahead from that stage, never from a target's built beside it
+            self._docker_build(t, result, parent_id, cache_from=[ahead] if shared else [])
             if t.cuda_set is not None:
-                self.engine.untag(f"{self._prebuild_repository()}:{cache_tag}")
+                self.engine.untag(ahead)
             if result.status != "built":
                 return
         self._measure(t, result)
@@ -462,16 +463,13 @@ class Builder:
             if self.stage is not None:
                 self.stage.push(t, result)
 
-    def _docker_build(self, t: Target, result: TargetRun, parent_id: str, stage: str | None = None) -> None:
-        """Build ``t``; with ``stage``, only up to that stage, tagged (so that no prune takes it)
-        for the full build to find in the layer cache."""
+    def _docker_build(self, t: Target, result: TargetRun, parent_id: str, stage: str | None = None,
+                      tag: str | None = None, cache_from: Sequence[str] = ()) -> None:
+        """Build ``t`` as ``tag`` (else its image); with ``stage``, only up to that stage, tagged (so that no prune
+        takes it) for the full build to take from (``cache_from``)."""
         self.display.update(t.id, "building", f"{stage} stage" if stage else "")
         log_path = Path(result.log)
         labels = {LABEL_HASH: result.context_hash, "org.opencontainers.image.created": self._created()}
-        prebuilt = f"{self._prebuild_repository()}:{result.context_hash.split(':', 1)[1]}"
-        tag = prebuilt if stage else t.image
-        # the full build of a stage made ahead takes that stage's steps, not those of a target built beside it
-        ahead = [prebuilt] if stage is None and t.cuda_set is not None and self.cuda is not None else []
         with log_path.open("a" if stage is None and t.cuda_set is not None else "w") as log:
             def on_line(line: str) -> None:
                 clean = self.redact(line)
@@ -480,9 +478,9 @@ class Builder:
                 step = build_progress(clean)
                 if step is not None:
                     self.display.update(t.id, "building", step)
-            outcome = self.engine.build(self.out / t.id, tag, self._real_args(t, parent_id), labels,
+            outcome = self.engine.build(self.out / t.id, tag or t.image, self._real_args(t, parent_id), labels,
                                         "host" if self.matrix.sources.network == "host" else None, on_line, self.cancel,
-                                        target=stage, platform=t.platform.docker, cache_from=ahead)
+                                        target=stage, platform=t.platform.docker, cache_from=cache_from)
         result.steps, result.cached_steps = outcome.steps, outcome.cached_steps
         with self._lock:  # a stage built ahead is this run's too (untagged after the full build)
             self.stages += outcome.stages + (outcome.made[-1:] if stage and _made_last(outcome) else [])
