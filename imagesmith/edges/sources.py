@@ -7,6 +7,10 @@ loopback for the duration of a build.
 * An index with credentials is reached through an authenticating proxy: the
   build sees ``http://127.0.0.1:PORT/auth/N/...`` and never the credential,
   which therefore cannot land in any layer, history entry, label or log.
+* The CA bundle of a TLS-intercepting proxy (``sources.ca_bundle``, as the
+  matrix loader read it), for a build that installs Python where the image
+  keeps it: the build fetches it, uses it and deletes it in one step, so no
+  layer holds it.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ class Routes:
 
     folders: dict[str, Path] = field(default_factory=dict)
     upstreams: dict[str, tuple[str, Credentials]] = field(default_factory=dict)
+    ca: tuple[str, bytes] | None = None  # prefix -> the CA bundle's bytes
 
 
 class SourceServer:
@@ -91,7 +96,18 @@ class SourceServer:
     @property
     def needed(self) -> bool:
         urls = [self.sources.index_url or "", self.sources.torch_index_url or "", *self.sources.extra_index_urls, *self.sources.find_links]
-        return bool(self.secrets) or any(is_local(u) for u in urls if u)
+        return bool(self.secrets) or any(is_local(u) for u in urls if u) or self.serves_ca
+
+    @property
+    def serves_ca(self) -> bool:
+        """The build fetches the CA bundle from here (it reaches 127.0.0.1 only with ``network: host``)."""
+        return self.sources.ca_bundle is not None and self.sources.network == "host"
+
+    def ca_url(self) -> str:
+        """Where a build fetches the CA bundle: the path names its digest, so a changed bundle is a changed step."""
+        digest = hashlib.sha256(self.sources.ca_bundle_data).hexdigest()
+        self.routes.ca = (f"ca/{digest[:16]}", self.sources.ca_bundle_data)
+        return f"http://127.0.0.1:{self.port}/{self.routes.ca[0]}/ca.pem"
 
     def rewrite(self, url: str) -> str:
         """The URL a build uses for ``url`` (unchanged unless served here)."""
@@ -176,7 +192,9 @@ def _handler(server: SourceServer) -> type[http.server.BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             prefix, _, rest = self.path.lstrip("/").partition("/")
             route = f"{prefix}/{rest.split('/', 1)[0]}"
-            if route in server.routes.upstreams:
+            if server.routes.ca is not None and self.path.lstrip("/") == f"{server.routes.ca[0]}/ca.pem":
+                self._send_ca(server.routes.ca[1])
+            elif route in server.routes.upstreams:
                 self._proxy(route, rest.split("/", 1)[1] if "/" in rest else "")
             elif route in server.routes.folders:
                 super().do_GET()
@@ -203,6 +221,13 @@ def _handler(server: SourceServer) -> type[http.server.BaseHTTPRequestHandler]:
                 self.send_error(exc.code, f"upstream answered {exc.code}")
             except (urllib.error.URLError, OSError) as exc:
                 self.send_error(502, f"upstream unreachable: {type(exc).__name__}")
+
+        def _send_ca(self, data: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-pem-file")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _relay(self, status: int, ctype: str, body: bytes, origin: str, route: str) -> None:
             if "html" in ctype or "json" in ctype:  # absolute and root-relative links go through us too

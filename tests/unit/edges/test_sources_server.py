@@ -99,6 +99,18 @@ def test_a_folder_is_served_and_nothing_outside_it(tmp_path: Path) -> None:
         assert server.rewrite("https://pypi.org/simple") == "https://pypi.org/simple" and server.rewrite("") == ""
 
 
+def test_the_ca_bundle_is_served_at_its_digest_only_with_host_network(tmp_path: Path) -> None:
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    src = Sources(ca_bundle=tmp_path / "ca.pem", ca_bundle_data=pem, network="host")
+    assert not sources.SourceServer(Sources(ca_bundle=tmp_path / "ca.pem", ca_bundle_data=pem)).needed  # no loopback: not served
+    with sources.SourceServer(src) as server:
+        assert server.needed and server.serves_ca
+        url = server.ca_url()
+        assert url.endswith("/ca.pem") and get(url) == (200, pem)
+        assert get(url.replace("/ca.pem", "/other.pem"))[0] == 404
+        assert get(f"http://127.0.0.1:{server.port}/ca/0000000000000000/ca.pem")[0] == 404  # another bundle's digest
+
+
 def test_a_file_index_is_served_with_its_sibling_files(tmp_path: Path) -> None:
     (tmp_path / "simple" / "a").mkdir(parents=True)
     (tmp_path / "files").mkdir()
