@@ -36,6 +36,7 @@ from imagesmith.render import cudalayer, guard
 from imagesmith.resources import templates_dir
 
 UV_VERSION = "0.9.30"
+BASE_TEMPLATE = "base.Dockerfile.j2"
 MANIFEST = ".rendered"  # the file list older versions wrote beside each context
 EXECUTABLE = frozenset({"services/imagesmith-services"})
 BUILD_OUTPUTS = ("build.log", "*.json", MANIFEST)  # written beside a context by later stages, never sent to docker
@@ -49,6 +50,7 @@ class Context:
     target: Target
     files: Mapping[str, bytes]
     executable: frozenset[str] = field(default=EXECUTABLE)
+    in_place: bool = False  # Python and torch installed where the image keeps them: no builder stage to build ahead
 
     @property
     def folder(self) -> str:
@@ -156,7 +158,7 @@ class Renderer:
         parent = self.plan.by_id()[t.parent] if t.parent else None
         return {
             "t": t, "v": t.versions, "layer": layer, "image": self.matrix.image,
-            "has_ca": self.matrix.sources.ca_bundle is not None,
+            "has_ca": self.matrix.sources.ca_bundle is not None, "in_place": self.in_place(t),
             "parent_image": parent.image if parent else "", "pip_specs": list(t.packages),
             "has_requirements": layer.requirements is not None,
             "os_python": self.kb.os[t.versions.os].python, "uv_version": UV_VERSION,
@@ -166,6 +168,13 @@ class Renderer:
             "base_ref": cuda_image(t, self.matrix.image.repository) if t.cuda_set else t.base_image,
             "cuda_pth": cudalayer.PTH_NAME,
         }
+
+    def in_place(self, t: Target) -> bool:
+        """The shipped base template installs Python and torch in the stage the image keeps (no builder stage, no
+        copy of the venv), unless a CA bundle must reach pip and the build cannot fetch it from the loopback server
+        (``sources.network`` not ``host``): then a builder stage holds the bundle and the venv is copied out of it."""
+        shipped = t.template == BASE_TEMPLATE and not self.layers[t.layer].template_path
+        return shipped and (self.matrix.sources.ca_bundle is None or self.matrix.sources.network == "host")
 
     def _render(self, t: Target, name: str, variables: dict[str, object], kind: str, rel: str) -> bytes:
         users = bool(self.layers[t.layer].template_path) and name == t.template
@@ -196,14 +205,14 @@ class Renderer:
                  ".dockerignore": DOCKERIGNORE.encode()}
         if t.parent:
             files["layer_delta.py"] = self.delta
-        if t.cuda_set:
+        if t.cuda_set and not self.in_place(t):  # the builder stage's stand-ins for the CUDA wheels
             files.update({f"cuda-stubs/{rel}": data for rel, data in cudalayer.stub_files(t.cuda_set.pins).items()})
         if layer.requirements:
             files["requirements.txt"] = layer.requirements_data
         if self.matrix.sources.ca_bundle:
             files["certs/extra-ca.pem"] = self.matrix.sources.ca_bundle_data
         files.update(self._service_files(t, layer))
-        return Context(t, dict(sorted(files.items())))
+        return Context(t, dict(sorted(files.items())), in_place=self.in_place(t))
 
     def _service_files(self, t: Target, layer: Layer) -> dict[str, bytes]:
         """The dev services' files: they see only the layer and the image, so they are

@@ -3,9 +3,9 @@
 ``engine`` is the engine from the environment (``.ci/run`` starts one);
 ``debian_base`` bootstraps a Debian 12 base once per run with debootstrap
 under a unique tag; ``built_images`` is the torch CPU base imagesmith builds on
-it, once per run: the one cold build of the torch venv, whose layers (the
-builder stage's too, kept under a tag) make every later build of that base in
-the run a build from the engine's layer cache, as in a user's CI;
+it, once per run: the one cold build of the torch venv, whose layers make
+every later build of that base in the run a build from the engine's layer
+cache, as in a user's CI;
 ``build_matrix`` writes a matrix on that base whose images carry a per-test
 repository, and removes every image it made afterwards; ``private_index``
 serves a planted wheel behind basic auth. What is made once per run is shared
@@ -166,7 +166,7 @@ def remove_with_descendants(engine: Engine, image_id: str) -> None:
 @pytest.fixture()
 def build_matrix(engine: Engine, debian_base: str, built_images: BuiltImages, tmp_path: Path) -> Iterator[MatrixFactory]:
     """A matrix on the run's Debian 12 base; its torch CPU base builds from the engine's layer cache that
-    ``built_images`` filled (the builder stage and every step up to the labels)."""
+    ``built_images`` filled (every step up to the labels)."""
     before = _dangling(engine)
     factory = MatrixFactory(engine, debian_base, tmp_path)
     yield factory
@@ -312,15 +312,14 @@ class BuiltImages:
     repository: str
 
 
-WARM = f"imagesmith-test/warm-{RUN}"  # the builder stages of the run's cold builds, kept for the engine's layer cache
 CPU_REPOSITORY = f"imagesmith-test/cpu-{RUN}"
 CUDA_REPOSITORY = f"imagesmith-test/cuda-{RUN}"
 
 
 def _build_base(engine: Engine, debian_base: str, folder: Path) -> dict[str, Any]:
     """The torch 2.13.0+cpu base, built cold: nothing of it can be in the engine (its Debian base is this run's
-    own), so every step runs, and the image is measured. Its builder stage stays, tagged: later builds of this
-    base in the run (other repositories, the same steps) take every step up to the labels from the layer cache."""
+    own), so every step runs, and the image is measured. It stays for the run: later builds of this base in the run
+    (other repositories, the same steps) take every step up to the labels from the layer cache."""
     from imagesmith.model import matrix, plan
     from imagesmith.stages.building import build
 
@@ -332,15 +331,13 @@ def _build_base(engine: Engine, debian_base: str, folder: Path) -> dict[str, Any
     base = report.results[0]
     assert base.status == "built" and base.cached_steps == 0 and base.steps > 0, (base.status, base.cached_steps)  # cold
     assert base.facts and base.facts["torch"].startswith("2.13.0"), base.facts
-    for n, stage in enumerate(builder.stages):
-        engine.tag(stage, WARM, f"cpu-builder-{n}")
     return {"cpu_base": base.image_id or "", "repository": factory.repository}
 
 
 @pytest.fixture(scope="session")
 def built_images(engine: Engine, debian_base: str, tmp_path_factory: pytest.TempPathFactory) -> BuiltImages:
     made = shared.once("torch-cpu-base", lambda: _build_base(engine, debian_base, tmp_path_factory.mktemp("cpu-base")),
-                       {"repositories": [CPU_REPOSITORY, WARM]})
+                       {"repositories": [CPU_REPOSITORY]})
     return BuiltImages(made["cpu_base"], made["repository"])
 
 

@@ -401,8 +401,12 @@ class Builder:
     def _real_args(self, t: Target, parent_id: str) -> dict[str, str]:
         args = self._source_args(t) | self._proxy_args()
         args["PARENT_IMAGE" if t.parent else "BASE_IMAGE"] = parent_id
-        if t.cuda_set is not None:  # the builder stage runs on the OS base, the final stage on the CUDA image
+        in_place = self.contexts[t.id].in_place
+        if t.cuda_set is not None and not in_place:  # the builder stage runs on the OS base, the final stage on the CUDA image
             args["OS_IMAGE"] = self.base_ids[t.base_image]
+        server = self._sources()
+        if in_place and server is not None and server.serves_ca:  # fetched, used and deleted in one step
+            args["IMAGESMITH_CA_URL"] = server.ca_url()
         return args
 
     def _proxy_args(self) -> dict[str, str]:
@@ -443,16 +447,17 @@ class Builder:
             result.image_id, result.status = cached.id, "cached"
             self.engine.tag(cached.id, *t.image.split(":", 1))
         elif not (self.stage is not None and self.stage.find(t, result)):
-            shared, ahead = t.cuda_set is not None and self.cuda is not None, f"{self._prebuild_repository()}:{cache_tag}"
-            if shared:  # its builder stage, while its CUDA image is made
+            shared = t.cuda_set is not None and self.cuda is not None
+            ahead = f"{self._prebuild_repository()}:{cache_tag}" if shared and not ctx.in_place else None
+            if ahead:  # its builder stage, while its CUDA image is made
                 self._docker_build(t, result, self.base_ids[t.base_image], stage="builder", tag=ahead)
                 if result.status in ("failed", "cancelled"):
                     return
             with self.slots.lent(self.priority[t.id]) if shared else contextlib.nullcontext():
                 parent_id = self._parent_id(t)  # a shared-CUDA base waits for its CUDA image without a slot
             # the full build takes the stage made ahead from that stage, never from a target's built beside it
-            self._docker_build(t, result, parent_id, cache_from=[ahead] if shared else [])
-            if t.cuda_set is not None:
+            self._docker_build(t, result, parent_id, cache_from=[ahead] if ahead else [])
+            if ahead:
                 self.engine.untag(ahead)
             if result.status != "built":
                 return

@@ -66,7 +66,7 @@ class Slots:
 
 def priorities(plan: Plan) -> dict[str, tuple[int, ...]]:
     """Build order among ready targets: more descendants first (the longer chains), then shared-CUDA
-    bases (their builder stages run while the CUDA layer is made), then plan order."""
+    bases (admitted first, they lend their slot while their CUDA image is made), then plan order."""
     def descendants(tid: str) -> int:
         seen, todo = set(), [tid]
         while todo:  # (a cyclic plan is refused later, in one line: no recursion here)

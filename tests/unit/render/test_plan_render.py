@@ -251,7 +251,7 @@ def test_base_layers_install_the_knowledge_bases_numpy_beside_torch() -> None:
     ]
     assert all("numpy" not in " ".join(t.packages) for t in p.targets if t.parent)  # children inherit it
     dockerfiles = {ctx.target.id: ctx.files["Dockerfile"].decode() for ctx in render.render_all(p, m)}
-    assert 'RUN /opt/venv/bin/python -m pip install --no-cache-dir "torch==2.13.0" numpy==2.4.6 \\\n' in dockerfiles[bases[0].id]
+    assert ' && /opt/venv/bin/python -m pip install --no-cache-dir "torch==2.13.0" numpy==2.4.6 \\\n' in dockerfiles[bases[0].id]
     assert ' && /opt/venv/bin/python -m pip install --no-cache-dir "torch==2.14.1" numpy==2.4.6 \\\n' in dockerfiles[bases[2].id]
 
 
@@ -267,3 +267,28 @@ def test_numpy_pin_of_the_base_layer(write_matrix: Callable[..., Path], base: st
     path = write_matrix(text + f"layers:\n  base: {base}\n  cv: {cv}\n")
     p = plan.expand(matrix.load(path), DATE)
     assert tuple(t.packages for t in p.targets) == expected
+
+
+# ------------------------------------------------------------------ where the base installs torch
+@pytest.mark.parametrize("network, in_place", [("host", True), ("default", False)])
+def test_a_ca_bundle_reaches_pip_without_entering_a_layer(write_matrix: Callable[..., Path], network: str, in_place: bool,
+                                                          tmp_path: Path) -> None:
+    """With the loopback server in reach (network: host) the base installs torch where the image keeps it and fetches
+    the CA bundle in that step; else a builder stage holds the bundle and only the venv is copied out of it."""
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    path = write_matrix('version: 1\nmatrix: {torch: ["2.9"], cuda: ["12.8"], python: ["3.11"], os: [ubuntu22.04]}\n'
+                        f"layers:\n  base: {{}}\nsources:\n  ca_bundle: ca.pem\n  network: {network}\n", **{"ca.pem": pem})
+    m = matrix.load(path)
+    (ctx,) = render.render_all(plan.expand(m, DATE), m)
+    text = ctx.files["Dockerfile"].decode()
+    assert ctx.in_place is in_place and ctx.files["certs/extra-ca.pem"] == pem.encode()
+    assert ("COPY --from=builder /opt/venv /opt/venv" in text) is not in_place
+    assert ("COPY certs/extra-ca.pem" in text) is not in_place and ("IMAGESMITH_CA_URL" in text) is in_place
+    assert any(name.startswith("cuda-stubs/") for name in ctx.files) is not in_place  # the builder stage's stand-ins
+    if in_place:  # fetched, used and removed in the one step that installs torch
+        step = text.split("ARG IMAGESMITH_CA_URL", 1)[1].split("\nENV ", 1)[0]
+        assert step.count("\nRUN ") == 1 and "/tmp/imagesmith-ca.pem" in step and step.rstrip().endswith("rm -f /tmp/imagesmith-ca.pem")
+    (tmp_path / "Dockerfile").write_bytes(ctx.files["Dockerfile"])
+    proc = subprocess.run([hadolint(), "--no-color", "--failure-threshold", "error", str(tmp_path / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
