@@ -1,4 +1,4 @@
-"""Credentials for a private index never reach an image, a log or a report: a real build against the real engine
+"""Credentials for a private index never reach an image, a log or a report, nor the proxy's CA bundle a layer: a real build against the real engine
 whose sources name an index behind basic auth (the planted wheel of ``private_index``), reached through
 imagesmith's authenticating proxy on loopback.
 
@@ -44,8 +44,12 @@ def test_credentials_never_reach_an_image_a_log_or_a_report(build_matrix: Matrix
     assert private_index.authorized_requests >= 2  # the proxy authenticated for the build
     raw = f"{private_index.user}:{private_index.password}"
     needles = [private_index.password, raw, base64.b64encode(raw.encode()).decode()]
+    # the CA bundle: the step that fetched, used and deleted it is in the history; no layer holds the file (a tar
+    # member's name is NUL-padded, the history's text is not)
+    used, held = "/tmp/imagesmith-ca.pem", "tmp/imagesmith-ca.pem\x00"
     for r in report.results:
-        assert docker_save_contains(r.image_id or "", needles) == [], f"credential found in {r.target}"
+        found = docker_save_contains(r.image_id or "", [*needles, used, held])
+        assert found == [used], f"{r.target}: {found}"
     texts = [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
     assert all(n not in t for n in needles for t in texts), "credential found in a log, report or context"
 
