@@ -96,12 +96,7 @@ class SourceServer:
     @property
     def needed(self) -> bool:
         urls = [self.sources.index_url or "", self.sources.torch_index_url or "", *self.sources.extra_index_urls, *self.sources.find_links]
-        return bool(self.secrets) or any(is_local(u) for u in urls if u) or self.serves_ca
-
-    @property
-    def serves_ca(self) -> bool:
-        """The build fetches the CA bundle from here (it reaches 127.0.0.1 only with ``network: host``)."""
-        return self.sources.ca_bundle is not None and self.sources.network == "host"
+        return bool(self.secrets) or any(is_local(u) for u in urls if u) or self.sources.ca_on_loopback
 
     def ca_url(self) -> str:
         """Where a build fetches the CA bundle: the path names its digest, so a changed bundle is a changed step."""

@@ -174,7 +174,7 @@ class Renderer:
         copy of the venv), unless a CA bundle must reach pip and the build cannot fetch it from the loopback server
         (``sources.network`` not ``host``): then a builder stage holds the bundle and the venv is copied out of it."""
         shipped = t.template == BASE_TEMPLATE and not self.layers[t.layer].template_path
-        return shipped and (self.matrix.sources.ca_bundle is None or self.matrix.sources.network == "host")
+        return shipped and (self.matrix.sources.ca_bundle is None or self.matrix.sources.ca_on_loopback)
 
     def _render(self, t: Target, name: str, variables: dict[str, object], kind: str, rel: str) -> bytes:
         users = bool(self.layers[t.layer].template_path) and name == t.template
@@ -201,18 +201,19 @@ class Renderer:
     def target(self, t: Target) -> Context:
         layer = self.layers[t.layer]
         variables = self.variables(t)
+        in_place = self.in_place(t)
         files = {"Dockerfile": self._render(t, t.template, variables, "dockerfile", "Dockerfile"),
                  ".dockerignore": DOCKERIGNORE.encode()}
         if t.parent:
             files["layer_delta.py"] = self.delta
-        if t.cuda_set and not self.in_place(t):  # the builder stage's stand-ins for the CUDA wheels
+        if t.cuda_set and not in_place:  # the builder stage's stand-ins for the CUDA wheels
             files.update({f"cuda-stubs/{rel}": data for rel, data in cudalayer.stub_files(t.cuda_set.pins).items()})
         if layer.requirements:
             files["requirements.txt"] = layer.requirements_data
         if self.matrix.sources.ca_bundle:
             files["certs/extra-ca.pem"] = self.matrix.sources.ca_bundle_data
         files.update(self._service_files(t, layer))
-        return Context(t, dict(sorted(files.items())), in_place=self.in_place(t))
+        return Context(t, dict(sorted(files.items())), in_place=in_place)
 
     def _service_files(self, t: Target, layer: Layer) -> dict[str, bytes]:
         """The dev services' files: they see only the layer and the image, so they are

@@ -129,6 +129,11 @@ class Sources:
     credentials: tuple[Credential, ...] = ()
     advisories: tuple[str, ...] = ()  # OSV snapshots: a zip (all.zip) or folder inside the roots, or an http(s) URL
 
+    @property
+    def ca_on_loopback(self) -> bool:
+        """The build fetches the CA bundle from imagesmith's loopback server (reached only with ``network: host``)."""
+        return self.ca_bundle is not None and self.network == "host"
+
 
 @dataclass(frozen=True)
 class ImageSpec:

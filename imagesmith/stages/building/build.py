@@ -405,7 +405,7 @@ class Builder:
         if t.cuda_set is not None and not in_place:  # the builder stage runs on the OS base, the final stage on the CUDA image
             args["OS_IMAGE"] = self.base_ids[t.base_image]
         server = self._sources()
-        if in_place and server is not None and server.serves_ca:  # fetched, used and deleted in one step
+        if in_place and server is not None and self.matrix.sources.ca_on_loopback:  # fetched, used and deleted in one step
             args["IMAGESMITH_CA_URL"] = server.ca_url()
         return args
 

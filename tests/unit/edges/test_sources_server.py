@@ -104,7 +104,7 @@ def test_the_ca_bundle_is_served_at_its_digest_only_with_host_network(tmp_path: 
     src = Sources(ca_bundle=tmp_path / "ca.pem", ca_bundle_data=pem, network="host")
     assert not sources.SourceServer(Sources(ca_bundle=tmp_path / "ca.pem", ca_bundle_data=pem)).needed  # no loopback: not served
     with sources.SourceServer(src) as server:
-        assert server.needed and server.serves_ca
+        assert server.needed and src.ca_on_loopback
         url = server.ca_url()
         assert url.endswith("/ca.pem") and get(url) == (200, pem)
         assert get(url.replace("/ca.pem", "/other.pem"))[0] == 404
