@@ -360,6 +360,13 @@ def image_id(config: bytes) -> str:
     return "sha256:" + hashlib.sha256(config).hexdigest()
 
 
+def image_configs(requests: Sequence["ImageRequest"], diff_id: str, sources: Sequence[Source], labels: Mapping[str, str],
+                  created_by: str) -> dict[str, bytes]:
+    """Each request's image config (by tag): its base plus the layer ``diff_id``, created at the layer's time."""
+    created = iso_time(image_epoch(sources))
+    return {req.tag: image_config(req.base_config, diff_id, created, labels, created_by) for req in requests}
+
+
 @dataclass(frozen=True)
 class ImageRequest:
     """One image to make: the base's raw config (from ``docker save``) and the tag to give the result."""
@@ -419,13 +426,12 @@ class Archive:
         yield _member_header("cuda/layer.tar", size)
         yield from self._layer(size)
         yield b"\0" * (_padded(size) - size)
-        created = iso_time(image_epoch(self.sources))
         assert self.layer is not None
         manifest = []
+        self.configs.update(image_configs(self.requests, self.layer.diff_id, self.sources, self.labels, self.created_by))
         for req in self.requests:
-            config = image_config(req.base_config, self.layer.diff_id, created, self.labels, self.created_by)
+            config = self.configs[req.tag]
             name = image_id(config).split(":", 1)[1] + ".json"
-            self.configs[req.tag] = config
             yield from _member(name, config)
             bases = len(req.base_config.get("rootfs", {}).get("diff_ids", []))
             manifest.append({"Config": name, "RepoTags": [req.tag],

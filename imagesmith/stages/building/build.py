@@ -45,7 +45,7 @@ from imagesmith.render import cudalayer
 from imagesmith.report import log_tail
 from imagesmith.stages import artifacts
 from imagesmith.stages.artifacts import TargetRun
-from imagesmith.stages.building import cudabuild
+from imagesmith.stages.building import cudabuild, cudastage
 from imagesmith.stages.building.buildreport import not_ok
 from imagesmith.stages.building.cache import (
     CACHE_REPOSITORY,
@@ -75,6 +75,7 @@ class StageLike(Protocol):
     def adopt(self, t: Target, result: TargetRun) -> None: ...
     def find(self, t: Target, result: TargetRun) -> bool: ...
     def push(self, t: Target, result: TargetRun) -> None: ...
+    def cuda_delivery(self) -> cudastage.Delivery: ...
 
 
 class Builder:
@@ -246,7 +247,8 @@ class Builder:
             epoch = cudalayer.source_date_epoch(dict(self.environ) if self.environ is not None else None)
             wanted = replace(self.plan, targets=tuple(t for t in self.plan.targets if self.results[t.id].status != "failed"))
             self.cuda = cudabuild.CudaImages(wanted, self.matrix.image.repository, self.engine, self.out, self.base_ids,
-                                             self._download_wheels, self.display, epoch, CACHE_REPOSITORY)
+                                             self._download_wheels, self.display, epoch, CACHE_REPOSITORY,
+                                             self.stage.cuda_delivery() if self.stage is not None else None)
             self.cuda.start()
 
     def _download_wheels(self, t: Target, pins: Sequence[str], dest: Path, log_path: Path) -> None:

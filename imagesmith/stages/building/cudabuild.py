@@ -5,7 +5,8 @@ Per set, once: download the pinned wheels (``pip download --no-deps
 --only-binary=:all:`` with imagesmith's own pip, from the cells' package
 sources only, for the wheel platforms the OS's glibc accepts; log in
 ``build/cuda-<set>/download.log``), write the layer (``imagesmith.render.cudalayer``)
-and ``docker load`` one image per OS base from a single streamed archive. The image ID is the sha256 of a canonical
+and ``docker load`` one image per OS base from a single streamed archive (with a staging repository, the
+layer goes there instead and the engine pulls each image: :mod:`imagesmith.stages.building.cudastage`). The image ID is the sha256 of a canonical
 config, so the same base and the same set give the same image, layer and ID on
 any engine. A cache tag per (base image, set, SOURCE_DATE_EPOCH) makes warm
 runs a single lookup. Runs beside the DAG: a base target waits only for its own
@@ -29,6 +30,7 @@ from imagesmith.model.buildreport import CudaLayer
 from imagesmith.model.plan import CudaSet, Plan, Target, cuda_image
 from imagesmith.progress import Display
 from imagesmith.render import cudalayer
+from imagesmith.stages.building.cudastage import Delivery
 from imagesmith.units import gb
 
 KEY_SCHEMA = "imagesmith.cuda-layer/1"
@@ -95,8 +97,10 @@ def users(plan: Plan) -> dict[CudaSet, list[Target]]:
 
 class CudaImages:
     def __init__(self, plan: Plan, repository: str, engine: EngineProtocol, out: Path, base_ids: Mapping[str, str],
-                 download: Downloader, display: Display, epoch: int | None, cache_repository: str) -> None:
+                 download: Downloader, display: Display, epoch: int | None, cache_repository: str,
+                 delivery: Delivery | None = None) -> None:
         self.plan, self.repository, self.engine, self.out = plan, repository, engine, out
+        self.delivery = delivery  # the staging repository's route for the layer (None: docker load)
         self.cache_repository = cache_repository
         self.base_ids, self.download, self.display, self.epoch = base_ids, download, display, epoch
         self.futures: dict[tuple[str, str], Future[str]] = {}
@@ -155,13 +159,13 @@ class CudaImages:
         try:
             wheels = self._download(cuda_set, targets[0], wheels_dir)
             self.display.update(item, "building", f"writing the layer onto {len(targets)} OS base(s)")
-            archive = self._load(cuda_set, targets, cudalayer.layer_sources(wheels, self.epoch))
+            sources = cudalayer.layer_sources(wheels, self.epoch)
+            layer, configs = self._staged(cuda_set, targets, sources) if self.delivery else self._load(cuda_set, targets, sources)
         finally:
             shutil.rmtree(wheels_dir, ignore_errors=True)
-        assert archive.layer is not None
         for t in targets:
-            self._check(cuda_set, t, archive)
-        self.display.update(item, "done", f"{gb(archive.layer.size)} layer {archive.layer.diff_id[:19]}")
+            self._check(cuda_set, t, layer, configs)
+        self.display.update(item, "done", f"{gb(layer.size)} layer {layer.diff_id[:19]}")
 
     def _download(self, cuda_set: CudaSet, t: Target, dest: Path) -> list[Path]:
         shutil.rmtree(dest, ignore_errors=True)
@@ -172,23 +176,36 @@ class CudaImages:
             raise BuildError(f"cuda set {cuda_set.id}: pip downloaded {len(wheels)} wheels, the set has {len(cuda_set.wheels)}")
         return wheels
 
-    def _load(self, cuda_set: CudaSet, targets: list[Target], sources: list[cudalayer.Source]) -> cudalayer.Archive:
-        requests = [cudalayer.ImageRequest(self.engine.image_config(self.base_ids[t.base_image]), cuda_image(t, self.repository))
-                    for t in targets]
-        archive = cudalayer.Archive(sources, requests, labels(cuda_set), self._created_by(cuda_set), cuda_set.prefix)
-        self.engine.load(archive.chunks())
-        return archive
+    def _requests(self, targets: list[Target]) -> list[cudalayer.ImageRequest]:
+        return [cudalayer.ImageRequest(self.engine.image_config(self.base_ids[t.base_image]), cuda_image(t, self.repository))
+                for t in targets]
 
-    def _check(self, cuda_set: CudaSet, t: Target, archive: cudalayer.Archive) -> None:
+    def _load(self, cuda_set: CudaSet, targets: list[Target],
+              sources: list[cudalayer.Source]) -> tuple[cudalayer.LayerInfo, Mapping[str, bytes]]:
+        archive = cudalayer.Archive(sources, self._requests(targets), labels(cuda_set), self._created_by(cuda_set), cuda_set.prefix)
+        self.engine.load(archive.chunks())
+        assert archive.layer is not None
+        return archive.layer, archive.configs
+
+    def _staged(self, cuda_set: CudaSet, targets: list[Target],
+                sources: list[cudalayer.Source]) -> tuple[cudalayer.LayerInfo, Mapping[str, bytes]]:
+        assert self.delivery is not None
+        item = cuda_set_folder(cuda_set)
+        made = self.delivery.make(sources, self._requests(targets), [self.base_ids[t.base_image] for t in targets],
+                                  labels(cuda_set), self._created_by(cuda_set), cuda_set.prefix,
+                                  lambda i: self._key(cuda_set, targets[i]),
+                                  lambda line: self.display.update(item, "building", line))
+        return made.layer, made.configs
+
+    def _check(self, cuda_set: CudaSet, t: Target, layer: cudalayer.LayerInfo, configs: Mapping[str, bytes]) -> None:
         ref = cuda_image(t, self.repository)
-        want = cudalayer.image_id(archive.configs[ref])
+        want = cudalayer.image_id(configs[ref])
         info = self.engine.image(ref)
         if info is None or info.id != want:
             raise BuildError(f"docker load made {info.id if info else 'nothing'} for {ref}, expected {want}")
         self.engine.tag(info.id, self.cache_repository, self._key(cuda_set, t))
-        assert archive.layer is not None
-        self._record(cuda_set, t, layer_bytes=archive.layer.size)
-        self._done(cuda_set, t, info.id, archive.layer.diff_id, "built")
+        self._record(cuda_set, t, layer_bytes=layer.size)
+        self._done(cuda_set, t, info.id, layer.diff_id, "built")
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _key(self, cuda_set: CudaSet, t: Target) -> str:

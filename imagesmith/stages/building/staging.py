@@ -48,6 +48,7 @@ from imagesmith.model.ref import ImageRef
 from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts
+from imagesmith.stages.building.cudastage import Delivery
 from imagesmith.stages.release.push import Backoff, message_of, push_once, retrying, transient
 
 TAG_PREFIX = "ctx-"
@@ -168,6 +169,10 @@ class Stage:
             result.staged = self._push(t, result.image_id, content_tag(result.context_hash))
         if self.measure_inventory:
             self._inventory(t, result.image_id)
+
+    def cuda_delivery(self) -> Delivery:
+        """The CUDA layer's route through this repository (:mod:`imagesmith.stages.building.cudastage`)."""
+        return Delivery(self.engine, self.registry, self.path, self.name, self.auth, self._push_retried)
 
     def _push(self, t: Target, image_id: str, tag: str) -> Staged:
         have = self.registry.manifest(self.path, tag)

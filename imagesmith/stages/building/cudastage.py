@@ -1,0 +1,152 @@
+"""The CUDA images through the staging repository (``build --stage``).
+
+Without a stage, :mod:`imagesmith.stages.building.cudabuild` hands the engine the CUDA layer with ``docker load``.
+With one, the layer goes to the staging repository instead, compressed once by imagesmith with ISA-L's gzip (about
+20 times as fast as the engine's, for a few per cent more bytes), beside each OS base it goes on (pushed by the
+engine, a few MB of gzip); a manifest per CUDA image names them, and the engine pulls each image by that digest.
+The image ID is the same as a load gives (the config is the same bytes). What changes is what the engine knows:
+it pulled the layer's blob from the staging repository, so pushing any image built on it there (every CUDA
+image's targets are staged) finds the blob and sends the layer no more, where the engine would otherwise gzip
+all of it again, on one core, for the first target that reaches the registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from isal import isal_zlib
+
+from imagesmith.edges.oci import DOCKER_V2, entries, manifest_document
+from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
+from imagesmith.errors import BuildError
+from imagesmith.render import cudalayer
+
+LAYER_MEDIA = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+CONFIG_MEDIA = "application/vnd.docker.container.image.v1+json"
+CHUNK = 32 << 20  # bytes per PATCH of the layer's upload
+LEVEL = 1  # ISA-L's levels are 0-3; 1 compresses the CUDA libraries about as well as zlib's 6 (0.70 against 0.68)
+OS_TAG = "os-"
+CUDA_TAG = "cuda-"
+
+
+@dataclass(frozen=True)
+class Blob:
+    digest: str
+    size: int
+    media_type: str = LAYER_MEDIA
+
+    def descriptor(self) -> dict[str, Any]:
+        return {"mediaType": self.media_type, "size": self.size, "digest": self.digest}
+
+
+class GzipUpload(io.RawIOBase):
+    """A writer that gzips what it is given and uploads it to ``repo`` as one blob, in chunks; :meth:`finish`
+    closes the upload (the registry checks the digest) and says what was stored."""
+
+    def __init__(self, registry: RegistryProtocol, repo: str, chunk: int = CHUNK) -> None:
+        self.registry, self.repo, self.chunk = registry, repo, chunk
+        self.location = registry.start_upload(repo)
+        self.gzip = isal_zlib.compressobj(LEVEL, isal_zlib.DEFLATED, 31)  # wbits 31: a gzip member
+        self.sha, self.buf, self.offset = hashlib.sha256(), bytearray(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.buf += self.gzip.compress(data)
+        if len(self.buf) >= self.chunk:
+            self._send()
+        return len(data)
+
+    def _send(self) -> None:
+        data = bytes(self.buf)
+        self.location = self.registry.append_upload(self.repo, self.location, data, self.offset)
+        self.sha.update(data)
+        self.offset += len(data)
+        self.buf.clear()
+
+    def finish(self) -> Blob:
+        self.buf += self.gzip.flush()
+        if self.buf:
+            self._send()
+        digest = "sha256:" + self.sha.hexdigest()
+        self.registry.finish_upload(self.repo, self.location, digest)
+        return Blob(digest, self.offset)
+
+    def cancel(self) -> None:
+        self.registry.cancel_upload(self.repo, self.location)
+
+
+@dataclass(frozen=True)
+class Made:
+    """The layer as written (its diff ID, for the configs) and, by tag, each image's config and ID."""
+
+    layer: cudalayer.LayerInfo
+    configs: Mapping[str, bytes]
+    image_ids: Mapping[str, str]
+
+
+class Delivery:
+    """The staging repository's side of the CUDA images: ``push_tag`` is the stage's engine push of
+    ``name:tag`` (retried as every staging push is); ``auth`` its login for pulls."""
+
+    def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, path: str, name: str,
+                 auth: Mapping[str, str] | None, push_tag: Callable[[str], str]) -> None:
+        self.engine, self.registry, self.path, self.name, self.auth, self.push_tag = engine, registry, path, name, auth, push_tag
+
+    def make(self, sources: Sequence[cudalayer.Source], requests: Sequence[cudalayer.ImageRequest], base_ids: Sequence[str],
+             labels: Mapping[str, str], created_by: str, prefix: str, key_of: Callable[[int], str],
+             say: Callable[[str], None]) -> Made:
+        """Upload the layer once, then per request (``base_ids[i]`` its OS base's image ID, ``key_of(i)`` its cache
+        key): the OS base, the config and the manifest; the engine pulls the image by digest and it is tagged as
+        the request says."""
+        say(f"uploading the layer to {self.name} (gzip)")
+        upload = GzipUpload(self.registry, self.path)
+        try:
+            layer = cudalayer.write_layer(sources, upload, prefix)
+            blob = upload.finish()
+        except BaseException:
+            upload.cancel()
+            raise
+        configs = cudalayer.image_configs(requests, layer.diff_id, sources, labels, created_by)
+        ids: dict[str, str] = {}
+        for i, (req, base_id) in enumerate(zip(requests, base_ids)):
+            say(f"pulling {req.tag.rsplit(':', 1)[-1]} from {self.name}")
+            ids[req.tag] = self._image(configs[req.tag], self._os_layers(base_id) + [blob.descriptor()], key_of(i), req.tag)
+        return Made(layer, configs, ids)
+
+    def _os_layers(self, base_id: str) -> list[dict[str, Any]]:
+        """The OS base's layer descriptors in the staging repository (pushed by the engine unless there)."""
+        tag = OS_TAG + base_id.split(":", 1)[-1]
+        have = self.registry.manifest(self.path, tag)
+        if have is None or have.config_digest != base_id:
+            self.engine.tag(base_id, self.name, tag)
+            try:
+                self.push_tag(tag)
+            finally:
+                self.engine.untag(f"{self.name}:{tag}")
+            have = self.registry.manifest(self.path, tag)
+        where = f"{self.name}:{tag}"
+        if have is None or have.config_digest != base_id or have.media_type != DOCKER_V2:
+            raise BuildError(f"{where}: the registry does not serve the OS base {base_id} just pushed; something else writes there")
+        layers = [Blob(str(e.get("digest", "")), e.get("size", -1), str(e.get("mediaType", "")))
+                  for e in entries(manifest_document(have.raw, where), "layers")]
+        if not layers or any(not isinstance(b.size, int) or b.size < 0 or not b.digest.startswith("sha256:") for b in layers):
+            raise BuildError(f"{where}: its manifest names no layers, or a layer without a size and sha256 digest")
+        return [b.descriptor() for b in layers]
+
+    def _image(self, config: bytes, layers: list[dict[str, Any]], key: str, ref: str) -> str:
+        config_digest, _ = self.registry.push_blob(self.path, config)
+        doc = {"schemaVersion": 2, "mediaType": DOCKER_V2, "config": {"mediaType": CONFIG_MEDIA, "size": len(config),
+                                                                       "digest": config_digest}, "layers": layers}
+        pushed = self.registry.push_manifest(self.path, CUDA_TAG + key, DOCKER_V2, json.dumps(doc, indent=3).encode())
+        info = self.engine.pull(f"{self.name}@{pushed.digest}", self.auth)
+        want = cudalayer.image_id(config)
+        if info.id != want:
+            raise BuildError(f"pulled {self.name}@{pushed.digest} as image {info.id}, expected {want}")
+        self.engine.tag(info.id, *ref.rsplit(":", 1))
+        return info.id
