@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make this host ready for imagesmith's builds and tests, idempotently:
-# Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd,
+# Debian packages (docker engine, debootstrap, a registry, skopeo, htpasswd, pigz,
 # Slurm's slurmctld/slurmd/client and munge, Prometheus's promtool, node_exporter
 # and pushgateway, qemu-user-static for arm64 under emulation, podman, chromium) and a running Docker engine;
 # podman's Docker-compatible API on $PODMAN_SOCKET (the Podman tier of the tests), with
@@ -22,6 +22,9 @@ command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v htpasswd >/dev/null || need+=(apache2-utils)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
+# the engine inflates a pulled layer with unpigz when it finds it (Go's gzip otherwise, at half the speed): the
+# CUDA images a staged build pulls (docs/building.md)
+command -v unpigz >/dev/null || need+=(pigz)
 if [ -z "$release" ]; then
     # a one-node Slurm cluster for the fleet tests (scripts/local-slurm.sh starts it in a private folder)
     command -v slurmctld >/dev/null || need+=(slurmctld)

@@ -9,18 +9,23 @@ venvs of gzip (about 4 GB) to what the test can see."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from imagesmith.edges.engine import Engine
+from imagesmith.edges.registry import Credentials, Registry
 from imagesmith.render import cudalayer
+from imagesmith.stages.building.staging import Stage
 from imagesmith.stages.release import publish
 from imagesmith.stages.verify import incontainer, verify
 from tests.integration.conftest import PASSWORD, USER, RegistryServer
-from tests.integration.engine_fixtures import CudaCells
+from tests.integration.engine_fixtures import CudaCells, docker_build
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
 
@@ -89,6 +94,46 @@ def test_the_registry_stores_the_cuda_layer_once(engine: Engine, cuda_cells: Cud
     # the second push finds the CUDA blob there and sends only its OS base; the first sent the blob
     assert sent["debian13"].existing_bytes >= blobs["debian12"]["size"]
     assert sent["debian13"].pushed_bytes < 500_000_000 and sent["debian12"].pushed_bytes >= blobs["debian12"]["size"]
+
+
+def test_a_staged_cuda_layer_is_pulled_and_the_engine_never_gzips_it_again(engine: Engine, registry: RegistryServer,
+                                                                            tmp_path: Path) -> None:
+    """With a staging repository the engine pulls the CUDA image, so its push of an image built on it finds the
+    layer's blob: the staged manifest names the blob imagesmith uploaded (the engine's own gzip would differ)."""
+    rootfs = io.BytesIO()
+    with tarfile.open(fileobj=rootfs, mode="w") as tar:
+        info = tarfile.TarInfo("etc/os-release")
+        info.size = 8
+        tar.addfile(info, io.BytesIO(b"ID=tiny\n"))
+    base_id = engine.import_rootfs(write(tmp_path / "rootfs.tar", rootfs.getvalue()), "imagesmith-test/tiny-os", "1", [])
+    stage = Stage(engine, Registry(registry.host, Credentials(USER, PASSWORD)), "imagesmith-test/staging", tmp_path,
+                  Credentials(USER, PASSWORD))
+    data = b"".join(hashlib.sha256(b"%d" % i).digest() for i in range(200_000))  # 6.4 MB that gzip cannot shrink much
+    sources = [cudalayer.Source("nvidia/fake/lib/libfake.so.1", len(data), 1_700_000_000, False, data=data)]
+    ref, child = "imagesmith-test/local:cuda-fake-tiny", f"{registry.host}/imagesmith-test/staging:child"
+    try:
+        delivery = stage.cuda_delivery()
+        layer, blob = delivery.upload(sources, cudalayer.PREFIX)
+        config = cudalayer.image_configs([cudalayer.ImageRequest(engine.image_config(base_id), ref)], layer.diff_id, sources,
+                                         {"io.imagesmith.cuda.set": "fake"}, "test")[ref]
+        image_id = delivery.image(config, base_id, blob, "f" * 64, ref)
+        cuda = engine.image(ref)
+        assert cuda and cuda.id == image_id and cuda.layers[-1] == layer.diff_id
+        docker_build(engine, f"FROM {ref}\nCOPY Dockerfile /child\n", child, tmp_path)
+        lines: list[str] = []
+        engine.push(child.rsplit(":", 1)[0], "child", {"username": USER, "password": PASSWORD}, lines.append)
+        staged = json.loads(registry.skopeo("inspect", "--raw", f"docker://{registry.host}/imagesmith-test/staging:cuda-{'f' * 64}").stdout)
+        pushed = json.loads(registry.skopeo("inspect", "--raw", f"docker://{child}").stdout)
+        assert pushed["layers"][:2] == staged["layers"]  # the OS base's blob and imagesmith's CUDA blob, as staged
+        assert sum("Layer already exists" in line for line in lines) == 2, lines  # only the child's own layer was sent
+    finally:
+        for image in (child, ref, base_id):
+            engine.remove_image(image, force=True)
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
 
 
 def test_torch_loads_cudnn_and_nccl_from_the_shared_layer(engine: Engine, cuda_cells: CudaCells) -> None:

@@ -160,11 +160,14 @@ class CudaImages:
             wheels = self._download(cuda_set, targets[0], wheels_dir)
             self.display.update(item, "building", f"writing the layer onto {len(targets)} OS base(s)")
             sources = cudalayer.layer_sources(wheels, self.epoch)
-            layer, configs = self._staged(cuda_set, targets, sources) if self.delivery else self._load(cuda_set, targets, sources)
+            if self.delivery is not None:
+                layer = self._staged(cuda_set, targets, sources)
+            else:
+                layer, configs = self._load(cuda_set, targets, sources)
+                for t in targets:
+                    self._check(cuda_set, t, layer, configs)
         finally:
             shutil.rmtree(wheels_dir, ignore_errors=True)
-        for t in targets:
-            self._check(cuda_set, t, layer, configs)
         self.display.update(item, "done", f"{gb(layer.size)} layer {layer.diff_id[:19]}")
 
     def _download(self, cuda_set: CudaSet, t: Target, dest: Path) -> list[Path]:
@@ -187,15 +190,20 @@ class CudaImages:
         assert archive.layer is not None
         return archive.layer, archive.configs
 
-    def _staged(self, cuda_set: CudaSet, targets: list[Target],
-                sources: list[cudalayer.Source]) -> tuple[cudalayer.LayerInfo, Mapping[str, bytes]]:
+    def _staged(self, cuda_set: CudaSet, targets: list[Target], sources: list[cudalayer.Source]) -> cudalayer.LayerInfo:
+        """The layer into the staging repository once, then each CUDA image pulled from there, in plan order: each
+        target may start as soon as its own image is there."""
         assert self.delivery is not None
         item = cuda_set_folder(cuda_set)
-        made = self.delivery.make(sources, self._requests(targets), [self.base_ids[t.base_image] for t in targets],
-                                  labels(cuda_set), self._created_by(cuda_set), cuda_set.prefix,
-                                  lambda i: self._key(cuda_set, targets[i]),
-                                  lambda line: self.display.update(item, "building", line))
-        return made.layer, made.configs
+        self.display.update(item, "building", f"uploading the layer to {self.delivery.name} (gzip)")
+        layer, blob = self.delivery.upload(sources, cuda_set.prefix)
+        requests = self._requests(targets)
+        configs = cudalayer.image_configs(requests, layer.diff_id, sources, labels(cuda_set), self._created_by(cuda_set))
+        for t, req in zip(targets, requests):
+            self.display.update(item, "building", f"pulling {req.tag.rsplit(':', 1)[-1]} from {self.delivery.name}")
+            self.delivery.image(configs[req.tag], self.base_ids[t.base_image], blob, self._key(cuda_set, t), req.tag)
+            self._check(cuda_set, t, layer, configs)
+        return layer
 
     def _check(self, cuda_set: CudaSet, t: Target, layer: cudalayer.LayerInfo, configs: Mapping[str, bytes]) -> None:
         ref = cuda_image(t, self.repository)

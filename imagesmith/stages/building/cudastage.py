@@ -81,43 +81,41 @@ class GzipUpload(io.RawIOBase):
         self.registry.cancel_upload(self.repo, self.location)
 
 
-@dataclass(frozen=True)
-class Made:
-    """The layer as written (its diff ID, for the configs) and, by tag, each image's config and ID."""
-
-    layer: cudalayer.LayerInfo
-    configs: Mapping[str, bytes]
-    image_ids: Mapping[str, str]
-
-
 class Delivery:
     """The staging repository's side of the CUDA images: ``push_tag`` is the stage's engine push of
     ``name:tag`` (retried as every staging push is); ``auth`` its login for pulls."""
 
     def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, path: str, name: str,
-                 auth: Mapping[str, str] | None, push_tag: Callable[[str], str]) -> None:
+                 auth: Mapping[str, str] | None, push_tag: Callable[[str], str], chunk: int = CHUNK) -> None:
         self.engine, self.registry, self.path, self.name, self.auth, self.push_tag = engine, registry, path, name, auth, push_tag
+        self.chunk = chunk
 
-    def make(self, sources: Sequence[cudalayer.Source], requests: Sequence[cudalayer.ImageRequest], base_ids: Sequence[str],
-             labels: Mapping[str, str], created_by: str, prefix: str, key_of: Callable[[int], str],
-             say: Callable[[str], None]) -> Made:
-        """Upload the layer once, then per request (``base_ids[i]`` its OS base's image ID, ``key_of(i)`` its cache
-        key): the OS base, the config and the manifest; the engine pulls the image by digest and it is tagged as
-        the request says."""
-        say(f"uploading the layer to {self.name} (gzip)")
-        upload = GzipUpload(self.registry, self.path)
+    def upload(self, sources: Sequence[cudalayer.Source], prefix: str) -> tuple[cudalayer.LayerInfo, Blob]:
+        """Write the layer gzipped into the staging repository, once: the layer as written (its diff ID, for the
+        configs) and the blob stored."""
+        upload = GzipUpload(self.registry, self.path, self.chunk)
         try:
             layer = cudalayer.write_layer(sources, upload, prefix)
-            blob = upload.finish()
+            return layer, upload.finish()
         except BaseException:
             upload.cancel()
             raise
-        configs = cudalayer.image_configs(requests, layer.diff_id, sources, labels, created_by)
-        ids: dict[str, str] = {}
-        for i, (req, base_id) in enumerate(zip(requests, base_ids)):
-            say(f"pulling {req.tag.rsplit(':', 1)[-1]} from {self.name}")
-            ids[req.tag] = self._image(configs[req.tag], self._os_layers(base_id) + [blob.descriptor()], key_of(i), req.tag)
-        return Made(layer, configs, ids)
+
+    def image(self, config: bytes, base_id: str, blob: Blob, key: str, ref: str) -> str:
+        """One CUDA image: its OS base's layers (pushed by the engine unless the repository has them), ``config`` and
+        a manifest naming them and ``blob``, tagged by its cache ``key``; the engine pulls it by digest and tags it
+        ``ref``. Its ID, checked to be the config's."""
+        config_digest, _ = self.registry.push_blob(self.path, config)
+        doc = {"schemaVersion": 2, "mediaType": DOCKER_V2, "config": {"mediaType": CONFIG_MEDIA, "size": len(config),
+                                                                       "digest": config_digest},
+               "layers": self._os_layers(base_id) + [blob.descriptor()]}
+        pushed = self.registry.push_manifest(self.path, CUDA_TAG + key, DOCKER_V2, json.dumps(doc, indent=3).encode())
+        info = self.engine.pull(f"{self.name}@{pushed.digest}", self.auth)
+        want = cudalayer.image_id(config)
+        if info.id != want:
+            raise BuildError(f"pulled {self.name}@{pushed.digest} as image {info.id}, expected {want}")
+        self.engine.tag(info.id, *ref.rsplit(":", 1))
+        return info.id
 
     def _os_layers(self, base_id: str) -> list[dict[str, Any]]:
         """The OS base's layer descriptors in the staging repository (pushed by the engine unless there)."""
@@ -138,15 +136,3 @@ class Delivery:
         if not layers or any(not isinstance(b.size, int) or b.size < 0 or not b.digest.startswith("sha256:") for b in layers):
             raise BuildError(f"{where}: its manifest names no layers, or a layer without a size and sha256 digest")
         return [b.descriptor() for b in layers]
-
-    def _image(self, config: bytes, layers: list[dict[str, Any]], key: str, ref: str) -> str:
-        config_digest, _ = self.registry.push_blob(self.path, config)
-        doc = {"schemaVersion": 2, "mediaType": DOCKER_V2, "config": {"mediaType": CONFIG_MEDIA, "size": len(config),
-                                                                       "digest": config_digest}, "layers": layers}
-        pushed = self.registry.push_manifest(self.path, CUDA_TAG + key, DOCKER_V2, json.dumps(doc, indent=3).encode())
-        info = self.engine.pull(f"{self.name}@{pushed.digest}", self.auth)
-        want = cudalayer.image_id(config)
-        if info.id != want:
-            raise BuildError(f"pulled {self.name}@{pushed.digest} as image {info.id}, expected {want}")
-        self.engine.tag(info.id, *ref.rsplit(":", 1))
-        return info.id

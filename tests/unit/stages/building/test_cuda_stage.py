@@ -1,0 +1,255 @@
+"""The CUDA images through a staging repository: the layer is uploaded once, gzipped, in chunks; each image's
+manifest names its OS base's layers (pushed by the engine unless the repository has them) and that blob; the
+engine pulls each image by digest and must get the image the config names."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+
+from imagesmith.edges.oci import DOCKER_V2
+from imagesmith.edges.protocols import ImageInfo, LineSink
+from imagesmith.edges.registry import Manifest, PushedManifest
+from imagesmith.errors import BuildError
+from imagesmith.model import matrix, plan
+from imagesmith.progress import QuietDisplay
+from imagesmith.render import cudalayer
+from imagesmith.stages.building import cudabuild, cudastage
+from tests.doubles import EngineBase, RegistryBase
+
+BASE_ID = "sha256:" + "b" * 64
+BASE_CONFIG = {"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin"]},
+               "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "1" * 64]}}
+OS_LAYER = {"mediaType": cudastage.LAYER_MEDIA, "size": 1234, "digest": "sha256:" + "2" * 64}
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class MemRegistry(RegistryBase):
+    """Blobs, chunked uploads (each chunk must start where the last ended) and manifests, in memory."""
+
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    manifests: dict[str, Manifest] = field(default_factory=dict)
+    uploads: dict[str, bytearray] = field(default_factory=dict)
+    chunks: int = 0
+    cancelled: list[str] = field(default_factory=list)
+
+    def start_upload(self, repo: str) -> str:
+        location = f"/v2/{repo}/blobs/uploads/{len(self.uploads)}"
+        self.uploads[location] = bytearray()
+        return location
+
+    def append_upload(self, repo: str, location: str, data: bytes, offset: int) -> str:
+        assert offset == len(self.uploads[location]), "a chunk that does not start where the last ended"
+        self.uploads[location] += data
+        self.chunks += 1
+        return location
+
+    def finish_upload(self, repo: str, location: str, digest: str) -> None:
+        data = bytes(self.uploads.pop(location))
+        assert sha(data) == digest, "the registry checks the digest it is given"
+        self.blobs[digest] = data
+
+    def cancel_upload(self, repo: str, location: str) -> None:
+        self.cancelled.append(location)
+
+    def push_blob(self, repo: str, data: bytes) -> tuple[str, bool]:
+        self.blobs[sha(data)] = data
+        return sha(data), True
+
+    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest:
+        doc = json.loads(data)
+        self.manifests[ref] = Manifest(sha(data), media_type, doc["config"]["digest"], data)
+        return PushedManifest(sha(data), None)
+
+    def manifest(self, repo: str, ref: str) -> Manifest | None:
+        return self.manifests.get(ref)
+
+
+@dataclass
+class PullingEngine(EngineBase):
+    """Pushes an OS base as one manifest in ``registry``; a pull gives the image its config names (or ``wrong``)."""
+
+    registry: MemRegistry
+    wrong: str = ""
+    pushes: list[str] = field(default_factory=list)
+    pulls: list[str] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        self.tags[f"{repository}:{tag}"] = image_id
+
+    def untag(self, ref: str) -> None:
+        self.tags.pop(ref)
+
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None, on_line: LineSink) -> str:
+        assert self.tags[f"{repository}:{tag}"] == BASE_ID
+        self.pushes.append(tag)
+        raw = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_V2, "layers": [OS_LAYER],
+                          "config": {"mediaType": cudastage.CONFIG_MEDIA, "size": 9, "digest": BASE_ID}}).encode()
+        self.registry.manifests[tag] = Manifest(sha(raw), DOCKER_V2, BASE_ID, raw)
+        return sha(raw)
+
+    def pull(self, ref: str, auth: Mapping[str, str] | None = None) -> ImageInfo:
+        self.pulls.append(ref)
+        manifest = next(m for m in self.registry.manifests.values() if ref.endswith("@" + m.digest))
+        return ImageInfo(self.wrong or str(manifest.config_digest), (), {}, 0, "")
+
+
+def delivery(engine: PullingEngine, registry: MemRegistry, chunk: int = 1 << 20) -> cudastage.Delivery:
+    return cudastage.Delivery(engine, registry, "ml/staging", "registry.test/ml/staging", {"username": "u"},
+                              lambda tag: engine.push("registry.test/ml/staging", tag, None, lambda line: None), chunk)
+
+
+def sources() -> list[cudalayer.Source]:
+    data = bytes(range(256)) * 4096 + b"".join(hashlib.sha256(b"%d" % i).digest() for i in range(20000))  # 1.6 MB, 0.6 incompressible
+    return [cudalayer.Source("nvidia/cublas/lib/libcublas.so.13", len(data), 1_700_000_000, False, data=data),
+            cudalayer.Source("nvidia/cublas/__init__.py", 0, 1_700_000_000, False, data=b"")]
+
+
+@dataclass(frozen=True)
+class Made:
+    layer: cudalayer.LayerInfo
+    config: bytes
+    image_id: str
+
+
+def make(engine: PullingEngine, registry: MemRegistry, chunk: int = 1 << 20) -> Made:
+    d = delivery(engine, registry, chunk)
+    layer, blob = d.upload(sources(), cudalayer.PREFIX)
+    config = cudalayer.image_configs([cudalayer.ImageRequest(BASE_CONFIG, "ml/local:cuda-set-debian12")], layer.diff_id,
+                                     sources(), {"io.imagesmith.cuda.set": "set"}, "made")["ml/local:cuda-set-debian12"]
+    return Made(layer, config, d.image(config, BASE_ID, blob, "k" * 64, "ml/local:cuda-set-debian12"))
+
+
+def test_the_layer_is_uploaded_once_gzipped_in_chunks_and_each_image_pulled_by_its_digest() -> None:
+    registry = MemRegistry()
+    engine = PullingEngine(registry)
+    made = make(engine, registry, chunk=256 << 10)
+    manifest = registry.manifests["cuda-" + "k" * 64]
+    doc = json.loads(manifest.raw)
+    assert doc["mediaType"] == DOCKER_V2 and doc["layers"][:-1] == [OS_LAYER]
+    layer = doc["layers"][-1]
+    blob = registry.blobs[layer["digest"]]
+    assert layer["size"] == len(blob) and layer["mediaType"] == cudastage.LAYER_MEDIA
+    assert sha(gzip.decompress(blob)) == made.layer.diff_id  # the blob is the layer tar the config names, gzipped
+    assert registry.chunks > 1  # sent in chunks, never held whole
+    config = made.config
+    assert registry.blobs[doc["config"]["digest"]] == config and json.loads(config)["rootfs"]["diff_ids"][-1] == made.layer.diff_id
+    assert engine.pulls == [f"registry.test/ml/staging@{manifest.digest}"]
+    assert made.image_id == cudalayer.image_id(config)
+    assert engine.tags == {"ml/local:cuda-set-debian12": cudalayer.image_id(config)}  # the OS base's push tag is gone
+    assert engine.pushes == ["os-" + "b" * 64]
+
+
+def test_an_os_base_the_repository_has_is_not_pushed_again() -> None:
+    registry = MemRegistry()
+    engine = PullingEngine(registry)
+    make(engine, registry)
+    make(engine, registry)
+    assert engine.pushes == ["os-" + "b" * 64]
+
+
+def test_a_pull_that_gives_another_image_fails_the_set() -> None:
+    registry = MemRegistry()
+    with pytest.raises(BuildError, match="expected sha256:"):
+        make(PullingEngine(registry, wrong="sha256:" + "e" * 64), registry)
+
+
+def test_an_os_manifest_without_layers_is_refused() -> None:
+    registry = MemRegistry()
+    raw = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_V2, "layers": [{"digest": "md5:x", "size": 1}],
+                      "config": {"digest": BASE_ID}}).encode()
+    registry.manifests["os-" + "b" * 64] = Manifest(sha(raw), DOCKER_V2, BASE_ID, raw)
+    with pytest.raises(BuildError, match="without a size and sha256 digest"):
+        make(PullingEngine(registry), registry)
+
+
+def test_a_layer_that_cannot_be_written_cancels_its_upload() -> None:
+    registry = MemRegistry()
+    broken = [cudalayer.Source("nvidia/x.so", 10, 0, False, origin="/nonexistent/wheel.whl", member="x.so")]
+    with pytest.raises(OSError):
+        delivery(PullingEngine(registry), registry).upload(broken, cudalayer.PREFIX)
+    assert registry.cancelled == ["/v2/ml/staging/blobs/uploads/0"] and not registry.blobs
+
+
+# -- the build's side: each base target starts as soon as its own CUDA image is pulled ------------------------------
+
+MATRIX = """\
+version: 1
+matrix:
+  torch: ["2.14.1"]
+  cuda: ["13.0"]
+  python: ["3.11"]
+  os: [debian12, debian13]
+layers:
+  base: {}
+"""
+
+
+@dataclass
+class TaggingEngine(EngineBase):
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def image_config(self, ref: str) -> dict[str, Any]:
+        return BASE_CONFIG
+
+    def image(self, ref: str) -> ImageInfo | None:
+        image_id = self.tags.get(ref, ref if ref.startswith("sha256:") else "")
+        return ImageInfo(image_id, (), {}, 1, "") if image_id else None
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        self.tags[f"{repository}:{tag}"] = image_id
+
+
+class HeldDelivery(cudastage.Delivery):
+    """Uploads nothing; the second image's pull waits until the test lets it go."""
+
+    def __init__(self, engine: TaggingEngine) -> None:
+        super().__init__(engine, MemRegistry(), "ml/staging", "registry.test/ml/staging", None, lambda tag: "")
+        self.go, self.pulls, self.uploads = threading.Event(), list[str](), 0
+
+    def upload(self, sources: Any, prefix: str) -> tuple[cudalayer.LayerInfo, cudastage.Blob]:
+        self.uploads += 1
+        return cudalayer.LayerInfo("sha256:" + "c" * 64, 10, 1, 10), cudastage.Blob("sha256:" + "d" * 64, 5)
+
+    def image(self, config: bytes, base_id: str, blob: cudastage.Blob, key: str, ref: str) -> str:
+        self.pulls.append(ref)
+        if len(self.pulls) == 2:
+            assert self.go.wait(60), "the test never let the second pull go"
+        image_id = cudalayer.image_id(config)
+        self.engine.tag(image_id, *ref.rsplit(":", 1))
+        return image_id
+
+
+def test_a_base_target_starts_when_its_own_cuda_image_is_pulled_not_the_set_s_last(
+        write_matrix: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = plan.expand(matrix.load(write_matrix(MATRIX)), "20261130")
+    first, second = [t for t in p.targets if t.cuda_set]
+    assert first.cuda_set is not None and second.cuda_set is not None
+    engine = TaggingEngine()
+    held = HeldDelivery(engine)
+
+    def download(t: Any, pins: Any, dest: Path, log: Path) -> None:
+        for i in range(len(pins)):
+            (dest / f"w{i}.whl").write_bytes(b"")
+    monkeypatch.setattr(cudalayer, "layer_sources", lambda wheels, epoch: [])
+    images = cudabuild.CudaImages(p, "ml/local", engine, tmp_path, {first.base_image: BASE_ID, second.base_image: "sha256:" + "a" * 64},
+                                  download, QuietDisplay(), None, "cache", held)
+    images.start()
+    assert images.futures[(first.cuda_set.id, first.base_image)].result(timeout=60) == engine.tags[plan.cuda_image(first, "ml/local")]
+    assert held.pulls == [plan.cuda_image(first, "ml/local"), plan.cuda_image(second, "ml/local")]
+    assert not images.futures[(second.cuda_set.id, second.base_image)].done()  # its pull is still held
+    held.go.set()
+    assert images.image_for(second) == engine.tags[plan.cuda_image(second, "ml/local")]
+    assert held.uploads == 1 and {c.status for c in images.report()} == {"built"}
