@@ -71,6 +71,7 @@ class RegistryBase:
     def blob_range(self, repo: str, digest: str, start: int, end: int) -> bytes: unexpected("registry.blob_range")
     def start_upload(self, repo: str) -> str: unexpected("registry.start_upload")
     def append_upload(self, repo: str, location: str, data: bytes, offset: int) -> str: unexpected("registry.append_upload")
+    def stream_upload(self, repo: str, location: str, chunks: Iterable[bytes]) -> str: unexpected("registry.stream_upload")
     def finish_upload(self, repo: str, location: str, digest: str) -> None: unexpected("registry.finish_upload")
     def cancel_upload(self, repo: str, location: str) -> None: unexpected("registry.cancel_upload")
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None: unexpected("registry.referrers")

@@ -28,7 +28,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlencode
 
 import requests
@@ -413,6 +413,15 @@ class Registry:
         assert resp is not None
         return self._location(resp, repo)
 
+    def stream_upload(self, repo: str, location: str, chunks: Iterable[bytes]) -> str:
+        """PATCH ``chunks`` into an upload session as one streamed body (chunked transfer encoding, as the engine
+        pushes); the session's next Location. A body that cannot be sent twice: a registry that asks for
+        credentials again meanwhile gets none of it, and :meth:`finish_upload` then fails on the digest."""
+        resp = self._request("PATCH", location, repo, push=True, headers={"Content-Type": "application/octet-stream"},
+                             data=chunks)
+        assert resp is not None
+        return self._location(resp, repo)
+
     def finish_upload(self, repo: str, location: str, digest: str) -> None:
         """Close an upload session: the registry checks the bytes against ``digest``."""
         self._request("PUT", with_query(location, digest=digest), repo, push=True,
@@ -423,7 +432,7 @@ class Registry:
         return f"{self._base()}{path}"
 
     def _request(self, method: str, path: str, repo: str, missing_ok: bool = False, push: bool = False,
-                 headers: Mapping[str, str] | None = None, data: bytes | None = None,
+                 headers: Mapping[str, str] | None = None, data: bytes | Iterable[bytes] | None = None,
                  scope: str | None = None) -> requests.Response | None:
         scope = scope or f"repository:{repo}:{'pull,push' if push else 'pull'}"
         resp = self._send(method, path, scope, headers, data)
@@ -436,7 +445,8 @@ class Registry:
             raise self._error(resp, method, repo, push)
         return resp
 
-    def _send(self, method: str, path: str, scope: str, headers: Mapping[str, str] | None, data: bytes | None) -> requests.Response:
+    def _send(self, method: str, path: str, scope: str, headers: Mapping[str, str] | None,
+              data: bytes | Iterable[bytes] | None) -> requests.Response:
         hdrs = dict(headers or {})
         if scope in self._tokens:
             hdrs["Authorization"] = f"Bearer {self._tokens[scope]}"

@@ -254,6 +254,7 @@ def _info(path: str, kind: bytes, mode: int, mtime: int, size: int) -> tarfile.T
 
 
 ENCODING = ("utf-8", "surrogateescape")
+COPY_BUFFER = 1 << 20  # bytes per read of a file into the tar (tarfile's default, 16 KiB, costs a call per 16 KiB)
 
 
 class Writer(Protocol):
@@ -300,6 +301,7 @@ def write_layer(sources: Sequence[Source], out: Writer | None, prefix: str = PRE
         opener = _Opener(stack)
         tar = stack.enter_context(tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT,
                                                encoding=ENCODING[0], errors=ENCODING[1]))
+        tar.copybufsize = COPY_BUFFER  # type: ignore[attr-defined]  # tarfile has it (3.8+); typeshed does not say
         for info, src in tar_entries(sources, prefix):
             if src is None:
                 tar.addfile(info)
@@ -409,7 +411,8 @@ class Archive:
     """A streamed ``docker load`` archive of images that share one CUDA layer.
 
     Iterate :meth:`chunks` (e.g. as a request body); afterwards ``layer`` holds
-    the layer's digest and ``configs`` each image's config, by tag."""
+    the layer's digest and ``configs`` each image's config, by tag. ``also``, when
+    given, is written the layer's tar too, as it is made (an upload of it)."""
 
     sources: Sequence[Source]
     requests: Sequence[ImageRequest]
@@ -417,6 +420,7 @@ class Archive:
     created_by: str
     prefix: str = PREFIX
     layer: LayerInfo | None = None
+    also: Writer | None = None
 
     def __post_init__(self) -> None:
         self.configs: dict[str, bytes] = {}
@@ -444,7 +448,7 @@ class Archive:
 
         def produce() -> None:
             try:
-                self.layer = write_layer(self.sources, pipe, self.prefix)
+                self.layer = write_layer(self.sources, pipe if self.also is None else _Tee(pipe, self.also), self.prefix)
             except BaseException as exc:  # handed to the consumer below
                 failure.append(exc)
             finally:
@@ -457,6 +461,16 @@ class Archive:
             raise failure[0]
         if self.layer is None or self.layer.size != size:
             raise LayerError(f"the CUDA layer came out {self.layer.size if self.layer else 0} bytes, {size} expected")
+
+
+class _Tee:
+    def __init__(self, *outs: Writer) -> None:
+        self.outs = outs
+
+    def write(self, data: bytes, /) -> int:
+        for out in self.outs:
+            out.write(data)
+        return len(data)
 
 
 def _member_header(name: str, size: int) -> bytes:

@@ -468,6 +468,8 @@ class Builder:
             self.engine.tag(result.image_id, CACHE_REPOSITORY, cache_tag)
             self._own(t.id, result.image_id)
             if self.stage is not None:
+                if self.cuda is not None:  # a CUDA image's target: once the engine knows the staged CUDA blob
+                    self.cuda.wait_known(t)
                 self.stage.push(t, result)
 
     def _docker_build(self, t: Target, result: TargetRun, parent_id: str, stage: str | None = None,

@@ -104,6 +104,7 @@ class CudaImages:
         self.cache_repository = cache_repository
         self.base_ids, self.download, self.display, self.epoch = base_ids, download, display, epoch
         self.futures: dict[tuple[str, str], Future[str]] = {}
+        self.known: dict[str, threading.Event] = {s.id: threading.Event() for s in users(plan)}  # wait_known
         self.results: dict[tuple[str, str], CudaLayer] = {}  # what the build report records, replaced as it goes
         for cuda_set, targets in users(plan).items():
             for t in targets:
@@ -130,6 +131,12 @@ class CudaImages:
 
     # -- one set ------------------------------------------------------------------------
     def _run(self, cuda_set: CudaSet, targets: list[Target]) -> None:
+        try:
+            self._run_set(cuda_set, targets)
+        finally:
+            self.known[cuda_set.id].set()  # however the set ended, no push waits for it any more
+
+    def _run_set(self, cuda_set: CudaSet, targets: list[Target]) -> None:
         t0 = time.monotonic()
         pending = list(dict((t.base_image, t) for t in targets).values())
         try:
@@ -191,19 +198,45 @@ class CudaImages:
         return archive.layer, archive.configs
 
     def _staged(self, cuda_set: CudaSet, targets: list[Target], sources: list[cudalayer.Source]) -> cudalayer.LayerInfo:
-        """The layer into the staging repository once, then each CUDA image pulled from there, in plan order: each
-        target may start as soon as its own image is there."""
+        """With a staging repository: the first OS base's image by ``docker load`` while the layer streams to the
+        repository too, the others pulled from there, each target free to start as soon as its own image is there.
+        A pull is what tells the engine that the repository has the layer's blob (the pushes wait for it:
+        :meth:`wait_known`), so a set with one OS base pulls that one."""
         assert self.delivery is not None
-        item = cuda_set_folder(cuda_set)
-        self.display.update(item, "building", f"uploading the layer to {self.delivery.name} (gzip)")
-        layer, blob = self.delivery.upload(sources, cuda_set.prefix)
+        item, delivery = cuda_set_folder(cuda_set), self.delivery
         requests = self._requests(targets)
-        configs = cudalayer.image_configs(requests, layer.diff_id, sources, labels(cuda_set), self._created_by(cuda_set))
-        for t, req in zip(targets, requests):
-            self.display.update(item, "building", f"pulling {req.tag.rsplit(':', 1)[-1]} from {self.delivery.name}")
-            self.delivery.image(configs[req.tag], self.base_ids[t.base_image], blob, self._key(cuda_set, t), req.tag)
+        loaded, pulled = (targets[:1], targets[1:]) if len(targets) > 1 else ([], targets)
+        self.display.update(item, "building", f"writing the layer to {delivery.name} (gzip)" +
+                            (" and onto the first OS base" if loaded else ""))
+        upload = delivery.start_upload()
+        try:
+            if loaded:
+                archive = cudalayer.Archive(sources, requests[:1], labels(cuda_set), self._created_by(cuda_set),
+                                            cuda_set.prefix, also=upload)
+                self.engine.load(archive.chunks())
+                assert archive.layer is not None
+                layer = archive.layer
+            else:
+                layer = cudalayer.write_layer(sources, upload, cuda_set.prefix)
+            configs = cudalayer.image_configs(requests, layer.diff_id, sources, labels(cuda_set), self._created_by(cuda_set))
+            for t in loaded:
+                self._check(cuda_set, t, layer, configs)
+            blob = upload.finish()
+        except BaseException:
+            upload.cancel()
+            raise
+        for t, req in zip(pulled, requests[len(loaded):]):
+            self.display.update(item, "building", f"pulling {req.tag.rsplit(':', 1)[-1]} from {delivery.name}")
+            delivery.image(configs[req.tag], self.base_ids[t.base_image], blob, self._key(cuda_set, t), req.tag)
+            self.known[cuda_set.id].set()
             self._check(cuda_set, t, layer, configs)
         return layer
+
+    def wait_known(self, t: Target) -> None:
+        """Before ``t``'s staging push: until the engine has pulled its CUDA set's layer from the staging repository
+        (so the push finds the blob there) or the set's images are all made either way."""
+        if t.cuda_set is not None and t.cuda_set.id in self.known:
+            self.known[t.cuda_set.id].wait()
 
     def _check(self, cuda_set: CudaSet, t: Target, layer: cudalayer.LayerInfo, configs: Mapping[str, bytes]) -> None:
         ref = cuda_image(t, self.repository)

@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import queue
+import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from isal import isal_zlib
 
@@ -27,7 +29,7 @@ from imagesmith.render import cudalayer
 
 LAYER_MEDIA = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 CONFIG_MEDIA = "application/vnd.docker.container.image.v1+json"
-CHUNK = 32 << 20  # bytes per PATCH of the layer's upload
+PIECE = 1 << 20  # bytes the writer hands the upload's thread at a time
 LEVEL = 1  # ISA-L's levels are 0-3; 1 compresses the CUDA libraries about as well as zlib's 6 (0.70 against 0.68)
 OS_TAG = "os-"
 CUDA_TAG = "cuda-"
@@ -44,40 +46,79 @@ class Blob:
 
 
 class GzipUpload(io.RawIOBase):
-    """A writer that gzips what it is given and uploads it to ``repo`` as one blob, in chunks; :meth:`finish`
-    closes the upload (the registry checks the digest) and says what was stored."""
+    """A writer whose bytes go, gzipped, to ``repo`` as one blob. The writer's thread only queues them (in pieces of
+    ``piece`` bytes); a thread of the upload's own compresses, hashes and streams them in one PATCH, so writing the
+    layer, compressing it and sending it overlap. :meth:`finish` closes the upload (the registry checks the digest)
+    and says what was stored; :meth:`cancel` drops it."""
 
-    def __init__(self, registry: RegistryProtocol, repo: str, chunk: int = CHUNK) -> None:
-        self.registry, self.repo, self.chunk = registry, repo, chunk
+    def __init__(self, registry: RegistryProtocol, repo: str, piece: int = PIECE) -> None:
+        self.registry, self.repo, self.piece = registry, repo, piece
         self.location = registry.start_upload(repo)
-        self.gzip = isal_zlib.compressobj(LEVEL, isal_zlib.DEFLATED, 31)  # wbits 31: a gzip member
-        self.sha, self.buf, self.offset = hashlib.sha256(), bytearray(), 0
+        self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+        self.buf, self.sha, self.size = bytearray(), hashlib.sha256(), 0
+        self.failure: list[BaseException] = []
+        self.sender = threading.Thread(target=self._send, name="cuda-upload", daemon=True)
+        self.sender.start()
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        self.buf += self.gzip.compress(data)
-        if len(self.buf) >= self.chunk:
-            self._send()
+        self.buf += data
+        if len(self.buf) >= self.piece:
+            self._put(bytes(self.buf))
+            self.buf.clear()
         return len(data)
 
+    def _put(self, item: bytes | None) -> None:
+        """Queue ``item`` for the sender; an error, never a hang, when the sender has stopped."""
+        while True:
+            if self.failure or not self.sender.is_alive():
+                why = f": {self.failure[0]}" if self.failure else ""
+                raise BuildError(f"the upload of the CUDA layer to {self.registry.host}/{self.repo} stopped{why}")
+            try:
+                self.queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _body(self) -> Iterator[bytes]:
+        gzip = isal_zlib.compressobj(LEVEL, isal_zlib.DEFLATED, 31)  # wbits 31: one gzip member
+        while True:
+            item = self.queue.get()
+            out = gzip.compress(item) if item is not None else gzip.flush()
+            self.sha.update(out)
+            self.size += len(out)
+            if out:
+                yield out
+            if item is None:
+                return
+
     def _send(self) -> None:
-        data = bytes(self.buf)
-        self.location = self.registry.append_upload(self.repo, self.location, data, self.offset)
-        self.sha.update(data)
-        self.offset += len(data)
-        self.buf.clear()
+        try:
+            self.location = self.registry.stream_upload(self.repo, self.location, self._body())
+        except BaseException as exc:  # the writer's next piece (or finish) raises it
+            self.failure.append(exc)
 
     def finish(self) -> Blob:
-        self.buf += self.gzip.flush()
         if self.buf:
-            self._send()
+            self._put(bytes(self.buf))
+            self.buf.clear()
+        self._put(None)
+        self.sender.join()
+        if self.failure:
+            raise self.failure[0]
         digest = "sha256:" + self.sha.hexdigest()
         self.registry.finish_upload(self.repo, self.location, digest)
-        return Blob(digest, self.offset)
+        return Blob(digest, self.size)
 
     def cancel(self) -> None:
+        if self.sender.is_alive():
+            try:
+                self.queue.put(None, timeout=5)  # ends the body, so the request returns
+            except queue.Full:
+                pass
+            self.sender.join(timeout=60)
         self.registry.cancel_upload(self.repo, self.location)
 
 
@@ -86,14 +127,19 @@ class Delivery:
     ``name:tag`` (retried as every staging push is); ``auth`` its login for pulls."""
 
     def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, path: str, name: str,
-                 auth: Mapping[str, str] | None, push_tag: Callable[[str], str], chunk: int = CHUNK) -> None:
+                 auth: Mapping[str, str] | None, push_tag: Callable[[str], str], piece: int = PIECE) -> None:
         self.engine, self.registry, self.path, self.name, self.auth, self.push_tag = engine, registry, path, name, auth, push_tag
-        self.chunk = chunk
+        self.piece = piece
+
+    def start_upload(self) -> GzipUpload:
+        """An upload of the layer into the staging repository, written as the layer is made (a ``docker load``'s
+        archive writes it as it goes: :class:`imagesmith.render.cudalayer.Archive`)."""
+        return GzipUpload(self.registry, self.path, self.piece)
 
     def upload(self, sources: Sequence[cudalayer.Source], prefix: str) -> tuple[cudalayer.LayerInfo, Blob]:
         """Write the layer gzipped into the staging repository, once: the layer as written (its diff ID, for the
         configs) and the blob stored."""
-        upload = GzipUpload(self.registry, self.path, self.chunk)
+        upload = self.start_upload()
         try:
             layer = cudalayer.write_layer(sources, upload, prefix)
             return layer, upload.finish()

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
+import tarfile
 import threading
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import pytest
 
@@ -36,7 +39,7 @@ def sha(data: bytes) -> str:
 
 @dataclass
 class MemRegistry(RegistryBase):
-    """Blobs, chunked uploads (each chunk must start where the last ended) and manifests, in memory."""
+    """Blobs, streamed uploads and manifests, in memory."""
 
     blobs: dict[str, bytes] = field(default_factory=dict)
     manifests: dict[str, Manifest] = field(default_factory=dict)
@@ -49,10 +52,10 @@ class MemRegistry(RegistryBase):
         self.uploads[location] = bytearray()
         return location
 
-    def append_upload(self, repo: str, location: str, data: bytes, offset: int) -> str:
-        assert offset == len(self.uploads[location]), "a chunk that does not start where the last ended"
-        self.uploads[location] += data
-        self.chunks += 1
+    def stream_upload(self, repo: str, location: str, chunks: Iterable[bytes]) -> str:
+        for chunk in chunks:
+            self.uploads[location] += chunk
+            self.chunks += 1
         return location
 
     def finish_upload(self, repo: str, location: str, digest: str) -> None:
@@ -106,9 +109,9 @@ class PullingEngine(EngineBase):
         return ImageInfo(self.wrong or str(manifest.config_digest), (), {}, 0, "")
 
 
-def delivery(engine: PullingEngine, registry: MemRegistry, chunk: int = 1 << 20) -> cudastage.Delivery:
+def delivery(engine: PullingEngine, registry: MemRegistry, piece: int = 1 << 20) -> cudastage.Delivery:
     return cudastage.Delivery(engine, registry, "ml/staging", "registry.test/ml/staging", {"username": "u"},
-                              lambda tag: engine.push("registry.test/ml/staging", tag, None, lambda line: None), chunk)
+                              lambda tag: engine.push("registry.test/ml/staging", tag, None, lambda line: None), piece)
 
 
 def sources() -> list[cudalayer.Source]:
@@ -124,8 +127,8 @@ class Made:
     image_id: str
 
 
-def make(engine: PullingEngine, registry: MemRegistry, chunk: int = 1 << 20) -> Made:
-    d = delivery(engine, registry, chunk)
+def make(engine: PullingEngine, registry: MemRegistry, piece: int = 1 << 20) -> Made:
+    d = delivery(engine, registry, piece)
     layer, blob = d.upload(sources(), cudalayer.PREFIX)
     config = cudalayer.image_configs([cudalayer.ImageRequest(BASE_CONFIG, "ml/local:cuda-set-debian12")], layer.diff_id,
                                      sources(), {"io.imagesmith.cuda.set": "set"}, "made")["ml/local:cuda-set-debian12"]
@@ -135,7 +138,7 @@ def make(engine: PullingEngine, registry: MemRegistry, chunk: int = 1 << 20) -> 
 def test_the_layer_is_uploaded_once_gzipped_in_chunks_and_each_image_pulled_by_its_digest() -> None:
     registry = MemRegistry()
     engine = PullingEngine(registry)
-    made = make(engine, registry, chunk=256 << 10)
+    made = make(engine, registry, piece=256 << 10)
     manifest = registry.manifests["cuda-" + "k" * 64]
     doc = json.loads(manifest.raw)
     assert doc["mediaType"] == DOCKER_V2 and doc["layers"][:-1] == [OS_LAYER]
@@ -143,7 +146,7 @@ def test_the_layer_is_uploaded_once_gzipped_in_chunks_and_each_image_pulled_by_i
     blob = registry.blobs[layer["digest"]]
     assert layer["size"] == len(blob) and layer["mediaType"] == cudastage.LAYER_MEDIA
     assert sha(gzip.decompress(blob)) == made.layer.diff_id  # the blob is the layer tar the config names, gzipped
-    assert registry.chunks > 1  # sent in chunks, never held whole
+    assert registry.chunks > 1  # streamed as it is made, never held whole
     config = made.config
     assert registry.blobs[doc["config"]["digest"]] == config and json.loads(config)["rootfs"]["diff_ids"][-1] == made.layer.diff_id
     assert engine.pulls == [f"registry.test/ml/staging@{manifest.digest}"]
@@ -199,7 +202,10 @@ layers:
 
 @dataclass
 class TaggingEngine(EngineBase):
+    """``docker load`` of imagesmith's archive: each image its manifest.json names, tagged, with its config's ID."""
+
     tags: dict[str, str] = field(default_factory=dict)
+    loads: int = 0
 
     def image_config(self, ref: str) -> dict[str, Any]:
         return BASE_CONFIG
@@ -211,45 +217,96 @@ class TaggingEngine(EngineBase):
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.tags[f"{repository}:{tag}"] = image_id
 
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        self.loads += 1
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        for entry in manifest:
+            self.tags[entry["RepoTags"][0]] = "sha256:" + entry["Config"].removesuffix(".json")
+        return [entry["RepoTags"][0] for entry in manifest]
+
+
+class Upload:
+    def __init__(self) -> None:
+        self.data, self.finished = bytearray(), False
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def finish(self) -> cudastage.Blob:
+        self.finished = True
+        return cudastage.Blob(sha(bytes(self.data)), len(self.data))
+
+    def cancel(self) -> None:
+        raise AssertionError("nothing failed")
+
 
 class HeldDelivery(cudastage.Delivery):
-    """Uploads nothing; the second image's pull waits until the test lets it go."""
+    """Takes the layer as it is written; the pull waits until the test lets it go."""
 
     def __init__(self, engine: TaggingEngine) -> None:
         super().__init__(engine, MemRegistry(), "ml/staging", "registry.test/ml/staging", None, lambda tag: "")
-        self.go, self.pulls, self.uploads = threading.Event(), list[str](), 0
+        self.go, self.pulling, self.pulls, self.uploads = threading.Event(), threading.Event(), list[str](), list[Upload]()
 
-    def upload(self, sources: Any, prefix: str) -> tuple[cudalayer.LayerInfo, cudastage.Blob]:
-        self.uploads += 1
-        return cudalayer.LayerInfo("sha256:" + "c" * 64, 10, 1, 10), cudastage.Blob("sha256:" + "d" * 64, 5)
+    def start_upload(self) -> Any:
+        self.uploads.append(Upload())
+        return self.uploads[-1]
 
     def image(self, config: bytes, base_id: str, blob: cudastage.Blob, key: str, ref: str) -> str:
         self.pulls.append(ref)
-        if len(self.pulls) == 2:
-            assert self.go.wait(60), "the test never let the second pull go"
+        self.pulling.set()
+        assert self.go.wait(60), "the test never let the pull go"
         image_id = cudalayer.image_id(config)
         self.engine.tag(image_id, *ref.rsplit(":", 1))
         return image_id
 
 
-def test_a_base_target_starts_when_its_own_cuda_image_is_pulled_not_the_set_s_last(
-        write_matrix: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def wheels(t: Any, pins: Any, dest: Path, log: Path) -> None:
+    """A downloader: one small wheel per pin."""
+    for i in range(len(pins)):
+        with zipfile.ZipFile(dest / f"w{i}.whl", "w") as wheel:
+            wheel.writestr(f"nvidia/w{i}/lib/libw{i}.so", b"x" * 1000)
+            wheel.writestr(f"nvidia_w{i}-1.dist-info/RECORD", f"nvidia/w{i}/lib/libw{i}.so,,\n")
+
+
+def test_the_first_os_base_is_loaded_the_others_pulled_and_pushes_wait_for_the_pull(
+        write_matrix: Any, tmp_path: Path) -> None:
+    """With a staging repository: the first CUDA image is loaded while the layer streams to the repository (its
+    target starts at once), the second is pulled from there; pushes wait until the engine has pulled it."""
     p = plan.expand(matrix.load(write_matrix(MATRIX)), "20261130")
     first, second = [t for t in p.targets if t.cuda_set]
     assert first.cuda_set is not None and second.cuda_set is not None
     engine = TaggingEngine()
     held = HeldDelivery(engine)
 
-    def download(t: Any, pins: Any, dest: Path, log: Path) -> None:
-        for i in range(len(pins)):
-            (dest / f"w{i}.whl").write_bytes(b"")
-    monkeypatch.setattr(cudalayer, "layer_sources", lambda wheels, epoch: [])
     images = cudabuild.CudaImages(p, "ml/local", engine, tmp_path, {first.base_image: BASE_ID, second.base_image: "sha256:" + "a" * 64},
-                                  download, QuietDisplay(), None, "cache", held)
+                                  wheels, QuietDisplay(), None, "cache", held)
     images.start()
     assert images.futures[(first.cuda_set.id, first.base_image)].result(timeout=60) == engine.tags[plan.cuda_image(first, "ml/local")]
-    assert held.pulls == [plan.cuda_image(first, "ml/local"), plan.cuda_image(second, "ml/local")]
+    assert held.pulling.wait(60)
+    assert engine.loads == 1 and held.pulls == [plan.cuda_image(second, "ml/local")]
     assert not images.futures[(second.cuda_set.id, second.base_image)].done()  # its pull is still held
+    assert not images.known[first.cuda_set.id].is_set()  # a push would wait: the engine has not pulled the blob yet
     held.go.set()
     assert images.image_for(second) == engine.tags[plan.cuda_image(second, "ml/local")]
-    assert held.uploads == 1 and {c.status for c in images.report()} == {"built"}
+    images.wait_known(first)
+    (upload,) = held.uploads
+    layer = images.report()[0]
+    assert upload.finished and sha(bytes(upload.data)) == layer.diff_id  # the layer the load got, byte for byte
+    assert {c.status for c in images.report()} == {"built"}
+
+
+def test_a_set_with_one_os_base_pulls_it(write_matrix: Any, tmp_path: Path) -> None:
+    """One OS base: its image is pulled, not loaded, or the engine would never learn that staging has the blob."""
+    p = plan.expand(matrix.load(write_matrix(MATRIX.replace("[debian12, debian13]", "[debian12]"))), "20261130")
+    (only,) = [t for t in p.targets if t.cuda_set]
+    engine = TaggingEngine()
+    held = HeldDelivery(engine)
+    held.go.set()
+    images = cudabuild.CudaImages(p, "ml/local", engine, tmp_path, {only.base_image: BASE_ID}, wheels, QuietDisplay(), None,
+                                  "cache", held)
+    images.start()
+    assert images.image_for(only) == engine.tags[plan.cuda_image(only, "ml/local")]
+    images.wait_known(only)
+    assert engine.loads == 0 and held.pulls == [plan.cuda_image(only, "ml/local")] and held.uploads[0].finished
