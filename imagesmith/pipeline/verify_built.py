@@ -4,7 +4,8 @@ signed where a verifier key is given, one run report."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -33,16 +34,20 @@ if TYPE_CHECKING:
 def verify_results(engine: EngineProtocol, results: Sequence[TargetResult], options: verify.VerifyOptions, out: Path,
                    display: Display, run: "RunReport | None" = None, auth: Mapping[str, str] | None = None,
                    folders: Mapping[str, Path] | None = None, signer: Key | None = None,
-                   jobs: int = 1) -> dict[str, verify.VerifyOutcome]:
+                   jobs: int = 1, early: Mapping[str, verify.VerifyOutcome] | None = None) -> dict[str, verify.VerifyOutcome]:
     """Verify every image that built; its verify.json (in OUT/<target>/, or in ``folders[target]``: the
     folder of its build artifact) says ``running`` while its image is verified, then ``complete``
     (or ``interrupted``); with the verifier key ``signer``, the signed statement beside it
     (:data:`imagesmith.stages.evidence.trust.STATEMENT_FILE`, what publish believes). One at a time; with ``jobs``,
-    once the first shows that the engine gives containers no GPU (:func:`no_gpu_given`), the rest ``jobs`` at a time."""
+    once the first shows that the engine gives containers no GPU (:func:`no_gpu_given`), the rest ``jobs`` at a time.
+    ``early``: the outcomes of images verified while the build went on (:class:`EarlyVerify`), taken as they are."""
     outcomes: dict[str, verify.VerifyOutcome] = {}
     todo = [r for r in results if r.ok and r.image_id]
+    known = dict(early or {})
 
     def one(r: TargetResult) -> verify.VerifyOutcome:
+        if r.target in known:
+            return known[r.target]
         return verify_one(engine, r, options, (folders or {}).get(r.target, out / r.target), display, auth, signer)
 
     def done(r: TargetResult, outcome: verify.VerifyOutcome) -> None:
@@ -56,6 +61,71 @@ def verify_results(engine: EngineProtocol, results: Sequence[TargetResult], opti
             _side_by_side(todo[i + 1:], one, done, jobs)
             break
     return outcomes
+
+
+class EarlyVerify:
+    """Verifications that start while the build goes on (``build --verify/--push``), so the release does not wait
+    for them after the last build. The first image that builds is verified at once; when its report shows that the
+    engine gives containers no GPU (:func:`no_gpu_given`: builds beside a verification change nothing it measures),
+    each image that builds after it is verified as soon as it is built (and staged), ``jobs`` at a time. When the
+    engine gives a GPU, nothing more starts early and the first outcome is dropped: every GPU verdict comes from a
+    host with no build running (:func:`verify_results` after the build, one at a time)."""
+
+    def __init__(self, verify_one: Callable[[TargetResult], verify.VerifyOutcome], jobs: int = 1) -> None:
+        self.verify_one = verify_one
+        self.pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="verify-early")
+        self.lock = threading.Lock()
+        self.futures: dict[str, Future[verify.VerifyOutcome]] = {}
+        self.waiting: list[TargetResult] = []
+        self.side_by_side: bool | None = None  # None until the first outcome says
+        self.first = ""
+        self.closed = False
+
+    def built(self, r: TargetResult) -> None:
+        """A target finished (the builder calls this): an image that built is verified now, or queued."""
+        if not r.ok or not r.image_id:
+            return
+        with self.lock:
+            if self.closed or self.side_by_side is False:
+                return
+            if not self.first:
+                self.first = r.target
+                self._submit(r).add_done_callback(self._decided)
+            elif self.side_by_side:
+                self._submit(r)
+            else:
+                self.waiting.append(r)
+
+    def _submit(self, r: TargetResult) -> Future[verify.VerifyOutcome]:
+        self.futures[r.target] = self.pool.submit(self.verify_one, r)
+        return self.futures[r.target]
+
+    def _decided(self, first: Future[verify.VerifyOutcome]) -> None:
+        with self.lock:
+            self.side_by_side = not first.cancelled() and first.exception() is None and no_gpu_given(first.result().report)
+            if self.side_by_side and not self.closed:
+                for r in self.waiting:
+                    self._submit(r)
+            self.waiting.clear()
+
+    def outcomes(self) -> dict[str, verify.VerifyOutcome]:
+        """After the build: the outcomes of the verifications that started (waited for), none when the first shows a
+        GPU; what has not started is left to :func:`verify_results` (side by side there). An error raised by one
+        (a UsageError) is the run's."""
+        with self.lock:
+            self.closed = True
+            self.waiting.clear()
+            started = [(tid, f) for tid, f in self.futures.items() if not f.cancel()]
+        done = {tid: f.result() for tid, f in started}
+        if self.first in done and not no_gpu_given(done[self.first].report):
+            return {}  # a GPU was given: only the first ran early, and it is verified again with no build beside it
+        return done
+
+    def close(self) -> None:
+        """Starts no more; a verification already running ends as it would have (its container removed)."""
+        with self.lock:
+            self.closed = True
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def no_gpu_given(report: VerifyReport) -> bool:

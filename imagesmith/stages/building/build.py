@@ -34,7 +34,7 @@ from imagesmith.edges.protocols import EngineProtocol, ImageInfo
 from imagesmith.edges.sources import SourceServer
 from imagesmith.errors import BuildError, ImagesmithError, Redactor, UserError
 from imagesmith.model import compat, loader
-from imagesmith.model.buildreport import BuildReport, Release
+from imagesmith.model.buildreport import BuildReport, Release, TargetResult
 from imagesmith.model.matrix import Matrix
 from imagesmith.model.plan import Plan, Target
 from imagesmith.model.platform import DEFAULT as DEFAULT_PLATFORM
@@ -81,8 +81,10 @@ class StageLike(Protocol):
 class Builder:
     def __init__(self, plan: Plan, matrix: Matrix, engine: EngineProtocol, out: Path, jobs: int = 2,
                  display: Display | None = None, environ: Mapping[str, str] | None = None, prune: bool = True,
-                 stage: StageLike | None = None, store: CredentialStore | None = None) -> None:
+                 stage: StageLike | None = None, store: CredentialStore | None = None,
+                 on_finished: Callable[[TargetResult], None] | None = None) -> None:
         self.prune, self.stage = prune, stage
+        self.on_finished = on_finished  # told of each target as it finishes (built and staged, or not)
         self.store = store or CredentialStore()  # the run's credentials, by host (none: pull anonymously)
         self.plan, self.matrix, self.engine, self.out = plan, matrix, engine, out
         self.jobs = max(1, jobs)
@@ -329,6 +331,8 @@ class Builder:
                 running.discard(finished)
                 order.done(finished)
                 progressed()
+                if self.on_finished is not None:
+                    self.on_finished(self.results[finished].model())
         except KeyboardInterrupt:
             self.cancel.set()
             for tid in sorted(running | {tid for tid, r in self.results.items() if r.status == "queued"}, key=rank.__getitem__):
