@@ -57,7 +57,7 @@ from imagesmith.stages.building.cache import (
     owner_tag,
 )
 from imagesmith.stages.building.measured import base_mismatch, compare_facts, emulation_hint
-from imagesmith.stages.building.slots import Slots, priorities
+from imagesmith.stages.building.slots import Slots, Ticket, priorities
 from imagesmith.units import gb
 
 LABEL_RUN = RUN_LABEL
@@ -108,6 +108,7 @@ class Builder:
         self.released: list[str] = []  # image IDs this checkout's owner tags pointed at before this run
         self.stages: list[str] = []  # builder-stage images this run made
         self.made: dict[str, list[str]] = {}  # target -> the images its builds made that nothing tags (dropped if it fails)
+        self._handing: dict[str, threading.Event] = {}  # finished targets holding their slot until their children queue
 
     # -- public ---------------------------------------------------------------------
     def run(self) -> BuildReport:
@@ -320,11 +321,13 @@ class Builder:
         done: queue.Queue[str] = queue.Queue()
         rank = {t.id: i for i, t in enumerate(self.plan.targets)}
         running: set[str] = set()
+        finished = ""
         try:
             while order.is_active():
                 ready = [tid for tid in order.get_ready() if not self._failed_already(tid, order) and not self._skipped(tid, order)]
                 for tid in sorted(ready, key=self.priority.__getitem__):  # the slots (jobs) admit them by priority
                     running.add(self._start(tid, done))
+                self._let_go(finished)  # what its end made ready has queued: its slot goes to the best waiting
                 if not running:
                     continue  # only skipped targets came ready: their children may be ready now
                 finished = done.get()
@@ -335,6 +338,7 @@ class Builder:
                     self.on_finished(self.results[finished].model())
         except KeyboardInterrupt:
             self.cancel.set()
+            self._let_go(*list(self._handing))
             for tid in sorted(running | {tid for tid, r in self.results.items() if r.status == "queued"}, key=rank.__getitem__):
                 self.results[tid].status, self.results[tid].error = "cancelled", "interrupted"
                 self.display.update(tid, "cancelled")
@@ -359,16 +363,21 @@ class Builder:
         return True
 
     def _start(self, tid: str, done: "queue.Queue[str]") -> str:
-        threading.Thread(target=self._worker, args=(self.plan.by_id()[tid], done), name=f"build-{tid}", daemon=True).start()
+        ticket = self.slots.enter(self.priority[tid])  # queued now, in the scheduler's order
+        threading.Thread(target=self._worker, args=(self.plan.by_id()[tid], done, ticket), name=f"build-{tid}",
+                         daemon=True).start()
         return tid
 
-    def _worker(self, t: Target, done: "queue.Queue[str]") -> None:
+    def _worker(self, t: Target, done: "queue.Queue[str]", ticket: Ticket | None = None) -> None:
         result = self.results[t.id]
         t0 = time.monotonic()
         try:
-            with self.slots.held(self.priority[t.id]):
+            with self.slots.held(self.priority[t.id], ticket):
                 t0 = time.monotonic()  # a target's seconds count from its admission
                 self._build_one(t, result)
+                if result.ok and self.plan.children(t.id):
+                    self._hand_over(t, result, t0, done)
+                    return
         except Exception as exc:  # isolate: one target's failure never stops the others
             if self.cancel.is_set():
                 result.status, result.error = "cancelled", "interrupted"
@@ -379,6 +388,22 @@ class Builder:
         result.seconds = round(time.monotonic() - t0, 2)
         self.display.update(t.id, result.status, self._summary(result))
         done.put(t.id)
+
+    def _hand_over(self, t: Target, result: TargetRun, t0: float, done: "queue.Queue[str]") -> None:
+        """A target with children is done: it says so while it still holds its slot, and lets the slot go once the
+        scheduler has queued what that made ready (:meth:`_let_go`), so the slot goes to the best of those by
+        priority (a child on the longest chain), not to a target that merely waited longer."""
+        handing = self._handing[t.id] = threading.Event()
+        result.seconds = round(time.monotonic() - t0, 2)
+        self.display.update(t.id, result.status, self._summary(result))
+        done.put(t.id)
+        handing.wait(timeout=60)  # a hang guard: the scheduler lets go at once
+
+    def _let_go(self, *targets: str) -> None:
+        for tid in targets:
+            handing = self._handing.pop(tid, None)
+            if handing is not None:
+                handing.set()
 
     @staticmethod
     def _summary(r: TargetRun) -> str:

@@ -1,5 +1,7 @@
 """How many builds run at once (``--jobs``), and in which order: one slot per job, lent to a parent's build while
-its child waits for it (no deadlock however deep the plan), given first to the targets with the most descendants."""
+its child waits for it (no deadlock however deep the plan), given first to the targets with the most descendants.
+A target queues when it becomes ready (:meth:`Slots.enter`), so a finished parent can hand its slot to the best of
+what its end made ready, not to whatever waited longest."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from typing import Iterator
 
 from imagesmith.errors import BuildError
 from imagesmith.model.plan import Plan
+
+Ticket = tuple[tuple[int, ...], int]  # (priority, arrival): a place in the queue
 
 
 class Slots:
@@ -25,12 +29,19 @@ class Slots:
         self.arrival = itertools.count()
 
     @contextlib.contextmanager
-    def held(self, priority: tuple[int, ...]) -> Iterator[None]:
-        self.acquire(priority)
+    def held(self, priority: tuple[int, ...], ticket: Ticket | None = None) -> Iterator[None]:
+        self.acquire(priority, ticket)
         try:
             yield
         finally:
             self.release()
+
+    def enter(self, priority: tuple[int, ...]) -> Ticket:
+        """Queue now (the scheduler does, as a target becomes ready); :meth:`acquire` with the ticket waits its turn."""
+        with self.cond:
+            entry = (priority, next(self.arrival))
+            heapq.heappush(self.waiting, entry)
+            return entry
 
     @contextlib.contextmanager
     def lent(self, priority: tuple[int, ...]) -> Iterator[None]:
@@ -40,10 +51,11 @@ class Slots:
         finally:
             self.acquire(priority)
 
-    def acquire(self, priority: tuple[int, ...]) -> None:
+    def acquire(self, priority: tuple[int, ...], ticket: Ticket | None = None) -> None:
         with self.cond:
-            entry = (priority, next(self.arrival))
-            heapq.heappush(self.waiting, entry)
+            entry = ticket or (priority, next(self.arrival))
+            if ticket is None:
+                heapq.heappush(self.waiting, entry)
             try:
                 while self.free == 0 or self.waiting[0] != entry:
                     if self.cancel.is_set():

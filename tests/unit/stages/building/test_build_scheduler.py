@@ -339,6 +339,18 @@ def test_one_job_builds_one_target_at_a_time_parents_first(tmp_path: Path) -> No
     assert all(order.index(t.parent) < order.index(t.id) for t in p.targets if t.parent)
 
 
+def test_a_finished_parent_hands_its_slot_to_its_child_before_a_target_that_waited_longer(tmp_path: Path) -> None:
+    """One slot. The CUDA base goes first; the trixie base waits meanwhile. When the CUDA base is done, its child cv
+    (of better priority than the trixie base here) gets the slot: it queued before the slot was let go."""
+    m, p = load()
+    engine = engine_for(p)
+    builder = build.Builder(p, m, engine, tmp_path, jobs=1, prune=False)
+    trixie = "2.14.1-cu130-py3.13-debian13-base"
+    builder.priority = {t.id: (0, i) for i, t in enumerate(p.targets)} | {CUDA_BASE: (-10, 0), trixie: (-5, 0), CV: (-8, 0)}
+    assert builder.run().ok
+    assert built_order(p, engine)[:3] == [CUDA_BASE, CV, trixie]
+
+
 def test_two_jobs_build_two_independent_targets_at_once(tmp_path: Path) -> None:
     m, p = load()
     engine = counting_engine(p, threading.Barrier(2, timeout=60))
