@@ -346,7 +346,8 @@ def test_a_finished_parent_hands_its_slot_to_its_child_before_a_target_that_wait
     engine = engine_for(p)
     builder = build.Builder(p, m, engine, tmp_path, jobs=1, prune=False)
     trixie = "2.14.1-cu130-py3.13-debian13-base"
-    builder.priority = {t.id: (0, i) for i, t in enumerate(p.targets)} | {CUDA_BASE: (-10, 0), trixie: (-5, 0), CV: (-8, 0)}
+    ranks: dict[str, tuple[int, ...]] = {t.id: (0, i) for i, t in enumerate(p.targets)}
+    builder.priority = ranks | {CUDA_BASE: (-10, 0), trixie: (-5, 0), CV: (-8, 0)}
     assert builder.run().ok
     assert built_order(p, engine)[:3] == [CUDA_BASE, CV, trixie]
 
