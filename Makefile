@@ -81,16 +81,20 @@ $(VENV)/bin/python:
 
 # Two stamps in .venv: every locked package (make install: tests, docs, lint) or the runtime ones alone (make
 # release); the whole lock holds the runtime lock, so a full install stamps both.
+# The pinned uv installs them (every hash checked, no dependency resolved: the lock's lines exactly), reading only
+# PyPI and what is written here, as PIP does: it fetches and unpacks in parallel (5 s for the runtime lock against
+# 18 s with pip, on an empty cache).
 INSTALLED := $(VENV)/.installed-lock
 INSTALLED_RUNTIME := $(VENV)/.installed-runtime
-$(INSTALLED): $(LOCK) pyproject.toml | $(VENV)/bin/python
-	$(call PIP,$(BIN)) --require-hashes --no-deps -r $(LOCK)
-	$(call PIP,$(BIN)) --no-deps --no-build-isolation -e .
+UV_INSTALL = $(UV_ENV) $(UV) pip install --quiet --no-config --python $(BIN)/python --index-url $(INDEX_URL) --find-links $(CPU_TORCH_LINKS)
+$(INSTALLED): $(LOCK) pyproject.toml | $(VENV)/bin/python $(UV)
+	$(UV_INSTALL) --require-hashes --no-deps -r $(LOCK)
+	$(UV_INSTALL) --no-deps --no-build-isolation -e .
 	touch $@ $(INSTALLED_RUNTIME)
 
-$(INSTALLED_RUNTIME): $(RUNTIME_LOCK) pyproject.toml | $(VENV)/bin/python
-	$(call PIP,$(BIN)) --require-hashes --no-deps -r $(RUNTIME_LOCK)
-	$(call PIP,$(BIN)) --no-deps --no-build-isolation -e .
+$(INSTALLED_RUNTIME): $(RUNTIME_LOCK) pyproject.toml | $(VENV)/bin/python $(UV)
+	$(UV_INSTALL) --require-hashes --no-deps -r $(RUNTIME_LOCK)
+	$(UV_INSTALL) --no-deps --no-build-isolation -e .
 	touch $@
 
 install: $(INSTALLED)      ## imagesmith and every locked dependency (tests, docs) in .venv, from $(LOCK)
