@@ -122,10 +122,11 @@ class EarlyVerify:
         return done
 
     def close(self) -> None:
-        """Starts no more; a verification already running ends as it would have (its container removed)."""
+        """Starts no more; a verification already running ends as it would have (its container removed), as
+        :func:`_side_by_side`'s do: a stop (an error, Ctrl-C) does not wait for it here."""
         with self.lock:
             self.closed = True
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def no_gpu_given(report: VerifyReport) -> bool:
