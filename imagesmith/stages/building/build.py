@@ -375,8 +375,10 @@ class Builder:
             with self.slots.held(self.priority[t.id], ticket):
                 t0 = time.monotonic()  # a target's seconds count from its admission
                 self._build_one(t, result)
-                if result.ok and self.plan.children(t.id):
-                    self._hand_over(t, result, t0, done)
+                if result.ok and self.plan.children(t.id):  # it keeps its slot until its children have queued
+                    handing = self._handing[t.id] = threading.Event()
+                    self._finished(t, result, t0, done)
+                    handing.wait(timeout=60)  # a hang guard: the scheduler lets go at once (_let_go)
                     return
         except Exception as exc:  # isolate: one target's failure never stops the others
             if self.cancel.is_set():
@@ -385,21 +387,17 @@ class Builder:
                 result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
         if result.status == "failed":
             self._drop_made(t.id)
-        result.seconds = round(time.monotonic() - t0, 2)
-        self.display.update(t.id, result.status, self._summary(result))
-        done.put(t.id)
+        self._finished(t, result, t0, done)
 
-    def _hand_over(self, t: Target, result: TargetRun, t0: float, done: "queue.Queue[str]") -> None:
-        """A target with children is done: it says so while it still holds its slot, and lets the slot go once the
-        scheduler has queued what that made ready (:meth:`_let_go`), so the slot goes to the best of those by
-        priority (a child on the longest chain), not to a target that merely waited longer."""
-        handing = self._handing[t.id] = threading.Event()
+    def _finished(self, t: Target, result: TargetRun, t0: float, done: "queue.Queue[str]") -> None:
         result.seconds = round(time.monotonic() - t0, 2)
         self.display.update(t.id, result.status, self._summary(result))
         done.put(t.id)
-        handing.wait(timeout=60)  # a hang guard: the scheduler lets go at once
 
     def _let_go(self, *targets: str) -> None:
+        """A finished target with children held its slot (:meth:`_worker`) until the scheduler queued what its end
+        made ready: the slot now goes to the best of those by priority (a child on the longest chain), not to a
+        target that merely waited longer."""
         for tid in targets:
             handing = self._handing.pop(tid, None)
             if handing is not None:

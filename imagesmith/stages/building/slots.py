@@ -52,10 +52,8 @@ class Slots:
             self.acquire(priority)
 
     def acquire(self, priority: tuple[int, ...], ticket: Ticket | None = None) -> None:
+        entry = ticket or self.enter(priority)
         with self.cond:
-            entry = ticket or (priority, next(self.arrival))
-            if ticket is None:
-                heapq.heappush(self.waiting, entry)
             try:
                 while self.free == 0 or self.waiting[0] != entry:
                     if self.cancel.is_set():
