@@ -115,7 +115,9 @@ def test_a_staged_cuda_layer_is_pulled_and_the_engine_never_gzips_it_again(engin
     ref, child = "imagesmith-test/local:cuda-fake-tiny", f"{registry.host}/imagesmith-test/staging:child"
     try:
         delivery = stage.cuda_delivery()
-        layer, blob = delivery.upload(sources, cudalayer.PREFIX)
+        upload = delivery.start_upload()
+        layer = cudalayer.write_layer(sources, upload, cudalayer.PREFIX)
+        blob = upload.finish()
         config = cudalayer.image_configs([cudalayer.ImageRequest(engine.image_config(base_id), ref)], layer.diff_id, sources,
                                          {"io.imagesmith.cuda.set": "fake"}, "test")[ref]
         image_id = delivery.image(config, base_id, blob, "f" * 64, ref)

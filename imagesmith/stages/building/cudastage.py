@@ -1,9 +1,10 @@
 """The CUDA images through the staging repository (``build --stage``).
 
 Without a stage, :mod:`imagesmith.stages.building.cudabuild` hands the engine the CUDA layer with ``docker load``.
-With one, the layer goes to the staging repository instead, compressed once by imagesmith with ISA-L's gzip (about
-20 times as fast as the engine's, for a few per cent more bytes), beside each OS base it goes on (pushed by the
-engine, a few MB of gzip); a manifest per CUDA image names them, and the engine pulls each image by that digest.
+With one, the layer also goes to the staging repository, compressed once by imagesmith with ISA-L's gzip (about
+20 times as fast as the engine's, for a few per cent more bytes) as it is written, beside each OS base it goes
+on (pushed by the engine, a few MB of gzip); a manifest per CUDA image names them. The first OS base's image is
+still loaded; the engine pulls the others by digest (:meth:`imagesmith.stages.building.cudabuild.CudaImages._staged`).
 The image ID is the same as a load gives (the config is the same bytes). What changes is what the engine knows:
 it pulled the layer's blob from the staging repository, so pushing any image built on it there (every CUDA
 image's targets are staged) finds the blob and sends the layer no more, where the engine would otherwise gzip
@@ -18,13 +19,14 @@ import json
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping
 
 from isal import isal_zlib
 
 from imagesmith.edges.oci import DOCKER_V2, entries, manifest_document
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import BuildError
+from imagesmith.model.buildreport import DIGEST
 from imagesmith.render import cudalayer
 
 LAYER_MEDIA = "application/vnd.docker.image.rootfs.diff.tar.gzip"
@@ -136,17 +138,6 @@ class Delivery:
         archive writes it as it goes: :class:`imagesmith.render.cudalayer.Archive`)."""
         return GzipUpload(self.registry, self.path, self.piece)
 
-    def upload(self, sources: Sequence[cudalayer.Source], prefix: str) -> tuple[cudalayer.LayerInfo, Blob]:
-        """Write the layer gzipped into the staging repository, once: the layer as written (its diff ID, for the
-        configs) and the blob stored."""
-        upload = self.start_upload()
-        try:
-            layer = cudalayer.write_layer(sources, upload, prefix)
-            return layer, upload.finish()
-        except BaseException:
-            upload.cancel()
-            raise
-
     def image(self, config: bytes, base_id: str, blob: Blob, key: str, ref: str) -> str:
         """One CUDA image: its OS base's layers (pushed by the engine unless the repository has them), ``config`` and
         a manifest naming them and ``blob``, tagged by its cache ``key``; the engine pulls it by digest and tags it
@@ -179,6 +170,6 @@ class Delivery:
             raise BuildError(f"{where}: the registry does not serve the OS base {base_id} just pushed; something else writes there")
         layers = [Blob(str(e.get("digest", "")), e.get("size", -1), str(e.get("mediaType", "")))
                   for e in entries(manifest_document(have.raw, where), "layers")]
-        if not layers or any(not isinstance(b.size, int) or b.size < 0 or not b.digest.startswith("sha256:") for b in layers):
+        if not layers or any(not isinstance(b.size, int) or b.size < 0 or not DIGEST.fullmatch(b.digest) for b in layers):
             raise BuildError(f"{where}: its manifest names no layers, or a layer without a size and sha256 digest")
         return [b.descriptor() for b in layers]

@@ -129,7 +129,9 @@ class Made:
 
 def make(engine: PullingEngine, registry: MemRegistry, piece: int = 1 << 20) -> Made:
     d = delivery(engine, registry, piece)
-    layer, blob = d.upload(sources(), cudalayer.PREFIX)
+    upload = d.start_upload()
+    layer = cudalayer.write_layer(sources(), upload, cudalayer.PREFIX)
+    blob = upload.finish()
     config = cudalayer.image_configs([cudalayer.ImageRequest(BASE_CONFIG, "ml/local:cuda-set-debian12")], layer.diff_id,
                                      sources(), {"io.imagesmith.cuda.set": "set"}, "made")["ml/local:cuda-set-debian12"]
     return Made(layer, config, d.image(config, BASE_ID, blob, "k" * 64, "ml/local:cuda-set-debian12"))
@@ -178,11 +180,11 @@ def test_an_os_manifest_without_layers_is_refused() -> None:
         make(PullingEngine(registry), registry)
 
 
-def test_a_layer_that_cannot_be_written_cancels_its_upload() -> None:
+def test_a_cancelled_upload_stores_nothing() -> None:
     registry = MemRegistry()
-    broken = [cudalayer.Source("nvidia/x.so", 10, 0, False, origin="/nonexistent/wheel.whl", member="x.so")]
-    with pytest.raises(OSError):
-        delivery(PullingEngine(registry), registry).upload(broken, cudalayer.PREFIX)
+    upload = delivery(PullingEngine(registry), registry).start_upload()
+    upload.write(b"part of a layer")
+    upload.cancel()
     assert registry.cancelled == ["/v2/ml/staging/blobs/uploads/0"] and not registry.blobs
 
 
@@ -310,3 +312,32 @@ def test_a_set_with_one_os_base_pulls_it(write_matrix: Any, tmp_path: Path) -> N
     assert images.image_for(only) == engine.tags[plan.cuda_image(only, "ml/local")]
     images.wait_known(only)
     assert engine.loads == 0 and held.pulls == [plan.cuda_image(only, "ml/local")] and held.uploads[0].finished
+
+
+class StoppedUpload(Upload):
+    """An upload whose sender stopped: the next write fails, as GzipUpload's does."""
+
+    cancelled = False
+
+    def write(self, data: bytes) -> int:
+        raise BuildError("the upload of the CUDA layer to registry.test/ml/staging stopped")
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_an_upload_that_stops_is_cancelled_and_fails_the_set(write_matrix: Any, tmp_path: Path) -> None:
+    p = plan.expand(matrix.load(write_matrix(MATRIX)), "20261130")
+    first, second = [t for t in p.targets if t.cuda_set]
+    engine = TaggingEngine()
+    held = HeldDelivery(engine)
+    stopped = StoppedUpload()
+    held.start_upload = lambda: stopped  # type: ignore[method-assign]
+    images = cudabuild.CudaImages(p, "ml/local", engine, tmp_path, {first.base_image: BASE_ID, second.base_image: "sha256:" + "a" * 64},
+                                  wheels, QuietDisplay(), None, "cache", held)
+    images.start()
+    for t in (first, second):
+        with pytest.raises(BuildError, match="stopped"):
+            images.image_for(t)
+    images.wait_known(first)  # a failed set keeps no push waiting
+    assert stopped.cancelled and not held.pulls and {c.status for c in images.report()} == {"failed"}
