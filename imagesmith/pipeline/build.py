@@ -85,7 +85,7 @@ def verify_and_release(engine: EngineProtocol, report: BuildReport, plan: Plan, 
     (``interrupted`` when a stage raises)."""
     with run:
         run.built(report.to_json() | {"state": runstate.COMPLETE})  # as the build wrote it to report.json
-        if push and (release.trust is None or release.verifier_key is None):
+        if push and not release.can_release_verified:
             raise UserError(NEEDS_TRUST)
         auth = staging_auth(report.results, release.store, {r.target: out / r.target for r in report.results})
         outcomes = verify_results(engine, report.results, options, out, display, run, auth, signer=release.verifier_key,
@@ -130,7 +130,8 @@ def run_build(context: RunContext, run: BuildRun, show: BuildPrinter) -> None:
     engine, display = context.engine, show.display(f"building {picked} targets")
     with artifacts.locked(job.out, "imagesmith build", display.note):
         report_run = RunReport(job.out) if run.push or run.verify else None  # replaces the last run's report at once: running
-        early = _early(engine, run, display) if report_run is not None else None
+        options = options_from(job.matrix, allow_cpu_verification=run.release.allow_cpu_verification) if report_run is not None else None
+        early = _early(engine, run, options, display) if options is not None else None
         try:
             p, report = build_stage(engine, job, display, report_run, early.built if early else None)
             done_early = early.outcomes() if early else {}
@@ -139,18 +140,17 @@ def run_build(context: RunContext, run: BuildRun, show: BuildPrinter) -> None:
                 early.close()
             display.close()
         show.built(report, report_run is not None)
-        if report_run is not None:
-            _verify_and_release(engine, run, p, report, report_run, show, done_early)
+        if report_run is not None and options is not None:
+            _verify_and_release(engine, run, p, report, report_run, show, options, done_early)
     if report_run is None and not report.ok:
         raise UserError(f"{sum(not r.ok for r in report.results)} of {len(report.results)} targets did not build; see above")
 
 
-def _early(engine: EngineProtocol, run: BuildRun, display: Display) -> EarlyVerify | None:
+def _early(engine: EngineProtocol, run: BuildRun, options: verify.VerifyOptions, display: Display) -> EarlyVerify | None:
     """Verification beside the build (:class:`EarlyVerify`), unless the release would refuse to start for want of
     a trust policy (it says so after the build, as before)."""
-    if run.push and (run.release.trust is None or run.release.verifier_key is None):
+    if run.push and not run.release.can_release_verified:
         return None
-    options = options_from(run.job.matrix, allow_cpu_verification=run.release.allow_cpu_verification)
 
     def one(r: TargetResult) -> verify.VerifyOutcome:
         auth = staging_auth([r], run.release.store, {})
@@ -159,11 +159,10 @@ def _early(engine: EngineProtocol, run: BuildRun, display: Display) -> EarlyVeri
 
 
 def _verify_and_release(engine: EngineProtocol, run: BuildRun, p: Plan, report: BuildReport, report_run: RunReport,
-                        show: BuildPrinter, early: Mapping[str, verify.VerifyOutcome]) -> None:
+                        show: BuildPrinter, options: verify.VerifyOptions, early: Mapping[str, verify.VerifyOutcome]) -> None:
     m = run.job.matrix
     display = show.display(f"verifying {sum(r.ok for r in report.results)} images")
     try:
-        options = options_from(m, allow_cpu_verification=run.release.allow_cpu_verification)
         done = verify_and_release(engine, report, p, Release.of(m, run.date), run.job.out, display, report_run,
                                   options, run.release, run.push, run.job.jobs, early)
     finally:

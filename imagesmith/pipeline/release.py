@@ -45,6 +45,11 @@ class ReleaseOptions:
     trust: TrustPolicy | None = None  # which verifier keys the release believes (--trust-policy)
     verifier_key: Key | None = None  # build --verify/--push: signs each verification (--verifier-key)
 
+    @property
+    def can_release_verified(self) -> bool:
+        """``build --push`` signs its verifications and believes them: it needs both the verifier key and the policy."""
+        return self.trust is not None and self.verifier_key is not None
+
 
 def release_targets(engine: EngineProtocol, spec: Release, records: Sequence[BuildRecord],
              outcomes: Mapping[str, verify.VerifyOutcome], out: Path, display: Display, options: ReleaseOptions,
