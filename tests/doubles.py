@@ -4,7 +4,10 @@ and overrides what its test uses, so mypy --strict checks it against the protoco
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager, Iterable, Mapping, NoReturn, Sequence
 
@@ -75,3 +78,52 @@ class RegistryBase:
     def finish_upload(self, repo: str, location: str, digest: str) -> None: unexpected("registry.finish_upload")
     def cancel_upload(self, repo: str, location: str) -> None: unexpected("registry.cancel_upload")
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]] | None: unexpected("registry.referrers")
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class MemRegistry(RegistryBase):
+    """Blobs, streamed uploads and manifests, in memory."""
+
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    manifests: dict[str, Manifest] = field(default_factory=dict)
+    uploads: dict[str, bytearray] = field(default_factory=dict)
+    chunks: int = 0
+    cancelled: list[str] = field(default_factory=list)
+
+    def start_upload(self, repo: str) -> str:
+        location = f"/v2/{repo}/blobs/uploads/{len(self.uploads)}"
+        self.uploads[location] = bytearray()
+        return location
+
+    def stream_upload(self, repo: str, location: str, chunks: Iterable[bytes]) -> str:
+        for chunk in chunks:
+            self.uploads[location] += chunk
+            self.chunks += 1
+        return location
+
+    def finish_upload(self, repo: str, location: str, digest: str) -> None:
+        data = bytes(self.uploads.pop(location))
+        assert sha(data) == digest, "the registry checks the digest it is given"
+        self.blobs[digest] = data
+
+    def cancel_upload(self, repo: str, location: str) -> None:
+        self.cancelled.append(location)
+
+    def push_blob(self, repo: str, data: bytes) -> tuple[str, bool]:
+        self.blobs[sha(data)] = data
+        return sha(data), True
+
+    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest:
+        doc = json.loads(data)
+        self.manifests[ref] = Manifest(sha(data), media_type, doc["config"]["digest"], data)
+        return PushedManifest(sha(data), None)
+
+    def manifest(self, repo: str, ref: str) -> Manifest | None:
+        return self.manifests.get(ref)
+
+    def has_blob(self, repo: str, digest: str) -> bool:
+        return digest in self.blobs

@@ -225,6 +225,7 @@ class CudaImages:
         except BaseException:
             upload.cancel()
             raise
+        delivery.uploaded(layer.diff_id, blob)
         for t, req in zip(pulled, requests[len(loaded):]):
             self.display.update(item, "building", f"pulling {req.tag.rsplit(':', 1)[-1]} from {delivery.name}")
             delivery.image(configs[req.tag], self.base_ids[t.base_image], blob, self._key(cuda_set, t), req.tag)

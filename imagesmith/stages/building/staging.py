@@ -36,6 +36,7 @@ import tenacity
 
 from imagesmith import runstate
 from imagesmith.edges.credentials import STAGE_FLAG, CredentialStore, check_artifact_host
+from imagesmith.edges.engine.layerstore import LayerStore, StoreUnreadable
 from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.edges.registry import Credentials, redact
 from imagesmith.edges.runcontext import RunContext
@@ -49,6 +50,7 @@ from imagesmith.progress import Display, QuietDisplay
 from imagesmith.render import contexts as render
 from imagesmith.stages import artifacts
 from imagesmith.stages.building.cudastage import Delivery
+from imagesmith.stages.building.directpush import DirectPush
 from imagesmith.stages.release.push import Backoff, message_of, push_once, retrying, transient
 
 TAG_PREFIX = "ctx-"
@@ -101,7 +103,7 @@ class Stage:
 
     def __init__(self, engine: EngineProtocol, registry: RegistryProtocol, path: str, out: Path, credentials: Credentials | None = None,
                  display: Display | None = None, measure_inventory: bool = True, backoff: Backoff = Backoff(),
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, direct: DirectPush | bool | None = None) -> None:
         self.engine, self.registry, self.path, self.out = engine, registry, path, out
         self.name = f"{registry.host}/{path}"
         self.credentials = credentials
@@ -110,6 +112,8 @@ class Stage:
         self.display = display or QuietDisplay()
         self.measure_inventory = measure_inventory
         self.adopted: dict[str, BuildRecord] = {}
+        # imagesmith's own pushes (None: ask the engine once; False: the engine pushes)
+        self._asked, self._direct = direct is not None, direct if isinstance(direct, DirectPush) else None
 
     # -- which targets this job builds ------------------------------------------------------
     def prepare(self, plan: Plan, picked: set[str], matrix: Matrix) -> Plan:
@@ -172,7 +176,16 @@ class Stage:
 
     def cuda_delivery(self) -> Delivery:
         """The CUDA layer's route through this repository (:mod:`imagesmith.stages.building.cudastage`)."""
-        return Delivery(self.engine, self.registry, self.path, self.name, self.auth, self._push_retried)
+        direct = self.direct()
+        return Delivery(self.engine, self.registry, self.path, self.name, self.auth, self._push_image,
+                        direct.learn if direct else lambda diff_id, blob: None)
+
+    def direct(self) -> DirectPush | None:
+        """imagesmith's own pushes from the engine's store, where it can read it (asked once); None: the engine's."""
+        if not self._asked:
+            store = None if self.engine.kind().podman else LayerStore.of(self.engine.info())
+            self._asked, self._direct = True, DirectPush(store, self.registry, self.path) if store else None
+        return self._direct
 
     def _push(self, t: Target, image_id: str, tag: str) -> Staged:
         have = self.registry.manifest(self.path, tag)
@@ -181,20 +194,34 @@ class Stage:
         if have is not None:  # another host's build of the same content holds the tag: keep both, tagged
             tag = f"{tag[:112]}-{image_id.split(':', 1)[1][:12]}"
         self.display.update(t.id, "pushing", f"staging {tag[:16]}…")
-        self.engine.tag(image_id, self.name, tag)
-        try:
-            digest = self._push_retried(tag)
-        finally:
-            self.engine.untag(f"{self.name}:{tag}")
+        digest = self._push_image(image_id, tag)
         back = self.registry.manifest(self.path, tag)
         if back is None or back.digest != digest or back.config_digest != image_id:
             raise BuildError(f"staged {self.name}:{tag} but the registry serves {back.digest if back else 'nothing'} "
                              f"(pushed {digest} of image {image_id}); something else writes to the staging repository")
         return Staged(self.name, tag, digest, pushed=True)
 
-    def _push_retried(self, tag: str) -> str:
-        """The release's push path (:mod:`imagesmith.stages.release.push`): the registry's own detail on a server error,
-        retried with backoff while retrying may help; then one error saying how often it was tried."""
+    def _push_image(self, image_id: str, tag: str) -> str:
+        """``image_id`` into the staging repository as ``tag``: by imagesmith from the engine's store where it can
+        (:mod:`imagesmith.stages.building.directpush`), else (or when the store does not give that image's bytes)
+        by the engine; retried while retrying may help. The manifest's digest."""
+        direct = self.direct()
+        if direct is not None:
+            try:
+                return self._retried(tag, partial(direct.push, image_id, tag))
+            except StoreUnreadable as exc:
+                self.display.note(f"staging push {self.name}:{tag}: through the engine: its store did not give "
+                                  f"the image's bytes ({exc})")
+        self.engine.tag(image_id, self.name, tag)
+        try:
+            return self._retried(tag, partial(push_once, self.engine, self.registry, self.path, self.name, tag,
+                                              self.auth, lambda line: None))
+        finally:
+            self.engine.untag(f"{self.name}:{tag}")
+
+    def _retried(self, tag: str, push: Callable[[], str]) -> str:
+        """One push path's retries (:mod:`imagesmith.stages.release.push`): the registry's own detail on a server
+        error, retried with backoff while retrying may help; then one error saying how often it was tried."""
         ref, tries = f"{self.name}:{tag}", max(1, self.backoff.tries)
 
         def note(state: tenacity.RetryCallState) -> None:
@@ -203,8 +230,7 @@ class Stage:
             self.display.note(f"staging push {ref}: {redact(message_of(exc or Exception()), self.credentials)}; "
                               f"retry {state.attempt_number} of {tries - 1} in {wait:g}s")
         try:
-            return retrying(self.backoff, self.sleep, note)(push_once, self.engine, self.registry, self.path, self.name,
-                                                           tag, self.auth, lambda line: None)
+            return retrying(self.backoff, self.sleep, note)(push)
         except (ImagesmithError, OSError) as exc:
             if not transient(exc) or tries == 1:
                 raise

@@ -19,64 +19,18 @@ import pytest
 
 from imagesmith.edges.oci import DOCKER_V2
 from imagesmith.edges.protocols import ImageInfo, LineSink
-from imagesmith.edges.registry import Manifest, PushedManifest
+from imagesmith.edges.registry import Manifest
 from imagesmith.errors import BuildError
 from imagesmith.model import matrix, plan
 from imagesmith.progress import QuietDisplay
 from imagesmith.render import cudalayer
 from imagesmith.stages.building import cudabuild, cudastage
-from tests.doubles import EngineBase, RegistryBase
+from tests.doubles import EngineBase, MemRegistry, sha
 
 BASE_ID = "sha256:" + "b" * 64
 BASE_CONFIG = {"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin"]},
                "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "1" * 64]}}
 OS_LAYER = {"mediaType": cudastage.LAYER_MEDIA, "size": 1234, "digest": "sha256:" + "2" * 64}
-
-
-def sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-@dataclass
-class MemRegistry(RegistryBase):
-    """Blobs, streamed uploads and manifests, in memory."""
-
-    blobs: dict[str, bytes] = field(default_factory=dict)
-    manifests: dict[str, Manifest] = field(default_factory=dict)
-    uploads: dict[str, bytearray] = field(default_factory=dict)
-    chunks: int = 0
-    cancelled: list[str] = field(default_factory=list)
-
-    def start_upload(self, repo: str) -> str:
-        location = f"/v2/{repo}/blobs/uploads/{len(self.uploads)}"
-        self.uploads[location] = bytearray()
-        return location
-
-    def stream_upload(self, repo: str, location: str, chunks: Iterable[bytes]) -> str:
-        for chunk in chunks:
-            self.uploads[location] += chunk
-            self.chunks += 1
-        return location
-
-    def finish_upload(self, repo: str, location: str, digest: str) -> None:
-        data = bytes(self.uploads.pop(location))
-        assert sha(data) == digest, "the registry checks the digest it is given"
-        self.blobs[digest] = data
-
-    def cancel_upload(self, repo: str, location: str) -> None:
-        self.cancelled.append(location)
-
-    def push_blob(self, repo: str, data: bytes) -> tuple[str, bool]:
-        self.blobs[sha(data)] = data
-        return sha(data), True
-
-    def push_manifest(self, repo: str, ref: str, media_type: str, data: bytes) -> PushedManifest:
-        doc = json.loads(data)
-        self.manifests[ref] = Manifest(sha(data), media_type, doc["config"]["digest"], data)
-        return PushedManifest(sha(data), None)
-
-    def manifest(self, repo: str, ref: str) -> Manifest | None:
-        return self.manifests.get(ref)
 
 
 @dataclass
@@ -110,8 +64,13 @@ class PullingEngine(EngineBase):
 
 
 def delivery(engine: PullingEngine, registry: MemRegistry, piece: int = 1 << 20) -> cudastage.Delivery:
-    return cudastage.Delivery(engine, registry, "ml/staging", "registry.test/ml/staging", {"username": "u"},
-                              lambda tag: engine.push("registry.test/ml/staging", tag, None, lambda line: None), piece)
+    def push_image(image_id: str, tag: str) -> str:  # as the stage's push through the engine
+        engine.tag(image_id, "registry.test/ml/staging", tag)
+        try:
+            return engine.push("registry.test/ml/staging", tag, None, lambda line: None)
+        finally:
+            engine.untag(f"registry.test/ml/staging:{tag}")
+    return cudastage.Delivery(engine, registry, "ml/staging", "registry.test/ml/staging", {"username": "u"}, push_image, piece=piece)
 
 
 def sources() -> list[cudalayer.Source]:
@@ -248,7 +207,7 @@ class HeldDelivery(cudastage.Delivery):
     """Takes the layer as it is written; the pull waits until the test lets it go."""
 
     def __init__(self, engine: TaggingEngine) -> None:
-        super().__init__(engine, MemRegistry(), "ml/staging", "registry.test/ml/staging", None, lambda tag: "")
+        super().__init__(engine, MemRegistry(), "ml/staging", "registry.test/ml/staging", None, lambda image_id, tag: "")
         self.go, self.pulling, self.pulls, self.uploads = threading.Event(), threading.Event(), list[str](), list[Upload]()
 
     def start_upload(self) -> Any:
