@@ -99,7 +99,9 @@ def test_the_registry_stores_the_cuda_layer_once(engine: Engine, cuda_cells: Cud
 def test_a_staged_cuda_layer_is_pulled_and_the_engine_never_gzips_it_again(engine: Engine, registry: RegistryServer,
                                                                             tmp_path: Path) -> None:
     """With a staging repository the engine pulls the CUDA image, so its push of an image built on it finds the
-    layer's blob: the staged manifest names the blob imagesmith uploaded (the engine's own gzip would differ)."""
+    layer's blob: the staged manifest names the blob imagesmith uploaded (the engine's own gzip would differ).
+    imagesmith's own push from the engine's store sends that blob no more either, and a pull of what it sent is the
+    same image."""
     rootfs = io.BytesIO()
     with tarfile.open(fileobj=rootfs, mode="w") as tar:
         info = tarfile.TarInfo("etc/os-release")
@@ -107,7 +109,7 @@ def test_a_staged_cuda_layer_is_pulled_and_the_engine_never_gzips_it_again(engin
         tar.addfile(info, io.BytesIO(b"ID=tiny\n"))
     base_id = engine.import_rootfs(write(tmp_path / "rootfs.tar", rootfs.getvalue()), "imagesmith-test/tiny-os", "1", [])
     stage = Stage(engine, Registry(registry.host, Credentials(USER, PASSWORD)), "imagesmith-test/staging", tmp_path,
-                  Credentials(USER, PASSWORD))
+                  Credentials(USER, PASSWORD), direct=False)  # the engine pushes, as with Podman or a remote engine
     # 6.4 MB that gzip cannot shrink, new on every run: the engine keeps what it learnt of a layer's blobs (their
     # digests, by registry) after the layer is gone, and a push checks only the first of them for a layer this size
     data = os.urandom(6_400_000)
@@ -130,9 +132,24 @@ def test_a_staged_cuda_layer_is_pulled_and_the_engine_never_gzips_it_again(engin
         pushed = json.loads(registry.skopeo("inspect", "--raw", f"docker://{child}").stdout)
         assert pushed["layers"][:2] == staged["layers"]  # the OS base's blob and imagesmith's CUDA blob, as staged
         assert sum("Layer already exists" in line for line in lines) == 2, lines  # only the child's own layer was sent
+        # imagesmith's own push, read from the engine's store (root, overlay2): the CUDA blob it was told of is not
+        # sent again; the OS base's layer (the engine's gzip above) and the child's are sent, gzipped by imagesmith
+        own = Stage(engine, Registry(registry.host, Credentials(USER, PASSWORD)), "imagesmith-test/staging", tmp_path,
+                    Credentials(USER, PASSWORD))
+        direct = own.direct()
+        assert direct is not None
+        own.cuda_delivery().uploaded(layer.diff_id, blob)
+        child_id = engine.image(child).id  # type: ignore[union-attr]
+        sent = json.loads(registry.skopeo("inspect", "--raw", f"docker://{registry.host}/imagesmith-test/staging@"
+                                          f"{own._push_image(child_id, 'child-own')}").stdout)
+        assert sent["layers"][1] == staged["layers"][1] and sent["config"]["digest"] == child_id
+        assert len(direct.sent) == 3 and direct.sent[layer.diff_id].digest == blob.digest
+        engine.remove_image(child, force=True)
+        assert engine.pull(f"{registry.host}/imagesmith-test/staging:child-own", {"username": USER, "password": PASSWORD}).id == child_id
     finally:
-        for image in (child, ref, base_id):
-            engine.remove_image(image, force=True)
+        for image in (child, f"{registry.host}/imagesmith-test/staging:child-own", ref, base_id):
+            if engine.image(image):
+                engine.remove_image(image, force=True)
 
 
 def write(path: Path, data: bytes) -> Path:
