@@ -1,5 +1,5 @@
 """The CUDA images through a staging repository: the layer is uploaded once, gzipped, in chunks; each image's
-manifest names its OS base's layers (pushed by the engine unless the repository has them) and that blob; the
+manifest names its OS base's layers (pushed by the stage unless the repository has them) and that blob; the
 engine pulls each image by digest and must get the image the config names."""
 
 from __future__ import annotations
