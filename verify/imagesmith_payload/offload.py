@@ -114,9 +114,12 @@ class Worker:
 
 
 def idle(spec: CheckSpec, config: Any) -> bool:
-    """Will ``spec`` only skip, known before torch is imported? A GPU check in CPU mode as asked (--gpus none),
-    or a layer check whose layer is neither declared nor installed (layers.load_layer's own rule)."""
-    if spec.needs in ("gpu", "multi_gpu") and config.gpus == "none":
+    """Will ``spec`` only skip, known before torch is imported? A GPU check in CPU mode as asked (--gpus none), where
+    the host could attach no GPU (it ran the container without, ``gpu_unavailable``) or where a CPU-only torch is
+    expected; or a layer check whose layer is neither declared nor installed (layers.load_layer's own rule). It only
+    places the check: an idle one runs in the main process through the same gate (a CPU image whose torch turns out
+    to be a CUDA build, with a GPU, still runs its GPU checks, there)."""
+    if spec.needs in ("gpu", "multi_gpu") and (config.gpus == "none" or config.gpu_unavailable or config.expected.cuda == "cpu"):
         return True
     from .checks.layers import LAYER_MODULES
 

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "verify"))
 
 from imagesmith_payload import checks  # noqa: F401  (registers every check)
-from imagesmith_payload.config import Config
+from imagesmith_payload.config import Config, Expected
 from imagesmith_payload.context import Context
 from imagesmith_payload.offload import Offload, worker_argv
 from imagesmith_payload.offload import idle as offload_idle
@@ -59,6 +59,9 @@ def test_a_worker_that_reports_nothing_fails_its_checks() -> None:
     ("amp.bf16", Config(gpus="none"), True),  # CPU mode as asked: a GPU check only skips
     ("amp.bf16", Config(gpus="all"), False),  # GPUs asked for: it may run (or fail gpu.devices' way)
     ("amp.bf16", Config(), False),
+    ("amp.bf16", Config(gpus="all", gpu_unavailable="no NVIDIA runtime"), True),  # the host ran it without GPUs
+    ("amp.fp16", Config(gpus="all", expected=Expected(cuda="cpu")), True),  # a CPU-only torch expected
+    ("amp.fp16", Config(gpus="all", expected=Expected(cuda="13.0")), False),
     ("libs.integrity", Config(gpus="none"), False),  # needs nothing: it hashes whatever is there
     ("layers.nlp.import", Config(layers=("nlp",)), False),  # declared: it must run (and fail if missing)
 ])
