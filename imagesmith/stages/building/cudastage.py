@@ -13,7 +13,6 @@ on one core, for the first target that reaches the registry.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Mapping
 
 from imagesmith.edges.oci import DOCKER_V2, entries, manifest_document
@@ -21,9 +20,7 @@ from imagesmith.edges.protocols import EngineProtocol, RegistryProtocol
 from imagesmith.errors import BuildError
 from imagesmith.model.buildreport import DIGEST
 from imagesmith.render import cudalayer
-from imagesmith.stages.building.directpush import CONFIG_MEDIA, LAYER_MEDIA, PIECE, Blob, GzipUpload
-
-__all__ = ["CONFIG_MEDIA", "CUDA_TAG", "LAYER_MEDIA", "OS_TAG", "PIECE", "Blob", "Delivery", "GzipUpload"]
+from imagesmith.stages.building.directpush import PIECE, Blob, GzipUpload, push_image_manifest
 
 OS_TAG = "os-"
 CUDA_TAG = "cuda-"
@@ -49,15 +46,12 @@ class Delivery:
         """One CUDA image: its OS base's layers (pushed unless the repository has them), ``config`` and
         a manifest naming them and ``blob``, tagged by its cache ``key``; the engine pulls it by digest and tags it
         ``ref``. Its ID, checked to be the config's."""
-        config_digest, _ = self.registry.push_blob(self.path, config)
-        doc = {"schemaVersion": 2, "mediaType": DOCKER_V2, "config": {"mediaType": CONFIG_MEDIA, "size": len(config),
-                                                                       "digest": config_digest},
-               "layers": self._os_layers(base_id) + [blob.descriptor()]}
-        pushed = self.registry.push_manifest(self.path, CUDA_TAG + key, DOCKER_V2, json.dumps(doc, indent=3).encode())
-        info = self.engine.pull(f"{self.name}@{pushed.digest}", self.auth)
+        digest = push_image_manifest(self.registry, self.path, CUDA_TAG + key, config,
+                                     self._os_layers(base_id) + [blob.descriptor()])
+        info = self.engine.pull(f"{self.name}@{digest}", self.auth)
         want = cudalayer.image_id(config)
         if info.id != want:
-            raise BuildError(f"pulled {self.name}@{pushed.digest} as image {info.id}, expected {want}")
+            raise BuildError(f"pulled {self.name}@{digest} as image {info.id}, expected {want}")
         self.engine.tag(info.id, *ref.rsplit(":", 1))
         return info.id
 

@@ -124,6 +124,15 @@ class GzipUpload(io.RawIOBase):
         self.registry.cancel_upload(self.repo, self.location)
 
 
+def push_image_manifest(registry: RegistryProtocol, path: str, tag: str, config: bytes, layers: list[dict[str, Any]]) -> str:
+    """``config`` as a blob and a Docker image manifest naming it and ``layers`` (blobs already there), tagged ``tag``;
+    the manifest's digest."""
+    config_digest, _ = registry.push_blob(path, config)
+    doc = {"schemaVersion": 2, "mediaType": DOCKER_V2,
+           "config": {"mediaType": CONFIG_MEDIA, "size": len(config), "digest": config_digest}, "layers": layers}
+    return registry.push_manifest(path, tag, DOCKER_V2, json.dumps(doc, indent=3).encode()).digest
+
+
 class DirectPush:
     """Pushes of local images into ``path`` on ``registry``, read from ``store``; safe from several threads (a layer
     two pushes need at once is sent by the first, the second waits for it)."""
@@ -143,11 +152,7 @@ class DirectPush:
         """Push ``image_id`` as ``tag``; the manifest's digest."""
         image = self.store.image(image_id)
         layers = [self._layer(image, i).descriptor() for i in range(len(image.diff_ids))]
-        config_digest, _ = self.registry.push_blob(self.path, image.config)
-        doc = {"schemaVersion": 2, "mediaType": DOCKER_V2,
-               "config": {"mediaType": CONFIG_MEDIA, "size": len(image.config), "digest": config_digest},
-               "layers": layers}
-        return self.registry.push_manifest(self.path, tag, DOCKER_V2, json.dumps(doc, indent=3).encode()).digest
+        return push_image_manifest(self.registry, self.path, tag, image.config, layers)
 
     def _layer(self, image: StoredImage, index: int) -> Blob:
         diff_id = image.diff_ids[index]

@@ -24,13 +24,13 @@ from imagesmith.errors import BuildError
 from imagesmith.model import matrix, plan
 from imagesmith.progress import QuietDisplay
 from imagesmith.render import cudalayer
-from imagesmith.stages.building import cudabuild, cudastage
+from imagesmith.stages.building import cudabuild, cudastage, directpush
 from tests.doubles import EngineBase, MemRegistry, sha
 
 BASE_ID = "sha256:" + "b" * 64
 BASE_CONFIG = {"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin"]},
                "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "1" * 64]}}
-OS_LAYER = {"mediaType": cudastage.LAYER_MEDIA, "size": 1234, "digest": "sha256:" + "2" * 64}
+OS_LAYER = {"mediaType": directpush.LAYER_MEDIA, "size": 1234, "digest": "sha256:" + "2" * 64}
 
 
 @dataclass
@@ -53,7 +53,7 @@ class PullingEngine(EngineBase):
         assert self.tags[f"{repository}:{tag}"] == BASE_ID
         self.pushes.append(tag)
         raw = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_V2, "layers": [OS_LAYER],
-                          "config": {"mediaType": cudastage.CONFIG_MEDIA, "size": 9, "digest": BASE_ID}}).encode()
+                          "config": {"mediaType": directpush.CONFIG_MEDIA, "size": 9, "digest": BASE_ID}}).encode()
         self.registry.manifests[tag] = Manifest(sha(raw), DOCKER_V2, BASE_ID, raw)
         return sha(raw)
 
@@ -105,7 +105,7 @@ def test_the_layer_is_uploaded_once_gzipped_in_chunks_and_each_image_pulled_by_i
     assert doc["mediaType"] == DOCKER_V2 and doc["layers"][:-1] == [OS_LAYER]
     layer = doc["layers"][-1]
     blob = registry.blobs[layer["digest"]]
-    assert layer["size"] == len(blob) and layer["mediaType"] == cudastage.LAYER_MEDIA
+    assert layer["size"] == len(blob) and layer["mediaType"] == directpush.LAYER_MEDIA
     assert sha(gzip.decompress(blob)) == made.layer.diff_id  # the blob is the layer tar the config names, gzipped
     assert registry.chunks > 1  # streamed as it is made, never held whole
     config = made.config
@@ -195,9 +195,9 @@ class Upload:
         self.data += data
         return len(data)
 
-    def finish(self) -> cudastage.Blob:
+    def finish(self) -> directpush.Blob:
         self.finished = True
-        return cudastage.Blob(sha(bytes(self.data)), len(self.data))
+        return directpush.Blob(sha(bytes(self.data)), len(self.data))
 
     def cancel(self) -> None:
         raise AssertionError("nothing failed")
@@ -214,7 +214,7 @@ class HeldDelivery(cudastage.Delivery):
         self.uploads.append(Upload())
         return self.uploads[-1]
 
-    def image(self, config: bytes, base_id: str, blob: cudastage.Blob, key: str, ref: str) -> str:
+    def image(self, config: bytes, base_id: str, blob: directpush.Blob, key: str, ref: str) -> str:
         self.pulls.append(ref)
         self.pulling.set()
         assert self.go.wait(60), "the test never let the pull go"
